@@ -1,0 +1,1 @@
+"""instanceha: instance high availability for OpenStack Nova."""

@@ -1,0 +1,28 @@
+from oslo_config import cfg
+
+from instanceha.conf import _group
+
+OPTS = [
+    cfg.StrOpt("cloud", default="instanceha",
+               help="Name of the cloud entry in clouds.yaml (found through "
+                    "openstacksdk's usual search path or OS_CLIENT_CONFIG_FILE) "
+                    "holding the admin credentials instanceha uses for Nova. "
+                    "The account must be allowed to force services down and "
+                    "evacuate servers."),
+    cfg.IntOpt("workers", default=8, min=1, max=256,
+               help="Size of the worker pool that runs fencing, isolation, "
+                    "evacuation and cleanup checks. Each host is handled by at "
+                    "most one worker at a time, so this bounds how many hosts "
+                    "are recovered in parallel."),
+    cfg.StrOpt("status_file", default="/var/lib/instanceha/status.json",
+               help="File the engine rewrites with every host's state, since "
+                    "when and why, read by 'instanceha status'. Empty disables "
+                    "it."),
+    cfg.StrOpt("log_format", default="console", choices=["console", "json"],
+               help="Log rendering: key=value lines for a terminal or journald "
+                    "(console), or one JSON object per line (json)."),
+    cfg.BoolOpt("debug", default=False,
+                help="Log ignored events and every API call at debug level."),
+]
+
+register_opts, list_opts = _group.make(None, OPTS)

@@ -1,0 +1,38 @@
+from oslo_config import cfg
+
+from instanceha.conf import _group
+
+GROUP = "evacuation"
+OPTS = [
+    cfg.IntOpt("concurrency", default=10, min=1, max=1000,
+               help="Evacuations of one host's servers in flight at once. "
+                    "Higher is faster but loads the scheduler and the "
+                    "destination hosts more."),
+    cfg.FloatOpt("server_timeout", default=600.0, min=1, max=86400,
+                 help="Seconds one server's evacuation may take (migration "
+                      "reaching 'done') before it counts as failed."),
+    cfg.FloatOpt("poll_interval", default=1.0, min=0.05, max=60,
+                 help="Seconds between checks of evacuation progress."),
+    cfg.StrOpt("microversion", default="2.94",
+               help="Compute API microversion used for the evacuate call. "
+                    "From 2.95 Nova leaves evacuated servers SHUTOFF; 2.94 "
+                    "keeps an ACTIVE server ACTIVE."),
+    cfg.FloatOpt("retry_backoff", default=30.0, min=0.1, max=86400,
+                 help="Seconds before evacuation is retried when no host had "
+                      "capacity; doubled after each attempt up to "
+                      "retry_backoff_max."),
+    cfg.FloatOpt("retry_backoff_max", default=600.0, min=0.1, max=86400,
+                 help="Upper bound of the no-capacity retry delay."),
+    cfg.IntOpt("max_attempts", default=5, min=1, max=1000,
+               help="Evacuation attempts for a host (no capacity) before it "
+                    "is left 'failed' for an operator. Bounds retry loops."),
+    cfg.BoolOpt("leave_disabled", default=False,
+                help="When a fenced host returns and Nova has completed every "
+                     "evacuation migration from it, unset forced_down but "
+                     "leave the service disabled for an operator to enable."),
+    cfg.FloatOpt("cleanup_check_interval", default=5.0, min=0.1, max=3600,
+                 help="Seconds between checks that a returned host's "
+                      "evacuation migrations are all 'completed'."),
+]
+
+register_opts, list_opts = _group.make(GROUP, OPTS, title="Evacuation")

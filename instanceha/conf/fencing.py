@@ -1,0 +1,31 @@
+from oslo_config import cfg
+
+from instanceha.conf import _group
+
+GROUP = "fencing"
+OPTS = [
+    cfg.StrOpt("inventory", default="/etc/instanceha/bmc.yaml",
+               help="YAML file with each compute host's BMC (driver, address, "
+                    "credentials). Validated at start; an error names the host "
+                    "and field. Keep it readable by instanceha only: it holds "
+                    "BMC passwords."),
+    cfg.StrOpt("default_driver", default=None,
+               help="Fencing driver for hosts missing from the inventory. "
+                    "Unset means such a host cannot be fenced and goes to "
+                    "'failed' instead of being evacuated."),
+    cfg.BoolOpt("allow_unfenced", default=False,
+                help="Allow the 'noop' fencing driver, which does NOT power "
+                     "anything off. A host that is only unreachable may still "
+                     "run its servers: evacuating it can corrupt their disks. "
+                     "Only for test clouds."),
+    cfg.FloatOpt("timeout", default=60.0, min=1, max=3600,
+                 help="Seconds to wait for the BMC to report power Off after "
+                      "the power-off request before fencing counts as failed."),
+    cfg.FloatOpt("poll_interval", default=1.0, min=0.05, max=60,
+                 help="Seconds between power-state reads while waiting for Off."),
+    cfg.IntOpt("retries", default=3, min=1, max=20,
+               help="Attempts at a BMC request that fails to connect before "
+                    "fencing counts as failed."),
+]
+
+register_opts, list_opts = _group.make(GROUP, OPTS, title="Fencing")

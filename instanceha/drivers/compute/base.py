@@ -1,0 +1,93 @@
+"""Compute (Nova) driver interface and the plain records it returns.
+
+Drivers translate their library's exceptions into :class:`ComputeError` and
+its subclasses; callers never see openstacksdk or keystoneauth exceptions.
+"""
+
+import abc
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeService:
+    id: str                     # service UUID (microversion >= 2.53)
+    host: str
+    state: str                  # "up" | "down" as Nova computes it
+    status: str                 # "enabled" | "disabled"
+    forced_down: bool
+    disabled_reason: Optional[str]
+    updated_at: Optional[float]  # seconds since the epoch, None if never seen
+    zone: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Server:
+    id: str
+    name: str
+    status: str                 # ACTIVE, SHUTOFF, ERROR, REBUILD, ...
+    host: Optional[str]
+    task_state: Optional[str] = None
+    vm_state: Optional[str] = None
+    fault: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    id: str
+    server_id: str
+    source_host: str
+    dest_host: Optional[str]
+    status: str                 # accepted, pre-migrating, done, completed, error, failed
+    migration_type: str
+    created_at: Optional[float] = None
+
+
+class ComputeError(Exception):
+    """Nova answered with an error or could not be reached."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class Conflict(ComputeError):
+    """Nova refused because of the resource's state (HTTP 400/409)."""
+
+
+class NotFound(ComputeError):
+    """The resource does not exist (HTTP 404)."""
+
+
+class ComputeDriver(abc.ABC):
+
+    @abc.abstractmethod
+    def list_services(self):
+        """All nova-compute services, in one API call: [ComputeService]."""
+
+    @abc.abstractmethod
+    def force_down(self, service, reason):
+        """Mark the service forced down and disabled with ``reason``."""
+
+    @abc.abstractmethod
+    def restore(self, service, enable):
+        """Unset forced_down; enable the service when ``enable``.
+
+        Raises Conflict while Nova still refuses (evacuations not cleaned up).
+        """
+
+    @abc.abstractmethod
+    def list_servers(self, host):
+        """Servers on ``host`` across all projects: [Server]."""
+
+    @abc.abstractmethod
+    def get_server(self, server_id):
+        """One Server; raises NotFound."""
+
+    @abc.abstractmethod
+    def evacuate(self, server_id):
+        """Ask Nova to rebuild the server elsewhere (scheduler picks)."""
+
+    @abc.abstractmethod
+    def list_evacuations(self, host):
+        """Evacuation migrations whose source is ``host``: [Migration]."""
