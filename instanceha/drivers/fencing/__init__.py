@@ -1,0 +1,26 @@
+"""Fencing drivers, loaded by name from the BMC inventory's ``driver`` field.
+
+Each entry is imported only when an inventory names it, so a deployment
+without IPMI hosts never needs ipmitool, and one without BareMetalHosts
+never imports kubernetes.
+"""
+
+import importlib
+
+DRIVERS = {
+    "redfish": "instanceha.drivers.fencing.redfish:RedfishDriver",
+    "ipmi": "instanceha.drivers.fencing.ipmi:IPMIDriver",
+    "noop": "instanceha.drivers.fencing.noop:NoopDriver",
+}
+
+
+def load_driver(name, conf):
+    """Instantiate the driver called ``name`` with the service's conf."""
+    try:
+        target = DRIVERS[name]
+    except KeyError:
+        raise ValueError("unknown fencing driver %r (known: %s)"
+                         % (name, ", ".join(sorted(DRIVERS))))
+    module_name, cls_name = target.split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, cls_name)(conf)
