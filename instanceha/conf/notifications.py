@@ -1,0 +1,62 @@
+from oslo_config import cfg
+
+from instanceha.conf import _group
+
+GROUP = "notifications"
+DEFAULT_EVENT_TYPES = [
+    r"^service\.update$",
+    r"^instance\.(evacuate|rebuild_scheduled|rebuild\..*|update)$",
+    r"^compute\.instance\.(evacuate|rebuild\..*|update)$",
+]
+OPTS = [
+    cfg.BoolOpt("enabled", default=False,
+                help="Listen to Nova's notifications to react to forced-down "
+                     "and re-enabled services within milliseconds and to "
+                     "follow evacuations without polling. The reconciler "
+                     "still polls as a safety net: disabling this only "
+                     "slows detection."),
+    cfg.StrOpt("transport_url", secret=True, default=None,
+               help="oslo.messaging transport URL of the broker Nova "
+                    "notifies on, e.g. rabbit://user:pass@host:5672/vhost. "
+                    "Holds a password; never logged. Unset uses "
+                    "[oslo_messaging_notifications] / [DEFAULT] "
+                    "transport_url."),
+    cfg.StrOpt("exchange", default="nova",
+               help="Exchange Nova publishes notifications on (Nova's "
+                    "control_exchange, 'nova'). A wrong exchange receives "
+                    "nothing, silently; status shows received=0."),
+    cfg.ListOpt("topics", default=["versioned_notifications"],
+                help="Versioned notification topics (Nova's "
+                     "[notifications] versioned_notifications_topics)."),
+    cfg.ListOpt("legacy_topics", default=[],
+                help="Unversioned (legacy) topics, e.g. 'notifications', "
+                     "used only for instance progress. Leave empty unless "
+                     "Nova runs with notification_format=unversioned."),
+    cfg.StrOpt("pool", default="instanceha",
+               help="Listener pool (queue) name. Processes with the same "
+                    "pool share the stream, each message going to one of "
+                    "them; a different pool gets its own copy. Must not be "
+                    "a pool another consumer uses, or it steals messages."),
+    cfg.ListOpt("event_types", default=DEFAULT_EVENT_TYPES,
+                help="Regular expressions; only notifications whose event "
+                     "type matches one are handled, the rest are acked "
+                     "unread. Dropping service.update here disables "
+                     "event-driven detection."),
+    cfg.StrOpt("own_reason_prefix", default="instanceha:",
+               help="disabled_reason prefix that marks instanceha's own "
+                    "writes; service.update notifications carrying it are "
+                    "ignored so our own force-down does not loop back. "
+                    "Must match what the engine writes."),
+    cfg.FloatOpt("own_write_window", default=30.0, min=0, max=3600,
+                 help="Seconds during which a service.update matching a "
+                      "write the engine announced (note_own_write) is "
+                      "ignored even without the reason prefix."),
+    cfg.FloatOpt("silence_warning", default=300.0, min=1, max=86400,
+                 help="Seconds without any notification after which health "
+                      "reports the stream as quiet, so the reconciler's "
+                      "polling is relied on."),
+]
+
+register_opts, list_opts = _group.make(
+    GROUP, OPTS, title="Nova notification listener",
+    help_text="React to Nova's versioned notifications.")
