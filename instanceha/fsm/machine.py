@@ -1,0 +1,226 @@
+"""Apply one event to one host's record: ``step(record, event, policy)``.
+
+Pure: the result depends only on the arguments. Time comes from
+``event.at``; settings from :class:`Policy`. Returns the new record and the
+actions to start, in order. The caller persists the new record before it
+starts any action.
+"""
+
+import dataclasses
+from typing import Optional
+
+from instanceha.events import EventKind as E
+from instanceha.fsm import table
+from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, State
+
+
+class UndeclaredTransition(LookupError):
+    """A (state, event) pair the table neither handles nor ignores."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    grace_period: float = 10.0
+    kdump_enabled: bool = False
+    kdump_action: str = "evacuate"      # evacuate | wait
+    kdump_fence_delay: float = 0.0      # wait this long for a dump to begin
+    kdump_timeout: float = 60.0         # a host is dumping this long after a message
+    retry_backoff: float = 30.0
+    retry_backoff_max: float = 600.0
+    max_attempts: int = 5
+    cleanup_check_interval: float = 5.0
+
+    @classmethod
+    def from_conf(cls, conf):
+        kdump = getattr(conf, "kdump", None)
+        kw = dict(
+            grace_period=conf.detection.grace_period,
+            retry_backoff=conf.evacuation.retry_backoff,
+            retry_backoff_max=conf.evacuation.retry_backoff_max,
+            max_attempts=conf.evacuation.max_attempts,
+            cleanup_check_interval=conf.evacuation.cleanup_check_interval,
+        )
+        if kdump is not None:
+            kw.update(kdump_enabled=kdump.enabled, kdump_action=kdump.action,
+                      kdump_fence_delay=kdump.fence_delay,
+                      kdump_timeout=kdump.timeout)
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRecord:
+    id: str                              # compute service UUID
+    name: str = ""
+    state: State = State.ACTIVE
+    since: float = 0.0                   # when the current state was entered
+    reason: str = ""
+    heartbeat_ok: bool = True            # last observation
+    lost_at: Optional[float] = None      # first observation of the loss
+    ok_at: Optional[float] = None        # last heartbeat-ok observation
+    kdump_at: Optional[float] = None     # last kdump message
+    isolated: bool = False               # instanceha forced the service down
+    attempts: int = 0                    # evacuation attempts in this recovery
+    retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
+    until: Optional[float] = None        # SUSPENDED: expiry (None = forever)
+    busy: bool = False                   # an action is in flight
+
+    def to_dict(self):
+        d = dataclasses.asdict(self)
+        d["state"] = self.state.value
+        return d
+
+
+# -- guards: (record, event, policy) -> bool ---------------------------------
+
+def _fence_at(r, p):
+    if r.lost_at is None:
+        return None
+    delay = p.grace_period
+    if p.kdump_enabled:
+        delay = max(delay, p.kdump_fence_delay)
+    return r.lost_at + delay
+
+
+def _dumping(r, ev, p):
+    """A kdump message arrived after the host was last seen alive and not
+    longer than kdump_timeout ago: the host is running its dump kernel."""
+    return (p.kdump_enabled and r.kdump_at is not None
+            and (r.ok_at is None or r.kdump_at > r.ok_at)
+            and ev.at - r.kdump_at <= p.kdump_timeout)
+
+
+def _fence_due(r, ev, p):
+    due = _fence_at(r, p)
+    if due is None or ev.at < due or r.heartbeat_ok:
+        return False
+    # kdump_action=wait: a dumping host is left alone until it stops dumping.
+    return not _dumping(r, ev, p)
+
+
+GUARDS = {
+    table.ALWAYS: lambda r, ev, p: True,
+    "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
+    "kdump_proves_dead": lambda r, ev, p: (p.kdump_action == "evacuate"
+                                           and not r.heartbeat_ok
+                                           and _dumping(r, ev, p)),
+    "kdump_waits": lambda r, ev, p: (p.kdump_action == "wait"
+                                     and _dumping(r, ev, p)),
+    "fence_due": _fence_due,
+    "fence_due_but_threshold": lambda r, ev, p: (_fence_due(r, ev, p)
+                                                 and not ev.cluster_ok),
+    "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
+    "retry_due": lambda r, ev, p: (not r.busy and r.retry_at is not None
+                                   and ev.at >= r.retry_at),
+    "isolated": lambda r, ev, p: r.isolated,
+    "not_isolated": lambda r, ev, p: not r.isolated,
+    "suspension_expired": lambda r, ev, p: (r.until is not None
+                                            and ev.at >= r.until),
+    "suspension_expired_isolated": lambda r, ev, p: (
+        r.until is not None and ev.at >= r.until and r.isolated),
+}
+
+_INDEX = {}
+for _rule in table.RULES:
+    _INDEX.setdefault((_rule[0], _rule[1]), []).append(_rule)
+
+
+def rules_for(state, kind):
+    return _INDEX.get((state, kind), [])
+
+
+# -- the step ------------------------------------------------------------------
+
+_RESULT_KINDS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
+                 E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
+                 E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
+
+
+def _observe(r, ev):
+    """Facts every event updates whatever the state."""
+    changes = {}
+    if ev.kind is E.HEARTBEAT_OK:
+        changes.update(heartbeat_ok=True, lost_at=None, ok_at=ev.at)
+    elif ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
+        changes["heartbeat_ok"] = False
+        if r.lost_at is None:
+            changes["lost_at"] = ev.at
+    elif ev.kind is E.KDUMP:
+        changes["kdump_at"] = ev.at
+    if ev.kind in _RESULT_KINDS and r.state in _RESULT_STATE.get(ev.kind, ()):
+        changes["busy"] = False
+    if ev.name and not r.name:
+        changes["name"] = ev.name
+    return dataclasses.replace(r, **changes) if changes else r
+
+
+# Which state's action produces which results (a result in another state is
+# stale and must not clear that state's busy flag).
+_RESULT_STATE = {
+    E.FENCE_OK: (State.FENCING,), E.FENCE_FAILED: (State.FENCING,),
+    E.ISOLATE_OK: (State.FENCED,), E.ISOLATE_FAILED: (State.FENCED,),
+    E.EVACUATE_OK: (State.EVACUATING,),
+    E.EVACUATE_NO_CAPACITY: (State.EVACUATING,),
+    E.EVACUATE_FAILED: (State.EVACUATING,),
+    E.CLEANUP_CONFIRMED: (State.RECOVERING,),
+    E.CLEANUP_PENDING: (State.RECOVERING,),
+}
+
+
+def _enter(r, dst, ev, p):
+    """Field changes that come with entering ``dst`` (from another state)."""
+    changes = dict(state=dst, since=ev.at, retry_at=None)
+    if dst is State.ACTIVE:
+        changes.update(isolated=False, attempts=0)
+    if dst in ISOLATED_STATES:
+        changes["isolated"] = True
+    if dst is State.EVACUATING:
+        changes["attempts"] = r.attempts + 1
+    if dst is State.PENDING:
+        delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
+                    p.retry_backoff_max)
+        changes["retry_at"] = ev.at + delay
+    if dst is State.SUSPENDED:
+        until = ev.detail.get("until") if ev.detail else None
+        changes["until"] = float(until) if until is not None else None
+    return changes
+
+
+def step(record, event, policy):
+    """Return ``(new_record, [actions])`` for one event."""
+    r = _observe(record, event)
+    for src, kind, guard, dst, reason in rules_for(r.state, event.kind):
+        if not GUARDS[guard](r, event, policy):
+            continue
+        if dst is r.state:
+            changes = {"reason": reason.format(event=event, record=r)}
+            actions = []
+            if (src, kind) in table.REENTER:
+                changes["retry_at"] = None
+                actions = [ENTRY_ACTION[dst]] if dst in ENTRY_ACTION else []
+            elif kind is E.CLEANUP_PENDING:
+                changes["retry_at"] = event.at + policy.cleanup_check_interval
+            if actions:
+                changes["busy"] = True
+            return dataclasses.replace(r, **changes), actions
+        changes = _enter(r, dst, event, policy)
+        changes["reason"] = reason.format(
+            event=event, record=dataclasses.replace(r, **changes))
+        action = ENTRY_ACTION.get(dst)
+        if action is not None:
+            changes["busy"] = True
+        return dataclasses.replace(r, **changes), [action] if action else []
+    if (r.state, event.kind) in table.IGNORED or rules_for(r.state, event.kind):
+        return r, []
+    raise UndeclaredTransition("no rule for %s in state %s"
+                               % (event.kind.value, r.state.value))
+
+
+def next_wakeup(record, policy):
+    """When a TICK could next change this record (None: no timer needed)."""
+    if record.state is State.SUSPECT:
+        return _fence_at(record, policy)
+    if record.state in (State.PENDING, State.RECOVERING):
+        return record.retry_at
+    if record.state is State.SUSPENDED:
+        return record.until
+    return None

@@ -1,0 +1,39 @@
+"""Host states and the side effect each state starts when it is entered."""
+
+import enum
+
+
+class State(str, enum.Enum):
+    ACTIVE = "active"            # enabled, heartbeating
+    SUSPECT = "suspect"          # heartbeat lost; grace period, kdump window open
+    FENCING = "fencing"          # power-off requested; waiting for BMC Off
+    FENCED = "fenced"            # proven dead (BMC Off or kdump); isolating in Nova
+    EVACUATING = "evacuating"    # forced down + disabled; evacuations in flight
+    EVACUATED = "evacuated"      # every evacuable server rebuilt elsewhere
+    PENDING = "pending"          # evacuation waits for capacity; retried later
+    FAILED = "failed"            # needs an operator; nothing automatic happens
+    RECOVERING = "recovering"    # host back; waiting for Nova's cleanup to complete
+    MAINTENANCE = "maintenance"  # operator: planned work; heartbeat loss ignored
+    SUSPENDED = "suspended"      # operator: hands off (optionally until a time)
+
+
+class Action(str, enum.Enum):
+    FENCE = "fence"                  # power off through the BMC, confirm Off
+    ISOLATE = "isolate"              # force the service down and disable it
+    EVACUATE = "evacuate"            # rebuild every evacuable server elsewhere
+    CHECK_CLEANUP = "check_cleanup"  # migrations completed? then put host back
+
+
+#: The action a state starts on entry. Re-entering the state (a retry, or a
+#: restart of instanceha finding the host in this state in the journal)
+#: starts it again, so every action is idempotent.
+ENTRY_ACTION = {
+    State.FENCING: Action.FENCE,
+    State.FENCED: Action.ISOLATE,
+    State.EVACUATING: Action.EVACUATE,
+    State.RECOVERING: Action.CHECK_CLEANUP,
+}
+
+#: States in which instanceha has forced the compute service down.
+ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
+                             State.PENDING, State.RECOVERING})

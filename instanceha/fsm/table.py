@@ -1,0 +1,146 @@
+"""The transition table: the whole behaviour of instanceha in one place.
+
+``RULES`` lists, per (state, event kind), the candidate transitions in
+order; the first whose guard holds is taken. ``IGNORED`` lists the pairs
+that are deliberately no-ops. A pair in neither raises, so adding a state
+or an event forces a decision for every combination (tests walk it).
+
+A rule is ``(src, kind, guard, dst, reason)``: ``guard`` is a name from
+:data:`GUARDS`; ``reason`` is a format string filled from the event and
+the record (``{event.reason}``, ``{record.attempts}``...). A rule whose
+``dst`` equals its ``src`` only refreshes the reason, except where listed
+in ``REENTER`` (then the state's entry action runs again).
+"""
+
+from instanceha.events import EventKind as E
+from instanceha.fsm.states import State as S
+
+ALWAYS = "always"
+
+RULES = [
+    # -- detection -------------------------------------------------------
+    (S.ACTIVE, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
+     "heartbeat lost: {event.reason}"),
+    (S.ACTIVE, E.FORCED_DOWN, ALWAYS, S.SUSPECT,
+     "forced down by another actor: {event.reason}"),
+    (S.ACTIVE, E.KDUMP, "kdump_enabled", S.SUSPECT,
+     "kdump message received from the host"),
+    (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
+     "heartbeat back within the grace period"),
+    (S.SUSPECT, E.KDUMP, "kdump_proves_dead", S.FENCED,
+     "kdump message: the dump kernel runs no guests, host counts as fenced"),
+    (S.SUSPECT, E.KDUMP, "kdump_waits", S.SUSPECT,
+     "kdump in progress: waiting for the dump to finish (kdump_action=wait)"),
+    (S.SUSPECT, E.KDUMP, "kdump_enabled", S.SUSPECT,
+     "kdump message received; waiting for Nova to report the service down"),
+    (S.SUSPECT, E.TICK, "kdump_proves_dead", S.FENCED,
+     "kdump message: the dump kernel runs no guests, host counts as fenced"),
+    (S.SUSPECT, E.TICK, "fence_due_but_threshold", S.SUSPECT,
+     "not fencing: {event.reason}"),
+    (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
+     "no heartbeat for the grace period; fencing"),
+    # -- fencing and isolation -------------------------------------------
+    (S.FENCING, E.FENCE_OK, ALWAYS, S.FENCED,
+     "power off confirmed: {event.reason}"),
+    (S.FENCING, E.FENCE_FAILED, ALWAYS, S.FAILED,
+     "fencing failed, nothing evacuated: {event.reason}"),
+    (S.FENCED, E.ISOLATE_OK, ALWAYS, S.EVACUATING,
+     "compute service forced down and disabled; evacuating"),
+    (S.FENCED, E.ISOLATE_FAILED, ALWAYS, S.FAILED,
+     "could not force the compute service down: {event.reason}"),
+    # -- evacuation -------------------------------------------------------
+    (S.EVACUATING, E.EVACUATE_OK, ALWAYS, S.EVACUATED, "{event.reason}"),
+    (S.EVACUATING, E.EVACUATE_NO_CAPACITY, "attempts_left", S.PENDING,
+     "no capacity, retrying later: {event.reason}"),
+    (S.EVACUATING, E.EVACUATE_NO_CAPACITY, ALWAYS, S.FAILED,
+     "no capacity after {record.attempts} attempts: {event.reason}"),
+    (S.EVACUATING, E.EVACUATE_FAILED, ALWAYS, S.FAILED,
+     "evacuation failed: {event.reason}"),
+    (S.PENDING, E.TICK, "retry_due", S.EVACUATING,
+     "retrying evacuation (attempt {record.attempts})"),
+    (S.PENDING, E.OPERATOR_RESUME, ALWAYS, S.EVACUATING,
+     "operator asked to retry evacuation"),
+    # -- return of the host -------------------------------------------------
+    (S.EVACUATED, E.HEARTBEAT_OK, ALWAYS, S.RECOVERING,
+     "compute service reporting again; checking Nova's cleanup"),
+    (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
+    (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,
+     "waiting for Nova to clean up: {event.reason}"),
+    (S.RECOVERING, E.TICK, "retry_due", S.RECOVERING,
+     "re-checking Nova's cleanup"),
+    (S.RECOVERING, E.HEARTBEAT_LOST, ALWAYS, S.EVACUATED,
+     "heartbeat lost again before the host was put back"),
+    # -- failure that needs an operator --------------------------------------
+    (S.FAILED, E.HEARTBEAT_OK, "not_isolated", S.ACTIVE,
+     "heartbeat back; the host was never forced down"),
+    (S.FAILED, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
+     "operator resumed: evacuating what is left"),
+    (S.FAILED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
+     "operator resumed: watching the host again"),
+    # -- operator ------------------------------------------------------------
+    (S.MAINTENANCE, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
+     "maintenance ended: evacuating what is left"),
+    (S.MAINTENANCE, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
+     "maintenance ended"),
+    (S.SUSPENDED, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
+     "operator resumed: evacuating what is left"),
+    (S.SUSPENDED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE, "operator resumed"),
+    (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.EVACUATING,
+     "suspension expired: evacuating what is left"),
+    (S.SUSPENDED, E.TICK, "suspension_expired", S.ACTIVE,
+     "suspension expired"),
+]
+
+# Operator suspend is allowed everywhere; maintenance only where no
+# recovery is under way.
+for _s in S:
+    if _s is not S.SUSPENDED:
+        RULES.append((_s, E.OPERATOR_SUSPEND, ALWAYS, S.SUSPENDED,
+                      "suspended by operator: {event.reason}"))
+for _s in (S.ACTIVE, S.SUSPECT, S.FAILED, S.SUSPENDED):
+    RULES.append((_s, E.OPERATOR_MAINTENANCE, ALWAYS, S.MAINTENANCE,
+                  "maintenance by operator: {event.reason}"))
+
+#: Self-transitions that run the state's entry action again.
+REENTER = {(S.RECOVERING, E.TICK)}
+
+_RESULTS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
+            E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
+            E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
+
+
+def _ignored():
+    declared = {(r[0], r[1]) for r in RULES}
+    ignored = set()
+    for s in S:
+        for k in E:
+            if (s, k) in declared:
+                continue
+            # Results of actions belong to the state that started them; in
+            # any other state they are stale (e.g. after an operator stepped
+            # in) and are dropped.
+            if k in _RESULTS:
+                ignored.add((s, k))
+            # Observations that change nothing for the state.
+            elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
+                       E.KDUMP, E.TICK):
+                ignored.add((s, k))
+            # Operator commands that do not apply to the state.
+            elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
+                       E.OPERATOR_SUSPEND):
+                ignored.add((s, k))
+    return frozenset(ignored)
+
+
+#: Pairs that are deliberately no-ops, derived by category above so that the
+#: reason for ignoring is stated once; :func:`explain_ignored` says which.
+IGNORED = _ignored()
+
+
+def explain_ignored(state, kind):
+    if kind in _RESULTS:
+        return "stale action result for state %s" % state.value
+    if kind in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
+                E.OPERATOR_SUSPEND):
+        return "operator command does not apply in state %s" % state.value
+    return "observation changes nothing in state %s" % state.value

@@ -1,0 +1,157 @@
+"""Behaviour of the state machine, driven with explicit times."""
+
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm import machine
+from instanceha.fsm.states import Action as A, State as S
+
+P = machine.Policy(grace_period=10, retry_backoff=30, retry_backoff_max=100,
+                   max_attempts=3, cleanup_check_interval=5)
+
+
+def run(events, policy=P, rec=None):
+    rec = rec or machine.HostRecord(id="h", name="c0")
+    out = []
+    for kind, at, kw in events:
+        rec, actions = machine.step(rec, Event(kind, "h", at, **kw), policy)
+        out.append((rec.state, actions))
+    return rec, out
+
+
+def ev(kind, at, **kw):
+    return (kind, at, kw)
+
+
+def test_full_recovery_cycle():
+    rec, out = run([
+        ev(E.HEARTBEAT_LOST, 100, reason="down"),
+        ev(E.TICK, 105),
+        ev(E.TICK, 110),
+        ev(E.FENCE_OK, 111),
+        ev(E.ISOLATE_OK, 112),
+        ev(E.EVACUATE_OK, 120, reason="5/5 evacuated"),
+        ev(E.HEARTBEAT_OK, 200),
+        ev(E.CLEANUP_PENDING, 201, reason="2 migrations not completed"),
+        ev(E.TICK, 203),
+        ev(E.TICK, 206),
+        ev(E.CLEANUP_CONFIRMED, 207, reason="re-enabled"),
+    ])
+    assert out == [
+        (S.SUSPECT, []), (S.SUSPECT, []), (S.FENCING, [A.FENCE]),
+        (S.FENCED, [A.ISOLATE]), (S.EVACUATING, [A.EVACUATE]),
+        (S.EVACUATED, []), (S.RECOVERING, [A.CHECK_CLEANUP]),
+        (S.RECOVERING, []), (S.RECOVERING, []),
+        (S.RECOVERING, [A.CHECK_CLEANUP]), (S.ACTIVE, []),
+    ]
+    assert rec.reason == "re-enabled" and rec.since == 207
+    assert not rec.isolated and rec.attempts == 0 and not rec.busy
+
+
+def test_heartbeat_back_within_grace_clears_suspect():
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.HEARTBEAT_OK, 5),
+                    ev(E.TICK, 50)])
+    assert [s for s, _ in out] == [S.SUSPECT, S.ACTIVE, S.ACTIVE]
+
+
+def test_threshold_holds_fencing_and_says_why():
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0),
+                    ev(E.TICK, 20, cluster_ok=False, reason="4 of 6 down")])
+    assert out[-1] == (S.SUSPECT, [])
+    assert "4 of 6 down" in rec.reason
+    rec, out = run([ev(E.TICK, 21)], rec=rec)
+    assert out[-1] == (S.FENCING, [A.FENCE])
+
+
+def test_fence_failure_is_failed_and_nothing_evacuated():
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.TICK, 10),
+                    ev(E.FENCE_FAILED, 11, reason="BMC unreachable"),
+                    ev(E.TICK, 100), ev(E.HEARTBEAT_LOST, 101)])
+    assert out[-1] == (S.FAILED, [])
+    assert "BMC unreachable" in rec.reason
+    assert not any(A.EVACUATE in a for _, a in out)
+    # The host comes back by itself: never isolated, so it is active again.
+    rec, out = run([ev(E.HEARTBEAT_OK, 200)], rec=rec)
+    assert out[-1] == (S.ACTIVE, [])
+
+
+def test_no_capacity_backs_off_then_gives_up():
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.TICK, 10),
+                    ev(E.FENCE_OK, 11), ev(E.ISOLATE_OK, 12),
+                    ev(E.EVACUATE_NO_CAPACITY, 13, reason="no valid host")])
+    assert rec.state is S.PENDING and rec.retry_at == 13 + 30
+    rec, out = run([ev(E.TICK, 42)], rec=rec)
+    assert out[-1] == (S.PENDING, [])
+    rec, out = run([ev(E.TICK, 43), ev(E.EVACUATE_NO_CAPACITY, 44)], rec=rec)
+    assert rec.state is S.PENDING and rec.retry_at == 44 + 60
+    rec, out = run([ev(E.TICK, 104), ev(E.EVACUATE_NO_CAPACITY, 105)],
+                   rec=rec)
+    assert rec.state is S.FAILED and rec.attempts == 3
+    assert "3 attempts" in rec.reason
+
+
+def test_kdump_from_suspect_host_skips_power_off():
+    p = machine.Policy(grace_period=10, kdump_enabled=True,
+                       kdump_fence_delay=30)
+    rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.HEARTBEAT_LOST, 5),
+                    ev(E.TICK, 16), ev(E.KDUMP, 17)], policy=p)
+    assert out[2] == (S.SUSPECT, [])     # kdump window holds fencing
+    assert out[3] == (S.FENCED, [A.ISOLATE])
+
+
+def test_kdump_before_nova_notices_then_heartbeat_lost():
+    p = machine.Policy(grace_period=10, kdump_enabled=True)
+    rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.KDUMP, 1),
+                    ev(E.HEARTBEAT_LOST, 6), ev(E.TICK, 7)], policy=p)
+    assert [s for s, _ in out] == [S.ACTIVE, S.SUSPECT, S.SUSPECT, S.FENCED]
+
+
+def test_old_kdump_is_no_proof_after_host_was_seen_alive():
+    p = machine.Policy(grace_period=10, kdump_enabled=True,
+                       kdump_timeout=600)
+    rec, out = run([ev(E.KDUMP, 1), ev(E.HEARTBEAT_OK, 50),
+                    ev(E.HEARTBEAT_LOST, 60), ev(E.TICK, 61),
+                    ev(E.TICK, 70)], policy=p)
+    assert [s for s, _ in out][-2:] == [S.SUSPECT, S.FENCING]
+
+
+def test_kdump_wait_holds_fencing_while_dumping():
+    p = machine.Policy(grace_period=10, kdump_enabled=True,
+                       kdump_action="wait", kdump_timeout=60)
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.KDUMP, 1),
+                    ev(E.TICK, 20), ev(E.TICK, 62)], policy=p)
+    assert [s for s, _ in out] == [S.SUSPECT, S.SUSPECT, S.SUSPECT,
+                                   S.FENCING]
+
+
+def test_stale_result_does_not_clear_busy_of_another_action():
+    rec = machine.HostRecord(id="h", state=S.RECOVERING, busy=True)
+    new, actions = machine.step(rec, Event(E.FENCE_OK, "h", 1), P)
+    assert new.busy and actions == []
+
+
+def test_suspend_with_expiry_and_resume_of_isolated_host():
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 0), ev(E.TICK, 10), ev(E.FENCE_OK, 11),
+                  ev(E.ISOLATE_OK, 12)])
+    rec, out = run([ev(E.OPERATOR_SUSPEND, 13, reason="hands off",
+                       detail={"until": 50}),
+                    ev(E.TICK, 20), ev(E.TICK, 50)], rec=rec)
+    assert [s for s, _ in out] == [S.SUSPENDED, S.SUSPENDED, S.EVACUATING]
+    assert out[-1][1] == [A.EVACUATE]
+
+
+def test_maintenance_ignores_heartbeat_loss():
+    rec, out = run([ev(E.OPERATOR_MAINTENANCE, 0, reason="BIOS"),
+                    ev(E.HEARTBEAT_LOST, 1), ev(E.TICK, 100),
+                    ev(E.OPERATOR_RESUME, 200)])
+    assert [s for s, _ in out] == [S.MAINTENANCE] * 3 + [S.ACTIVE]
+
+
+def test_external_force_down_starts_recovery():
+    rec, out = run([ev(E.FORCED_DOWN, 0, reason="operator tool"),
+                    ev(E.TICK, 10)])
+    assert out[-1] == (S.FENCING, [A.FENCE])
+
+
+def test_next_wakeup():
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 100)])
+    assert machine.next_wakeup(rec, P) == 110
+    assert machine.next_wakeup(machine.HostRecord(id="x"), P) is None
