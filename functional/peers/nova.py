@@ -1,0 +1,452 @@
+"""A real Nova control plane with fake-driver computes, on loopback.
+
+``NovaCloud(workdir, hosts)`` starts, in this order:
+
+1. per-run databases on MariaDB and a per-run RabbitMQ vhost (``infra``);
+2. the image/network stand-ins (``stubsvc``);
+3. ``placement`` and ``nova-api`` as WSGI apps over HTTP, ``nova-conductor``,
+   ``nova-scheduler``;
+4. one ``nova-compute`` per host (``compute_driver =
+   fake.FakeDriverWithoutFakeNodes``, its own ``state_path``) so a host can be
+   killed and started again like a real one.
+
+Nova and Placement run from the venv ``tools/realpeers/install.sh`` builds;
+nothing of Nova is faked, only Keystone (an admin-context paste filter),
+the image service and the network service. Heartbeats are fast
+(``report_interval = 2``, ``service_down_time = 8``) so a killed compute is
+seen ``down`` after 6–8 s.
+
+Every process logs to ``<workdir>/logs/<name>.log``; a process that dies or a
+service that does not come up raises ``PeerError`` naming it and that log.
+"""
+
+import configparser
+import json
+import os
+import pathlib
+import sys
+import threading
+import time
+import uuid
+
+import requests
+
+from functional.peers import infra, procs, venvs
+from functional.peers.errors import PeerError
+
+HERE = pathlib.Path(__file__).resolve().parent
+NOVASIDE = HERE / "novaside"
+CELL_NAME = "cell1"
+IMAGE_ID = "6a1d3a0e-4c2f-4c55-9a58-1f0d2b7c9e01"  # any id is an image
+FLAVOR_ID = "iha.tiny"
+DEFAULT_HOSTS = ("compute-0", "compute-1", "compute-2")
+START_TIMEOUT = float(os.environ.get("INSTANCEHA_NOVA_START_TIMEOUT", "240"))
+
+
+class NovaCloud:
+
+    def __init__(self, workdir, hosts=DEFAULT_HOSTS, run_id=None,
+                 report_interval=2, service_down_time=8):
+        self.workdir = pathlib.Path(workdir)
+        self.hosts = list(hosts)
+        self.run_id = run_id or uuid.uuid4().hex[:8]
+        self.report_interval = report_interval
+        self.service_down_time = service_down_time
+        self.logs = self.workdir / "logs"
+        self.etc = self.workdir / "etc"
+        self.state = self.workdir / "state"
+        self.procs = {}
+        self._lock = threading.Lock()
+        self.setup_log = self.logs / "setup.log"
+        self.db = None
+        self.rabbit = None
+        self.ports = {}
+        self.timings = {}
+
+    # ------------------------------------------------------------ layout
+    @property
+    def venv(self):
+        return venvs.nova_venv()
+
+    def _bin(self, name):
+        return str(self.venv / "bin" / name)
+
+    @property
+    def api_url(self):
+        return "http://127.0.0.1:%d/v2.1" % self.ports["api"]
+
+    @property
+    def placement_url(self):
+        return "http://127.0.0.1:%d" % self.ports["placement"]
+
+    def log_of(self, name):
+        return self.logs / ("%s.log" % name)
+
+    # ------------------------------------------------------------ start
+    def start(self):
+        t0 = time.monotonic()
+        for d in (self.logs, self.etc, self.state):
+            d.mkdir(parents=True, exist_ok=True)
+        self.venv  # builds the venv on a fresh machine
+        self.timings["venv"] = time.monotonic() - t0
+        self.db = infra.MariaDB(self.run_id, self.log_of("mariadb"))
+        self.rabbit = infra.RabbitVhost(self.run_id, self.log_of("rabbitmq"))
+        self.db.check()
+        self.rabbit.create()
+        self.dbs = dict(zip(("api", "cell0", "cell1", "placement"),
+                            self.db.create("api", "cell0", "cell1", "placement")))
+        for key in ("api", "placement", "image", "network"):
+            self.ports[key] = procs.free_port()
+        self._write_config()
+        self._start_stubs()
+        self._sync_databases()
+        self.timings["db_sync"] = time.monotonic() - t0
+        self._start("placement", [self._python(), NOVASIDE / "serve_wsgi.py",
+                                  "placement.wsgi.api:application",
+                                  self.ports["placement"]],
+                    env={"OS_PLACEMENT_CONFIG_DIR": str(self.etc / "placement")})
+        self._start("nova-api", [self._python(), NOVASIDE / "serve_wsgi.py",
+                                 "nova.wsgi.osapi_compute:application",
+                                 self.ports["api"]],
+                    env={"OS_NOVA_CONFIG_DIR": str(self.etc / "nova"),
+                         "PYTHONPATH": str(NOVASIDE)})
+        for svc in ("conductor", "scheduler"):
+            self._start("nova-" + svc, [self._bin("nova-" + svc),
+                                        "--config-file", self.etc / "nova" / "nova.conf"])
+        procs.wait_until(lambda: self._get_ok(self.placement_url + "/"),
+                         START_TIMEOUT, "answering", "placement",
+                         self.log_of("placement"), procs=[self.procs["placement"]])
+        procs.wait_until(lambda: self._get_ok(self.api_url + "/"),
+                         START_TIMEOUT, "answering", "nova-api",
+                         self.log_of("nova-api"), procs=[self.procs["nova-api"]])
+        self.timings["api"] = time.monotonic() - t0
+        for host in self.hosts:
+            self.start_compute(host)
+        self.wait_ready()
+        self.timings["ready"] = time.monotonic() - t0
+        self.ensure_flavor()
+        return self
+
+    def _python(self):
+        return self._bin("python")
+
+    def _start(self, name, argv, env=None):
+        full_env = dict(os.environ)
+        for k in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+            full_env.pop(k, None)
+        full_env["OS_NOVA_DISABLE_EVENTLET_PATCHING"] = full_env.get(
+            "OS_NOVA_DISABLE_EVENTLET_PATCHING", "")
+        if not full_env["OS_NOVA_DISABLE_EVENTLET_PATCHING"]:
+            del full_env["OS_NOVA_DISABLE_EVENTLET_PATCHING"]
+        full_env.update(env or {})
+        with self._lock:
+            proc = procs.Proc(name, argv, self.log_of(name), env=full_env,
+                              cwd=str(self.workdir))
+            self.procs[name] = proc
+            proc.start()
+        return proc
+
+    def _start_stubs(self):
+        proc = self._start("stubs", [sys.executable, HERE / "stubsvc.py",
+                                     self.ports["image"], self.ports["network"]])
+        procs.wait_until(lambda: procs.port_open(self.ports["image"]) and
+                         procs.port_open(self.ports["network"]), 20,
+                         "listening", "stubs", proc.log, procs=[proc])
+
+    def _sync_databases(self):
+        nova_conf = ["--config-file", self.etc / "nova" / "nova.conf"]
+        log = self.setup_log
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        placement = procs.Proc("placement-db-sync",
+                               [self._bin("placement-manage"), "--config-file",
+                                self.etc / "placement" / "placement.conf",
+                                "db", "sync"],
+                               self.log_of("placement-db-sync"), env=env).start()
+        nm = self._bin("nova-manage")
+        procs.run("nova-db-sync", [nm] + nova_conf + ["api_db", "sync"], log, env=env)
+        procs.run("nova-db-sync", [nm] + nova_conf + [
+            "cell_v2", "map_cell0", "--database_connection",
+            self.db.url(self.dbs["cell0"])], log, env=env)
+        procs.run("nova-db-sync", [nm] + nova_conf + [
+            "cell_v2", "create_cell", "--name", CELL_NAME,
+            "--database_connection", self.db.url(self.dbs["cell1"]),
+            "--transport-url", self.rabbit.url], log, env=env)
+        procs.run("nova-db-sync", [nm] + nova_conf + ["db", "sync"], log, env=env)
+        placement.popen.wait(timeout=300)
+        if placement.popen.returncode != 0:
+            raise PeerError("placement-db-sync", "exited with status %d"
+                            % placement.popen.returncode, placement.log)
+
+    # ------------------------------------------------------------ config
+    def _write_config(self):
+        nova_dir = self.etc / "nova"
+        pl_dir = self.etc / "placement"
+        nova_dir.mkdir(parents=True, exist_ok=True)
+        pl_dir.mkdir(parents=True, exist_ok=True)
+        self._write_paste(nova_dir / "api-paste.ini")
+        (self.state / "controller").mkdir(parents=True, exist_ok=True)
+        (self.state / "locks").mkdir(parents=True, exist_ok=True)
+        static_token = {"auth_type": "admin_token", "token": "admin",
+                        "region_name": "RegionOne"}
+        nova = {
+            "DEFAULT": {
+                "debug": "True", "host": "controller", "my_ip": "127.0.0.1",
+                "state_path": str(self.state / "controller"),
+                "transport_url": self.rabbit.url,
+                "compute_driver": "fake.FakeDriverWithoutFakeNodes",
+                "use_rootwrap_daemon": "False",
+                "heal_instance_info_cache_interval": "-1",
+                "report_interval": str(self.report_interval),
+                "service_down_time": str(self.service_down_time),
+                "instance_usage_audit": "False",
+            },
+            "api": {"auth_strategy": "keystone"},
+            "wsgi": {"api_paste_config": str(nova_dir / "api-paste.ini")},
+            "api_database": {"connection": self.db.url(self.dbs["api"])},
+            "database": {"connection": self.db.url(self.dbs["cell1"])},
+            "conductor": {"workers": "1"},
+            "scheduler": {"workers": "1",
+                          "discover_hosts_in_cells_interval": "2"},
+            "placement": dict(static_token, endpoint=self.placement_url,
+                              endpoint_override=self.placement_url),
+            "glance": {"api_servers": "http://127.0.0.1:%d" % self.ports["image"]},
+            "neutron": dict(static_token,
+                            endpoint="http://127.0.0.1:%d" % self.ports["network"],
+                            endpoint_override="http://127.0.0.1:%d" % self.ports["network"]),
+            "notifications": {"notification_format": "versioned",
+                              "notify_on_state_change": "vm_and_task_state"},
+            "oslo_messaging_notifications": {"driver": "messagingv2"},
+            "oslo_concurrency": {"lock_path": str(self.state / "locks")},
+            "service_user": {"send_service_user_token": "False"},
+            "quota": {"instances": "1000", "cores": "10000", "ram": "10240000"},
+            "filter_scheduler": {"host_subset_size": "1"},
+        }
+        _write_ini(nova_dir / "nova.conf", nova)
+        for host in self.hosts:
+            hstate = self.state / host
+            (hstate / "instances").mkdir(parents=True, exist_ok=True)
+            _write_ini(nova_dir / ("%s.conf" % host), {"DEFAULT": {
+                "host": host, "state_path": str(hstate),
+                "instances_path": str(hstate / "instances")}})
+        _write_ini(pl_dir / "placement.conf", {
+            "DEFAULT": {"debug": "False"},
+            "api": {"auth_strategy": "noauth2"},
+            "placement_database": {"connection": self.db.url(self.dbs["placement"])},
+        })
+
+    def _write_paste(self, dest):
+        """Nova's own api-paste.ini with Keystone swapped for our filter."""
+        src = self.venv / "etc" / "nova" / "api-paste.ini"
+        text = src.read_text()
+        if "authtoken keystonecontext" not in text:
+            raise PeerError("nova-api", "unexpected api-paste.ini layout in %s"
+                            % src, self.setup_log)
+        text = text.replace("authtoken keystonecontext", "ihanoauth")
+        text += ("\n[filter:ihanoauth]\n"
+                 "paste.filter_factory = iha_noauth:NoAuthContext.factory\n")
+        dest.write_text(text)
+
+    # ------------------------------------------------------------ computes
+    def start_compute(self, host):
+        name = "nova-compute-%s" % host
+        with self._lock:
+            existing = self.procs.get(name)
+            if existing is not None and existing.running():
+                return existing
+        return self._start(name, [self._bin("nova-compute"),
+                                  "--config-file", self.etc / "nova" / "nova.conf",
+                                  "--config-file", self.etc / "nova" / ("%s.conf" % host)])
+
+    def kill_compute(self, host):
+        """SIGKILL the host's compute: the nearest thing to pulling the plug."""
+        proc = self.procs.get("nova-compute-%s" % host)
+        if proc is not None:
+            proc.kill()
+
+    def compute_running(self, host):
+        proc = self.procs.get("nova-compute-%s" % host)
+        return proc is not None and proc.running()
+
+    def wait_ready(self, timeout=START_TIMEOUT):
+        """Wait until conductor, scheduler and every compute are up and mapped."""
+        watched = [p for n, p in self.procs.items()
+                   if n != "placement-db-sync" and p.running()]
+
+        def services_up():
+            svcs = self.get("/os-services")["services"]
+            up = {(s["binary"], s["host"]) for s in svcs if s["state"] == "up"}
+            missing = [b for b in ("nova-conductor", "nova-scheduler")
+                       if not any(x[0] == b for x in up)]
+            missing += ["nova-compute@" + h for h in self.hosts
+                        if ("nova-compute", h) not in up]
+            self._missing = missing
+            return not missing
+
+        self._missing = []
+        try:
+            procs.wait_until(services_up, timeout, "up", "nova", self.setup_log,
+                             procs=watched)
+        except PeerError as e:
+            raise self._blame(e)
+
+        def mapped():
+            hv = self.get("/os-hypervisors")["hypervisors"]
+            names = {h["hypervisor_hostname"] for h in hv}
+            return all(h in names for h in self.hosts)
+
+        procs.wait_until(mapped, timeout, "mapping every compute to the cell",
+                         "nova-scheduler", self.log_of("nova-scheduler"),
+                         procs=watched)
+
+    def _blame(self, err):
+        """Turn 'nova not up' into an error naming the service that is not."""
+        for m in getattr(self, "_missing", []):
+            if m.startswith("nova-compute@"):
+                name = "nova-compute-" + m.split("@", 1)[1]
+            else:
+                name = m
+            return PeerError(name, "service not up in os-services after start",
+                             self.log_of(name))
+        return err
+
+    # ------------------------------------------------------------ API
+    def _session(self):
+        s = getattr(self, "_http", None)
+        if s is None:
+            s = self._http = requests.Session()
+            s.trust_env = False
+        return s
+
+    def _get_ok(self, url):
+        return self._session().get(url, timeout=5).status_code < 500
+
+    def call(self, method, path, body=None, microversion="2.1", ok=(200, 201, 202, 204)):
+        headers = {"X-Auth-Token": "admin:admin",
+                   "OpenStack-API-Version": "compute %s" % microversion,
+                   "Accept": "application/json"}
+        resp = self._session().request(method, self.api_url + path, json=body,
+                                       headers=headers, timeout=60)
+        if ok is not None and resp.status_code not in ok:
+            raise PeerError("nova-api", "%s %s (microversion %s) answered %d: %s"
+                            % (method, path, microversion, resp.status_code,
+                               resp.text[:500]), self.log_of("nova-api"))
+        return resp
+
+    def get(self, path, microversion="2.1"):
+        return self.call("GET", path, microversion=microversion).json()
+
+    def ensure_flavor(self):
+        resp = self.call("GET", "/flavors/%s" % FLAVOR_ID, ok=None)
+        if resp.status_code == 200:
+            return
+        self.call("POST", "/flavors", {"flavor": {
+            "name": FLAVOR_ID, "id": FLAVOR_ID, "ram": 64, "vcpus": 1,
+            "disk": 1}})
+
+    def boot(self, host, count=1, name="iha", microversion="2.74"):
+        """Boot ``count`` servers on ``host``; returns their ids (not waited)."""
+        ids = []
+        for i in range(count):
+            resp = self.call("POST", "/servers", {"server": {
+                "name": "%s-%s-%d" % (name, host, i), "imageRef": IMAGE_ID,
+                "flavorRef": FLAVOR_ID, "networks": "none", "host": host}},
+                microversion=microversion)
+            ids.append(resp.json()["server"]["id"])
+        return ids
+
+    def server(self, server_id, microversion="2.74"):
+        return self.get("/servers/%s" % server_id, microversion)["server"]
+
+    def wait_servers(self, ids, status="ACTIVE", timeout=120, host=None):
+        def done():
+            servers = [self.server(i) for i in ids]
+            bad = [s for s in servers if s["status"] == "ERROR"]
+            if bad:
+                raise PeerError("nova", "server %s went ERROR: %s" % (
+                    bad[0]["id"], bad[0].get("fault")), self.log_of("nova-conductor"))
+            return all(s["status"] == status and s.get("OS-EXT-STS:task_state") is None
+                       and (host is None or s["OS-EXT-SRV-ATTR:host"] == host)
+                       for s in servers) and servers
+        try:
+            return procs.wait_until(done, timeout, "all %s" % status, "nova",
+                                    self.log_of("nova-conductor"), interval=0.5)
+        except PeerError as e:
+            if "went ERROR" in str(e):
+                raise
+            raise PeerError("nova", "servers %s not all %s after %ds" % (
+                ids, status, timeout), self.log_of("nova-conductor"))
+
+    def service(self, host, binary="nova-compute"):
+        for s in self.get("/os-services?host=%s&binary=%s" % (host, binary),
+                          microversion="2.53")["services"]:
+            return s
+        raise PeerError("nova-api", "no %s service on %s" % (binary, host),
+                        self.log_of("nova-api"))
+
+    def migrations(self, host=None, mtype="evacuation"):
+        q = "?migration_type=%s" % mtype if mtype else ""
+        migs = self.get("/os-migrations" + q, microversion="2.59")["migrations"]
+        if host:
+            migs = [m for m in migs if m["source_compute"] == host]
+        return migs
+
+    def servers_on(self, host):
+        doc = self.get("/servers/detail?all_tenants=1&host=%s" % host, "2.74")
+        return [s for s in doc["servers"] if s["OS-EXT-SRV-ATTR:host"] == host]
+
+    def delete_all_servers(self, timeout=120):
+        doc = self.get("/servers?all_tenants=1", "2.74")
+        ids = [s["id"] for s in doc["servers"]]
+        for i in ids:
+            self.call("DELETE", "/servers/%s" % i, ok=(204, 404))
+        procs.wait_until(lambda: not self.get("/servers?all_tenants=1")["servers"],
+                         timeout, "deleting every server", "nova",
+                         self.log_of("nova-conductor"))
+
+    # ------------------------------------------------------------ client files
+    def clouds_yaml(self, path, cloud="realnova"):
+        """A clouds.yaml openstacksdk accepts: no auth, fixed compute endpoint."""
+        doc = {"clouds": {cloud: {
+            "auth_type": "none",
+            "compute_endpoint_override": self.api_url,
+            "region_name": "RegionOne",
+        }}}
+        pathlib.Path(path).write_text(json.dumps(doc, indent=2))
+        return path
+
+    # ------------------------------------------------------------ stop
+    def stop(self):
+        with self._lock:
+            items = list(self.procs.items())
+        # computes first so they stop heartbeating into a dying conductor
+        items.sort(key=lambda kv: 0 if kv[0].startswith("nova-compute") else 1)
+        # A test bed keeps nothing: kill every group at once, no graceful wait.
+        for _name, proc in items:
+            proc.kill()
+        if self.rabbit:
+            self.rabbit.delete()
+        if self.db:
+            self.db.drop_all()
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _write_ini(path, sections):
+    cp = configparser.RawConfigParser()
+    cp.optionxform = str
+    for section, values in sections.items():
+        if section != "DEFAULT":
+            cp.add_section(section)
+        for k, v in values.items():
+            cp.set(section, k, v)
+    with open(path, "w") as f:
+        cp.write(f)

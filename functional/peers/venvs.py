@@ -1,0 +1,46 @@
+"""Find (and on a fresh machine build) the peers' venvs.
+
+``tools/realpeers/install.sh`` is idempotent and keyed by versions, so a warm
+call returns in well under a second. ``INSTANCEHA_NOVA_VENV`` and
+``INSTANCEHA_SUSHY_VENV`` point at existing venvs instead.
+"""
+
+import functools
+import os
+import pathlib
+import subprocess
+
+from functional.peers.errors import PeerMissing
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+INSTALL = REPO / "tools" / "realpeers" / "install.sh"
+
+
+@functools.lru_cache(maxsize=None)
+def venvs():
+    nova = os.environ.get("INSTANCEHA_NOVA_VENV")
+    sushy = os.environ.get("INSTANCEHA_SUSHY_VENV")
+    if nova and sushy:
+        return {"NOVA_VENV": nova, "SUSHY_VENV": sushy}
+    log = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "instanceha-realpeers-install.log"
+    with open(log, "ab") as logf:
+        res = subprocess.run(["bash", str(INSTALL)], stdout=subprocess.PIPE,
+                             stderr=logf, timeout=1800)
+    if res.returncode != 0:
+        raise PeerMissing("install", "tools/realpeers/install.sh exited %d"
+                          % res.returncode, log)
+    found = dict(line.split("=", 1) for line in
+                 res.stdout.decode().splitlines() if "=" in line)
+    if nova:
+        found["NOVA_VENV"] = nova
+    if sushy:
+        found["SUSHY_VENV"] = sushy
+    return found
+
+
+def nova_venv():
+    return pathlib.Path(venvs()["NOVA_VENV"])
+
+
+def sushy_venv():
+    return pathlib.Path(venvs()["SUSHY_VENV"])
