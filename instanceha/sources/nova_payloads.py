@@ -1,0 +1,218 @@
+"""Parse Nova notification payloads into small typed facts.
+
+Pure functions, no I/O: the listener in :mod:`instanceha.sources.notifications`
+hands every message here and turns the result into events or progress
+records. Anything that does not look like the payloads Nova sends raises
+:class:`PayloadError`, which the listener logs with the event type and drops.
+
+Versioned payloads are oslo.versionedobjects primitives::
+
+    {"nova_object.name": ..., "nova_object.version": "1.1",
+     "nova_object.data": {...}}
+
+Fields are read by name, so added fields in newer minor versions are
+harmless; a payload missing a field we need is rejected rather than guessed.
+Legacy (unversioned) ``compute.instance.*`` payloads are flat dicts and are
+used for instance progress only.
+"""
+
+import dataclasses
+import datetime
+from typing import Any, Mapping, Optional
+
+
+class PayloadError(ValueError):
+    """The payload is not what Nova sends for this event type."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceFacts:
+    uuid: str
+    host: str
+    binary: str
+    forced_down: bool
+    disabled: bool
+    disabled_reason: Optional[str]
+    last_seen_up: Optional[float]     # seconds since the epoch, or None
+    schema: str                       # "ServiceStatusPayload 1.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceFacts:
+    server_id: str
+    event: str                        # event type, legacy prefix removed
+    host: Optional[str]
+    node: Optional[str]
+    state: Optional[str]
+    task_state: Optional[str]
+    old_state: Optional[str] = None
+    old_task_state: Optional[str] = None
+    fault: Optional[str] = None
+    publisher_host: Optional[str] = None
+    schema: str = ""
+
+    def progress_facts(self):
+        """Keyword arguments for ``ProgressBoard.record``."""
+        facts = {"host": self.host, "state": self.state,
+                 "task_state": self.task_state, "event": self.event}
+        for key in ("node", "old_state", "old_task_state", "fault",
+                    "publisher_host"):
+            value = getattr(self, key)
+            if value is not None:
+                facts[key] = value
+        return facts
+
+
+SERVICE_EVENTS = frozenset(["service.update"])
+INSTANCE_EVENTS = frozenset([
+    "instance.evacuate", "instance.rebuild_scheduled",
+    "instance.rebuild.start", "instance.rebuild.end",
+    "instance.rebuild.error", "instance.update",
+])
+LEGACY_PREFIX = "compute."
+
+# Task states Nova sets while an evacuation rebuilds a server.
+REBUILD_TASK_STATES = frozenset([
+    "rebuilding", "rebuild_block_device_mapping", "rebuild_spawning",
+])
+
+
+def unwrap(payload):
+    """Return (name, version, data) of a versioned payload."""
+    if not isinstance(payload, Mapping):
+        raise PayloadError("payload is %s, not an object"
+                           % type(payload).__name__)
+    try:
+        name = payload["nova_object.name"]
+        version = payload["nova_object.version"]
+        data = payload["nova_object.data"]
+    except KeyError as exc:
+        raise PayloadError("not a versioned payload: no %s" % exc) from None
+    if not isinstance(data, Mapping):
+        raise PayloadError("nova_object.data is not an object")
+    if not isinstance(version, str) or not version.split(".")[0].isdigit():
+        raise PayloadError("bad nova_object.version %r" % (version,))
+    return str(name), version, data
+
+
+def parse_time(value):
+    """ISO 8601 as Nova writes it (naive means UTC) -> epoch seconds."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise PayloadError("time %r is not a string" % (value,))
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise PayloadError("bad time %r" % (value,)) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.timestamp()
+
+
+def _str(data, key, required=True):
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise PayloadError("missing %s" % key)
+        return None
+    if not isinstance(value, str):
+        raise PayloadError("%s is %s, not a string"
+                           % (key, type(value).__name__))
+    return value
+
+
+def _bool(data, key):
+    value = data.get(key)
+    if not isinstance(value, bool):
+        raise PayloadError("%s is %r, not a boolean" % (key, value))
+    return value
+
+
+def parse_service(payload):
+    name, version, data = unwrap(payload)
+    if name != "ServiceStatusPayload":
+        raise PayloadError("service.update carries %s" % name)
+    uuid = data.get("uuid")
+    if not uuid:
+        # ServiceStatusPayload 1.0 (before Nova 16) had no uuid: no host key.
+        raise PayloadError("ServiceStatusPayload %s has no uuid" % version)
+    return ServiceFacts(
+        uuid=_str(data, "uuid"), host=_str(data, "host"),
+        binary=_str(data, "binary"),
+        forced_down=_bool(data, "forced_down"),
+        disabled=_bool(data, "disabled"),
+        disabled_reason=_str(data, "disabled_reason", required=False),
+        last_seen_up=parse_time(data.get("last_seen_up")),
+        schema="%s %s" % (name, version))
+
+
+def _publisher_host(publisher_id):
+    if isinstance(publisher_id, str) and ":" in publisher_id:
+        return publisher_id.split(":", 1)[1] or None
+    return None
+
+
+def parse_instance(event_type, publisher_id, payload):
+    if event_type.startswith(LEGACY_PREFIX):
+        return _parse_legacy_instance(event_type[len(LEGACY_PREFIX):],
+                                      publisher_id, payload)
+    name, version, data = unwrap(payload)
+    if not name.startswith("Instance"):
+        raise PayloadError("%s carries %s" % (event_type, name))
+    old_state = old_task_state = None
+    task_state = _str(data, "task_state", required=False)
+    update = data.get("state_update")
+    if update is not None:
+        _, _, update = unwrap(update)
+        old_state = _str(update, "old_state", required=False)
+        old_task_state = _str(update, "old_task_state", required=False)
+        task_state = _str(update, "new_task_state", required=False)
+    fault = data.get("fault")
+    if fault is not None:
+        _, _, fault_data = unwrap(fault)
+        fault = "%s: %s" % (fault_data.get("exception"),
+                            fault_data.get("exception_message"))
+    return InstanceFacts(
+        server_id=_str(data, "uuid"), event=event_type,
+        host=_str(data, "host", required=False),
+        node=_str(data, "node", required=False),
+        state=_str(data, "state", required=False),
+        task_state=task_state, old_state=old_state,
+        old_task_state=old_task_state, fault=fault,
+        publisher_host=_publisher_host(publisher_id),
+        schema="%s %s" % (name, version))
+
+
+def _parse_legacy_instance(event_type, publisher_id, payload):
+    if not isinstance(payload, Mapping):
+        raise PayloadError("payload is %s, not an object"
+                           % type(payload).__name__)
+    task_state = payload.get("new_task_state", payload.get("task_state"))
+    if task_state is not None and not isinstance(task_state, str):
+        raise PayloadError("task_state is not a string")
+    fault = payload.get("exception") or payload.get("message")
+    return InstanceFacts(
+        server_id=_str(payload, "instance_id"), event=event_type,
+        host=_str(payload, "host", required=False),
+        node=_str(payload, "node", required=False),
+        state=_str(payload, "state", required=False),
+        task_state=task_state,
+        old_state=_str(payload, "old_state", required=False),
+        old_task_state=_str(payload, "old_task_state", required=False),
+        fault=str(fault) if fault and event_type.endswith(".error") else None,
+        publisher_host=_publisher_host(publisher_id), schema="legacy")
+
+
+def is_rebuild_related(facts):
+    """instance.update is sent for every state change of every server;
+    only those of a rebuild are evacuation progress."""
+    return (facts.event != "instance.update"
+            or facts.task_state in REBUILD_TASK_STATES
+            or facts.old_task_state in REBUILD_TASK_STATES)
+
+
+def describe(value: Any, limit=200):
+    """Short repr of a bad payload for a log line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,289 @@
+"""NotificationSource: decisions on service.update, progress records for
+instance.*, robustness against bad input, over oslo.messaging's fake
+transport (no broker, no sleep: thread hand-off waits on events)."""
+
+import threading
+
+import oslo_messaging
+import pytest
+
+from instanceha import conf as ih_conf
+from instanceha.engine.progress import ProgressBoard
+from instanceha.events import EventKind
+from instanceha.sources import nova_payloads as np
+from instanceha.sources import notifications
+from tests.unit.sources import helpers
+
+UUID = "f7729eb2-4574-4b66-a61e-b7a572285fc9"
+SERVER = "084ff958-d051-4957-a9c4-ae69a881b26f"
+
+
+def make_conf(**overrides):
+    conf = ih_conf.new_conf()
+    conf([], project="instanceha", default_config_files=[])
+    for key, value in overrides.items():
+        conf.set_override(key, value, group="notifications")
+    return conf
+
+
+def facts(**changes):
+    return np.parse_service(helpers.sample("service.update", **changes)[1])
+
+
+# -- pure decisions ---------------------------------------------------------
+
+def decide(clock, **changes):
+    return notifications.service_event(facts(**changes), clock(), 30.0,
+                                       "instanceha:")
+
+
+def test_forced_down_by_another_actor_is_forced_down_event():
+    clock = helpers.FakeClock()
+    event, reason = decide(clock)
+    assert event.kind is EventKind.FORCED_DOWN
+    assert (event.host, event.name, event.at) == (UUID, "compute1", clock())
+    assert event.source == "notification"
+    assert event.detail["forced_down"] is True
+
+
+def test_our_own_force_down_produces_nothing():
+    clock = helpers.FakeClock()
+    event, reason = decide(clock, disabled=True,
+                           disabled_reason="instanceha: fenced at 12:00")
+    assert event is None and reason == "own_write"
+
+
+def test_our_own_unforce_produces_nothing():
+    clock = helpers.FakeClock()
+    event, reason = decide(clock, forced_down=False,
+                           disabled_reason="instanceha: recovering")
+    assert event is None and reason == "own_write"
+
+
+def test_returning_service_is_heartbeat_ok():
+    clock = helpers.FakeClock()
+    event, _ = decide(clock, forced_down=False)
+    assert event.kind is EventKind.HEARTBEAT_OK
+    assert event.detail["heartbeat_age"] == pytest.approx(8.2)
+
+
+def test_disabled_by_operator_is_reported_with_its_state():
+    clock = helpers.FakeClock()
+    event, _ = decide(clock, forced_down=False, disabled=True,
+                      disabled_reason="operator: bios update")
+    assert event.kind is EventKind.HEARTBEAT_OK
+    assert event.detail["disabled"] is True
+    assert "bios update" in event.reason
+
+
+def test_stale_heartbeat_is_heartbeat_lost():
+    clock = helpers.FakeClock()
+    clock.advance(600)
+    event, _ = decide(clock, forced_down=False)
+    assert event.kind is EventKind.HEARTBEAT_LOST
+
+
+def test_no_heartbeat_info_and_other_binaries_produce_nothing():
+    clock = helpers.FakeClock()
+    assert decide(clock, forced_down=False, last_seen_up=None) == (
+        None, "no_heartbeat_info")
+    assert decide(clock, binary="nova-conductor") == (None, "not_compute")
+
+
+# -- through the listener (fake transport) ---------------------------------
+
+class Harness:
+    """A NotificationSource and a Notifier on one fake transport."""
+
+    def __init__(self, **overrides):
+        self.conf = make_conf(transport_url="fake:/", **overrides)
+        self.clock = helpers.FakeClock()
+        self.sink = helpers.Sink()
+        self.board = ProgressBoard()
+        self.transport = oslo_messaging.get_notification_transport(
+            self.conf, url="fake:/")
+        self.source = notifications.NotificationSource(
+            self.conf, self.sink, self.clock, self.board,
+            transport=self.transport)
+        self.handled = threading.Semaphore(0)
+        inner = self.source.handle
+
+        def counting(*args, **kwargs):
+            try:
+                inner(*args, **kwargs)
+            finally:
+                self.handled.release()
+        self.source.handle = counting
+
+    def publish(self, event_type, payload, publisher_id="nova-api:ctl",
+                priority="info"):
+        # Sent at the driver level: Nova publishes on its own exchange; the fake driver keys by it.
+        target = oslo_messaging.Target(
+            topic="%s.%s" % (self.conf.notifications.topics[0], priority),
+            exchange=self.conf.notifications.exchange)
+        message = {"message_id": "m", "publisher_id": publisher_id,
+                   "event_type": event_type, "priority": priority.upper(),
+                   "payload": payload, "timestamp": "2026-11-22 03:58:41"}
+        self.transport._driver.send_notification(target, {}, message, 2.0)
+
+    def wait_handled(self, count=1):
+        for _ in range(count):
+            assert self.handled.acquire(timeout=5), "listener handled nothing"
+
+    def __enter__(self):
+        self.source.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.source.stop()
+        self.transport.cleanup()
+
+
+def test_listener_turns_forced_down_into_event():
+    with Harness() as h:
+        publisher, payload = helpers.sample("service.update")
+        h.publish("service.update", payload, publisher)
+        events = h.sink.wait(1)
+        assert [e.kind for e in events] == [EventKind.FORCED_DOWN]
+        health = h.source.health()
+        assert health["connected"] is True
+        assert health["received"] == 1 and health["dropped"] == 0
+        assert health["last_message_at"] == h.clock()
+
+
+def test_listener_ignores_own_write_and_unfiltered_types():
+    with Harness() as h:
+        _, ours = helpers.sample("service.update",
+                                 disabled_reason="instanceha: fencing")
+        h.publish("service.update", ours)
+        h.publish("instance.create.end", {"x": 1})   # filtered out by type
+        _, theirs = helpers.sample("service.update")
+        h.publish("service.update", theirs)
+        events = h.sink.wait(1)
+        h.wait_handled(2)
+        assert len(events) == 1
+        assert h.source.health()["received"] == 2
+
+
+def test_announced_own_write_is_ignored_once():
+    with Harness() as h:
+        h.source.note_own_write(UUID, forced_down=True)
+        _, payload = helpers.sample("service.update")
+        h.publish("service.update", payload)
+        h.wait_handled()
+        assert h.sink.events == []
+        h.publish("service.update", payload)   # not announced any more
+        assert len(h.sink.wait(1)) == 1
+
+
+def test_announcement_expires():
+    with Harness(own_write_window=5.0) as h:
+        h.source.note_own_write(UUID, forced_down=True)
+        h.clock.advance(6)
+        _, payload = helpers.sample("service.update")
+        payload["nova_object.data"]["last_seen_up"] = None
+        h.publish("service.update", payload)
+        assert len(h.sink.wait(1)) == 1
+
+
+@pytest.mark.parametrize("payload", [
+    None, "garbage", [1, 2], {"nova_object.name": "ServiceStatusPayload"},
+    {"nova_object.name": "ServiceStatusPayload",
+     "nova_object.version": "1.1",
+     "nova_object.data": {"uuid": UUID, "forced_down": "maybe"}},
+])
+def test_garbage_is_counted_and_dropped_and_listener_lives(payload):
+    with Harness() as h:
+        h.publish("service.update", payload)
+        h.publish("instance.evacuate", payload)
+        h.wait_handled(2)
+        assert h.source.health()["dropped"] == 2
+        _, good = helpers.sample("service.update")
+        h.publish("service.update", good)
+        assert len(h.sink.wait(1)) == 1
+        assert h.source.health()["errors"] == 0
+
+
+def test_sink_failure_is_counted_and_listener_lives():
+    with Harness() as h:
+        calls = []
+
+        def broken(event):
+            calls.append(event)
+            if len(calls) == 1:
+                raise RuntimeError("engine hiccup")
+            h.sink(event)
+        h.source._sink = broken
+        _, payload = helpers.sample("service.update")
+        h.publish("service.update", payload)
+        h.publish("service.update", payload)
+        assert len(h.sink.wait(1)) == 1
+        assert h.source.health()["errors"] == 1
+        assert "engine hiccup" in h.source.health()["last_error"]
+
+
+def test_instance_events_are_recorded_on_the_progress_board():
+    with Harness() as h:
+        recorded = helpers.recorded()
+        for event_type in ("instance.evacuate", "instance.rebuild_scheduled",
+                           "instance.rebuild.end"):
+            entry = recorded[event_type]
+            h.publish(event_type, entry["payload"], entry["publisher_id"])
+        h.wait_handled(3)
+        seen = h.board.facts(SERVER)
+        assert seen["host"] == "compute1"
+        assert seen["at"] == h.clock()
+        assert h.board.generation() == 3
+        assert h.sink.events == []
+
+
+def test_rebuild_error_arrives_on_error_priority():
+    with Harness() as h:
+        entry = helpers.recorded()["instance.rebuild.end"]
+        h.publish("instance.rebuild.error", entry["payload"],
+                  entry["publisher_id"], priority="error")
+        h.wait_handled()
+        assert h.board.facts(SERVER)["event"] == "instance.rebuild.error"
+
+
+def test_unrelated_instance_update_is_not_recorded():
+    with Harness() as h:
+        entry = helpers.recorded()["instance.update"]   # a boot: scheduling
+        h.publish("instance.update", entry["payload"], entry["publisher_id"])
+        h.wait_handled()
+        assert h.board.facts(SERVER) == {}
+        assert h.board.generation() == 0
+
+
+def test_instance_update_of_followed_server_is_recorded():
+    with Harness() as h:
+        h.board.record(SERVER, state="active")   # the evacuation follows it
+        entry = helpers.recorded()["instance.update"]
+        entry["payload"]["nova_object.data"]["host"] = "compute2"
+        h.publish("instance.update", entry["payload"], entry["publisher_id"])
+        h.wait_handled()
+        assert h.board.facts(SERVER)["host"] == "compute2"
+        assert h.board.facts(SERVER)["event"] == "instance.update"
+
+
+def test_health_before_start_and_after_stop():
+    h = Harness()
+    assert h.source.health()["connected"] is False
+    with h:
+        assert h.source.health()["running"] is True
+    assert h.source.health()["connected"] is False
+    assert h.source.health()["running"] is False
+
+
+def test_quiet_stream_is_reported():
+    with Harness(silence_warning=60.0) as h:
+        assert h.source.health()["quiet"] is False
+        h.clock.advance(61)
+        assert h.source.health()["quiet"] is True
+
+
+def test_bad_event_type_regex_fails_at_start():
+    h = Harness(event_types=["(unclosed"])
+    with pytest.raises(Exception):
+        h.source.start()
+    h.transport.cleanup()
