@@ -1,0 +1,54 @@
+"""The simulator's control API (``/sim``): read the whole world and break
+hosts from tests or from another process, e.g. ``curl -X POST
+http://127.0.0.1:8787/sim/hosts/compute-1/kill``."""
+
+from instanceha.sim import model
+from instanceha.sim import web
+
+PREFIX = "/sim"
+
+
+def _error(status, message):
+    return web.Response(status, {"error": message})
+
+
+class Control:
+    def __init__(self, cloud):
+        self.cloud = cloud
+
+    def handle(self, req):
+        parts = web.split(req.path, PREFIX)
+        if parts == ["state"] and req.method == "GET":
+            return web.Response(200, self.cloud.snapshot())
+        if len(parts) == 3 and parts[0] == "hosts" and req.method == "POST":
+            return self._host_action(parts[1], parts[2], req)
+        return _error(404, "no such control path: %s %s"
+                      % (req.method, req.path))
+
+    def _host_action(self, name, action, req):
+        c = self.cloud
+        try:
+            if action == "kill":
+                c.kill(name)
+            elif action == "power-on":
+                c.power(name, on=True)
+            elif action == "power-off":
+                c.power(name, on=False)
+            elif action == "bmc":
+                try:
+                    body = req.json()
+                except ValueError:
+                    return _error(400, "body must be a JSON object")
+                if not isinstance(body, dict) or set(body) - {
+                        "reachable", "refuse_power_off"}:
+                    return _error(400, "body may hold only 'reachable' and "
+                                       "'refuse_power_off'")
+                for key, value in body.items():
+                    if not isinstance(value, bool):
+                        return _error(400, "%s must be true or false" % key)
+                c.set_bmc(name, **body)
+            else:
+                return _error(404, "unknown host action %s" % action)
+        except model.NotFound as e:
+            return _error(404, e.message)
+        return web.Response(200, c.snapshot()["hosts"][name])
