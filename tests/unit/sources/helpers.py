@@ -53,3 +53,28 @@ class Sink:
         with self._cond:
             self._cond.wait_for(lambda: len(self.events) >= count, timeout)
             return list(self.events)
+
+
+_OVERRIDES = []
+
+
+def make_conf(group, **overrides):
+    """A parsed instanceha conf with ``overrides`` in ``group``.
+
+    Overrides are cleared after each test (conftest): oslo.config keeps them
+    on the option group, which conf objects built from the same module-level
+    group share, so they would otherwise leak into later tests.
+    """
+    from instanceha import conf as ih_conf
+    conf = ih_conf.new_conf()
+    conf([], project="instanceha", default_config_files=[])
+    for key, value in overrides.items():
+        conf.set_override(key, value, group=group)
+        _OVERRIDES.append((conf, key, group))
+    return conf
+
+
+def clear_overrides():
+    while _OVERRIDES:
+        conf, key, group = _OVERRIDES.pop()
+        conf.clear_override(key, group=group)

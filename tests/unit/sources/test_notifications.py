@@ -7,7 +7,6 @@ import threading
 import oslo_messaging
 import pytest
 
-from instanceha import conf as ih_conf
 from instanceha.engine.progress import ProgressBoard
 from instanceha.events import EventKind
 from instanceha.sources import nova_payloads as np
@@ -19,11 +18,7 @@ SERVER = "084ff958-d051-4957-a9c4-ae69a881b26f"
 
 
 def make_conf(**overrides):
-    conf = ih_conf.new_conf()
-    conf([], project="instanceha", default_config_files=[])
-    for key, value in overrides.items():
-        conf.set_override(key, value, group="notifications")
-    return conf
+    return helpers.make_conf("notifications", **overrides)
 
 
 def facts(**changes):

@@ -1,0 +1,254 @@
+"""fence_kdump listener: a UDP socket turning kdump messages into KDUMP
+events.
+
+A crashed host's dump kernel runs ``fence_kdump_send``, which repeats an
+8-byte datagram (magic 0x1B302A40, version 1, in the sender's byte order)
+every few seconds. The datagram names no host: the sender is matched to a
+compute host by its source address only, through ``[kdump] host_map`` and,
+unless disabled, the resolved addresses of the compute host names the
+engine knows (``known_hosts()``). A packet that is not exactly such a
+message is counted in ``dropped_bad``; one from an address that maps to no
+host, or to more than one, is counted in ``dropped_unknown`` and never
+becomes an event. Whether a KDUMP event means "fenced, evacuate now" or
+"keep waiting" is the engine's decision (``[kdump] action``).
+"""
+
+import ipaddress
+import selectors
+import socket
+import struct
+import threading
+import time
+
+import structlog
+
+from instanceha.events import Event
+from instanceha.events import EventKind
+
+LOG = structlog.get_logger("instanceha.sources.kdump")
+
+SOURCE = "kdump"
+MAGIC = 0x1B302A40
+VERSION = 1
+MESSAGE_SIZE = 8
+_RECV_SIZE = 64      # anything longer than a message is bad anyway
+
+
+def parse_message(data):
+    """Return the sender's byte order ("little"/"big") of a valid
+    fence_kdump message, or None."""
+    if len(data) != MESSAGE_SIZE:
+        return None
+    for order, fmt in (("little", "<II"), ("big", ">II")):
+        magic, version = struct.unpack(fmt, data)
+        if magic == MAGIC:
+            return order if version == VERSION else None
+    return None
+
+
+def normalise_address(address):
+    """Canonical text of an IP address; IPv4-mapped IPv6 becomes IPv4."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip)
+
+
+def resolve_name(name):
+    """Every address a host name resolves to (system resolver)."""
+    infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_UDP)
+    return {normalise_address(info[4][0]) for info in infos}
+
+
+def build_address_map(known_hosts, host_map, resolver=None):
+    """Map source address -> (service_uuid, host_name).
+
+    ``host_map`` (name -> address) wins for the hosts it names; the other
+    known hosts are resolved with ``resolver`` when given. An address that
+    two hosts claim is left out: a packet from it could be either.
+    Returns (address_map, problems) where problems lists what was skipped.
+    """
+    by_name = {name: uuid for uuid, name in known_hosts}
+    claims = {}
+    problems = []
+    for name, address in (host_map or {}).items():
+        try:
+            claims.setdefault(normalise_address(address), set()).add(name)
+        except ValueError:
+            problems.append((name, "bad address in host_map: %r" % address))
+    for name in by_name:
+        if name in (host_map or {}) or resolver is None:
+            continue
+        try:
+            for address in resolver(name):
+                claims.setdefault(normalise_address(address), set()).add(name)
+        except (OSError, ValueError) as exc:
+            problems.append((name, "not resolved: %s" % exc))
+    address_map = {}
+    for address, names in claims.items():
+        if len(names) > 1:
+            problems.append((",".join(sorted(names)),
+                             "address %s claimed by several hosts" % address))
+            continue
+        (name,) = names
+        if name not in by_name:
+            problems.append((name, "in host_map but not a known compute"))
+            continue
+        address_map[address] = (by_name[name], name)
+    return address_map, problems
+
+
+class KdumpSource:
+
+    def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
+                 *, resolver=resolve_name):
+        self._group = conf.kdump
+        self._sink = sink
+        self._clock = clock
+        self._known_hosts = known_hosts
+        self._resolver = resolver if self._group.resolve_names else None
+        self._lock = threading.Lock()
+        self._counts = {"received": 0, "accepted": 0, "dropped_bad": 0,
+                        "dropped_unknown": 0, "errors": 0}
+        self._addresses = {}
+        self._resolved_at = None
+        self._episodes = {}     # service uuid -> (first_at, last_at, count)
+        self._last_message_at = None
+        self._sock = None
+        self._wake_r = self._wake_w = None
+        self._thread = None
+        self.port = None
+
+    # -- lifecycle -----------------------------------------------------
+    def start(self):
+        address = self._group.listen_address
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((address, self._group.port))
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="kdump-listener")
+        self._thread.start()
+        LOG.info("kdump_listener_started", address=address, port=self.port,
+                 hosts=len(self._addresses),
+                 reason="listening for fence_kdump messages")
+
+    def stop(self):
+        if self._thread is None:
+            return
+        self._wake_w.send(b"x")
+        self._thread.join(timeout=5)
+        for sock in (self._sock, self._wake_r, self._wake_w):
+            sock.close()
+        self._thread = None
+        LOG.info("kdump_listener_stopped", **self._snapshot())
+
+    def health(self):
+        return {"listening": self._thread is not None, "port": self.port,
+                "addresses": len(self._addresses),
+                "resolved_at": self._resolved_at,
+                "last_message_at": self._last_message_at,
+                **self._snapshot()}
+
+    def _snapshot(self):
+        with self._lock:
+            return dict(self._counts)
+
+    # -- address map ---------------------------------------------------
+    def refresh(self):
+        """Rebuild the address -> host map from config and known hosts."""
+        now = self._clock()
+        try:
+            known = list(self._known_hosts())
+        except Exception as exc:   # noqa: BLE001 - keep the old map
+            LOG.warning("kdump_hosts_unavailable", reason=str(exc))
+            return
+        address_map, problems = build_address_map(
+            known, dict(self._group.host_map), self._resolver)
+        for host, problem in problems:
+            LOG.warning("kdump_address_skipped", host=host, reason=problem)
+        self._addresses = address_map
+        self._resolved_at = now
+        LOG.info("kdump_addresses_refreshed", hosts=len(known),
+                 addresses=len(address_map), reason="refresh")
+
+    def _refresh_due(self, now, unknown_sender):
+        if self._resolved_at is None:
+            return True
+        age = now - self._resolved_at
+        if unknown_sender:
+            return age >= self._group.min_resolve_interval
+        return age >= self._group.resolve_interval
+
+    # -- packets -------------------------------------------------------
+    def _run(self):
+        selector = selectors.DefaultSelector()
+        selector.register(self._sock, selectors.EVENT_READ, "packet")
+        selector.register(self._wake_r, selectors.EVENT_READ, "stop")
+        while True:
+            ready = selector.select(timeout=self._group.resolve_interval)
+            if any(key.data == "stop" for key, _ in ready):
+                break
+            try:
+                if ready:
+                    data, sender = self._sock.recvfrom(_RECV_SIZE)
+                    self.handle_packet(data, sender)
+                elif self._refresh_due(self._clock(), False):
+                    self.refresh()
+            except Exception as exc:   # noqa: BLE001 - the listener lives
+                with self._lock:
+                    self._counts["errors"] += 1
+                LOG.exception("kdump_packet_failed", reason=str(exc))
+        selector.close()
+
+    def handle_packet(self, data, sender):
+        """One datagram from ``sender`` (address, port, ...)."""
+        now = self._clock()
+        with self._lock:
+            self._counts["received"] += 1
+        if self._refresh_due(now, False):
+            self.refresh()
+        address = normalise_address(sender[0])
+        order = parse_message(data)
+        if order is None:
+            self._drop("dropped_bad", address, "not a fence_kdump v1 message",
+                       size=len(data), head=data[:MESSAGE_SIZE].hex())
+            return None
+        host = self._addresses.get(address)
+        if host is None and self._refresh_due(now, True):
+            self.refresh()
+            host = self._addresses.get(address)
+        if host is None:
+            self._drop("dropped_unknown", address,
+                       "source address maps to no compute host")
+            return None
+        uuid, name = host
+        first, last, count = self._episodes.get(uuid, (now, now, 0))
+        if now - last > self._group.timeout:
+            first, count = now, 0     # a new dump, not the same one
+        count += 1
+        self._episodes[uuid] = (first, now, count)
+        self._last_message_at = now
+        with self._lock:
+            self._counts["accepted"] += 1
+        event = Event(
+            kind=EventKind.KDUMP, host=uuid, at=now, name=name,
+            reason="fence_kdump message %d from %s" % (count, address),
+            source=SOURCE,
+            detail={"address": address, "port": sender[1], "count": count,
+                    "first_at": first, "last_at": now, "byte_order": order})
+        LOG.info("kdump_event", host=name, host_id=uuid, address=address,
+                 count=count, reason="host is dumping its kernel")
+        self._sink(event)
+        return event
+
+    def _drop(self, counter, address, reason, **fields):
+        with self._lock:
+            self._counts[counter] += 1
+        LOG.warning("kdump_packet_dropped", address=address, reason=reason,
+                    counter=counter, **fields)
