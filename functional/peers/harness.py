@@ -1,0 +1,158 @@
+"""One real-peer test bed per test process, shared by every suite.
+
+``functional/realnova`` and ``functional/conformance`` both ask for it; only
+one Nova stack ever runs (about 1.7 GiB). It is started on first use and
+stopped by :func:`stop` (called from each suite's ``pytest_sessionfinish``)
+or at interpreter exit.
+
+``INSTANCEHA_REQUIRE_SERVICES=1``: a peer that is not installed or not
+reachable fails the test. Without it such a test is skipped with the reason.
+A peer that *is* there but fails to start is always an error.
+"""
+
+import atexit
+import os
+import pathlib
+import tempfile
+import time
+import uuid
+
+from functional.peers import bmclink, ipmi, nova, procs, redfish
+from functional.peers.errors import PeerError, PeerMissing
+
+REQUIRE = os.environ.get("INSTANCEHA_REQUIRE_SERVICES") == "1"
+KEEP = os.environ.get("INSTANCEHA_KEEP_PEER_LOGS", "1") == "1"
+
+
+def handle_missing(exc):
+    """Skip (or fail under INSTANCEHA_REQUIRE_SERVICES=1) on a missing peer."""
+    import pytest
+    if REQUIRE:
+        pytest.fail(str(exc), pytrace=False)
+    pytest.skip(str(exc).splitlines()[0])
+
+
+class TestBed:
+    """Nova + one Redfish BMC per host, linked to the computes."""
+
+    def __init__(self, workdir):
+        self.workdir = pathlib.Path(workdir)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.cloud = nova.NovaCloud(self.workdir / "nova", run_id=self.run_id)
+        self.hosts = self.cloud.hosts
+        self.redfish = {}
+        self.ipmi = {}
+        self.link = None
+        self.timings = {}
+
+    def start(self):
+        t0 = time.monotonic()
+        self.cloud.start()
+        self.redfish = redfish.start_bmcs(self.hosts, self.workdir / "bmc")
+        self.link = bmclink.BMCLink(self.cloud, self.redfish).start()
+        self.timings = dict(self.cloud.timings, total=time.monotonic() - t0)
+        return self
+
+    def stop(self):
+        if self.link:
+            self.link.stop()
+        for b in list(self.redfish.values()) + list(self.ipmi.values()):
+            b.stop()
+        self.cloud.stop()
+
+    # -- per-host BMC choice
+    def use_ipmi(self, host):
+        """Put ``host`` behind an ipmi_sim BMC instead of its Redfish one."""
+        if host not in self.ipmi:
+            self.ipmi[host] = ipmi.IPMIBMC(host, self.workdir / "bmc").start()
+        self.link.replace(host, self.ipmi[host])
+        return self.ipmi[host]
+
+    def use_redfish(self, host):
+        self.link.replace(host, self.redfish[host])
+        return self.redfish[host]
+
+    def bmc(self, host):
+        return self.link.bmcs[host]
+
+    def inventory(self):
+        return {"hosts": {h: self.bmc(h).inventory_entry() for h in self.hosts}}
+
+    # -- back to a clean cloud between tests
+    def restore(self, timeout=120):
+        """Every BMC on and willing, every compute up, enabled, not forced
+        down, no servers. Waits on Nova, so a test that broke it fails here."""
+        for host in self.hosts:
+            for b in (self.redfish.get(host), self.ipmi.get(host)):
+                if b is None:
+                    continue
+                if isinstance(b, redfish.RedfishBMC) and b.refuse_power_off:
+                    b.restart(refuse_power_off=False)
+                if isinstance(b, ipmi.IPMIBMC):
+                    b.refuse_power_off(False)
+            self.use_redfish(host)
+            if self.redfish[host].power_state() != "on":
+                self.redfish[host].power_on()
+        deadline = time.monotonic() + timeout
+        procs.wait_until(lambda: all(self.bmc(h).power_state() == "on"
+                                     for h in self.hosts), 20,
+                         "all BMCs on", "redfish")
+        for host in self.hosts:
+            if not self.cloud.compute_running(host):
+                self.cloud.start_compute(host)
+        for host in self.hosts:
+            procs.wait_until(lambda: self._reset_service(host),
+                             max(5, deadline - time.monotonic()),
+                             "back to enabled/up", "nova-compute-%s" % host,
+                             self.cloud.log_of("nova-compute-%s" % host),
+                             interval=1)
+        self.cloud.delete_all_servers()
+
+    def _reset_service(self, host):
+        svc = self.cloud.service(host)
+        if svc["forced_down"]:
+            resp = self.cloud.call("PUT", "/os-services/%s" % svc["id"],
+                                   {"forced_down": False}, microversion="2.53",
+                                   ok=None)
+            if resp.status_code != 200:
+                return False
+        if svc["status"] != "enabled":
+            self.cloud.call("PUT", "/os-services/%s" % svc["id"],
+                            {"status": "enabled"}, microversion="2.53")
+        return svc["state"] == "up"
+
+
+_BED = None
+_FAILED = None
+
+
+def testbed():
+    """The process's test bed, started on first use."""
+    global _BED, _FAILED
+    if _FAILED is not None:
+        raise _FAILED
+    if _BED is None:
+        base = pathlib.Path(os.environ.get("INSTANCEHA_PEER_DIR") or
+                            tempfile.mkdtemp(prefix="instanceha-peers-"))
+        bed = TestBed(base)
+        try:
+            bed.start()
+        except BaseException as e:
+            bed.stop()
+            _FAILED = e if isinstance(e, PeerError) else PeerError(
+                "testbed", "start failed: %r" % e, base / "nova" / "logs" / "setup.log")
+            raise _FAILED
+        _BED = bed
+        atexit.register(stop)
+    return _BED
+
+
+def stop():
+    global _BED
+    if _BED is not None:
+        bed, _BED = _BED, None
+        bed.stop()
+
+
+__all__ = ["TestBed", "testbed", "stop", "handle_missing", "PeerError",
+           "PeerMissing"]
