@@ -9,6 +9,13 @@ OPTS = [
                     "holding the admin credentials instanceha uses for Nova. "
                     "The account must be allowed to force services down and "
                     "evacuate servers."),
+    cfg.StrOpt("clouds_file", default=None,
+               help="Path of a clouds.yaml to read instead of openstacksdk's "
+                    "search path. Keep it readable by instanceha only: it "
+                    "holds credentials."),
+    cfg.FloatOpt("api_timeout", default=30.0, min=1, max=600,
+                 help="Seconds before a Nova API request is abandoned and "
+                      "retried with back-off."),
     cfg.IntOpt("workers", default=8, min=1, max=256,
                help="Size of the worker pool that runs fencing, isolation, "
                     "evacuation and cleanup checks. Each host is handled by at "

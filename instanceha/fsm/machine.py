@@ -58,6 +58,7 @@ class HostRecord:
     lost_at: Optional[float] = None      # first observation of the loss
     ok_at: Optional[float] = None        # last heartbeat-ok observation
     kdump_at: Optional[float] = None     # last kdump message
+    fenced_at: Optional[float] = None    # when the host was proven dead
     isolated: bool = False               # instanceha forced the service down
     attempts: int = 0                    # evacuation attempts in this recovery
     retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
@@ -97,6 +98,18 @@ def _fence_due(r, ev, p):
     return not _dumping(r, ev, p)
 
 
+def _reported_after_fencing(r, ev, p):
+    """The heartbeat is newer than the fencing: the host really came back.
+
+    Right after a fast fence (kdump, external force-down) Nova's updated_at
+    is still fresh from before the death; that must not count as a return.
+    """
+    reported = (ev.detail or {}).get("updated_at")
+    if reported is None or r.fenced_at is None:
+        return True
+    return reported > r.fenced_at
+
+
 GUARDS = {
     table.ALWAYS: lambda r, ev, p: True,
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
@@ -112,6 +125,7 @@ GUARDS = {
     "retry_due": lambda r, ev, p: (not r.busy and r.retry_at is not None
                                    and ev.at >= r.retry_at),
     "isolated": lambda r, ev, p: r.isolated,
+    "reported_after_fencing": _reported_after_fencing,
     "not_isolated": lambda r, ev, p: not r.isolated,
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
@@ -168,13 +182,15 @@ _RESULT_STATE = {
 
 def _enter(r, dst, ev, p):
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes = dict(state=dst, since=ev.at, retry_at=None)
+    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False)
     if dst is State.ACTIVE:
         changes.update(isolated=False, attempts=0)
     if dst in ISOLATED_STATES:
         changes["isolated"] = True
     if dst is State.EVACUATING:
         changes["attempts"] = r.attempts + 1
+    if dst is State.FENCED:
+        changes["fenced_at"] = ev.at
     if dst is State.PENDING:
         delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
                     p.retry_backoff_max)

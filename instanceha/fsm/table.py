@@ -61,7 +61,7 @@ RULES = [
     (S.PENDING, E.OPERATOR_RESUME, ALWAYS, S.EVACUATING,
      "operator asked to retry evacuation"),
     # -- return of the host -------------------------------------------------
-    (S.EVACUATED, E.HEARTBEAT_OK, ALWAYS, S.RECOVERING,
+    (S.EVACUATED, E.HEARTBEAT_OK, "reported_after_fencing", S.RECOVERING,
      "compute service reporting again; checking Nova's cleanup"),
     (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,

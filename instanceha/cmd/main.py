@@ -1,0 +1,116 @@
+"""Console script ``instanceha``.
+
+    instanceha run    [--config-file F]   run the service
+    instanceha status [--config-file F]   print every host's state, since when, why
+    instanceha demo   [--hosts N ...]     simulated cloud: kill a host, watch recovery
+"""
+
+import json
+import signal
+import sys
+import threading
+import time
+
+USAGE = __doc__
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE.strip())
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        return run(rest)
+    if cmd == "status":
+        return status(rest)
+    if cmd == "demo":
+        from instanceha.cmd import demo
+        return demo.main(rest)
+    print("instanceha: unknown command %r\n\n%s" % (cmd, USAGE.strip()),
+          file=sys.stderr)
+    return 2
+
+
+def _conf(argv):
+    from oslo_config import cfg
+    from instanceha import conf as conf_pkg
+    try:
+        return conf_pkg.load(argv)
+    except (cfg.Error, ValueError) as e:
+        print("instanceha: configuration error: %s" % e, file=sys.stderr)
+        raise SystemExit(2)
+
+
+def run(argv):
+    from instanceha import log
+    from instanceha import service as service_mod
+    from instanceha.drivers.compute.base import ComputeError
+    conf = _conf(argv)
+    log.setup(conf.log_format, conf.debug)
+    try:
+        svc = service_mod.Service(conf)
+    except (service_mod.ConfigError, ComputeError) as e:
+        print("instanceha: cannot start: %s" % e, file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *a: stop.set())
+    svc.start()
+    stop.wait()
+    svc.stop()
+    return 0
+
+
+def _age(seconds):
+    seconds = int(max(seconds, 0))
+    if seconds < 120:
+        return "%ds" % seconds
+    if seconds < 7200:
+        return "%dm" % (seconds // 60)
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def format_status(data, now=None):
+    now = time.time() if now is None else now
+    lines = []
+    cluster = data.get("cluster", {})
+    lines.append("instanceha status at %s (engine up %s)%s" % (
+        time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                      time.gmtime(data.get("generated_at", now))),
+        _age(now - data.get("started_at", now)),
+        "" if cluster.get("ok", True) else "  HOLD: " + cluster["reason"]))
+    rows = [("HOST", "STATE", "SINCE", "REASON")]
+    for h in data.get("hosts", []):
+        since = h.get("since") or now
+        rows.append((h["name"] or h["id"], h["state"],
+                     "%s ago" % _age(now - since), h.get("reason", "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3))
+                     + "  " + r[3])
+    for name, health in sorted((data.get("sources") or {}).items()):
+        lines.append("source %s: %s" % (name, ", ".join(
+            "%s=%s" % kv for kv in sorted(health.items()))))
+    return "\n".join(lines)
+
+
+def status(argv):
+    conf = _conf(argv)
+    try:
+        with open(conf.status_file) as f:
+            data = json.load(f)
+    except OSError as e:
+        print("instanceha: no status at %s (%s); is the service running?"
+              % (conf.status_file, e.strerror), file=sys.stderr)
+        return 1
+    except ValueError:
+        print("instanceha: %s is not a status file" % conf.status_file,
+              file=sys.stderr)
+        return 1
+    print(format_status(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Nova driver through openstacksdk, with explicit microversions.
+
+The only module that imports openstacksdk or keystoneauth. Every call names
+its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
+leaving servers ACTIVE, migration fields) changes between microversions, so
+"latest" is never used. At connect time the server's maximum is read from
+version discovery; below 2.53 instanceha refuses to start.
+"""
+
+import datetime
+
+import openstack
+from keystoneauth1 import exceptions as ks_exc
+import structlog
+
+from instanceha.drivers.compute import base
+
+LOG = structlog.get_logger("instanceha.nova")
+
+MIN_MICROVERSION = (2, 53)      # services addressed by UUID
+MIGRATIONS_MICROVERSION = (2, 59)  # migration uuid, pagination
+NOT_FINISHED = ("accepted", "pre-migrating", "migrating", "queued",
+                "preparing", "running", "post-migrating")
+
+
+def _parse_mv(text):
+    major, minor = str(text).split(".")
+    return int(major), int(minor)
+
+
+def _fmt_mv(mv):
+    return "%d.%d" % mv
+
+
+def parse_time(value):
+    """Nova's naive-UTC timestamps ('2026-11-22T04:31:45.000000') to epoch."""
+    if not value:
+        return None
+    value = value.replace("Z", "")
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            dt = datetime.datetime.strptime(value[:26], fmt)
+            break
+        except ValueError:
+            continue
+    else:
+        raise base.ComputeError("unparseable timestamp from Nova: %r" % value)
+    return dt.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def connect(conf):
+    """An openstacksdk Connection from clouds.yaml ([DEFAULT] cloud)."""
+    kwargs = {"api_timeout": conf.api_timeout}
+    if conf.clouds_file:
+        config = openstack.config.OpenStackConfig(
+            config_files=[conf.clouds_file])
+        region = config.get_one(cloud=conf.cloud, **kwargs)
+        return openstack.connection.Connection(config=region)
+    return openstack.connect(cloud=conf.cloud, **kwargs)
+
+
+class NovaDriver(base.ComputeDriver):
+
+    def __init__(self, conf, connection=None):
+        self._conf = conf
+        self._conn = connection or connect(conf)
+        self._compute = self._conn.compute
+        self.max_microversion = self._negotiate()
+        wanted = _parse_mv(conf.evacuation.microversion)
+        if wanted > self.max_microversion:
+            raise base.ComputeError(
+                "[evacuation] microversion %s is above what Nova supports (%s)"
+                % (conf.evacuation.microversion,
+                   _fmt_mv(self.max_microversion)))
+        self._evacuate_mv = _fmt_mv(wanted)
+        self._migrations_mv = _fmt_mv(min(MIGRATIONS_MICROVERSION,
+                                          self.max_microversion))
+
+    def _negotiate(self):
+        try:
+            data = self._compute.get_endpoint_data()
+        except ks_exc.ClientException as e:
+            raise base.ComputeError("cannot reach Nova for version discovery: "
+                                    "%s" % e)
+        if data is None or not data.max_microversion:
+            raise base.ComputeError("Nova announced no microversions; "
+                                    "instanceha needs at least %s"
+                                    % _fmt_mv(MIN_MICROVERSION))
+        found = tuple(data.max_microversion[:2])
+        if found < MIN_MICROVERSION:
+            raise base.ComputeError(
+                "Nova supports up to microversion %s; instanceha needs %s "
+                "(services addressed by UUID)" % (_fmt_mv(found),
+                                                  _fmt_mv(MIN_MICROVERSION)))
+        LOG.info("nova_connected", max_microversion=_fmt_mv(found))
+        return found
+
+    # -- plumbing --------------------------------------------------------------
+    def _call(self, method, path, microversion, **kwargs):
+        try:
+            resp = getattr(self._compute, method)(
+                path, microversion=microversion, raise_exc=False, **kwargs)
+        except ks_exc.ClientException as e:
+            raise base.ComputeError("%s %s: %s" % (method.upper(), path,
+                                                   type(e).__name__))
+        if resp.status_code < 400:
+            if resp.status_code == 204 or not resp.content:
+                return {}
+            try:
+                return resp.json()
+            except ValueError:
+                raise base.ComputeError("%s %s: answer is not JSON"
+                                        % (method.upper(), path))
+        message = _error_message(resp)
+        text = "%s %s: HTTP %d: %s" % (method.upper(), path, resp.status_code,
+                                       message)
+        if resp.status_code == 404:
+            raise base.NotFound(text, resp.status_code)
+        if resp.status_code in (400, 409):
+            raise base.Conflict(text, resp.status_code)
+        raise base.ComputeError(text, resp.status_code)
+
+    # -- services ----------------------------------------------------------------
+    def list_services(self):
+        body = self._call("get", "/os-services", "2.53",
+                          params={"binary": "nova-compute"})
+        try:
+            return [_service(s) for s in body["services"]]
+        except (KeyError, TypeError) as e:
+            raise base.ComputeError("os-services answer lacks %s" % e)
+
+    def _put_service(self, service_id, body):
+        return self._call("put", "/os-services/%s" % service_id, "2.53",
+                          json=body)
+
+    def force_down(self, service_id, reason):
+        # One request: Nova applies status, reason and forced_down together.
+        self._put_service(service_id, {"status": "disabled",
+                                       "disabled_reason": reason,
+                                       "forced_down": True})
+
+    def restore(self, service_id, enable):
+        body = {"forced_down": False}
+        if enable:
+            body["status"] = "enabled"
+        self._put_service(service_id, body)
+
+    # -- servers -------------------------------------------------------------------
+    def list_servers(self, host):
+        servers, marker = [], None
+        while True:
+            params = {"all_tenants": "1", "host": host, "limit": 1000}
+            if marker:
+                params["marker"] = marker
+            body = self._call("get", "/servers/detail", "2.53", params=params)
+            page = [_server(s) for s in body.get("servers", [])]
+            servers.extend(page)
+            if len(page) < 1000:
+                return servers
+            marker = page[-1].id
+
+    def get_server(self, server_id):
+        return _server(self._call("get", "/servers/%s" % server_id,
+                                  "2.53")["server"])
+
+    def evacuate(self, server_id):
+        self._call("post", "/servers/%s/action" % server_id,
+                   self._evacuate_mv, json={"evacuate": {}})
+
+    def list_evacuations(self, host):
+        body = self._call("get", "/os-migrations", self._migrations_mv,
+                          params={"migration_type": "evacuation",
+                                  "source_compute": host})
+        return [_migration(m) for m in body.get("migrations", [])]
+
+
+def _error_message(resp):
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    if isinstance(body, dict) and len(body) == 1:
+        inner = next(iter(body.values()))
+        if isinstance(inner, dict) and "message" in inner:
+            return inner["message"]
+    return str(body)[:200]
+
+
+def _service(s):
+    return base.ComputeService(
+        id=str(s["id"]), host=s["host"], state=s["state"], status=s["status"],
+        forced_down=bool(s.get("forced_down")),
+        disabled_reason=s.get("disabled_reason"),
+        updated_at=parse_time(s.get("updated_at")), zone=s.get("zone"))
+
+
+def _server(s):
+    fault = s.get("fault") or {}
+    return base.Server(
+        id=s["id"], name=s.get("name", ""), status=s.get("status", ""),
+        host=s.get("OS-EXT-SRV-ATTR:host"),
+        task_state=s.get("OS-EXT-STS:task_state"),
+        vm_state=s.get("OS-EXT-STS:vm_state"),
+        fault=fault.get("message"))
+
+
+def _migration(m):
+    return base.Migration(
+        id=str(m.get("uuid") or m["id"]), server_id=m["instance_uuid"],
+        source_host=m.get("source_compute"), dest_host=m.get("dest_compute"),
+        status=m["status"], migration_type=m.get("migration_type", ""),
+        created_at=parse_time(m.get("created_at")))

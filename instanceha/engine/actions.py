@@ -1,0 +1,113 @@
+"""The side effects the state machine asks for, one function per Action.
+
+Each takes the engine's context and the host's record and returns the result
+as an Event. A definitive answer (BMC refused, Nova refused) is a *_FAILED
+event; trouble a retry may cure (Nova unreachable, HTTP 5xx) is raised, and
+the engine retries the action with back-off.
+"""
+
+import datetime
+
+import structlog
+
+from instanceha.drivers.compute import base as compute_base
+from instanceha.drivers.fencing import base as fencing_base
+from instanceha.engine import evacuator
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm.states import Action
+
+LOG = structlog.get_logger("instanceha.actions")
+
+REASON_PREFIX = "instanceha:"
+CLEANED_UP = {"completed", "error", "failed", "cancelled"}
+
+
+def disabled_reason(state, at):
+    """The marker instanceha writes into Nova: 'instanceha: <state> <time>'."""
+    iso = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+    return "%s %s %s" % (REASON_PREFIX, state,
+                         iso.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _result(record, kind, ctx, reason, **detail):
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 reason=reason, source="action", detail=detail)
+
+
+def fence(ctx, record):
+    bmc = ctx.bmc_for(record.name)
+    if bmc is None:
+        return _result(record, E.FENCE_FAILED, ctx,
+                       "no BMC for host %s in the fencing inventory"
+                       % record.name)
+    try:
+        driver = ctx.fencer(bmc.driver)
+        driver.power_off(bmc)
+    except fencing_base.FenceError as e:
+        return _result(record, E.FENCE_FAILED, ctx, str(e))
+    except ValueError as e:       # driver refused to load (e.g. noop)
+        return _result(record, E.FENCE_FAILED, ctx, str(e))
+    return _result(record, E.FENCE_OK, ctx, "%s BMC %s reports power off"
+                   % (bmc.driver, bmc.address or bmc.host))
+
+
+def isolate(ctx, record):
+    reason = disabled_reason("evacuating", ctx.clock())
+    try:
+        ctx.compute.force_down(record.id, reason)
+    except compute_base.Conflict as e:
+        return _result(record, E.ISOLATE_FAILED, ctx, str(e))
+    return _result(record, E.ISOLATE_OK, ctx, reason)
+
+
+def evacuate(ctx, record):
+    out = evacuator.evacuate_host(ctx, record)
+    evacuable = out.total - len(out.skipped)
+    summary = "%d/%d servers evacuated" % (len(out.done), evacuable)
+    if out.skipped:
+        summary += ", %d not evacuable" % len(out.skipped)
+    detail = dict(done=len(out.done), total=out.total,
+                  skipped=len(out.skipped), failed=len(out.failed),
+                  no_capacity=len(out.no_capacity))
+    if out.failed:
+        sid, why = next(iter(out.failed.items()))
+        return _result(record, E.EVACUATE_FAILED, ctx,
+                       "%s; %d failed (server %s: %s)"
+                       % (summary, len(out.failed), sid, why), **detail)
+    if out.no_capacity:
+        sid, why = next(iter(out.no_capacity.items()))
+        return _result(record, E.EVACUATE_NO_CAPACITY, ctx,
+                       "%s; %d found no host (%s)"
+                       % (summary, len(out.no_capacity), why), **detail)
+    return _result(record, E.EVACUATE_OK, ctx, summary, **detail)
+
+
+def check_cleanup(ctx, record):
+    migrations = ctx.compute.list_evacuations(record.name)
+    waiting = [m for m in migrations if m.status not in CLEANED_UP]
+    if waiting:
+        return _result(record, E.CLEANUP_PENDING, ctx,
+                       "%d of %d evacuation migrations not completed yet"
+                       % (len(waiting), len(migrations)))
+    enable = not ctx.conf.evacuation.leave_disabled
+    try:
+        ctx.compute.restore(record.id, enable=enable)
+    except compute_base.Conflict as e:
+        return _result(record, E.CLEANUP_PENDING, ctx,
+                       "Nova refused to put the host back: %s" % e)
+    done = sum(1 for m in migrations if m.status == "completed")
+    if enable:
+        text = ("%d evacuation migrations completed; forced_down unset and "
+                "service enabled" % done)
+    else:
+        text = ("%d evacuation migrations completed; forced_down unset, "
+                "service left disabled ([evacuation] leave_disabled)" % done)
+    return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
+
+
+RUN = {
+    Action.FENCE: fence,
+    Action.ISOLATE: isolate,
+    Action.EVACUATE: evacuate,
+    Action.CHECK_CLEANUP: check_cleanup,
+}

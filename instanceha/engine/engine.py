@@ -1,0 +1,353 @@
+"""The engine: per-host inboxes, a keyed work queue, a worker pool, a ticker.
+
+Everything that happens to a host arrives as an Event in that host's inbox
+(:meth:`Engine.submit`). A worker takes the host's key from the queue (so a
+host is never processed by two workers at once), applies each event to the
+state machine, persists the transition in the journal, and only then runs
+the action the transition asked for. The action's result is put at the
+front of the inbox and processed next. An action that raises is retried
+with per-host exponential back-off.
+"""
+
+import collections
+import dataclasses
+import threading
+import time
+
+import structlog
+
+from instanceha.engine import actions as actions_mod
+from instanceha.engine.progress import ProgressBoard
+from instanceha.engine.workqueue import ShutDown, WorkQueue
+from instanceha.events import Event, EventKind as E
+from instanceha import fsm
+from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
+
+LOG = structlog.get_logger("instanceha.engine")
+
+#: Observations where only the newest pending one matters.
+_COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
+_IGNORED_FOR_THRESHOLD = {State.MAINTENANCE, State.SUSPENDED}
+
+
+class _Retry(Exception):
+    pass
+
+
+class Context:
+    """What actions may touch: drivers, journal, clock, settings."""
+
+    def __init__(self, conf, compute, journal, inventory, fencer_factory,
+                 clock, board, on_progress=None):
+        self.conf = conf
+        self.compute = compute
+        self.journal = journal
+        self.inventory = inventory
+        self._fencer_factory = fencer_factory
+        self._fencers = {}
+        self._lock = threading.Lock()
+        self.clock = clock
+        self.board = board
+        self._on_progress = on_progress or (lambda *a: None)
+
+    def bmc_for(self, host):
+        bmc = self.inventory.get(host)
+        if bmc is None and self.conf.fencing.default_driver:
+            from instanceha.drivers.fencing.inventory import BMC
+            bmc = BMC(host=host, driver=self.conf.fencing.default_driver)
+        return bmc
+
+    def fencer(self, name):
+        with self._lock:
+            if name not in self._fencers:
+                self._fencers[name] = self._fencer_factory(name)
+            return self._fencers[name]
+
+    def progress(self, record, done, total):
+        LOG.info("evacuation_progress", host=record.name, done=done,
+                 total=total)
+        self._on_progress(record, done, total)
+
+
+class Engine:
+
+    def __init__(self, conf, context, journal, clock=time.time):
+        self.conf = conf
+        self.ctx = context
+        self.journal = journal
+        self.clock = clock
+        self.policy = fsm.Policy.from_conf(conf)
+        self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
+        self._lock = threading.RLock()
+        self._records = {}
+        self._inbox = collections.defaultdict(collections.deque)
+        self._backoff_until = {}
+        self._listeners = []
+        self._threads = []
+        self._stop = threading.Event()
+        self.health = {}             # name -> callable returning a dict
+        self.started_at = clock()
+
+    # -- wiring --------------------------------------------------------------
+    def add_listener(self, fn):
+        """fn(old_record, new_record, event) after every persisted change."""
+        self._listeners.append(fn)
+
+    def records(self):
+        with self._lock:
+            return dict(self._records)
+
+    def known_hosts(self):
+        with self._lock:
+            return [(r.id, r.name) for r in self._records.values()]
+
+    # -- start / resume --------------------------------------------------------
+    def resume_from_journal(self):
+        """Load each host's last journalled record; restart in-flight work."""
+        fields = {f.name for f in dataclasses.fields(fsm.HostRecord)}
+        resumed = 0
+        for host_id, data in self.journal.latest().items():
+            data = {k: v for k, v in data.items() if k in fields}
+            data["state"] = State(data["state"])
+            data["busy"] = False
+            rec = fsm.HostRecord(**data)
+            self._adopt(rec, "journal")
+            resumed += 1
+        return resumed
+
+    def _adopt(self, rec, origin):
+        action = ENTRY_ACTION.get(rec.state)
+        with self._lock:
+            if action is not None:
+                rec = dataclasses.replace(rec, busy=True)
+                self._inbox[rec.id].append(action)
+            self._records[rec.id] = rec
+        LOG.info("host_resumed", host=rec.name, host_id=rec.id,
+                 state=rec.state.value, origin=origin,
+                 action=action.value if action else None,
+                 reason="resuming %s found in %s" % (rec.state.value, origin))
+        if action is not None:
+            self.queue.add(rec.id)
+
+    def _record_for(self, event):
+        rec = self._records.get(event.host)
+        if rec is not None:
+            return rec
+        rec = fsm.HostRecord(id=event.host, name=event.name,
+                             since=event.at, reason="first seen")
+        reason = (event.detail or {}).get("disabled_reason") or ""
+        if ((event.detail or {}).get("forced_down")
+                and reason.startswith(actions_mod.REASON_PREFIX)):
+            # Nova says instanceha isolated this host before, but the journal
+            # does not know it (lost or new): finish what was started.
+            rec = dataclasses.replace(
+                rec, state=State.EVACUATING, isolated=True,
+                reason="resumed from Nova's disabled_reason %r" % reason)
+            self.journal.record_transition(
+                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
+            self._adopt(rec, "nova")
+            return None
+        self._records[event.host] = rec
+        return rec
+
+    # -- events ----------------------------------------------------------------
+    def submit(self, event):
+        """Hand an event to the host's inbox. Thread-safe, never blocks long."""
+        with self._lock:
+            box = self._inbox[event.host]
+            if (event.kind in _COALESCE and box and isinstance(box[-1], Event)
+                    and box[-1].kind in _COALESCE
+                    and box[-1].kind is event.kind):
+                box[-1] = event
+            else:
+                box.append(event)
+        self.queue.add(event.host)
+
+    def process(self, host_id):
+        """Drain one host's inbox. Called by exactly one worker at a time."""
+        while True:
+            with self._lock:
+                box = self._inbox.get(host_id)
+                if not box:
+                    return
+                if self._backoff_until.get(host_id, 0) > self.clock():
+                    return
+                item = box.popleft()
+            if isinstance(item, Event):
+                self._apply(item)
+            else:
+                self._run(host_id, item)
+
+    def _apply(self, event):
+        with self._lock:
+            rec = self._record_for(event)
+        if rec is None:
+            return
+        try:
+            new, actions = fsm.step(rec, event, self.policy)
+        except fsm.UndeclaredTransition as e:
+            LOG.error("undeclared_transition", host=rec.name,
+                      state=rec.state.value, trigger=event.kind.value,
+                      reason=str(e))
+            return
+        changed = new.state is not rec.state or new.reason != rec.reason
+        if changed:
+            try:
+                self.journal.record_transition(rec, new, event)
+            except Exception as e:
+                LOG.error("journal_write_failed", host=rec.name,
+                          reason=str(e))
+                with self._lock:
+                    self._inbox[event.host].appendleft(event)
+                raise _Retry()
+            LOG.info("transition", host=new.name, host_id=new.id,
+                     src=rec.state.value, state=new.state.value,
+                     trigger=event.kind.value, source=event.source,
+                     reason=new.reason,
+                     action=",".join(a.value for a in actions) or None)
+        elif self.conf.debug:
+            LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
+                      trigger=event.kind.value, source=event.source)
+        with self._lock:
+            self._records[new.id] = new
+            for a in reversed(actions):
+                self._inbox[new.id].appendleft(a)
+        if changed:
+            for fn in self._listeners:
+                fn(rec, new, event)
+
+    def _run(self, host_id, action):
+        with self._lock:
+            rec = self._records[host_id]
+        if ENTRY_ACTION.get(rec.state) is not action:
+            LOG.info("action_dropped", host=rec.name, action=action.value,
+                     state=rec.state.value,
+                     reason="state changed before the action started")
+            return
+        started = self.clock()
+        action_id = self.journal.action_started(rec, action, started)
+        LOG.info("action_started", host=rec.name, action=action.value,
+                 state=rec.state.value)
+        try:
+            result = actions_mod.RUN[action](self.ctx, rec)
+        except Exception as e:
+            self.journal.action_finished(action_id, self.clock(), "error",
+                                         "%s: %s" % (type(e).__name__, e))
+            with self._lock:
+                self._inbox[host_id].appendleft(action)
+            delay = self.queue.add_rate_limited(host_id)
+            with self._lock:
+                self._backoff_until[host_id] = self.clock() + delay
+            LOG.warning("action_error", host=rec.name, action=action.value,
+                        retry_in=round(delay, 2),
+                        reason="%s: %s" % (type(e).__name__, e))
+            return
+        self.journal.action_finished(action_id, self.clock(),
+                                     result.kind.value, result.reason)
+        LOG.info("action_finished", host=rec.name, action=action.value,
+                 outcome=result.kind.value,
+                 seconds=round(self.clock() - started, 3),
+                 reason=result.reason)
+        self.queue.forget(host_id)
+        with self._lock:
+            self._backoff_until.pop(host_id, None)
+            self._inbox[host_id].appendleft(result)
+
+    # -- time ------------------------------------------------------------------
+    def cluster_status(self):
+        """(ok, reason): False when more hosts look dead than allowed."""
+        with self._lock:
+            recs = [r for r in self._records.values()
+                    if r.state not in _IGNORED_FOR_THRESHOLD]
+        total = len(recs)
+        dead = sum(1 for r in recs if not r.heartbeat_ok and not r.isolated)
+        limit = self.conf.policy.threshold
+        if total < self.conf.policy.min_hosts_for_threshold or limit >= 100:
+            return True, ""
+        pct = 100.0 * dead / total if total else 0.0
+        if pct > limit:
+            return False, ("%d of %d compute hosts (%.0f%%) look dead, above "
+                           "the %d%% threshold: suspected partition or "
+                           "control-plane fault" % (dead, total, pct, limit))
+        return True, ""
+
+    def tick(self):
+        """Send TICK to every host whose timer is due. Returns count."""
+        now = self.clock()
+        ok, why = self.cluster_status()
+        due = []
+        with self._lock:
+            for rec in self._records.values():
+                when = fsm.machine.next_wakeup(rec, self.policy)
+                if when is not None and now >= when:
+                    due.append(rec)
+        for rec in due:
+            self.submit(Event(E.TICK, rec.id, now, name=rec.name,
+                              source="timer", cluster_ok=ok, reason=why))
+        return len(due)
+
+    # -- threads ---------------------------------------------------------------
+    def _worker(self):
+        while True:
+            try:
+                key = self.queue.get()
+            except ShutDown:
+                return
+            try:
+                self.process(key)
+            except _Retry:
+                delay = self.queue.add_rate_limited(key)
+                with self._lock:
+                    self._backoff_until[key] = self.clock() + delay
+            except Exception:
+                LOG.exception("worker_error", host_id=key)
+                self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(key)
+
+    def _ticker(self):
+        while not self._stop.wait(self.conf.detection.tick_interval):
+            try:
+                self.tick()
+            except Exception:
+                LOG.exception("ticker_error")
+
+    def start(self):
+        for i in range(self.conf.workers):
+            self._spawn(self._worker, "worker-%d" % i)
+        self._spawn(self.queue.run_delayer, "delayer")
+        self._spawn(self._ticker, "ticker")
+
+    def _spawn(self, fn, name):
+        t = threading.Thread(target=fn, name="instanceha-" + name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self, timeout=5.0):
+        self._stop.set()
+        self.queue.shut_down()
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- status ------------------------------------------------------------------
+    def snapshot(self):
+        with self._lock:
+            hosts = sorted(self._records.values(), key=lambda r: r.name)
+        ok, why = self.cluster_status()
+        return {
+            "generated_at": self.clock(),
+            "started_at": self.started_at,
+            "cluster": {"ok": ok, "reason": why},
+            "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
+                       "since": r.since, "reason": r.reason,
+                       "heartbeat_ok": r.heartbeat_ok, "busy": r.busy}
+                      for r in hosts],
+            "sources": {name: fn() for name, fn in self.health.items()},
+        }
+
+
+def new_board():
+    return ProgressBoard()
+
+
+__all__ = ["Engine", "Context", "Action", "ISOLATED_STATES", "new_board"]

@@ -1,0 +1,130 @@
+"""Evacuate every evacuable server of one fenced host, K at a time.
+
+Called by the EVACUATE action. Idempotent: a server already rebuilt
+elsewhere is not on the host any more; one whose evacuation is still in
+flight (found through its migration) is waited for, not evacuated again.
+Completion is the migration reaching ``done`` (Nova has rebuilt the server
+on its destination), not the server's task state, which can read ACTIVE on
+the old host right after the request.
+"""
+
+import collections
+
+import structlog
+
+from instanceha.drivers.compute import base
+
+LOG = structlog.get_logger("instanceha.evacuator")
+
+#: vm_states Nova accepts for evacuate (check_instance_state in nova's API).
+EVACUABLE_VM_STATES = {"active", "stopped", "error"}
+IN_FLIGHT = {"accepted", "pre-migrating", "migrating", "queued", "preparing",
+             "running", "post-migrating"}
+SUCCEEDED = {"done", "completed"}
+FAILED = {"error", "failed", "cancelled"}
+NO_CAPACITY_MARKERS = ("no valid host",)
+
+
+class Outcome:
+    def __init__(self, total):
+        self.total = total
+        self.done = {}          # server_id -> dest host
+        self.failed = {}        # server_id -> reason
+        self.no_capacity = {}   # server_id -> reason
+        self.skipped = {}       # server_id -> why not evacuable
+
+
+def _latest(migrations):
+    latest = {}
+    for m in migrations:
+        cur = latest.get(m.server_id)
+        if cur is None or (m.created_at or 0) >= (cur.created_at or 0):
+            latest[m.server_id] = m
+    return latest
+
+
+def evacuate_host(ctx, record):
+    """Returns an :class:`Outcome`. Raises ComputeError on API trouble that a
+    retry may cure (the engine backs off and calls again)."""
+    conf = ctx.conf.evacuation
+    host = record.name
+    servers = ctx.compute.list_servers(host)
+    outcome = Outcome(total=len(servers))
+    latest = _latest(ctx.compute.list_evacuations(host))
+    todo, inflight = collections.deque(), {}
+    for s in servers:
+        m = latest.get(s.id)
+        if m is not None and m.status in IN_FLIGHT:
+            inflight[s.id] = (ctx.clock(), None)      # resumed, not re-sent
+        elif (s.vm_state or "").lower() in EVACUABLE_VM_STATES:
+            todo.append(s)
+        else:
+            outcome.skipped[s.id] = "vm_state %s is not evacuable" % s.vm_state
+    if outcome.skipped:
+        LOG.warning("servers_not_evacuable", host=host,
+                    count=len(outcome.skipped),
+                    reason="Nova evacuates only active, stopped or error "
+                           "servers")
+    while todo or inflight:
+        while todo and len(inflight) < conf.concurrency:
+            s = todo.popleft()
+            now = ctx.clock()
+            evac_id = ctx.journal.evacuation_requested(record.id, host, s.id,
+                                                       now)
+            try:
+                ctx.compute.evacuate(s.id)
+            except base.NotFound:
+                ctx.journal.evacuation_finished(evac_id, now, "gone")
+                outcome.skipped[s.id] = "server deleted"
+                continue
+            except base.Conflict as e:
+                ctx.journal.evacuation_finished(evac_id, now, "refused",
+                                                detail=str(e))
+                outcome.failed[s.id] = str(e)
+                LOG.error("evacuation_refused", host=host, server=s.id,
+                          reason=str(e))
+                continue
+            inflight[s.id] = (now, evac_id)
+        if not inflight:
+            break
+        gen = ctx.board.generation()
+        ctx.board.wait(gen, conf.poll_interval)
+        latest = _latest(ctx.compute.list_evacuations(host))
+        now = ctx.clock()
+        for sid, (started, evac_id) in list(inflight.items()):
+            m = latest.get(sid)
+            status = m.status if m else None
+            if status in SUCCEEDED:
+                outcome.done[sid] = m.dest_host
+                _finish(ctx, evac_id, now, "done", m.dest_host)
+            elif status in FAILED:
+                reason = _failure_reason(ctx, sid, status)
+                if any(k in reason.lower() for k in NO_CAPACITY_MARKERS):
+                    outcome.no_capacity[sid] = reason
+                    _finish(ctx, evac_id, now, "no_capacity", None, reason)
+                else:
+                    outcome.failed[sid] = reason
+                    _finish(ctx, evac_id, now, "failed", None, reason)
+            elif now - started > conf.server_timeout:
+                reason = ("migration still %s after %.0fs"
+                          % (status, conf.server_timeout))
+                outcome.failed[sid] = reason
+                _finish(ctx, evac_id, now, "timeout", None, reason)
+            else:
+                continue
+            del inflight[sid]
+            ctx.progress(record, len(outcome.done), outcome.total)
+    return outcome
+
+
+def _finish(ctx, evac_id, at, status, dest, detail=""):
+    if evac_id is not None:
+        ctx.journal.evacuation_finished(evac_id, at, status, dest, detail)
+
+
+def _failure_reason(ctx, server_id, status):
+    try:
+        server = ctx.compute.get_server(server_id)
+    except base.ComputeError:
+        return "migration %s" % status
+    return server.fault or "migration %s, server %s" % (status, server.status)

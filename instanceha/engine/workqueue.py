@@ -1,0 +1,135 @@
+"""A keyed work queue with per-key exponential back-off.
+
+Semantics follow the controller pattern: a key is either waiting or being
+processed, never both. Adding a key that is already waiting is a no-op
+(wake-ups merge); adding a key while it is processed marks it dirty, and it
+is queued again when :meth:`done` is called. :meth:`add_after` holds a key
+back until a time; :meth:`add_rate_limited` does so with a delay that
+doubles per consecutive failure of that key, up to a cap, until
+:meth:`forget` resets it.
+
+Time comes from the injected ``clock``; a background thread (or a test
+calling :meth:`pump`) moves due delayed keys onto the queue.
+"""
+
+import collections
+import heapq
+import itertools
+import threading
+
+
+class ShutDown(Exception):
+    pass
+
+
+class WorkQueue:
+
+    def __init__(self, clock, base_delay=0.5, max_delay=60.0):
+        self._clock = clock
+        self._base = base_delay
+        self._max = max_delay
+        self._cond = threading.Condition()
+        self._queue = collections.deque()
+        self._dirty = set()
+        self._processing = set()
+        self._delayed = []                 # heap of (due, seq, key)
+        self._seq = itertools.count()
+        self._failures = collections.Counter()
+        self._shutdown = False
+
+    # -- adding -------------------------------------------------------------
+    def add(self, key):
+        with self._cond:
+            self._add_locked(key)
+
+    def _add_locked(self, key):
+        if self._shutdown or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._cond.notify()
+
+    def add_after(self, key, delay):
+        if delay <= 0:
+            return self.add(key)
+        with self._cond:
+            heapq.heappush(self._delayed,
+                           (self._clock() + delay, next(self._seq), key))
+            self._cond.notify_all()
+
+    def add_rate_limited(self, key):
+        """Queue ``key`` again after its back-off; returns the delay used."""
+        with self._cond:
+            n = self._failures[key]
+            self._failures[key] += 1
+        delay = min(self._base * (2 ** n), self._max)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key):
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def failures(self, key):
+        with self._cond:
+            return self._failures[key]
+
+    # -- delayed keys -------------------------------------------------------
+    def pump(self):
+        """Move due delayed keys to the queue; return seconds to the next."""
+        with self._cond:
+            now = self._clock()
+            while self._delayed and self._delayed[0][0] <= now:
+                _, _, key = heapq.heappop(self._delayed)
+                self._add_locked(key)
+            return self._delayed[0][0] - now if self._delayed else None
+
+    def run_delayer(self, wait=None):
+        """Loop of the background thread that releases delayed keys."""
+        while True:
+            with self._cond:
+                if self._shutdown:
+                    return
+            nxt = self.pump()
+            with self._cond:
+                if self._shutdown:
+                    return
+                self._cond.wait(timeout=min(nxt, 1.0) if nxt else 1.0)
+
+    # -- processing ---------------------------------------------------------
+    def get(self, timeout=None):
+        """Next key to process (marks it processing); ShutDown when closed.
+
+        Returns None if ``timeout`` passes with nothing to do."""
+        with self._cond:
+            while not self._queue:
+                if self._shutdown:
+                    raise ShutDown()
+                if not self._cond.wait(timeout) and timeout is not None:
+                    return None
+            key = self._queue.popleft()
+            self._processing.add(key)
+            self._dirty.discard(key)
+            return key
+
+    def done(self, key):
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._queue.append(key)
+                self._cond.notify()
+
+    def shut_down(self):
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def __len__(self):
+        with self._cond:
+            return len(self._queue)
+
+    def busy(self):
+        """True while any key is waiting, processing or delayed."""
+        with self._cond:
+            return bool(self._queue or self._processing or self._delayed)

@@ -1,0 +1,1 @@
+from instanceha.journal.store import Journal  # noqa

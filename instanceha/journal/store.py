@@ -1,0 +1,135 @@
+"""The journal: every transition, action and evacuation, durable.
+
+Written through SQLAlchemy Core so SQLite (one replica), MySQL/MariaDB or
+PostgreSQL work from the URL alone. The engine writes a transition *before*
+it starts the side effect the transition calls for; on start it reads the
+last state of every host back (:meth:`Journal.latest`) and resumes.
+"""
+
+import os
+
+import sqlalchemy as sa
+
+METADATA = sa.MetaData()
+
+TRANSITIONS = sa.Table(
+    "transitions", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("src", sa.String(32), nullable=False),
+    sa.Column("dst", sa.String(32), nullable=False),
+    sa.Column("event", sa.String(64), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("record", sa.JSON, nullable=False),
+)
+
+ACTIONS = sa.Table(
+    "actions", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float),
+    sa.Column("outcome", sa.String(64)),      # result event kind or "error"
+    sa.Column("detail", sa.Text),
+)
+
+EVACUATIONS = sa.Table(
+    "evacuations", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("server_id", sa.String(64), nullable=False, index=True),
+    sa.Column("requested_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float),
+    sa.Column("status", sa.String(32), nullable=False),  # requested|done|...
+    sa.Column("dest_host", sa.String(255)),
+    sa.Column("detail", sa.Text),
+)
+
+
+class Journal:
+
+    def __init__(self, url):
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:"):
+            path = url[len("sqlite:///"):]
+            directory = os.path.dirname(path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+        self.engine = sa.create_engine(url, pool_pre_ping=True)
+        METADATA.create_all(self.engine)
+
+    # -- writes ---------------------------------------------------------------
+    def record_transition(self, old, new, event):
+        with self.engine.begin() as c:
+            c.execute(TRANSITIONS.insert().values(
+                host_id=new.id, host_name=new.name or "", at=event.at,
+                src=old.state.value, dst=new.state.value,
+                event=event.kind.value, source=event.source or "",
+                reason=new.reason, record=new.to_dict()))
+
+    def action_started(self, record, kind, at):
+        with self.engine.begin() as c:
+            res = c.execute(ACTIONS.insert().values(
+                host_id=record.id, host_name=record.name or "",
+                kind=kind.value, started_at=at))
+            return res.inserted_primary_key[0]
+
+    def action_finished(self, action_id, at, outcome, detail=""):
+        with self.engine.begin() as c:
+            c.execute(ACTIONS.update().where(ACTIONS.c.id == action_id).values(
+                finished_at=at, outcome=outcome, detail=detail))
+
+    def evacuation_requested(self, host_id, host_name, server_id, at):
+        with self.engine.begin() as c:
+            res = c.execute(EVACUATIONS.insert().values(
+                host_id=host_id, host_name=host_name, server_id=server_id,
+                requested_at=at, status="requested"))
+            return res.inserted_primary_key[0]
+
+    def evacuation_finished(self, evac_id, at, status, dest_host=None,
+                            detail=""):
+        with self.engine.begin() as c:
+            c.execute(EVACUATIONS.update().where(
+                EVACUATIONS.c.id == evac_id).values(
+                    finished_at=at, status=status, dest_host=dest_host,
+                    detail=detail))
+
+    # -- reads ------------------------------------------------------------------
+    def latest(self):
+        """{host_id: record dict} from each host's last transition."""
+        last = sa.select(TRANSITIONS.c.host_id,
+                         sa.func.max(TRANSITIONS.c.id).label("id")) \
+            .group_by(TRANSITIONS.c.host_id).subquery()
+        q = sa.select(TRANSITIONS.c.host_id, TRANSITIONS.c.record).join(
+            last, TRANSITIONS.c.id == last.c.id)
+        with self.engine.connect() as c:
+            return {row.host_id: row.record for row in c.execute(q)}
+
+    def transitions(self, host_id=None):
+        q = sa.select(TRANSITIONS).order_by(TRANSITIONS.c.id)
+        if host_id:
+            q = q.where(TRANSITIONS.c.host_id == host_id)
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
+    def actions(self, host_id=None):
+        q = sa.select(ACTIONS).order_by(ACTIONS.c.id)
+        if host_id:
+            q = q.where(ACTIONS.c.host_id == host_id)
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
+    def evacuations(self, host_id=None):
+        q = sa.select(EVACUATIONS).order_by(EVACUATIONS.c.id)
+        if host_id:
+            q = q.where(EVACUATIONS.c.host_id == host_id)
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
+    def close(self):
+        self.engine.dispose()

@@ -1,0 +1,124 @@
+"""Assemble a running instanceha from configuration."""
+
+import json
+import os
+import tempfile
+import threading
+import time
+
+import structlog
+
+from instanceha.drivers import fencing as fencing_pkg
+from instanceha.drivers.fencing import inventory as inventory_mod
+from instanceha.engine.engine import Context, Engine
+from instanceha.engine.progress import ProgressBoard
+from instanceha.journal import Journal
+from instanceha.sources.reconciler import Reconciler
+
+LOG = structlog.get_logger("instanceha.service")
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_inventory(conf):
+    known = set(fencing_pkg.DRIVERS)
+    inv = inventory_mod.load(conf.fencing.inventory, known)
+    for bmc in inv.values():
+        if bmc.driver == "noop" and not conf.fencing.allow_unfenced:
+            raise ConfigError(
+                "inventory: host %s: driver noop does not fence; set "
+                "[fencing] allow_unfenced = true to allow it (test clouds "
+                "only)" % bmc.host)
+    return inv
+
+
+class Service:
+    """The engine plus its sources, drivers, journal and status file."""
+
+    def __init__(self, conf, compute=None, clock=time.time, on_progress=None):
+        self.conf = conf
+        self.clock = clock
+        try:
+            self.inventory = load_inventory(conf)
+        except inventory_mod.InventoryError as e:
+            raise ConfigError(str(e))
+        if compute is None:
+            from instanceha.drivers.compute.nova import NovaDriver
+            compute = NovaDriver(conf)
+        self.compute = compute
+        self.journal = Journal(conf.journal.connection)
+        self.board = ProgressBoard()
+        ctx = Context(conf, compute, self.journal, self.inventory,
+                      lambda name: fencing_pkg.load_driver(name, conf),
+                      clock, self.board, on_progress=on_progress)
+        self.engine = Engine(conf, ctx, self.journal, clock=clock)
+        self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
+        self.engine.health["reconciler"] = self.reconciler.health
+        self.sources = [self.reconciler]
+        self._add_event_sources()
+        self._status_stop = threading.Event()
+        self.engine.add_listener(lambda *a: self.write_status())
+
+    def _add_event_sources(self):
+        conf = self.conf
+        if getattr(conf, "notifications", None) is not None \
+                and conf.notifications.enabled:
+            from instanceha.sources.notifications import NotificationSource
+            src = NotificationSource(conf, self.engine.submit, self.clock,
+                                     self.board)
+            self.sources.append(src)
+            self.engine.health["notifications"] = src.health
+        if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
+            from instanceha.sources.kdump import KdumpSource
+            src = KdumpSource(conf, self.engine.submit, self.clock,
+                              self.engine.known_hosts)
+            self.sources.append(src)
+            self.engine.health["kdump"] = src.health
+
+    def write_status(self):
+        path = self.conf.status_file
+        if not path:
+            return
+        data = self.engine.snapshot()
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".status-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(tmp, path)
+
+    def _status_loop(self):
+        while not self._status_stop.wait(2.0):
+            try:
+                self.write_status()
+            except Exception as e:
+                LOG.warning("status_write_failed", reason=str(e))
+
+    def start(self):
+        resumed = self.engine.resume_from_journal()
+        LOG.info("starting", hosts_in_journal=resumed,
+                 bmcs=len(self.inventory), workers=self.conf.workers,
+                 poll_interval=self.conf.detection.poll_interval,
+                 delta=self.conf.detection.delta,
+                 grace_period=self.conf.detection.grace_period,
+                 threshold=self.conf.policy.threshold)
+        self.engine.start()
+        for src in self.sources:
+            src.start()
+        threading.Thread(target=self._status_loop, daemon=True,
+                         name="instanceha-status").start()
+
+    def stop(self):
+        self._status_stop.set()
+        for src in self.sources:
+            try:
+                src.stop()
+            except Exception as e:
+                LOG.warning("source_stop_failed", reason=str(e))
+        self.engine.stop()
+        try:
+            self.write_status()
+        finally:
+            self.journal.close()

@@ -1,0 +1,158 @@
+"""In-memory drivers behind the real interfaces, for engine unit tests."""
+
+from instanceha.drivers.compute import base as cb
+from instanceha.drivers.fencing import base as fb
+
+
+class Clock:
+    def __init__(self, now=1_000_000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class FakeCompute(cb.ComputeDriver):
+    """Nova's rules that matter to the engine, evacuations finishing at once."""
+
+    def __init__(self, clock, hosts=3, servers_per_host=2, capacity=100):
+        self.clock = clock
+        self.services = {}
+        self.servers = {}
+        self.migrations = []
+        self.capacity = capacity
+        self.fail = {}               # method name -> [exceptions to raise]
+        for i in range(hosts):
+            name = "compute-%d" % i
+            self.services[name] = dict(id="uuid-%d" % i, host=name,
+                                       status="enabled", forced_down=False,
+                                       disabled_reason=None,
+                                       updated_at=clock(), alive=True)
+            for j in range(servers_per_host):
+                sid = "%s-vm-%d" % (name, j)
+                self.servers[sid] = dict(id=sid, host=name, status="ACTIVE",
+                                         vm_state="active", fault=None)
+
+    def _maybe_fail(self):
+        import sys
+        pending = self.fail.get(sys._getframe(1).f_code.co_name)
+        if pending:
+            raise pending.pop(0)
+
+    def heartbeat(self):
+        for s in self.services.values():
+            if s["alive"]:
+                s["updated_at"] = self.clock()
+
+    def by_id(self, service_id):
+        return next(s for s in self.services.values() if s["id"] == service_id)
+
+    def list_services(self):
+        self._maybe_fail()
+        out = []
+        for s in self.services.values():
+            up = (not s["forced_down"]
+                  and self.clock() - s["updated_at"] <= 8)
+            out.append(cb.ComputeService(
+                id=s["id"], host=s["host"], state="up" if up else "down",
+                status=s["status"], forced_down=s["forced_down"],
+                disabled_reason=s["disabled_reason"],
+                updated_at=s["updated_at"]))
+        return out
+
+    def force_down(self, service_id, reason):
+        self._maybe_fail()
+        s = self.by_id(service_id)
+        s.update(forced_down=True, status="disabled", disabled_reason=reason)
+
+    def restore(self, service_id, enable):
+        self._maybe_fail()
+        s = self.by_id(service_id)
+        if any(m["source"] == s["host"] and m["status"] != "completed"
+               for m in self.migrations):
+            raise cb.Conflict("evacuations not cleaned up", 400)
+        s["forced_down"] = False
+        if enable:
+            s.update(status="enabled", disabled_reason=None)
+
+    def list_servers(self, host):
+        self._maybe_fail()
+        return [self.get_server(sid) for sid, v in self.servers.items()
+                if v["host"] == host]
+
+    def get_server(self, server_id):
+        v = self.servers[server_id]
+        return cb.Server(id=v["id"], name=v["id"], status=v["status"],
+                         host=v["host"], vm_state=v["vm_state"],
+                         fault=v["fault"])
+
+    def _targets(self, source):
+        return [s for s in self.services.values()
+                if s["host"] != source and s["status"] == "enabled"
+                and not s["forced_down"] and s["alive"]]
+
+    def evacuate(self, server_id):
+        self._maybe_fail()
+        v = self.servers[server_id]
+        src = self.services[v["host"]]
+        if not src["forced_down"]:
+            raise cb.Conflict("Compute service of %s is still in use."
+                              % v["host"], 400)
+        targets = [t for t in self._targets(v["host"])
+                   if sum(1 for x in self.servers.values()
+                          if x["host"] == t["host"]) < self.capacity]
+        mig = dict(id="m%d" % len(self.migrations), server=server_id,
+                   source=v["host"], dest=None,
+                   created_at=self.clock() + len(self.migrations) * 1e-6)
+        self.migrations.append(mig)
+        if not targets:
+            mig["status"] = "error"
+            v.update(status="ERROR", vm_state="error",
+                     fault="No valid host was found. ")
+            return
+        dest = min(targets, key=lambda t: sum(
+            1 for x in self.servers.values() if x["host"] == t["host"]))
+        mig.update(status="done", dest=dest["host"])
+        v.update(host=dest["host"], status="ACTIVE", vm_state="active",
+                 fault=None)
+
+    def list_evacuations(self, host):
+        self._maybe_fail()
+        return [cb.Migration(id=m["id"], server_id=m["server"],
+                             source_host=m["source"], dest_host=m["dest"],
+                             status=m["status"], migration_type="evacuation",
+                             created_at=m["created_at"])
+                for m in self.migrations if m["source"] == host]
+
+    # the world
+    def kill(self, host):
+        self.services[host]["alive"] = False
+
+    def boot(self, host):
+        s = self.services[host]
+        s.update(alive=True, updated_at=self.clock())
+        for m in self.migrations:
+            if m["source"] == host and m["status"] == "done":
+                m["status"] = "completed"
+
+
+class FakeFencer(fb.FencingDriver):
+    name = "fake"
+
+    def __init__(self, compute, refuse=()):
+        self.compute = compute
+        self.refuse = set(refuse)
+        self.powered_off = []
+
+    def power_off(self, bmc):
+        if bmc.host in self.refuse:
+            raise fb.FenceError("%s: BMC refused power off" % bmc.host)
+        self.powered_off.append(bmc.host)
+        self.compute.kill(bmc.host)
+
+    def power_state(self, bmc):
+        return (fb.PowerState.OFF if bmc.host in self.powered_off
+                else fb.PowerState.ON)

@@ -1,0 +1,236 @@
+"""The engine with in-memory drivers, driven step by step on a fake clock."""
+
+import pytest
+
+from instanceha import conf as conf_pkg
+from instanceha.drivers.compute import base as cb
+from instanceha.drivers.fencing.inventory import BMC
+from instanceha.engine.engine import Context, Engine
+from instanceha.engine.progress import ProgressBoard
+from instanceha.events import Event, EventKind as E
+from instanceha.journal import Journal
+from instanceha.sources.reconciler import Reconciler
+from tests.unit.fakes import Clock, FakeCompute, FakeFencer
+
+
+class World:
+    def __init__(self, hosts=3, servers=2, refuse=(), threshold=50,
+                 leave_disabled=False, capacity=100):
+        self.conf = conf_pkg.new_conf()
+        self.conf([])
+        self.conf.set_override("grace_period", 5, "detection")
+        self.conf.set_override("delta", 10, "detection")
+        self.conf.set_override("threshold", threshold, "policy")
+        self.conf.set_override("poll_interval", 0.05, "evacuation")
+        self.conf.set_override("leave_disabled", leave_disabled, "evacuation")
+        self.conf.set_override("retry_backoff", 30, "evacuation")
+        self.clock = Clock()
+        self.compute = FakeCompute(self.clock, hosts, servers, capacity)
+        self.fencer = FakeFencer(self.compute, refuse)
+        self.journal = Journal("sqlite://")
+        inv = {n: BMC(host=n, driver="fake", address="bmc-" + n)
+               for n in self.compute.services}
+        self.ctx = Context(self.conf, self.compute, self.journal, inv,
+                           lambda name: self.fencer, self.clock,
+                           ProgressBoard())
+        self.engine = Engine(self.conf, self.ctx, self.journal, self.clock)
+        self.reconciler = Reconciler(self.conf, self.compute,
+                                     self.engine.submit, self.clock)
+
+    def drain(self):
+        for _ in range(1000):
+            self.engine.queue.pump()
+            key = self.engine.queue.get(timeout=0)
+            if key is None:
+                return
+            try:
+                self.engine.process(key)
+            finally:
+                self.engine.queue.done(key)
+        raise AssertionError("engine did not settle")
+
+    def pass_(self, seconds=1.0):
+        """Time passes; the world heartbeats; reconciler and ticker run."""
+        self.clock.advance(seconds)
+        self.compute.heartbeat()
+        self.reconciler.run_once()
+        self.drain()
+        self.engine.tick()
+        self.drain()
+
+    def until(self, host, state, passes=60):
+        for _ in range(passes):
+            self.pass_()
+            if self.state(host)[0] == state:
+                return
+        raise AssertionError("%s never reached %s: %s"
+                             % (host, state, self.state(host)))
+
+    def state(self, host):
+        rec = next(r for r in self.engine.records().values()
+                   if r.name == host)
+        return rec.state.value, rec.reason
+
+
+def test_host_death_is_recovered_and_host_put_back_after_cleanup():
+    w = World()
+    w.pass_()
+    assert {w.state(h)[0] for h in w.compute.services} == {"active"}
+    w.compute.kill("compute-1")
+    for _ in range(20):
+        w.pass_()
+    state, reason = w.state("compute-1")
+    assert state == "evacuated", reason
+    assert reason == "2/2 servers evacuated"
+    svc = w.compute.services["compute-1"]
+    assert svc["forced_down"] and svc["status"] == "disabled"
+    assert svc["disabled_reason"].startswith("instanceha: evacuating ")
+    assert w.fencer.powered_off == ["compute-1"]
+    assert all(v["host"] != "compute-1" and v["status"] == "ACTIVE"
+               for v in w.compute.servers.values())
+    # Host returns: re-enabled only once migrations are completed.
+    w.compute.services["compute-1"]["alive"] = True
+    w.pass_()
+    assert w.state("compute-1")[0] == "recovering"
+    assert "not completed" in w.state("compute-1")[1]
+    assert w.compute.services["compute-1"]["forced_down"]
+    w.compute.boot("compute-1")
+    for _ in range(10):
+        w.pass_()
+    assert w.state("compute-1")[0] == "active"
+    assert w.compute.services["compute-1"]["status"] == "enabled"
+    assert not w.compute.services["compute-1"]["forced_down"]
+    dsts = [t["dst"] for t in w.journal.transitions()
+            if t["host_name"] == "compute-1"]
+    dsts = [d for i, d in enumerate(dsts) if i == 0 or dsts[i - 1] != d]
+    assert dsts == ["suspect", "fencing", "fenced", "evacuating",
+                    "evacuated", "recovering", "active"]
+    evacs = w.journal.evacuations()
+    assert len(evacs) == 2 and {e["status"] for e in evacs} == {"done"}
+    kinds = [(a["kind"], a["outcome"]) for a in w.journal.actions()]
+    assert ("fence", "fence_ok") in kinds and ("evacuate", "evacuate_ok") in kinds
+
+
+def test_leave_disabled():
+    w = World(leave_disabled=True)
+    w.pass_()
+    w.compute.kill("compute-0")
+    for _ in range(20):
+        w.pass_()
+    w.compute.boot("compute-0")
+    for _ in range(10):
+        w.pass_()
+    svc = w.compute.services["compute-0"]
+    assert w.state("compute-0")[0] == "active"
+    assert not svc["forced_down"] and svc["status"] == "disabled"
+    assert "left disabled" in w.state("compute-0")[1]
+
+
+def test_threshold_fences_nothing():
+    w = World(hosts=4)
+    w.pass_()
+    for h in ("compute-0", "compute-1", "compute-2"):
+        w.compute.kill(h)
+    for _ in range(30):
+        w.pass_()
+    assert w.fencer.powered_off == []
+    state, reason = w.state("compute-0")
+    assert state == "suspect" and "threshold" in reason
+    assert not any(s["forced_down"] for s in w.compute.services.values())
+
+
+def test_fencing_refused_nothing_evacuated():
+    w = World(refuse={"compute-2"})
+    w.pass_()
+    w.compute.kill("compute-2")
+    for _ in range(20):
+        w.pass_()
+    state, reason = w.state("compute-2")
+    assert state == "failed" and "BMC refused power off" in reason
+    assert not w.compute.migrations
+    assert not w.compute.services["compute-2"]["forced_down"]
+
+
+def test_nova_error_during_action_is_retried_with_backoff():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-0")
+    w.until("compute-0", "suspect")
+    for _ in range(4):
+        w.pass_()
+    assert w.state("compute-0")[0] == "suspect"
+    w.compute.fail["force_down"] = [cb.ComputeError("HTTP 503", 503)]
+    w.pass_()   # fence OK, isolate fails once
+    errors = [a for a in w.journal.actions() if a["outcome"] == "error"]
+    assert len(errors) == 1 and "503" in errors[0]["detail"]
+    for _ in range(10):
+        w.pass_()
+    assert w.state("compute-0")[0] == "evacuated"
+
+
+def test_no_capacity_goes_pending_then_recovers():
+    w = World(hosts=2, servers=2, capacity=3)
+    w.pass_()
+    w.compute.kill("compute-0")
+    w.until("compute-0", "pending")
+    state, reason = w.state("compute-0")
+    assert state == "pending" and "No valid host" in reason
+    w.compute.capacity = 10
+    for _ in range(40):
+        w.pass_()
+    assert w.state("compute-0")[0] == "evacuated"
+
+
+def test_restart_resumes_from_journal():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "suspect")
+    # The engine stops after the fence transition was journalled, before
+    # the fence action ran.
+    w.clock.advance(10)
+    w.engine.tick()
+    key = w.engine.queue.get(timeout=0)
+    rec = w.engine.records()[key]
+    w.engine._apply(w.engine._inbox[key].popleft())
+    assert w.journal.latest()[key]["state"] == "fencing"
+    assert w.fencer.powered_off == []
+    w2 = Engine(w.conf, w.ctx, w.journal, w.clock)
+    w.engine = w2
+    assert w2.resume_from_journal() == 1
+    w.reconciler = Reconciler(w.conf, w.compute, w2.submit, w.clock)
+    for _ in range(10):
+        w.pass_()
+    assert w.state("compute-1")[0] == "evacuated"
+
+
+def test_resume_from_nova_marker_without_journal():
+    w = World()
+    svc = w.compute.services["compute-2"]
+    svc.update(forced_down=True, status="disabled", alive=False,
+               updated_at=w.clock() - 100,
+               disabled_reason="instanceha: evacuating 2026-01-01T00:00:00Z")
+    w.pass_()
+    for _ in range(3):
+        w.pass_()
+    assert w.state("compute-2")[0] == "evacuated"
+    assert all(v["host"] != "compute-2" for v in w.compute.servers.values())
+
+
+def test_external_force_down_is_fenced_first():
+    w = World()
+    w.pass_()
+    svc = w.compute.services["compute-0"]
+    svc.update(forced_down=True, disabled_reason="masakari")
+    for _ in range(10):
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-0"]
+    assert w.state("compute-0")[0] == "evacuated"
+
+
+def test_snapshot_lists_hosts():
+    w = World()
+    w.pass_()
+    snap = w.engine.snapshot()
+    assert [h["name"] for h in snap["hosts"]] == sorted(w.compute.services)
+    assert snap["cluster"]["ok"]
