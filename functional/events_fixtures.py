@@ -1,0 +1,207 @@
+"""Real peers for the event-source tests: a RabbitMQ vhost of our own per
+run, a Nova-like notifier publishing on it, and the real fence_kdump_send.
+
+``INSTANCEHA_REQUIRE_SERVICES=1`` turns "RabbitMQ (or fence_kdump_send) is
+not there" from a skip into a failure naming it.
+"""
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import uuid
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+REQUIRE = os.environ.get("INSTANCEHA_REQUIRE_SERVICES") == "1"
+RABBIT_HOST = os.environ.get("INSTANCEHA_RABBIT_HOST", "127.0.0.1")
+RABBIT_PORT = int(os.environ.get("INSTANCEHA_RABBIT_PORT", "5672"))
+RABBIT_USER = os.environ.get("INSTANCEHA_RABBIT_USER", "guest")
+RABBIT_PASSWORD = os.environ.get("INSTANCEHA_RABBIT_PASSWORD", "guest")
+
+
+def missing(what):
+    if REQUIRE:
+        pytest.fail(what, pytrace=False)
+    pytest.skip(what)
+
+
+def port_open(host, port, timeout=1.0):
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def rabbitmqctl(*args, timeout=60, check=True):
+    exe = shutil.which("rabbitmqctl")
+    if exe is None:
+        missing("RabbitMQ: rabbitmqctl not found, cannot make a vhost")
+    result = subprocess.run([exe, "-q"] + list(args), capture_output=True,
+                            text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise RuntimeError("rabbitmqctl %s failed: %s"
+                           % (args[0], result.stderr.strip()))
+    return result
+
+
+class RabbitVhost:
+    """A vhost of our own on the machine's RabbitMQ, deleted afterwards."""
+
+    def __init__(self):
+        self.name = "instanceha-events-%s" % uuid.uuid4().hex[:8]
+
+    def __enter__(self):
+        if not port_open(RABBIT_HOST, RABBIT_PORT):
+            missing("RabbitMQ: nothing listens on %s:%d (start it with "
+                    "'rabbitmq-server -detached')" % (RABBIT_HOST, RABBIT_PORT))
+        rabbitmqctl("add_vhost", self.name)
+        rabbitmqctl("set_permissions", "-p", self.name, RABBIT_USER,
+                    ".*", ".*", ".*")
+        return self
+
+    def __exit__(self, *exc):
+        rabbitmqctl("delete_vhost", self.name, check=False)
+
+    @property
+    def url(self):
+        return "rabbit://%s:%s@%s:%d/%s" % (
+            urllib.parse.quote(RABBIT_USER, safe=""),
+            urllib.parse.quote(RABBIT_PASSWORD, safe=""), RABBIT_HOST,
+            RABBIT_PORT, urllib.parse.quote(self.name, safe=""))
+
+    def close_connections(self, why="instanceha test: broker outage"):
+        """Drop every client connection of this vhost, as a broker restart
+        does, without disturbing other users of the shared broker."""
+        rabbitmqctl("close_all_connections", "--vhost", self.name, why)
+
+    def connection_count(self):
+        out = rabbitmqctl("list_connections", "-p", self.name, "name").stdout
+        return len([line for line in out.splitlines() if line.strip()])
+
+
+def fast_reconnect(conf):
+    """oslo.messaging rabbit options for tests: reconnect within ~1 s."""
+    import oslo_messaging.opts
+    for group, opts in oslo_messaging.opts.list_opts():
+        if group in (None, "oslo_messaging_rabbit"):
+            conf.register_opts(opts, group=group)
+    conf.set_override("rabbit_retry_interval", 1,
+                      group="oslo_messaging_rabbit")
+    conf.set_override("rabbit_retry_backoff", 0,
+                      group="oslo_messaging_rabbit")
+    conf.set_override("rabbit_interval_max", 1,
+                      group="oslo_messaging_rabbit")
+    conf.set_override("kombu_reconnect_delay", 0.1,
+                      group="oslo_messaging_rabbit")
+
+
+class NovaNotifier:
+    """Publishes like Nova: exchange 'nova', messagingv2, versioned topic.
+
+    "Another actor" as far as instanceha is concerned: its own conf, its
+    own transport and connection.
+    """
+
+    def __init__(self, url, publisher_id="nova-api:controller",
+                 topics=("versioned_notifications",)):
+        import oslo_messaging
+        from oslo_config import cfg
+        self.conf = cfg.ConfigOpts()
+        self.conf([], project="nova-test", default_config_files=[])
+        fast_reconnect(self.conf)
+        self.conf.set_override("control_exchange", "nova")  # as Nova does
+        self.transport = oslo_messaging.get_notification_transport(
+            self.conf, url=url)
+        self.notifier = oslo_messaging.Notifier(
+            self.transport, publisher_id, driver="messagingv2",
+            topics=list(topics))
+
+    def info(self, event_type, payload):
+        self.notifier.info({}, event_type, payload)
+
+    def error(self, event_type, payload):
+        self.notifier.error({}, event_type, payload)
+
+    def close(self):
+        self.transport.cleanup()
+
+
+def publish_raw(url, exchange, routing_key, body):
+    """Put a message that is not an oslo.messaging envelope on the queue
+    (what a misbehaving publisher could do)."""
+    import kombu
+    with kombu.Connection(url.replace("rabbit://", "amqp://", 1)) as conn:
+        ex = kombu.Exchange(exchange, type="topic", durable=False)
+        producer = conn.Producer()
+        producer.publish(body, exchange=ex, routing_key=routing_key,
+                         content_type="application/octet-stream",
+                         content_encoding="binary")
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02):
+    """Poll ``predicate`` until true (functional tests only)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+class Sink:
+    def __init__(self):
+        self.events = []
+        self.times = []
+        self._cond = threading.Condition()
+
+    def __call__(self, event):
+        with self._cond:
+            self.events.append(event)
+            self.times.append(time.monotonic())
+            self._cond.notify_all()
+
+    def wait(self, count, timeout=10.0):
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.events) >= count, timeout)
+            return list(self.events)
+
+
+def fence_kdump_send():
+    """Path of the real fence_kdump_send (fetched by tools/ on first use)."""
+    script = REPO / "tools" / "get-fence-kdump-send.sh"
+    result = subprocess.run(["sh", str(script)], capture_output=True,
+                            text=True, timeout=300)
+    path = result.stdout.strip().splitlines()[-1:] if result.stdout else []
+    if result.returncode != 0 or not path or not os.access(path[0], os.X_OK):
+        missing("fence_kdump_send: %s failed: %s"
+                % (script.name, result.stderr.strip()[-300:]))
+    return path[0]
+
+
+_OVERRIDES = []
+
+
+def make_conf(group, **overrides):
+    """A parsed instanceha conf with overrides in ``group``. Call
+    :func:`clear_overrides` after the test: oslo.config keeps overrides on
+    the module-level option group that every conf object shares."""
+    from instanceha import conf as ih_conf
+    conf = ih_conf.new_conf()
+    conf([], project="instanceha", default_config_files=[])
+    for key, value in overrides.items():
+        conf.set_override(key, value, group=group)
+        _OVERRIDES.append((conf, key, group))
+    return conf
+
+
+def clear_overrides():
+    while _OVERRIDES:
+        conf, key, group = _OVERRIDES.pop()
+        conf.clear_override(key, group=group)
