@@ -86,6 +86,7 @@ class SimServer:
 
     def start(self):
         self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
                                         name="instanceha-sim", daemon=True)
         self._thread.start()
         return self

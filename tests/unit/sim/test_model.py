@@ -6,22 +6,6 @@ from instanceha.sim import model
 from instanceha.sim import SimCloud
 
 
-class Clock:
-    def __init__(self, t=1_000_000.0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-    def advance(self, seconds):
-        self.t += seconds
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
 def make(clock, **kw):
     params = dict(hosts=3, servers_per_host=2, report_interval=1.0,
                   service_down_time=4.0, schedule_time=0.05,
