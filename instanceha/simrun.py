@@ -1,0 +1,49 @@
+"""Point a real instanceha at a simulated cloud: write its configuration.
+
+Used by ``instanceha demo``, the functional tests and the benchmarks, so
+they all run the same engine with the same drivers over HTTP; only the
+timings are shortened to the simulator's.
+"""
+
+import os
+
+#: Settings matched to the simulator's defaults (report_interval 1 s,
+#: service_down_time 4 s), so a death is seen in seconds, not minutes.
+FAST = {
+    "DEFAULT": {"workers": 8},
+    "detection": {"poll_interval": 0.5, "delta": 3.0, "grace_period": 1.0,
+                  "tick_interval": 0.1},
+    "fencing": {"timeout": 15.0, "poll_interval": 0.1, "retries": 2},
+    "evacuation": {"poll_interval": 0.1, "cleanup_check_interval": 0.5,
+                   "concurrency": 10, "retry_backoff": 2.0},
+}
+
+
+def write_config(workdir, server, overrides=None):
+    """Write clouds.yaml, bmc.yaml and instanceha.conf into ``workdir``.
+
+    ``overrides`` is {group: {option: value}}. Returns the conf file path.
+    """
+    os.makedirs(workdir, exist_ok=True)
+    clouds, bmc = server.write_client_files(workdir)
+    groups = {g: dict(v) for g, v in FAST.items()}
+    groups["DEFAULT"].update(
+        cloud="sim", clouds_file=clouds,
+        status_file=os.path.join(workdir, "status.json"))
+    groups.setdefault("fencing", {})["inventory"] = bmc
+    groups["journal"] = {"connection": "sqlite:///" + os.path.join(
+        workdir, "journal.sqlite")}
+    for group, values in (overrides or {}).items():
+        groups.setdefault(group, {}).update(values)
+    path = os.path.join(workdir, "instanceha.conf")
+    with open(path, "w") as f:
+        for group, values in groups.items():
+            f.write("[%s]\n" % group)
+            for key, value in values.items():
+                if isinstance(value, bool):
+                    value = str(value).lower()
+                elif isinstance(value, (list, tuple)):
+                    value = ",".join(str(v) for v in value)
+                f.write("%s = %s\n" % (key, value))
+            f.write("\n")
+    return path
