@@ -178,18 +178,44 @@ def test_two_processes_share_one_pool(vhost):
         fx.clear_overrides()
 
 
-@pytest.mark.skipif(os.environ.get("INSTANCEHA_RESTART_BROKER") != "1",
-                    reason="restarts the machine's shared RabbitMQ; set "
-                           "INSTANCEHA_RESTART_BROKER=1 to run")
-def test_real_broker_restart(world):
-    source, sink, board, notifier = world
-    notifier.info("service.update", fresh_service_update())
-    assert len(sink.wait(1)) == 1
-    fx.rabbitmqctl("stop_app", timeout=120)
+def test_broker_restarted_mid_run(tmp_path):
+    """A real broker process restart (a private node, so the machine's
+    shared RabbitMQ is left alone): the listener notices, reconnects,
+    re-declares its queue and detection works again."""
+    broker = fx.PrivateRabbit(tmp_path / "rabbit").start()
+    conf = fx.make_conf("notifications", transport_url=broker.url)
+    fx.fast_reconnect(conf)
+    sink = fx.Sink()
+    source = NotificationSource(conf, sink, time.time, None)
+    notifier = None
     try:
-        assert fx.wait_for(lambda: not source.health()["connected"], 15)
+        source.start()
+        notifier = fx.NovaNotifier(broker.url)
+        notifier.info("service.update", fresh_service_update())
+        assert len(sink.wait(1)) == 1
+        broker.stop()
+        assert fx.wait_for(lambda: not source.health()["connected"], 15), \
+            "health still says connected while the broker is down"
+        broker.start()
+        assert fx.wait_for(lambda: source.health()["connected"], 60), \
+            "listener did not reconnect"
+        # The queue (not durable) went with the broker; the listener
+        # re-declares it on reconnect. Messages sent while it is being
+        # re-declared are lost (the reconciler covers that gap), so keep
+        # publishing until one is seen.
+        deadline = time.monotonic() + 30
+        n = 0
+        while time.monotonic() < deadline and len(sink.events) < 2:
+            n += 1
+            notifier.info("service.update",
+                          fresh_service_update(host="after-%d" % n))
+            sink.wait(2, timeout=0.5)
+        assert len(sink.events) >= 2, "no event after the broker restart"
+        assert sink.events[1].name.startswith("after-")
+        assert source.health()["errors"] == 0
     finally:
-        fx.rabbitmqctl("start_app", timeout=120)
-    assert fx.wait_for(lambda: source.health()["connected"], 60)
-    notifier.info("service.update", fresh_service_update(host="compute2"))
-    assert [e.name for e in sink.wait(2, timeout=60)][-1] == "compute2"
+        if notifier is not None:
+            notifier.close()
+        source.stop()
+        broker.stop()
+        fx.clear_overrides()
