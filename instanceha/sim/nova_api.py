@@ -8,6 +8,7 @@ code; the behaviour behind them lives in model.py.
 
 import hashlib
 import re
+import urllib.parse
 
 from instanceha.sim import model as m
 from instanceha.sim import web
@@ -120,6 +121,31 @@ def check_keys(body, allowed, required=()):
     for key in required:
         if key not in body:
             raise ApiFault(400, "%r is a required property" % key)
+
+
+def paginate(req, items, key, not_found):
+    """Nova's limit/marker paging: items after ``marker``, at most
+    ``limit`` (capped at 1000, Nova's default [api] max_limit)."""
+    raw_limit = req.arg("limit")
+    limit = 1000
+    if raw_limit is not None:
+        try:
+            limit = int(raw_limit)
+        except ValueError:
+            limit = -1
+        if limit < 0:
+            raise ApiFault(400, "Invalid input for query parameters limit. "
+                                "Value: %s. %r is not a valid positive "
+                                "integer" % (raw_limit, raw_limit))
+        limit = min(limit, 1000)
+    marker = req.arg("marker")
+    if marker is not None:
+        keys = [key(i) for i in items]
+        if marker not in keys:
+            raise ApiFault(400, not_found % marker)
+        items = items[keys.index(marker) + 1:]
+    page = items[:limit]
+    return page, bool(page) and len(page) == limit and len(items) > limit
 
 
 class NovaAPI:
@@ -352,8 +378,16 @@ class NovaAPI:
             servers = [s for s in self.cloud.list_servers(host=host)
                        if not status or s.status == status.upper()]
             servers.sort(key=lambda s: (-s.created, s.name))
-            return {"servers": [self.server_view(req, s, version, detail)
-                                for s in servers]}
+            page, more = paginate(req, servers, lambda s: s.id,
+                                  "marker [%s] not found")
+            body = {"servers": [self.server_view(req, s, version, detail)
+                                for s in page]}
+            if more:
+                query = {k: v[-1] for k, v in req.query.items()}
+                query["marker"] = page[-1].id
+                body["servers_links"] = [{"rel": "next", "href": "%s%s?%s" % (
+                    req.base_url, req.path, urllib.parse.urlencode(query))}]
+            return body
 
     def server_action(self, req, server_id, version):
         body = self._body(req)
@@ -418,5 +452,8 @@ class NovaAPI:
                                            "host", "status", "instance_uuid")}
         with self.cloud.lock:
             migrations = self.cloud.list_migrations(**filters)
+            if version >= (2, 59):
+                migrations, _ = paginate(req, migrations, lambda m: m.uuid,
+                                         "Marker %s could not be found.")
             return {"migrations": [self.migration_view(mig, version)
                                    for mig in migrations]}

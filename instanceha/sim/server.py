@@ -48,6 +48,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for key, value in resp.headers.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            # The client asked to close (sushy always does): say so, or it
+            # may reuse the socket we are about to close.
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

@@ -303,3 +303,31 @@ def test_unset_forced_down_refused_then_allowed(sim, api, clock):
     statuses = {m["status"] for m in
                 api("GET", "/os-migrations", "2.59").json()["migrations"]}
     assert statuses == {"completed"}
+
+
+def test_servers_paging(api):
+    first = api("GET", "/servers/detail?all_tenants=1&limit=4",
+                "2.53").json()
+    assert len(first["servers"]) == 4
+    assert first["servers_links"][0]["rel"] == "next"
+    marker = first["servers"][-1]["id"]
+    rest = api("GET", "/servers/detail?all_tenants=1&limit=4&marker="
+               + marker, "2.53").json()
+    assert len(rest["servers"]) == 2 and "servers_links" not in rest
+    ids = [s["id"] for s in first["servers"] + rest["servers"]]
+    assert len(set(ids)) == 6
+    r = api("GET", "/servers/detail?marker=nope", "2.53")
+    assert r.json()["badRequest"]["message"] == "marker [nope] not found"
+
+
+def test_sdk_service_calls(sim, conn):
+    svc = [s for s in conn.compute.services() if s.host == "compute-2"][0]
+    conn.compute.update_service_forced_down(svc, forced=True)
+    conn.compute.disable_service(svc, disabled_reason="instanceha: x")
+    after = sim.cloud.snapshot()["services"]["compute-2"]
+    assert after["forced_down"] is True
+    assert after["status"] == "disabled"
+    assert after["disabled_reason"] == "instanceha: x"
+    conn.compute.enable_service(svc)
+    assert sim.cloud.snapshot()["services"]["compute-2"]["status"] == \
+        "enabled"
