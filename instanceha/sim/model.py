@@ -146,7 +146,8 @@ class SimCloud:
         self.seed = seed
         self.username, self.password = username, password
         self.project, self.region = project, region
-        self.project_id = _stable_uuid(seed, "project", project).replace("-", "")
+        self.project_id = _stable_uuid(seed, "project", project).replace(
+            "-", "")
         self.user_id = _stable_uuid(seed, "user", username).replace("-", "")
         self.lock = threading.RLock()
         self._events = []
@@ -205,7 +206,7 @@ class SimCloud:
             return self._host(name)
 
     def heartbeat(self, h):
-        """Time of the last heartbeat the service recorded (Nova updated_at)."""
+        """Time of the service's last heartbeat (Nova's updated_at)."""
         if not h.alive:
             return h.frozen_heartbeat
         beats = math.floor((self._now - h.started_at) / self.report_interval)

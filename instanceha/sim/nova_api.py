@@ -159,9 +159,11 @@ class NovaAPI:
         parts = web.split(req.path, PREFIX)
         if req.method == "GET" and not parts:
             return web.Response(200, {"versions": [
-                self._version_doc(req, "v2.0"), self._version_doc(req, "v2.1")]})
-        if parts[:1] == ["v2.1"] and len(parts) == 1 and req.method == "GET":
-            return web.Response(200, {"version": self._version_doc(req, "v2.1")})
+                self._version_doc(req, "v2.0"),
+                self._version_doc(req, "v2.1")]})
+        if parts == ["v2.1"] and req.method == "GET":
+            return web.Response(200, {
+                "version": self._version_doc(req, "v2.1")})
         if parts[:1] != ["v2.1"]:
             return fault(404, "The resource could not be found.")
         if not self.keystone.valid(req.headers.get("X-Auth-Token")):

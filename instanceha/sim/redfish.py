@@ -91,7 +91,8 @@ class Redfish:
 
     def _collection(self, host):
         return {
-            "@odata.type": "#ComputerSystemCollection.ComputerSystemCollection",
+            "@odata.type":
+                "#ComputerSystemCollection.ComputerSystemCollection",
             "@odata.id": PREFIX + "/Systems",
             "Name": "Computer System Collection",
             "Members@odata.count": 1,
