@@ -1,17 +1,18 @@
 """Shared helpers for the one-module-per-group pattern."""
 
+from oslo_config import cfg
+
 
 def make(group_name, opts, title=None, help_text=None):
     """Return (register_opts, list_opts) functions for one option group."""
-    from oslo_config import cfg
-
-    group = cfg.OptGroup(group_name, title=title, help=help_text) \
-        if group_name else None
 
     def register_opts(conf):
-        if group is not None:
-            conf.register_group(group)
-            conf.register_opts(opts, group=group)
+        if group_name:
+            # A new OptGroup per ConfigOpts: oslo.config keeps overrides in
+            # the group object, so sharing one would leak them between confs.
+            conf.register_group(cfg.OptGroup(group_name, title=title,
+                                             help=help_text))
+            conf.register_opts(opts, group=group_name)
         else:
             conf.register_opts(opts)
 

@@ -1,0 +1,67 @@
+import pytest
+
+from instanceha import conf as conf_pkg
+from instanceha import service
+from instanceha.drivers.fencing import inventory, load_driver
+from instanceha.drivers.fencing.noop import NoopDriver
+
+KNOWN = {"redfish", "ipmi", "noop"}
+
+
+def test_valid_inventory_with_defaults(tmp_path):
+    p = tmp_path / "bmc.yaml"
+    p.write_text("defaults: {driver: redfish, username: root}\n"
+                 "hosts:\n  c0: {address: https://10.0.0.1, password: pw,"
+                 " verify: /etc/ca.pem}\n")
+    inv = inventory.load(str(p), KNOWN)
+    bmc = inv["c0"]
+    assert (bmc.driver, bmc.username, bmc.options["verify"]) == (
+        "redfish", "root", "/etc/ca.pem")
+    assert "pw" not in repr(bmc) and "pw" not in str(bmc)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("hosts: [a]", "'hosts' mapping"),
+    ("hosts: {c1: {address: x}}", "host c1: field driver is missing"),
+    ("hosts: {c1: {driver: warp}}", "host c1: field driver: 'warp'"),
+    ("hosts: {c1: {driver: redfish}}", "host c1: field address is missing"),
+    ("hosts: {c1: {driver: noop, colour: red}}", "host c1: unknown field colour"),
+    ("hosts: {c1: {driver: ipmi, address: a, password: 12}}",
+     "host c1: field password must be a string"),
+    ("hosts: {c1: [", "not valid YAML"),
+])
+def test_bad_inventory_names_host_and_field(tmp_path, text, needle):
+    p = tmp_path / "bmc.yaml"
+    p.write_text(text)
+    with pytest.raises(inventory.InventoryError) as e:
+        inventory.load(str(p), KNOWN)
+    assert needle in str(e.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(inventory.InventoryError, match="cannot read"):
+        inventory.load(str(tmp_path / "nope.yaml"), KNOWN)
+
+
+def _conf(**fencing):
+    conf = conf_pkg.new_conf()
+    conf([])
+    for k, v in fencing.items():
+        conf.set_override(k, v, "fencing")
+    return conf
+
+
+def test_noop_refused_unless_allowed(tmp_path):
+    with pytest.raises(ValueError, match="allow_unfenced"):
+        load_driver("noop", _conf())
+    assert isinstance(load_driver("noop", _conf(allow_unfenced=True)),
+                      NoopDriver)
+    p = tmp_path / "bmc.yaml"
+    p.write_text("hosts: {c0: {driver: noop}}")
+    with pytest.raises(service.ConfigError, match="host c0: driver noop"):
+        service.load_inventory(_conf(inventory=str(p)))
+
+
+def test_unknown_driver_name():
+    with pytest.raises(ValueError, match="unknown fencing driver"):
+        load_driver("warp", _conf())

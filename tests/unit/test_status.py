@@ -1,0 +1,33 @@
+import json
+
+from instanceha.cmd import main as cli
+
+
+def test_status_table_shows_state_since_and_reason(tmp_path, capsys):
+    data = {"generated_at": 1000.0, "started_at": 900.0,
+            "cluster": {"ok": False, "reason": "3 of 4 look dead"},
+            "hosts": [{"id": "u1", "name": "compute-1", "state": "failed",
+                       "since": 940.0, "reason": "fencing failed: BMC down"}],
+            "sources": {"reconciler": {"passes": 3, "errors": 0}}}
+    text = cli.format_status(data, now=1000.0)
+    assert "HOLD: 3 of 4 look dead" in text
+    line = [l for l in text.splitlines() if l.startswith("compute-1")][0]
+    assert "failed" in line and "60s ago" in line and "BMC down" in line
+    assert "source reconciler: errors=0, passes=3" in text
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps(data))
+    conf = tmp_path / "c.conf"
+    conf.write_text("[DEFAULT]\nstatus_file = %s\n" % status_file)
+    assert cli.main(["status", "--config-file", str(conf)]) == 0
+    assert "compute-1" in capsys.readouterr().out
+
+
+def test_status_without_service_is_a_clear_error(tmp_path, capsys):
+    conf = tmp_path / "c.conf"
+    conf.write_text("[DEFAULT]\nstatus_file = %s\n" % (tmp_path / "none"))
+    assert cli.main(["status", "--config-file", str(conf)]) == 1
+    assert "is the service running" in capsys.readouterr().err
+
+
+def test_unknown_command():
+    assert cli.main(["frobnicate"]) == 2
