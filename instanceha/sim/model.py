@@ -23,107 +23,16 @@ The rules follow Nova (read from its source, not copied):
   ``done`` (api/openstack/compute/services.py ``_check_for_evacuations``).
 """
 
-import hashlib
 import heapq
 import itertools
 import math
 import threading
 import time
-import uuid
 
-ACTIVE, STOPPED, ERROR = "active", "stopped", "error"
-REBUILDING = "rebuilding"
-POWER_RUNNING, POWER_SHUTDOWN = 1, 4
-CLEANUP_STATUSES = ("accepted", "pre-migrating", "done")
-
-_STATUS = {ACTIVE: "ACTIVE", STOPPED: "SHUTOFF", ERROR: "ERROR"}
-
-
-class SimError(Exception):
-    """An API-level refusal; ``status`` is the HTTP code Nova would answer."""
-
-    status = 400
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
-
-
-class BadRequest(SimError):
-    status = 400
-
-
-class NotFound(SimError):
-    status = 404
-
-
-class Conflict(SimError):
-    status = 409
-
-
-def _stable_uuid(seed, *parts):
-    digest = hashlib.sha256(("%s|" % seed + "|".join(parts)).encode()).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=4))
-
-
-class Host:
-    def __init__(self, name, index, seed, vcpus, now):
-        self.name = name
-        self.service_id = index + 1
-        self.service_uuid = _stable_uuid(seed, "service", name)
-        self.vcpus = vcpus
-        self.power_on = True
-        self.alive = True
-        self.started_at = now
-        self.frozen_heartbeat = now
-        self.boot_generation = 0
-        self.power_generation = 0
-        self.pending_power = None          # True/False while power_delay runs
-        self.disabled = False
-        self.disabled_reason = None
-        self.forced_down = False
-        self.service_updated = now
-        self.bmc_reachable = True
-        self.bmc_refuse_power_off = False
-        self.bmc_username = "admin-" + name
-        self.bmc_password = _stable_uuid(seed, "bmc", name)[:13]
-
-
-class Server:
-    def __init__(self, sid, name, host, project_id, user_id, vcpus, now):
-        self.id = sid
-        self.name = name
-        self.host = host
-        self.project_id = project_id
-        self.user_id = user_id
-        self.vcpus = vcpus
-        self.vm_state = ACTIVE
-        self.task_state = None
-        self.power_state = POWER_RUNNING
-        self.fault = None
-        self.created = now
-        self.updated = now
-
-    @property
-    def status(self):
-        if self.task_state == REBUILDING:
-            return "REBUILD"
-        return _STATUS.get(self.vm_state, "UNKNOWN")
-
-
-class Migration:
-    def __init__(self, mid, muuid, server, dest, now):
-        self.id = mid
-        self.uuid = muuid
-        self.instance_uuid = server.id
-        self.source_compute = server.host
-        self.dest_compute = dest
-        self.status = "accepted"
-        self.migration_type = "evacuation"
-        self.created_at = now
-        self.updated_at = None
-        self.project_id = server.project_id
-        self.user_id = server.user_id
+from instanceha.sim.records import (  # noqa: F401  (re-exported)
+    ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, Migration,
+    NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, STOPPED, Server,
+    SimError, stable_uuid)
 
 
 class SimCloud:
@@ -146,9 +55,9 @@ class SimCloud:
         self.seed = seed
         self.username, self.password = username, password
         self.project, self.region = project, region
-        self.project_id = _stable_uuid(seed, "project", project).replace(
+        self.project_id = stable_uuid(seed, "project", project).replace(
             "-", "")
-        self.user_id = _stable_uuid(seed, "user", username).replace("-", "")
+        self.user_id = stable_uuid(seed, "user", username).replace("-", "")
         self.lock = threading.RLock()
         self._events = []
         self._seq = itertools.count()
@@ -164,7 +73,7 @@ class SimCloud:
         for name in self.hosts:
             for j in range(servers_per_host):
                 sname = "%s-vm-%d" % (name, j)
-                sid = _stable_uuid(seed, "server", sname)
+                sid = stable_uuid(seed, "server", sname)
                 self.servers[sid] = Server(sid, sname, name, self.project_id,
                                            self.user_id, server_vcpus, now)
 
@@ -376,7 +285,7 @@ class SimCloud:
             s.task_state = REBUILDING
             s.updated = self._now
             m = Migration(next(self._migration_ids),
-                          _stable_uuid(self.seed, "migration", s.id,
+                          stable_uuid(self.seed, "migration", s.id,
                                        str(len(self.migrations))),
                           s, host, self._now)
             self.migrations.append(m)

@@ -331,3 +331,10 @@ def test_sdk_service_calls(sim, conn):
     conn.compute.enable_service(svc)
     assert sim.cloud.snapshot()["services"]["compute-2"]["status"] == \
         "enabled"
+
+
+def test_identity_version_discovery(sim):
+    r = requests.get(sim.url + "/identity", timeout=10)
+    assert r.status_code == 300
+    value, = r.json()["versions"]["values"]
+    assert value["links"][0]["href"] == sim.url + "/identity/v3/"

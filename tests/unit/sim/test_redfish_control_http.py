@@ -5,6 +5,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -150,3 +151,19 @@ def test_cli_runs_until_sigterm(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert (tmp_path / "bmc.yaml").exists()
+
+
+def test_api_latency_is_added_to_api_requests_only():
+    from instanceha.sim import SimCloud, SimServer
+    with SimServer(SimCloud(hosts=1, servers_per_host=0,
+                            api_latency=0.3)) as srv:
+        started = time.monotonic()
+        requests.get(srv.url + "/compute/", timeout=10)
+        assert time.monotonic() - started >= 0.3
+        started = time.monotonic()
+        requests.get(srv.url + "/sim/state", timeout=10)
+        assert time.monotonic() - started < 5      # generous: shared box
+
+
+def test_unknown_prefix_is_404(sim):
+    assert requests.get(sim.url + "/image/v2", timeout=10).status_code == 404

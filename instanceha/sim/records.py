@@ -1,0 +1,102 @@
+"""The records the simulated cloud keeps: hosts (with their BMC and
+nova-compute service), servers, evacuation migrations, and the API-level
+errors the model raises. No behaviour here beyond trivial properties; the
+rules live in model.py."""
+
+import hashlib
+import uuid
+
+ACTIVE, STOPPED, ERROR = "active", "stopped", "error"
+REBUILDING = "rebuilding"
+POWER_RUNNING, POWER_SHUTDOWN = 1, 4
+CLEANUP_STATUSES = ("accepted", "pre-migrating", "done")
+
+_STATUS = {ACTIVE: "ACTIVE", STOPPED: "SHUTOFF", ERROR: "ERROR"}
+
+
+class SimError(Exception):
+    """An API-level refusal; ``status`` is the HTTP code Nova would answer."""
+
+    status = 400
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(SimError):
+    status = 400
+
+
+class NotFound(SimError):
+    status = 404
+
+
+class Conflict(SimError):
+    status = 409
+
+
+def stable_uuid(seed, *parts):
+    text = "%s|" % seed + "|".join(parts)
+    digest = hashlib.sha256(text.encode()).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+class Host:
+    def __init__(self, name, index, seed, vcpus, now):
+        self.name = name
+        self.service_id = index + 1
+        self.service_uuid = stable_uuid(seed, "service", name)
+        self.vcpus = vcpus
+        self.power_on = True
+        self.alive = True
+        self.started_at = now
+        self.frozen_heartbeat = now
+        self.boot_generation = 0
+        self.power_generation = 0
+        self.pending_power = None          # True/False while power_delay runs
+        self.disabled = False
+        self.disabled_reason = None
+        self.forced_down = False
+        self.service_updated = now
+        self.bmc_reachable = True
+        self.bmc_refuse_power_off = False
+        self.bmc_username = "admin-" + name
+        self.bmc_password = stable_uuid(seed, "bmc", name)[:13]
+
+
+class Server:
+    def __init__(self, sid, name, host, project_id, user_id, vcpus, now):
+        self.id = sid
+        self.name = name
+        self.host = host
+        self.project_id = project_id
+        self.user_id = user_id
+        self.vcpus = vcpus
+        self.vm_state = ACTIVE
+        self.task_state = None
+        self.power_state = POWER_RUNNING
+        self.fault = None
+        self.created = now
+        self.updated = now
+
+    @property
+    def status(self):
+        if self.task_state == REBUILDING:
+            return "REBUILD"
+        return _STATUS.get(self.vm_state, "UNKNOWN")
+
+
+class Migration:
+    def __init__(self, mid, muuid, server, dest, now):
+        self.id = mid
+        self.uuid = muuid
+        self.instance_uuid = server.id
+        self.source_compute = server.host
+        self.dest_compute = dest
+        self.status = "accepted"
+        self.migration_type = "evacuation"
+        self.created_at = now
+        self.updated_at = None
+        self.project_id = server.project_id
+        self.user_id = server.user_id
