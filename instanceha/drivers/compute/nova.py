@@ -63,8 +63,13 @@ class NovaDriver(base.ComputeDriver):
 
     def __init__(self, conf, connection=None):
         self._conf = conf
-        self._conn = connection or connect(conf)
-        self._compute = self._conn.compute
+        try:
+            self._conn = connection or connect(conf)
+            self._compute = self._conn.compute
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("cannot connect to Nova through cloud "
+                                    "%r: %s" % (conf.cloud, e))
         self.max_microversion = self._negotiate()
         wanted = _parse_mv(conf.evacuation.microversion)
         if wanted > self.max_microversion:

@@ -1,0 +1,76 @@
+"""The openstacksdk Nova driver against the simulator's Nova API."""
+
+import pytest
+
+from instanceha import conf as conf_pkg
+from instanceha.drivers.compute import base
+from instanceha.drivers.compute.nova import NovaDriver
+from instanceha.sim import SimCloud, SimServer
+
+
+@pytest.fixture
+def sim(tmp_path):
+    cloud = SimCloud(hosts=3, servers_per_host=2, evacuation_time=0.0,
+                     schedule_time=0.0)
+    srv = SimServer(cloud).start()
+    clouds, _ = srv.write_client_files(str(tmp_path))
+    conf = conf_pkg.new_conf()
+    conf([])
+    conf.set_override("cloud", "sim")
+    conf.set_override("clouds_file", clouds)
+    yield cloud, conf
+    srv.stop()
+
+
+def test_services_servers_and_evacuation_rules(sim):
+    cloud, conf = sim
+    nova = NovaDriver(conf)
+    assert nova.max_microversion >= (2, 53)
+    services = {s.host: s for s in nova.list_services()}
+    assert set(services) == set(cloud.hosts)
+    c1 = services["compute-1"]
+    assert c1.state == "up" and c1.status == "enabled" and c1.updated_at
+    servers = nova.list_servers("compute-1")
+    assert len(servers) == 2 and {s.host for s in servers} == {"compute-1"}
+    # Nova refuses to evacuate from a host that is neither down nor forced down.
+    with pytest.raises(base.Conflict, match="still in use"):
+        nova.evacuate(servers[0].id)
+    cloud.kill("compute-1")
+    nova.force_down(c1.id, "instanceha: evacuating 2026-11-22T00:00:00Z")
+    c1 = {s.host: s for s in nova.list_services()}["compute-1"]
+    assert c1.forced_down and c1.status == "disabled" and c1.state == "down"
+    assert c1.disabled_reason.startswith("instanceha:")
+    for s in servers:
+        nova.evacuate(s.id)
+    cloud.now()
+    migs = nova.list_evacuations("compute-1")
+    assert {m.server_id for m in migs} == {s.id for s in servers}
+    assert all(m.migration_type == "evacuation" for m in migs)
+    # Putting the host back is refused until its compute has cleaned up.
+    with pytest.raises(base.Conflict):
+        nova.restore(c1.id, enable=True)
+    with pytest.raises(base.NotFound):
+        nova.get_server("00000000-0000-0000-0000-000000000000")
+
+
+def test_evacuate_microversion_above_server_max_is_refused(sim):
+    cloud, conf = sim
+    conf.set_override("microversion", "2.999", "evacuation")
+    with pytest.raises(base.ComputeError, match="above what Nova supports"):
+        NovaDriver(conf)
+
+
+def test_unreachable_nova_is_a_compute_error(sim, tmp_path):
+    cloud, conf = sim
+    import re
+    import socket
+    with socket.socket() as sock:           # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        free = sock.getsockname()[1]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:%d" % free,
+                          open(conf.clouds_file).read()))
+    conf.set_override("clouds_file", str(bad))
+    conf.set_override("api_timeout", 2)
+    with pytest.raises(base.ComputeError):
+        NovaDriver(conf)
