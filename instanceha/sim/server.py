@@ -4,6 +4,7 @@ cloud: ``/identity`` (Keystone), ``/compute`` (Nova), ``/redfish/v1``
 
 import http.server
 import os
+import sys
 import threading
 import time
 
@@ -63,11 +64,21 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        # Clients that hang up or fail the TLS handshake are expected here.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
 
 class SimServer:
-    """Serves a SimCloud over HTTP; ``port=0`` picks a free port."""
+    """Serves a SimCloud over HTTP; ``port=0`` picks a free port.
 
-    def __init__(self, cloud, host="127.0.0.1", port=0):
+    ``ssl_context`` (an ``ssl.SSLContext`` holding a server certificate)
+    serves HTTPS instead, to test TLS verification of clients.
+    """
+
+    def __init__(self, cloud, host="127.0.0.1", port=0, ssl_context=None):
         self.cloud = cloud
         self.keystone = keystone.Keystone(cloud)
         self.nova = nova_api.NovaAPI(cloud, self.keystone)
@@ -75,8 +86,14 @@ class SimServer:
         self.control = control.Control(cloud)
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.sim = self
+        if ssl_context is not None:
+            # Handshake in the handler thread, not in accept().
+            self._httpd.socket = ssl_context.wrap_socket(
+                self._httpd.socket, server_side=True,
+                do_handshake_on_connect=False)
         self.host, self.port = self._httpd.server_address[:2]
-        self.url = "http://%s:%d" % (self.host, self.port)
+        self.url = "%s://%s:%d" % ("https" if ssl_context else "http",
+                                   self.host, self.port)
         self._thread = None
 
     def front_end(self, path):

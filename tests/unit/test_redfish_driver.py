@@ -220,3 +220,98 @@ def test_verify_garbage_is_a_fence_error():
                         options={"verify": 3})
     with pytest.raises(base.FenceError):
         RedfishDriver(make_conf())._verify(bmc)
+
+
+# -- TLS: the inventory's verify value wins over $REQUESTS_CA_BUNDLE ---------
+
+def _make_tls(tmp_path):
+    """A throwaway CA and a server certificate for 127.0.0.1."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, issuer, key, sign_key, ca):
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(
+                       NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(
+                       NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca,
+                                                        path_length=None),
+                                  critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+        return builder.sign(sign_key, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = cert("sim test CA", "sim test CA", ca_key, ca_key, True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = cert("127.0.0.1", "sim test CA", key, ca_key, False)
+    pem = serialization.Encoding.PEM
+    ca_path = tmp_path / "ca.pem"
+    ca_path.write_bytes(ca.public_bytes(pem))
+    chain = tmp_path / "server.pem"
+    chain.write_bytes(key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()) + leaf.public_bytes(pem))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(chain))
+    return ctx, str(ca_path)
+
+
+@pytest.fixture
+def tls_bmc(clock, tmp_path, monkeypatch):
+    ctx, ca_path = _make_tls(tmp_path)
+    # The machine's bundle does not know our CA; requests would use it for
+    # verify=True and, without care, for anything else too.
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates"
+                                             ".crt")
+    cloud = SimCloud(hosts=1, servers_per_host=0, clock=clock)
+    srv = SimServer(cloud, ssl_context=ctx).start()
+    h = cloud.hosts["compute-0"]
+
+    def entry(verify):
+        return inventory.BMC(host="compute-0", driver="redfish",
+                             address=srv.url, username=h.bmc_username,
+                             password=h.bmc_password,
+                             options={"verify": verify})
+    try:
+        yield cloud, entry, ca_path
+    finally:
+        srv.stop()
+
+
+def test_tls_with_ca_bundle_path(tls_bmc, clock):
+    cloud, entry, ca_path = tls_bmc
+    driver = RedfishDriver(make_conf(), sleep=clock.sleep)
+    driver.power_off(entry(ca_path))
+    assert power(cloud, "compute-0") == "off"
+
+
+def test_tls_verify_false(tls_bmc, clock):
+    _, entry, _ = tls_bmc
+    driver = RedfishDriver(make_conf(), sleep=clock.sleep)
+    assert driver.power_state(entry(False)) == base.PowerState.ON
+
+
+def test_tls_unknown_ca_fails_without_retry(tls_bmc, clock):
+    cloud, entry, _ = tls_bmc
+    with pytest.raises(base.FenceError) as err:
+        RedfishDriver(make_conf(), sleep=clock.sleep).power_off(entry(True))
+    assert "compute-0" in str(err.value)
+    assert "TLS" in str(err.value)
+    assert clock.sleeps == []
+    assert power(cloud, "compute-0") == "on"

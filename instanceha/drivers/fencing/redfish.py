@@ -34,6 +34,16 @@ class _Transient(Exception):
     """A request that did not reach the BMC; worth another attempt."""
 
 
+def _is_tls_error(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, requests.exceptions.SSLError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class RedfishDriver(base.FencingDriver):
     name = "redfish"
 
@@ -159,6 +169,8 @@ class RedfishDriver(base.FencingDriver):
             except (sushy_exc.ConnectionError,
                     requests.exceptions.ConnectionError,
                     requests.exceptions.Timeout) as e:
+                if _is_tls_error(e):
+                    raise    # a configuration problem: no retry
                 raise _Transient(self._reason(bmc, e)) from e
 
         def log_retry(rs):
@@ -176,6 +188,10 @@ class RedfishDriver(base.FencingDriver):
         except _Transient as e:
             raise self._fail(bmc, what, "BMC unreachable after %d attempts: %s"
                              % (self.retries, e))
+        except (sushy_exc.ConnectionError,
+                requests.exceptions.ConnectionError) as e:
+            raise self._fail(bmc, what, "TLS verification of the BMC failed "
+                             "(option verify): %s" % self._reason(bmc, e))
         except sushy_exc.AccessError as e:
             raise self._fail(bmc, what, "BMC rejected the credentials of "
                              "user %s (HTTP %s)" % (bmc.username,
