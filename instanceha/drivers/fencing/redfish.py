@@ -122,7 +122,7 @@ class RedfishDriver(base.FencingDriver):
                            # One attempt per call: retries are ours.
                            server_side_retries=1,
                            server_side_retries_delay=self.poll_interval,
-                           read_timeout=self.timeout,
+                           read_timeout=min(self.timeout, 30.0),
                            connect_timeout=min(self.timeout, 10.0))
 
     def _system(self, bmc):
