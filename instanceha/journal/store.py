@@ -110,26 +110,21 @@ class Journal:
         with self.engine.connect() as c:
             return {row.host_id: row.record for row in c.execute(q)}
 
-    def transitions(self, host_id=None):
-        q = sa.select(TRANSITIONS).order_by(TRANSITIONS.c.id)
+    def _rows(self, table, host_id):
+        q = sa.select(table).order_by(table.c.id)
         if host_id:
-            q = q.where(TRANSITIONS.c.host_id == host_id)
+            q = q.where(table.c.host_id == host_id)
         with self.engine.connect() as c:
             return [dict(r._mapping) for r in c.execute(q)]
+
+    def transitions(self, host_id=None):
+        return self._rows(TRANSITIONS, host_id)
 
     def actions(self, host_id=None):
-        q = sa.select(ACTIONS).order_by(ACTIONS.c.id)
-        if host_id:
-            q = q.where(ACTIONS.c.host_id == host_id)
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._rows(ACTIONS, host_id)
 
     def evacuations(self, host_id=None):
-        q = sa.select(EVACUATIONS).order_by(EVACUATIONS.c.id)
-        if host_id:
-            q = q.where(EVACUATIONS.c.host_id == host_id)
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._rows(EVACUATIONS, host_id)
 
     def close(self):
         self.engine.dispose()
