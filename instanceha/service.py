@@ -58,6 +58,10 @@ class Service:
         self.engine.health["reconciler"] = self.reconciler.health
         self.sources = [self.reconciler]
         self._add_event_sources()
+        self.api = None
+        if conf.api.enabled:
+            from instanceha.api.server import OperatorAPI
+            self.api = OperatorAPI(conf, self.engine, clock)
         self._status_stop = threading.Event()
         self.engine.add_listener(lambda *a: self.write_status())
 
@@ -82,6 +86,9 @@ class Service:
         if not path:
             return
         data = self.engine.snapshot()
+        if self.api is not None and self.api.port:
+            data["api"] = "http://%s:%d" % (self.conf.api.listen_address,
+                                            self.api.port)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".status-")
@@ -105,6 +112,8 @@ class Service:
                  grace_period=self.conf.detection.grace_period,
                  threshold=self.conf.policy.threshold)
         self.engine.start()
+        if self.api is not None:
+            self.api.start()
         for src in self.sources:
             src.start()
         threading.Thread(target=self._status_loop, daemon=True,
@@ -118,6 +127,8 @@ class Service:
             except Exception as e:
                 LOG.warning("source_stop_failed", reason=str(e))
         self.engine.stop()
+        if self.api is not None:
+            self.api.stop()
         try:
             self.write_status()
         finally:

@@ -11,6 +11,7 @@ import os
 #: service_down_time 4 s), so a death is seen in seconds, not minutes.
 FAST = {
     "DEFAULT": {"workers": 8},
+    "api": {"port": 0},
     "detection": {"poll_interval": 0.5, "delta": 3.0, "grace_period": 1.0,
                   "tick_interval": 0.1},
     "fencing": {"timeout": 15.0, "poll_interval": 0.1, "retries": 2},

@@ -3,6 +3,12 @@
     instanceha run    [--config-file F]   run the service
     instanceha status [--config-file F]   print every host's state, since when, why
     instanceha demo   [--hosts N ...]     simulated cloud: kill a host, watch recovery
+    instanceha suspend HOST [--reason R] [--seconds N] [--config-file F]
+                                          hands off HOST (until N seconds pass)
+    instanceha maintenance HOST [--reason R] [--config-file F]
+                                          planned work: heartbeat loss is ignored
+    instanceha resume HOST [--reason R] [--config-file F]
+                                          watch HOST again (or retry its recovery)
 """
 
 import json
@@ -24,6 +30,8 @@ def main(argv=None):
         return run(rest)
     if cmd == "status":
         return status(rest)
+    if cmd in ("suspend", "maintenance", "resume"):
+        return command(cmd, rest)
     if cmd == "demo":
         from instanceha.cmd import demo
         return demo.main(rest)
@@ -59,6 +67,53 @@ def run(argv):
     svc.start()
     stop.wait()
     svc.stop()
+    return 0
+
+
+def _api_url(conf):
+    """The running service's API: from its status file, else the config."""
+    try:
+        with open(conf.status_file) as f:
+            url = json.load(f).get("api")
+        if url:
+            return url
+    except (OSError, ValueError):
+        pass
+    return "http://%s:%d" % (conf.api.listen_address, conf.api.port)
+
+
+def command(verb, argv):
+    import argparse
+    import urllib.error
+    import urllib.request
+    p = argparse.ArgumentParser(prog="instanceha %s" % verb)
+    p.add_argument("host")
+    p.add_argument("--reason", default="")
+    if verb == "suspend":
+        p.add_argument("--seconds", type=float, default=None,
+                       help="suspension ends by itself after this long")
+    args, rest = p.parse_known_args(argv)
+    conf = _conf(rest)
+    body = {"reason": args.reason or "by %s" % verb}
+    if getattr(args, "seconds", None):
+        body["seconds"] = args.seconds
+    url = "%s/hosts/%s/%s" % (_api_url(conf), args.host, verb)
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"},
+                                 method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            answer = json.load(resp)
+    except urllib.error.HTTPError as e:
+        print("instanceha: %s refused: %s" % (verb, e.read().decode()),
+              file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as e:
+        print("instanceha: cannot reach the service at %s: %s" % (url, e),
+              file=sys.stderr)
+        return 1
+    print("%s: %s requested (was %s)" % (answer["host"], verb,
+                                         answer["state"]))
     return 0
 
 

@@ -8,25 +8,18 @@ generator.
 
 from oslo_config import cfg
 
+from instanceha.conf import api
 from instanceha.conf import default
 from instanceha.conf import detection
 from instanceha.conf import evacuation
 from instanceha.conf import fencing
 from instanceha.conf import journal
+from instanceha.conf import kdump
+from instanceha.conf import notifications
 from instanceha.conf import policy
 
-MODULES = [default, detection, fencing, evacuation, policy, journal]
-
-try:  # groups owned by the event sources; present once they land
-    from instanceha.conf import kdump  # noqa: F401
-    MODULES.append(kdump)
-except ImportError:
-    pass
-try:
-    from instanceha.conf import notifications  # noqa: F401
-    MODULES.append(notifications)
-except ImportError:
-    pass
+MODULES = [default, detection, fencing, evacuation, policy, journal,
+           notifications, kdump, api]
 
 
 def new_conf():

@@ -86,6 +86,7 @@ class Engine:
         self._threads = []
         self._stop = threading.Event()
         self.health = {}             # name -> callable returning a dict
+        self.stats = collections.Counter()   # read by /metrics
         self.started_at = clock()
 
     # -- wiring --------------------------------------------------------------
@@ -96,6 +97,15 @@ class Engine:
     def records(self):
         with self._lock:
             return dict(self._records)
+
+    def find(self, name_or_id):
+        """The record whose host name or service UUID is ``name_or_id``."""
+        with self._lock:
+            rec = self._records.get(name_or_id)
+            if rec is None:
+                rec = next((r for r in self._records.values()
+                            if r.name == name_or_id), None)
+            return rec
 
     def known_hosts(self):
         with self._lock:
@@ -209,6 +219,8 @@ class Engine:
             LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
                       trigger=event.kind.value, source=event.source)
         with self._lock:
+            if changed:
+                self.stats[("transition", new.state.value)] += 1
             self._records[new.id] = new
             for a in reversed(actions):
                 self._inbox[new.id].appendleft(a)
@@ -231,6 +243,7 @@ class Engine:
         try:
             result = actions_mod.RUN[action](self.ctx, rec)
         except Exception as e:
+            self.stats[("action", action.value, "error")] += 1
             self.journal.action_finished(action_id, self.clock(), "error",
                                          "%s: %s" % (type(e).__name__, e))
             with self._lock:
@@ -242,6 +255,7 @@ class Engine:
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
             return
+        self.stats[("action", action.value, result.kind.value)] += 1
         self.journal.action_finished(action_id, self.clock(),
                                      result.kind.value, result.reason)
         LOG.info("action_finished", host=rec.name, action=action.value,

@@ -1,0 +1,195 @@
+"""Operator API: status, health, Prometheus metrics, and host commands.
+
+    GET  /status                      the engine's snapshot (JSON)
+    GET  /healthz                     200 when the reconciler is recent, else 503
+    GET  /metrics                     Prometheus text format
+    POST /hosts/<host>/suspend        {"reason": "...", "seconds": 3600}  (seconds optional)
+    POST /hosts/<host>/maintenance    {"reason": "..."}
+    POST /hosts/<host>/resume         {"reason": "..."}
+
+Commands become operator events; the state machine decides what they mean
+in the host's current state. Bound to loopback by default; no auth.
+"""
+
+import http.server
+import json
+import re
+import threading
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (CounterMetricFamily,
+                                    GaugeMetricFamily)
+import structlog
+
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm.states import State
+
+LOG = structlog.get_logger("instanceha.api")
+
+COMMANDS = {"suspend": E.OPERATOR_SUSPEND,
+            "maintenance": E.OPERATOR_MAINTENANCE,
+            "resume": E.OPERATOR_RESUME}
+_HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
+
+
+class _Collector:
+    def __init__(self, api):
+        self._api = api
+
+    def collect(self):
+        snap = self._api.engine.snapshot()
+        state = GaugeMetricFamily("instanceha_host_state",
+                                  "1 for the state each host is in",
+                                  labels=["host", "state"])
+        counts = GaugeMetricFamily("instanceha_hosts",
+                                   "Hosts per state", labels=["state"])
+        per_state = {s.value: 0 for s in State}
+        for h in snap["hosts"]:
+            state.add_metric([h["name"] or h["id"], h["state"]], 1)
+            per_state[h["state"]] += 1
+        for s, n in per_state.items():
+            counts.add_metric([s], n)
+        hold = GaugeMetricFamily(
+            "instanceha_threshold_hold",
+            "1 while more hosts look dead than the threshold allows")
+        hold.add_metric([], 0 if snap["cluster"]["ok"] else 1)
+        trans = CounterMetricFamily("instanceha_transitions",
+                                    "State transitions, by new state",
+                                    labels=["state"])
+        acts = CounterMetricFamily("instanceha_actions",
+                                   "Actions run, by outcome",
+                                   labels=["action", "outcome"])
+        for key, n in sorted(self._api.engine.stats.items()):
+            if key[0] == "transition":
+                trans.add_metric([key[1]], n)
+            elif key[0] == "action":
+                acts.add_metric([key[1], key[2]], n)
+        yield from (state, counts, hold, trans, acts)
+        for name, health in sorted(snap["sources"].items()):
+            for field, value in sorted(health.items()):
+                if isinstance(value, bool) or not isinstance(value,
+                                                             (int, float)):
+                    continue
+                g = GaugeMetricFamily(
+                    "instanceha_source_%s_%s" % (name, field),
+                    "%s of source %s" % (field, name))
+                g.add_metric([], value)
+                yield g
+
+
+class OperatorAPI:
+
+    def __init__(self, conf, engine, clock):
+        self.conf = conf
+        self.engine = engine
+        self.clock = clock
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
+        self._server = None
+        self._thread = None
+
+    # -- request handling (also called directly by tests) ---------------------
+    def handle(self, method, path, body=b""):
+        """Return (status, content_type, bytes)."""
+        if method == "GET" and path == "/status":
+            return _json(200, self.engine.snapshot())
+        if method == "GET" and path == "/healthz":
+            ok, why = self.healthy()
+            return _json(200 if ok else 503, {"ok": ok, "reason": why})
+        if method == "GET" and path == "/metrics":
+            return 200, "text/plain; version=0.0.4", generate_latest(
+                self.registry)
+        m = _HOST_PATH.match(path)
+        if m and method == "POST":
+            return self.command(m.group(1), m.group(2), body)
+        return _json(404, {"error": "no such endpoint: %s %s"
+                           % (method, path)})
+
+    def healthy(self):
+        rec = self.engine.health.get("reconciler")
+        last = rec().get("last_pass_at") if rec else None
+        now = self.clock()
+        if last is None:
+            if now - self.engine.started_at > self.conf.api.stale_after:
+                return False, "the reconciler has never completed a pass"
+            return True, "starting"
+        if now - last > self.conf.api.stale_after:
+            return False, ("the reconciler's last pass was %.0fs ago"
+                           % (now - last))
+        return True, "reconciler passed %.1fs ago" % (now - last)
+
+    def command(self, host, verb, body):
+        kind = COMMANDS.get(verb)
+        if kind is None:
+            return _json(404, {"error": "unknown command %r (known: %s)"
+                               % (verb, ", ".join(sorted(COMMANDS)))})
+        try:
+            args = json.loads(body or b"{}")
+            if not isinstance(args, dict):
+                raise ValueError("body must be a JSON object")
+            seconds = args.get("seconds")
+            if seconds is not None and (isinstance(seconds, bool) or
+                                        not isinstance(seconds, (int, float))
+                                        or seconds <= 0):
+                raise ValueError("seconds must be a positive number")
+        except ValueError as e:
+            return _json(400, {"error": "bad request body: %s" % e})
+        rec = self.engine.find(host)
+        if rec is None:
+            return _json(404, {"error": "unknown host %r" % host})
+        now = self.clock()
+        reason = str(args.get("reason") or "no reason given")
+        detail = {"until": now + seconds} if seconds else {}
+        self.engine.submit(Event(kind, rec.id, now, name=rec.name,
+                                 reason=reason, source="operator",
+                                 detail=detail))
+        LOG.info("operator_command", host=rec.name, command=verb,
+                 reason=reason, seconds=seconds)
+        return _json(202, {"host": rec.name, "command": verb,
+                           "state": rec.state.value})
+
+    # -- serving ---------------------------------------------------------------
+    def start(self):
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _serve(self, method):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, ctype, data = api.handle(method, self.path, body)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._serve("GET")
+
+            def do_POST(self):
+                self._serve("POST")
+
+        self._server = http.server.ThreadingHTTPServer(
+            (self.conf.api.listen_address, self.conf.api.port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        daemon=True, name="instanceha-api")
+        self._thread.start()
+        LOG.info("api_listening", address=self.conf.api.listen_address,
+                 port=self.port)
+
+    @property
+    def port(self):
+        return self._server.server_address[1] if self._server else None
+
+    def stop(self):
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _json(status, data):
+    return status, "application/json", json.dumps(data, default=str).encode()
