@@ -34,6 +34,15 @@ class Control:
                 c.power(name, on=True)
             elif action == "power-off":
                 c.power(name, on=False)
+            elif action == "cleanup":
+                try:
+                    body = req.json() if req.body else {"hold": False}
+                except ValueError:
+                    return _error(400, "body must be a JSON object")
+                if not isinstance(body, dict) or set(body) != {"hold"} \
+                        or not isinstance(body["hold"], bool):
+                    return _error(400, "body must be {\"hold\": true|false}")
+                c.hold_cleanup(name, body["hold"])
             elif action == "bmc":
                 try:
                     body = req.json()

@@ -194,11 +194,26 @@ class SimCloud:
             return
         h.alive = True
         h.started_at = self._now
+        if not h.hold_cleanup:
+            self._cleanup(h)
+
+    def _cleanup(self, h):
         # What nova-compute does at start for evacuations away from it.
         for m in self.migrations:
             if (m.source_compute == h.name and m.status in CLEANUP_STATUSES
                     and m.migration_type == "evacuation"):
                 self._set_migration(m, "completed")
+
+    def hold_cleanup(self, name, hold=True):
+        """``hold=True``: the host's compute will start without cleaning up
+        its evacuations (they stay ``done``). ``hold=False``: release; if
+        the compute is running, it cleans up now."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            h.hold_cleanup = bool(hold)
+            if not hold and h.alive:
+                self._cleanup(h)
 
     def set_bmc(self, name, reachable=None, refuse_power_off=None):
         with self.lock:
@@ -386,6 +401,7 @@ class SimCloud:
                     "power": "on" if h.power_on else "off",
                     "pending_power": h.pending_power,
                     "compute_alive": h.alive,
+                    "hold_cleanup": h.hold_cleanup,
                     "bmc": {"reachable": h.bmc_reachable,
                             "refuse_power_off": h.bmc_refuse_power_off},
                     "vcpus": h.vcpus, "used_vcpus": self._used_vcpus(h.name),

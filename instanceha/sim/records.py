@@ -61,6 +61,7 @@ class Host:
         self.service_updated = now
         self.bmc_reachable = True
         self.bmc_refuse_power_off = False
+        self.hold_cleanup = False          # compute starts but skips cleanup
         self.bmc_username = "admin-" + name
         self.bmc_password = stable_uuid(seed, "bmc", name)[:13]
 

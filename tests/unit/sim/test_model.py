@@ -326,3 +326,20 @@ def test_list_migrations_filters(clock):
     dest = cloud.list_migrations()[0].dest_compute
     assert cloud.list_migrations(host=dest)
     assert len(cloud.list_migrations(host="compute-0")) == 2
+
+
+def test_held_cleanup_keeps_migrations_done_until_released(clock):
+    cloud = make(clock)
+    fence(cloud, clock, "compute-0")
+    evacuate_all(cloud, "compute-0")
+    clock.advance(1)
+    cloud.hold_cleanup("compute-0")
+    cloud.power("compute-0", on=True)
+    clock.advance(2)
+    assert cloud.snapshot()["hosts"]["compute-0"]["compute_alive"] is True
+    assert {m["status"] for m in migrations(cloud)} == {"done"}
+    with pytest.raises(model.BadRequest):
+        cloud.update_service(cloud.hosts["compute-0"].service_uuid,
+                             forced_down=False)
+    cloud.hold_cleanup("compute-0", hold=False)
+    assert {m["status"] for m in migrations(cloud)} == {"completed"}

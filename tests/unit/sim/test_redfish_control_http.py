@@ -167,3 +167,12 @@ def test_api_latency_is_added_to_api_requests_only():
 
 def test_unknown_prefix_is_404(sim):
     assert requests.get(sim.url + "/image/v2", timeout=10).status_code == 404
+
+
+def test_control_cleanup_hold(sim):
+    url = sim.url + "/sim/hosts/compute-1/cleanup"
+    assert requests.post(url, json={"hold": True},
+                         timeout=10).json()["hold_cleanup"] is True
+    assert requests.post(url, json={"hold": "x"}, timeout=10).status_code \
+        == 400
+    assert requests.post(url, timeout=10).json()["hold_cleanup"] is False
