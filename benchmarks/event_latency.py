@@ -1,0 +1,239 @@
+"""Event-driven detection through real RabbitMQ: latency and throughput.
+
+1. Latency: publish ``--events`` Nova-shaped ``service.update`` notifications
+   (forced_down by another actor, one per fake host) with an oslo.messaging
+   Notifier at ``--rate`` per second; measure from just before each publish
+   to the moment the NotificationSource hands the FORCED_DOWN event to its
+   sink (the engine's entry point: its first fencing call follows from
+   there). Prints p50/p90/p99/max.
+2. Throughput: with the listener stopped, queue ``--backlog`` notifications
+   on its pool queue, start it and time how fast one process drains them.
+
+Targets (issue 4): p99 < 50 ms, >= 5,000 notifications/s.
+
+Uses a vhost of its own on the broker (created and deleted with
+rabbitmqctl), so it can run on a shared RabbitMQ::
+
+    .venv/bin/python benchmarks/event_latency.py [--events 1000]
+"""
+
+import argparse
+import copy
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import structlog  # noqa: E402
+
+from functional import events_fixtures as fx  # noqa: E402
+from instanceha.sources.notifications import NotificationSource  # noqa: E402
+
+TARGET_P99_MS = 50.0
+TARGET_RATE = 5000.0
+SAMPLE = json.loads((REPO / "tests" / "data" / "notifications"
+                     / "nova-34.0.0-evacuation.json").read_text())
+
+
+def payload(host_uuid, name):
+    p = copy.deepcopy(SAMPLE["service.update"]["payload"])
+    p["nova_object.data"].update(
+        uuid=host_uuid, host=name,
+        last_seen_up=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    return p
+
+
+class TimingSink:
+    def __init__(self):
+        self.seen = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.expect = 0
+
+    def __call__(self, event):
+        t = time.time()     # compared with the publisher process's clock
+        with self.lock:
+            self.seen[event.host] = t
+            if len(self.seen) >= self.expect:
+                self.done.set()
+
+    def reset(self, expect):
+        with self.lock:
+            self.seen = {}
+            self.expect = expect
+            self.done.clear()
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+BATCH = {}
+
+
+def make_source(url, pool, sink):
+    conf = fx.make_conf("notifications", transport_url=url, pool=pool,
+                        **BATCH)
+    return NotificationSource(conf, sink, time.time, None)
+
+
+def publish(url, count, rate, prefix):
+    """Run in a separate process (as Nova is): publish ``count``
+    service.update notifications at ``rate``/s (0: as fast as possible) and
+    print [[host uuid, wall-clock time just before publishing], ...]."""
+    notifier = fx.NovaNotifier(url)
+    sent = []
+    interval = 1.0 / rate if rate > 0 else 0.0
+    start = time.time()
+    try:
+        for i in range(count):
+            host = str(uuid.uuid4())
+            body = payload(host, "%s%d" % (prefix, i))
+            pause = start + i * interval - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            sent.append((host, time.time()))
+            notifier.info("service.update", body)
+    finally:
+        notifier.close()
+    json.dump(sent, sys.stdout)
+
+
+def run_publisher(url, count, rate, prefix):
+    out = subprocess.run(
+        [sys.executable, __file__, "--publish", url, "--events", str(count),
+         "--rate", str(rate), "--prefix", prefix],
+        capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError("publisher failed: %s" % out.stderr[-2000:])
+    return dict(json.loads(out.stdout))
+
+
+def latency(url, pool, count, rate):
+    sink = TimingSink()
+    source = make_source(url, pool, sink)
+    source.start()
+    try:
+        # Warm up: the first message waits for the consumer to attach.
+        notifier = fx.NovaNotifier(url)
+        sink.reset(1)
+        deadline = time.monotonic() + 30
+        while not sink.done.is_set() and time.monotonic() < deadline:
+            notifier.info("service.update", payload(str(uuid.uuid4()), "w"))
+            sink.done.wait(0.5)
+        notifier.close()
+        sink.reset(count)
+        sent = run_publisher(url, count, rate, "compute")
+        sink.done.wait(60)
+        latencies = [(sink.seen[h] - t) * 1000.0 for h, t in sent.items()
+                     if h in sink.seen]
+        return latencies, count - len(latencies), source.health()
+    finally:
+        source.stop()
+        fx.clear_overrides()
+
+
+def throughput(url, pool, count):
+    sink = TimingSink()
+    source = make_source(url, pool, sink)
+    source.start()          # declares the pool queue
+    source.stop()
+    run_publisher(url, count, 0, "backlog")
+    sink.reset(count)
+    source = make_source(url, pool, sink)
+    cpu0 = time.process_time()
+    t0 = time.time()
+    source.start()
+    try:
+        sink.done.wait(120)
+        t1 = max(sink.seen.values()) if sink.seen else time.time()
+        return len(sink.seen), t1 - t0, time.process_time() - cpu0
+    finally:
+        source.stop()
+        fx.clear_overrides()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=500.0,
+                        help="publish rate of the latency phase, per second")
+    parser.add_argument("--backlog", type=int, default=20000)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--batch-timeout", type=float, default=None)
+    parser.add_argument("--publish", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", default="compute", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.publish:
+        return publish(args.publish, args.events, args.rate, args.prefix)
+    if args.batch_size is not None:
+        BATCH["batch_size"] = args.batch_size
+    if args.batch_timeout is not None:
+        BATCH["batch_timeout"] = args.batch_timeout
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(
+        40))   # errors only: one log line per event would be measured too
+
+    if not fx.port_open(fx.RABBIT_HOST, fx.RABBIT_PORT):
+        sys.exit("RabbitMQ is not reachable on %s:%d"
+                 % (fx.RABBIT_HOST, fx.RABBIT_PORT))
+    vhost = fx.RabbitVhost()
+    try:
+        vhost.__enter__()
+    except BaseException as exc:   # pytest.skip outside pytest
+        sys.exit("cannot make a RabbitMQ vhost: %s" % exc)
+    try:
+        pool = "instanceha-bench-%d" % os.getpid()
+        lat, lost, health = latency(vhost.url, pool, args.events, args.rate)
+        drained, elapsed, cpu = throughput(vhost.url, pool + "-tp",
+                                           args.backlog)
+    finally:
+        vhost.__exit__(None, None, None)
+
+    rate = drained / elapsed if elapsed > 0 else 0.0
+    result = {
+        "events": args.events, "publish_rate": args.rate, "lost": lost,
+        "p50_ms": statistics.median(lat) if lat else None,
+        "p90_ms": percentile(lat, 90) if lat else None,
+        "p99_ms": percentile(lat, 99) if lat else None,
+        "max_ms": max(lat) if lat else None,
+        "backlog": args.backlog, "drained": drained,
+        "drain_seconds": elapsed, "drain_cpu_seconds": cpu,
+        "notifications_per_s": rate,
+        "target_p99_ms": TARGET_P99_MS, "target_per_s": TARGET_RATE,
+        "listener_health": health,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    print("event latency, publish -> sink (real RabbitMQ, one process)")
+    print("  events %d at %.0f/s, lost %d" % (args.events, args.rate, lost))
+    if lat:
+        print("  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms"
+              % (result["p50_ms"], result["p90_ms"], result["p99_ms"],
+                 result["max_ms"]))
+        print("  p99 target < %.0f ms: %s (p99 is %.2fx the target)"
+              % (TARGET_P99_MS,
+                 "met" if result["p99_ms"] < TARGET_P99_MS else "MISSED",
+                 result["p99_ms"] / TARGET_P99_MS))
+    print("throughput, one listener draining a backlog of %d" % args.backlog)
+    print("  drained %d in %.2f s (%.2f s CPU) = %.0f notifications/s" % (
+        drained, elapsed, cpu, rate))
+    print("  target >= %.0f/s: %s (%.2fx the target)" % (
+        TARGET_RATE, "met" if rate >= TARGET_RATE else "MISSED",
+        rate / TARGET_RATE))
+
+
+if __name__ == "__main__":
+    main()
