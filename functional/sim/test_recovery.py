@@ -43,11 +43,9 @@ def test_returning_host_reenabled_only_after_migrations_completed(make_cloud):
     c.start_engine()
     c.sim.kill("compute-2")
     c.wait_state("compute-2", "evacuated")
-    # The host boots but its compute has not cleaned up yet: hold Nova's
-    # cleanup back so the migrations stay 'done'.
-    real_set = c.sim._set_migration
-    c.sim._set_migration = lambda m, st: (None if st == "completed"
-                                          else real_set(m, st))
+    # The host boots but its compute has not cleaned up yet: the
+    # migrations stay 'done'.
+    c.sim.hold_cleanup("compute-2", True)
     c.sim.power("compute-2", True)
     c.wait_state("compute-2", "recovering")
     time.sleep(3)       # several cleanup checks happen in this window
@@ -56,11 +54,7 @@ def test_returning_host_reenabled_only_after_migrations_completed(make_cloud):
     svc = c.sim.snapshot()["services"]["compute-2"]
     assert svc["forced_down"] and svc["status"] == "disabled"
     # Now Nova's cleanup runs (what nova-compute does at start).
-    c.sim._set_migration = real_set
-    with c.sim.lock:
-        for m in c.sim.migrations:
-            if m.source_compute == "compute-2" and m.status == "done":
-                real_set(m, "completed")
+    c.sim.hold_cleanup("compute-2", False)
     c.wait_state("compute-2", "active")
     svc = c.sim.snapshot()["services"]["compute-2"]
     assert not svc["forced_down"] and svc["status"] == "enabled"

@@ -48,9 +48,14 @@ def evacuate_host(ctx, record):
     retry may cure (the engine backs off and calls again)."""
     conf = ctx.conf.evacuation
     host = record.name
+    # Migrations first, then servers: an evacuation that finished before the
+    # migration listing has already moved its server (Nova updates the
+    # server's host before the migration's status), so a server still listed
+    # on the host with an in-flight migration is waited for, and one whose
+    # latest evacuation is older and finished is evacuated again.
+    latest = _latest(ctx.compute.list_evacuations(host))
     servers = ctx.compute.list_servers(host)
     outcome = Outcome(total=len(servers))
-    latest = _latest(ctx.compute.list_evacuations(host))
     todo, inflight = collections.deque(), {}
     for s in servers:
         m = latest.get(s.id)

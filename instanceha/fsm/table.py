@@ -66,8 +66,8 @@ RULES = [
     (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,
      "waiting for Nova to clean up: {event.reason}"),
-    (S.RECOVERING, E.TICK, "retry_due", S.RECOVERING,
-     "re-checking Nova's cleanup"),
+    # A re-check keeps the reason of the last check: no new journal line.
+    (S.RECOVERING, E.TICK, "retry_due", S.RECOVERING, "{record.reason}"),
     (S.RECOVERING, E.HEARTBEAT_LOST, ALWAYS, S.EVACUATED,
      "heartbeat lost again before the host was put back"),
     # -- failure that needs an operator --------------------------------------
