@@ -11,12 +11,19 @@ from functional.peers import harness  # noqa: E402
 from functional.peers.errors import PeerMissing  # noqa: E402
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bed():
+    """The shared real-peer test bed (started on first use)."""
     try:
         return harness.testbed()
     except PeerMissing as e:
         harness.handle_missing(e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield                      # fixtures (restore) run first
+    harness.leaving(nextitem)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -7,6 +7,7 @@ states), never ids or times.
 """
 
 import re
+import time
 
 from functional.conformance.targets import SERVERS
 
@@ -97,8 +98,11 @@ def observe(t):
     obs["service.down.status"] = down["status"]
 
     # -- force down, disable with a reason
+    before = t.service(host)["updated_at"]
+    time.sleep(1.1)   # Nova keeps updated_at to the second (microseconds 0)
     st, doc, _ = t.call("PUT", "/os-services/%s" % svc["id"],
                         {"forced_down": True}, microversion=SERVICE_MV)
+    obs["force_down.bumps_updated_at"] = t.service(host)["updated_at"] != before
     obs["force_down"] = answer(st, doc)
     obs["force_down.body_keys"] = sorted(doc["service"]) if st == 200 else None
     obs["force_down.body_forced"] = doc["service"]["forced_down"] if st == 200 else None

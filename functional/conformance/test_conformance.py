@@ -42,7 +42,7 @@ STEPS = [
     "services.reason_without_disable", "services.put_unknown",
     "evacuate.host_up", "evacuate.host_up.in_use", "evacuate.removed_field",
     "evacuate.just_killed", "service.down.forced_down", "service.down.status",
-    "force_down", "force_down.body_keys", "force_down.body_forced",
+    "force_down", "force_down.bumps_updated_at", "force_down.body_keys", "force_down.body_forced",
     "disable", "disable.reason_kept", "disable.status",
     "evacuate.codes", "evacuate.body", "migrations.keys", "migrations.type",
     "migrations.dest_differs", "migrations.status_filter", "servers.status",

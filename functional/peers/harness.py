@@ -147,6 +147,21 @@ def testbed():
     return _BED
 
 
+#: suites that use the test bed; it is stopped when the run leaves them, so
+#: Nova's ~1.7 GiB and its periodic tasks do not weigh on later tests
+SUITES = [pathlib.Path(__file__).resolve().parents[1] / d
+          for d in ("realnova", "conformance")]
+
+
+def leaving(nextitem):
+    """Stop the test bed unless the next test also uses it."""
+    if nextitem is not None:
+        path = pathlib.Path(str(nextitem.fspath)).resolve()
+        if any(suite in path.parents for suite in SUITES):
+            return
+    stop()
+
+
 def stop():
     global _BED
     if _BED is not None:

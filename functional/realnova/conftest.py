@@ -13,8 +13,9 @@ from functional.peers import harness  # noqa: E402
 from functional.peers.errors import PeerMissing  # noqa: E402
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="function")
 def bed():
+    """The shared real-peer test bed (started on first use)."""
     try:
         return harness.testbed()
     except PeerMissing as e:
@@ -28,6 +29,12 @@ def clean_bed(bed):
         yield bed
     finally:
         bed.restore()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield                      # fixtures (restore) run first
+    harness.leaving(nextitem)
 
 
 def pytest_sessionfinish(session, exitstatus):
