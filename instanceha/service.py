@@ -74,6 +74,11 @@ class Service:
                                      self.board)
             self.sources.append(src)
             self.engine.health["notifications"] = src.health
+
+            def healthy(src=src):
+                h = src.health()
+                return bool(h.get("connected")) and not h.get("quiet")
+            self.engine.ctx.events_healthy = healthy
         if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
             from instanceha.sources.kdump import KdumpSource
             src = KdumpSource(conf, self.engine.submit, self.clock,

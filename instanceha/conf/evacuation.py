@@ -13,6 +13,13 @@ OPTS = [
                       "reaching 'done') before it counts as failed."),
     cfg.FloatOpt("poll_interval", default=1.0, min=0.05, max=60,
                  help="Seconds between checks of evacuation progress."),
+    cfg.FloatOpt("event_fallback_interval", default=10.0, min=0.1,
+                 max=3600,
+                 help="While Nova's notifications arrive (see "
+                      "[notifications]), evacuations are tracked by their "
+                      "instance.* events and Nova's migration list is read "
+                      "only this often, as a safety net for lost events. "
+                      "Without notifications, poll_interval applies."),
     cfg.StrOpt("microversion", default="2.94",
                help="Compute API microversion used for the evacuate call. "
                     "From 2.95 Nova leaves evacuated servers SHUTOFF; 2.94 "

@@ -54,10 +54,15 @@ def fence(ctx, record):
 def isolate(ctx, record):
     reason = disabled_reason("evacuating", ctx.clock())
     try:
-        ctx.compute.force_down(record.id, reason)
+        svc = ctx.compute.force_down(record.id, reason)
     except compute_base.Conflict as e:
         return _result(record, E.ISOLATE_FAILED, ctx, str(e))
-    return _result(record, E.ISOLATE_OK, ctx, reason)
+    # Nova bumps updated_at on our write: remember it so it is not taken
+    # for a heartbeat of a returning host.
+    written = svc.updated_at if svc is not None and svc.updated_at else None
+    if written is None:
+        written = ctx.clock()
+    return _result(record, E.ISOLATE_OK, ctx, reason, written_at=written)
 
 
 def evacuate(ctx, record):

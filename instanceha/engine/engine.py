@@ -49,6 +49,8 @@ class Context:
         self.clock = clock
         self.board = board
         self._on_progress = on_progress or (lambda *a: None)
+        #: True while an event source reliably reports evacuation progress.
+        self.events_healthy = lambda: False
 
     def bmc_for(self, host):
         bmc = self.inventory.get(host)

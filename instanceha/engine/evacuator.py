@@ -70,6 +70,7 @@ def evacuate_host(ctx, record):
                     count=len(outcome.skipped),
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
+    last_poll = ctx.clock()
     while todo or inflight:
         while todo and len(inflight) < conf.concurrency:
             s = todo.popleft()
@@ -94,8 +95,22 @@ def evacuate_host(ctx, record):
             break
         gen = ctx.board.generation()
         ctx.board.wait(gen, conf.poll_interval)
-        latest = _latest(ctx.compute.list_evacuations(host))
         now = ctx.clock()
+        # Notifications first: a server Nova reports active on another host
+        # is rebuilt. Nova's migration list is read every poll_interval
+        # without events, and only every event_fallback_interval while the
+        # notification stream is healthy (the safety net for lost events).
+        by_event = _rebuilt_by_event(ctx, host, inflight)
+        for sid, dest in by_event.items():
+            outcome.done[sid] = dest
+            _finish(ctx, inflight.pop(sid)[1], now, "done", dest,
+                    "seen in notifications")
+            ctx.progress(record, len(outcome.done), outcome.total)
+        if not inflight or (ctx.events_healthy() and now - last_poll
+                            < conf.event_fallback_interval):
+            continue
+        last_poll = now
+        latest = _latest(ctx.compute.list_evacuations(host))
         for sid, (started, evac_id) in list(inflight.items()):
             m = latest.get(sid)
             status = m.status if m else None
@@ -120,6 +135,21 @@ def evacuate_host(ctx, record):
             del inflight[sid]
             ctx.progress(record, len(outcome.done), outcome.total)
     return outcome
+
+
+def _rebuilt_by_event(ctx, host, inflight):
+    """{server_id: dest} for in-flight servers that notifications show
+    rebuilt: on another host, active or stopped, no task in progress, and
+    recorded after the evacuation was requested."""
+    done = {}
+    for sid, (started, _) in inflight.items():
+        f = ctx.board.facts(sid)
+        if (f.get("host") and f["host"] != host
+                and f.get("state") in ("active", "stopped")
+                and f.get("task_state") is None
+                and f.get("at", 0) >= started):
+            done[sid] = f["host"]
+    return done
 
 
 def _finish(ctx, evac_id, at, status, dest, detail=""):

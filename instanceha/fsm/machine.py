@@ -59,6 +59,7 @@ class HostRecord:
     ok_at: Optional[float] = None        # last heartbeat-ok observation
     kdump_at: Optional[float] = None     # last kdump message
     fenced_at: Optional[float] = None    # when the host was proven dead
+    written_at: Optional[float] = None   # service updated_at after our write
     isolated: bool = False               # instanceha forced the service down
     attempts: int = 0                    # evacuation attempts in this recovery
     retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
@@ -99,15 +100,20 @@ def _fence_due(r, ev, p):
 
 
 def _reported_after_fencing(r, ev, p):
-    """The heartbeat is newer than the fencing: the host really came back.
+    """The heartbeat is newer than the fencing and than instanceha's own
+    write to the service: the host really came back.
 
     Right after a fast fence (kdump, external force-down) Nova's updated_at
-    is still fresh from before the death; that must not count as a return.
+    is still fresh from before the death, and Nova bumps updated_at on every
+    PUT, our force-down included; neither must count as a return. The write's
+    updated_at comes from Nova's own answer, so no clock skew enters.
     """
     reported = (ev.detail or {}).get("updated_at")
-    if reported is None or r.fenced_at is None:
+    if reported is None:
         return True
-    return reported > r.fenced_at
+    floor = max(x for x in (r.fenced_at, r.written_at, float("-inf"))
+                if x is not None)
+    return reported > floor
 
 
 GUARDS = {
@@ -191,6 +197,9 @@ def _enter(r, dst, ev, p):
         changes["attempts"] = r.attempts + 1
     if dst is State.FENCED:
         changes["fenced_at"] = ev.at
+    written = (ev.detail or {}).get("written_at")
+    if written is not None:
+        changes["written_at"] = float(written)
     if dst is State.PENDING:
         delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
                     p.retry_backoff_max)

@@ -25,6 +25,8 @@ class FakeCompute(cb.ComputeDriver):
         self.migrations = []
         self.capacity = capacity
         self.fail = {}               # method name -> [exceptions to raise]
+        self.complete = True         # False: migrations stay 'accepted'
+        self.on_evacuate = None      # hook(server_id, dest) after a request
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -66,7 +68,11 @@ class FakeCompute(cb.ComputeDriver):
     def force_down(self, service_id, reason):
         self._maybe_fail()
         s = self.by_id(service_id)
-        s.update(forced_down=True, status="disabled", disabled_reason=reason)
+        self.clock.advance(0.5)       # the request takes time
+        # Like Nova, any write bumps updated_at.
+        s.update(forced_down=True, status="disabled", disabled_reason=reason,
+                 updated_at=self.clock())
+        return next(x for x in self.list_services() if x.id == service_id)
 
     def restore(self, service_id, enable):
         self._maybe_fail()
@@ -115,9 +121,15 @@ class FakeCompute(cb.ComputeDriver):
             return
         dest = min(targets, key=lambda t: sum(
             1 for x in self.servers.values() if x["host"] == t["host"]))
-        mig.update(status="done", dest=dest["host"])
-        v.update(host=dest["host"], status="ACTIVE", vm_state="active",
-                 fault=None)
+        if not self.complete:
+            mig.update(status="accepted", dest=dest["host"])
+            v["task_state"] = "rebuilding"
+        else:
+            mig.update(status="done", dest=dest["host"])
+            v.update(host=dest["host"], status="ACTIVE", vm_state="active",
+                     fault=None)
+        if self.on_evacuate:
+            self.on_evacuate(server_id, dest["host"])
 
     def list_evacuations(self, host):
         self._maybe_fail()

@@ -234,3 +234,21 @@ def test_snapshot_lists_hosts():
     snap = w.engine.snapshot()
     assert [h["name"] for h in snap["hosts"]] == sorted(w.compute.services)
     assert snap["cluster"]["ok"]
+
+
+def test_our_own_write_is_not_taken_for_a_returning_heartbeat():
+    # kdump-fast path: fenced seconds after death, so the force-down write
+    # bumps updated_at to "now" while the host is dead.
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.compute.services["compute-1"].update(forced_down=True,
+                                           disabled_reason="other tool")
+    for _ in range(16):       # fresh updated_at from our write within delta
+        w.pass_()
+        assert w.state("compute-1")[0] in ("suspect", "fencing", "fenced",
+                                           "evacuating", "evacuated")
+    assert w.state("compute-1")[0] == "evacuated"
+    w.compute.services["compute-1"]["alive"] = True   # really back
+    w.pass_()
+    assert w.state("compute-1")[0] == "recovering"

@@ -67,7 +67,10 @@ class ComputeDriver(abc.ABC):
 
     @abc.abstractmethod
     def force_down(self, service, reason):
-        """Mark the service forced down and disabled with ``reason``."""
+        """Mark the service forced down and disabled with ``reason``.
+
+        Returns the service as Nova answered (ComputeService), or None if
+        the answer did not include it."""
 
     @abc.abstractmethod
     def restore(self, service, enable):

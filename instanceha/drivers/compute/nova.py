@@ -140,9 +140,13 @@ class NovaDriver(base.ComputeDriver):
 
     def force_down(self, service_id, reason):
         # One request: Nova applies status, reason and forced_down together.
-        self._put_service(service_id, {"status": "disabled",
-                                       "disabled_reason": reason,
-                                       "forced_down": True})
+        body = self._put_service(service_id, {"status": "disabled",
+                                              "disabled_reason": reason,
+                                              "forced_down": True})
+        try:
+            return _service(body["service"])
+        except (KeyError, TypeError, base.ComputeError):
+            return None
 
     def restore(self, service_id, enable):
         body = {"forced_down": False}
