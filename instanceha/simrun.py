@@ -36,11 +36,15 @@ def write_config(workdir, server, overrides=None):
         workdir, "journal.sqlite")}
     for group, values in (overrides or {}).items():
         groups.setdefault(group, {}).update(values)
-    path = os.path.join(workdir, "instanceha.conf")
+    return write_conf_file(os.path.join(workdir, "instanceha.conf"), groups)
+
+
+def write_conf_file(path, groups):
+    """Write {group: {option: value}} as an oslo.config file; return path."""
     with open(path, "w") as f:
-        for group, values in groups.items():
+        for group in sorted(groups, key=lambda g: g != "DEFAULT"):
             f.write("[%s]\n" % group)
-            for key, value in values.items():
+            for key, value in groups[group].items():
                 if isinstance(value, bool):
                     value = str(value).lower()
                 elif isinstance(value, (list, tuple)):

@@ -5,16 +5,13 @@ simulator only over HTTP (Keystone, Nova API, Redfish through sushy), as it
 would to a real cloud. Tests assert the state of the simulated world.
 """
 
-import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from instanceha import simrun
-from instanceha.journal import Journal
+from functional.engine_process import EngineProcess
 from instanceha.sim import SimCloud, SimServer
 
 
@@ -29,7 +26,7 @@ def wait_for(pred, timeout, what):
 
 
 class Cloud:
-    """A simulated cloud plus a running instanceha process pointed at it."""
+    """A simulated cloud plus a real instanceha process pointed at it."""
 
     def __init__(self, workdir, overrides=None, **sim_params):
         self.workdir = str(workdir)
@@ -37,53 +34,29 @@ class Cloud:
         self.server = SimServer(self.sim).start()
         self.conf_path = simrun.write_config(self.workdir, self.server,
                                              overrides)
-        self.log_path = os.path.join(self.workdir, "instanceha.log")
-        self.proc = None
+        self.engine = EngineProcess(
+            self.workdir, self.conf_path,
+            os.path.join(self.workdir, "status.json"),
+            "sqlite:///" + os.path.join(self.workdir, "journal.sqlite"))
+        self.log_path = self.engine.log_path
 
     def start_engine(self):
-        self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "instanceha.cmd.main", "run",
-             "--config-file", self.conf_path],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(lambda: len(self.states()) == len(self.sim.hosts), 30,
-                 "the engine to see every host (log: %s)" % self.log_path)
+        self.engine.start(len(self.sim.hosts), timeout=30)
 
     def stop_engine(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        self.engine.stop()
 
     def status(self):
-        try:
-            with open(os.path.join(self.workdir, "status.json")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {"hosts": []}
+        return self.engine.status()
 
     def states(self):
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError("engine exited with %s; log: %s\n%s" % (
-                self.proc.returncode, self.log_path,
-                open(self.log_path).read()[-3000:]))
-        return {h["name"]: (h["state"], h["reason"])
-                for h in self.status()["hosts"]}
+        return self.engine.states()
 
     def wait_state(self, host, state, timeout=30):
-        return wait_for(lambda: self.states().get(host, ("",))[0] == state
-                        and self.states()[host], timeout,
-                        "%s to be %s (now %s; log %s)" % (
-                            host, state, self.states().get(host),
-                            self.log_path))
+        return self.engine.wait_state(host, state, timeout)
 
     def journal(self):
-        return Journal("sqlite:///" + os.path.join(self.workdir,
-                                                   "journal.sqlite"))
+        return self.engine.journal()
 
     def close(self):
         self.stop_engine()

@@ -1,0 +1,94 @@
+"""The real ``instanceha run`` process, as the functional tests drive it.
+
+One class for every suite (simulator, real peers, event sources): start the
+engine on a config file, read what it says about itself (status file,
+journal), wait for a host's state, stop it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from instanceha.journal import Journal
+
+
+class EngineExited(AssertionError):
+    pass
+
+
+class EngineProcess:
+
+    def __init__(self, workdir, conf_path, status_path, journal_url):
+        self.workdir = str(workdir)
+        self.conf_path = conf_path
+        self.status_path = status_path
+        self.journal_url = journal_url
+        self.log_path = os.path.join(self.workdir, "instanceha.log")
+        self.proc = None
+
+    def start(self, expected_hosts, timeout=60, env=None):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "instanceha.cmd.main", "run",
+                 "--config-file", self.conf_path],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+        # A status file left by an earlier run does not count.
+        started = time.time()
+        self.wait(lambda: self.status().get("generated_at", 0) >= started
+                  and len(self.states()) >= expected_hosts, timeout,
+                  "the engine to see every host")
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def status(self):
+        try:
+            with open(self.status_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {"hosts": []}
+
+    def states(self):
+        if self.proc is not None and self.proc.poll() is not None:
+            raise EngineExited("engine exited with status %s; log %s:\n%s" % (
+                self.proc.returncode, self.log_path, self.log_text()[-3000:]))
+        return {h["name"]: (h["state"], h.get("reason") or "")
+                for h in self.status().get("hosts", [])}
+
+    def wait(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out after %ss waiting for %s "
+                                     "(states: %s; log: %s)" % (
+                                         timeout, what, self.states(),
+                                         self.log_path))
+            time.sleep(0.1)
+
+    def wait_state(self, host, state, timeout=90):
+        return self.wait(lambda: self.states().get(host, ("",))[0] == state
+                         and self.states()[host], timeout,
+                         "%s to be %s" % (host, state))
+
+    def journal(self):
+        return Journal(self.journal_url)
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
