@@ -106,6 +106,17 @@ class TestBed:
                              "back to enabled/up", "nova-compute-%s" % host,
                              self.cloud.log_of("nova-compute-%s" % host),
                              interval=1)
+        # Nova bumps updated_at on our PUTs, so "up" right after a reset says
+        # nothing about the compute process: wait for a real heartbeat (an
+        # updated_at newer than the one our last write left).
+        for host in self.hosts:
+            seen = self.cloud.service(host)["updated_at"]
+            procs.wait_until(
+                lambda: (self.cloud.service(host)["updated_at"] != seen
+                         and self.cloud.service(host)["state"] == "up"),
+                max(5, deadline - time.monotonic()),
+                "heartbeating after the reset", "nova-compute-%s" % host,
+                self.cloud.log_of("nova-compute-%s" % host), interval=0.5)
         self.cloud.delete_all_servers()
 
     def _reset_service(self, host):
