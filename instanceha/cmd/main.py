@@ -138,8 +138,11 @@ def format_status(data, now=None):
     rows = [("HOST", "STATE", "SINCE", "REASON")]
     for h in data.get("hosts", []):
         since = h.get("since") or now
+        reason = h.get("reason", "")
+        if h.get("retrying"):
+            reason += " [%s]" % h["retrying"]
         rows.append((h["name"] or h["id"], h["state"],
-                     "%s ago" % _age(now - since), h.get("reason", "")))
+                     "%s ago" % _age(now - since), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3))

@@ -84,6 +84,7 @@ class Engine:
         self._records = {}
         self._inbox = collections.defaultdict(collections.deque)
         self._backoff_until = {}
+        self._last_error = {}        # host_id -> "action: error" while retrying
         self._listeners = []
         self._threads = []
         self._stop = threading.Event()
@@ -253,6 +254,9 @@ class Engine:
             delay = self.queue.add_rate_limited(host_id)
             with self._lock:
                 self._backoff_until[host_id] = self.clock() + delay
+                self._last_error[host_id] = "%s failed (%s: %s); retry %d" % (
+                    action.value, type(e).__name__, e,
+                    self.queue.failures(host_id))
             LOG.warning("action_error", host=rec.name, action=action.value,
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
@@ -267,6 +271,7 @@ class Engine:
         self.queue.forget(host_id)
         with self._lock:
             self._backoff_until.pop(host_id, None)
+            self._last_error.pop(host_id, None)
             self._inbox[host_id].appendleft(result)
 
     # -- time ------------------------------------------------------------------
@@ -349,6 +354,7 @@ class Engine:
     def snapshot(self):
         with self._lock:
             hosts = sorted(self._records.values(), key=lambda r: r.name)
+            errors = dict(self._last_error)
         ok, why = self.cluster_status()
         return {
             "generated_at": self.clock(),
@@ -356,7 +362,8 @@ class Engine:
             "cluster": {"ok": ok, "reason": why},
             "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
                        "since": r.since, "reason": r.reason,
-                       "heartbeat_ok": r.heartbeat_ok, "busy": r.busy}
+                       "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
+                       "retrying": errors.get(r.id)}
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
         }

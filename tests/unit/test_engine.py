@@ -163,9 +163,13 @@ def test_nova_error_during_action_is_retried_with_backoff():
     w.pass_()   # fence OK, isolate fails once
     errors = [a for a in w.journal.actions() if a["outcome"] == "error"]
     assert len(errors) == 1 and "503" in errors[0]["detail"]
+    shown = {h["name"]: h for h in w.engine.snapshot()["hosts"]}
+    assert "isolate failed (ComputeError: HTTP 503); retry 1" == \
+        shown["compute-0"]["retrying"]
     for _ in range(10):
         w.pass_()
     assert w.state("compute-0")[0] == "evacuated"
+    assert w.engine.snapshot()["hosts"][0]["retrying"] is None
 
 
 def test_no_capacity_goes_pending_then_recovers():
