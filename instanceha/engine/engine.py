@@ -221,12 +221,24 @@ class Engine:
         elif self.conf.debug:
             LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
                       trigger=event.kind.value, source=event.source)
+        due = None
+        if event.kind is not E.TICK and not actions:
+            # A deadline already passed (grace_period 0, a kdump proof):
+            # decide now instead of at the next tick. Never after a TICK,
+            # so a held decision (threshold) cannot spin.
+            when = fsm.machine.next_wakeup(new, self.policy)
+            if when is not None and when <= event.at:
+                ok, why = self.cluster_status_with(new)
+                due = Event(E.TICK, new.id, event.at, name=new.name,
+                            source="timer", cluster_ok=ok, reason=why)
         with self._lock:
             if changed:
                 self.stats[("transition", new.state.value)] += 1
             self._records[new.id] = new
             for a in reversed(actions):
                 self._inbox[new.id].appendleft(a)
+            if due is not None:
+                self._inbox[new.id].appendleft(due)
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
@@ -277,9 +289,16 @@ class Engine:
     # -- time ------------------------------------------------------------------
     def cluster_status(self):
         """(ok, reason): False when more hosts look dead than allowed."""
+        return self.cluster_status_with(None)
+
+    def cluster_status_with(self, pending):
+        """cluster_status() as it will be once ``pending`` is recorded."""
         with self._lock:
-            recs = [r for r in self._records.values()
-                    if r.state not in _IGNORED_FOR_THRESHOLD]
+            records = dict(self._records)
+        if pending is not None:
+            records[pending.id] = pending
+        recs = [r for r in records.values()
+                if r.state not in _IGNORED_FOR_THRESHOLD]
         total = len(recs)
         dead = sum(1 for r in recs if not r.heartbeat_ok and not r.isolated)
         limit = self.conf.policy.threshold

@@ -256,3 +256,30 @@ def test_our_own_write_is_not_taken_for_a_returning_heartbeat():
     w.compute.services["compute-1"]["alive"] = True   # really back
     w.pass_()
     assert w.state("compute-1")[0] == "recovering"
+
+
+def test_passed_deadline_is_decided_without_waiting_for_a_tick():
+    w = World()
+    w.conf.set_override("grace_period", 0, "detection")
+    w.engine.policy = w.engine.policy.__class__.from_conf(w.conf)
+    w.pass_()
+    rec = w.engine.find("compute-2")
+    w.compute.kill("compute-2")
+    w.engine.submit(Event(E.FORCED_DOWN, rec.id, w.clock(), name="compute-2",
+                          source="notification", reason="another actor"))
+    w.drain()                       # no tick, no reconciler pass
+    assert w.fencer.powered_off == ["compute-2"]
+
+
+def test_threshold_hold_does_not_spin_on_passed_deadline():
+    w = World(hosts=2, threshold=0)
+    w.conf.set_override("grace_period", 0, "detection")
+    w.engine.policy = w.engine.policy.__class__.from_conf(w.conf)
+    w.pass_()
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.HEARTBEAT_LOST, rec.id, w.clock(),
+                          name="compute-0", source="test"))
+    w.drain()                       # would raise "did not settle" on a spin
+    state, reason = w.state("compute-0")
+    assert state == "suspect" and "threshold" in reason
+    assert w.fencer.powered_off == []
