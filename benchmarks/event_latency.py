@@ -7,7 +7,13 @@
    sink (the engine's entry point: its first fencing call follows from
    there). Prints p50/p90/p99/max.
 2. Throughput: with the listener stopped, queue ``--backlog`` notifications
-   on its pool queue, start it and time how fast one process drains them.
+   on its pool queue (the publisher process has exited before the clock
+   starts, so it takes no CPU from the listener), start it and time how
+   fast one process drains them: from ``start()`` (connect included) and
+   from the first delivery (the steady rate).
+3. Ceiling (``--ceiling``): the same drain with an endpoint that only
+   counts, none of instanceha's handling: what oslo.messaging's rabbit
+   listener alone sustains in this process on this machine.
 
 Targets (issue 4): p99 < 50 ms, >= 5,000 notifications/s.
 
@@ -82,10 +88,27 @@ def percentile(values, q):
 BATCH = {}
 
 
-def make_source(url, pool, sink):
+class CountingSource(NotificationSource):
+    """The listener with instanceha's handling replaced by a count: each
+    notification reaches the sink as None, nothing parsed."""
+
+    def handle(self, priority, publisher_id, event_type, payload, metadata):
+        self._sink(None)
+
+
+class CountingSink(TimingSink):
+    def __call__(self, event):
+        t = time.time()
+        with self.lock:
+            self.seen[len(self.seen)] = t
+            if len(self.seen) >= self.expect:
+                self.done.set()
+
+
+def make_source(url, pool, sink, cls=NotificationSource):
     conf = fx.make_conf("notifications", transport_url=url, pool=pool,
                         **BATCH)
-    return NotificationSource(conf, sink, time.time, None)
+    return cls(conf, sink, time.time, None)
 
 
 def publish(url, count, rate, prefix):
@@ -144,24 +167,34 @@ def latency(url, pool, count, rate):
         fx.clear_overrides()
 
 
-def throughput(url, pool, count):
-    sink = TimingSink()
-    source = make_source(url, pool, sink)
+def throughput(url, pool, count, ceiling=False):
+    """Drain a backlog of ``count``: (drained, seconds from start(),
+    seconds from the first delivery, CPU seconds of this process)."""
+    sink = CountingSink() if ceiling else TimingSink()
+    cls = CountingSource if ceiling else NotificationSource
+    source = make_source(url, pool, sink, cls)
     source.start()          # declares the pool queue
     source.stop()
-    run_publisher(url, count, 0, "backlog")
+    run_publisher(url, count, 0, "backlog")   # returns once it has exited
     sink.reset(count)
-    source = make_source(url, pool, sink)
+    source = make_source(url, pool, sink, cls)
     cpu0 = time.process_time()
     t0 = time.time()
     source.start()
     try:
         sink.done.wait(120)
-        t1 = max(sink.seen.values()) if sink.seen else time.time()
-        return len(sink.seen), t1 - t0, time.process_time() - cpu0
+        cpu = time.process_time() - cpu0
+        times = sink.seen.values()
+        t1 = max(times) if times else time.time()
+        first = min(times) if times else t1
+        return len(sink.seen), t1 - t0, t1 - first, cpu
     finally:
         source.stop()
         fx.clear_overrides()
+
+
+def _rate(count, seconds):
+    return count / seconds if seconds > 0 else 0.0
 
 
 def main():
@@ -171,6 +204,9 @@ def main():
                         help="publish rate of the latency phase, per second")
     parser.add_argument("--backlog", type=int, default=20000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also drain the backlog with a counting "
+                             "endpoint: oslo.messaging alone")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--batch-timeout", type=float, default=None)
     parser.add_argument("--publish", metavar="URL", help=argparse.SUPPRESS)
@@ -196,12 +232,15 @@ def main():
     try:
         pool = "instanceha-bench-%d" % os.getpid()
         lat, lost, health = latency(vhost.url, pool, args.events, args.rate)
-        drained, elapsed, cpu = throughput(vhost.url, pool + "-tp",
-                                           args.backlog)
+        drained, elapsed, steady, cpu = throughput(vhost.url, pool + "-tp",
+                                                   args.backlog)
+        ceiling = (throughput(vhost.url, pool + "-ceil", args.backlog,
+                              ceiling=True) if args.ceiling else None)
     finally:
         vhost.__exit__(None, None, None)
 
-    rate = drained / elapsed if elapsed > 0 else 0.0
+    rate = _rate(drained, elapsed)
+    steady_rate = _rate(drained - 1, steady)
     result = {
         "events": args.events, "publish_rate": args.rate, "lost": lost,
         "p50_ms": statistics.median(lat) if lat else None,
@@ -211,9 +250,19 @@ def main():
         "backlog": args.backlog, "drained": drained,
         "drain_seconds": elapsed, "drain_cpu_seconds": cpu,
         "notifications_per_s": rate,
+        "steady_per_s": steady_rate,
+        "cpu_us_per_notification": cpu / drained * 1e6 if drained else None,
         "target_p99_ms": TARGET_P99_MS, "target_per_s": TARGET_RATE,
         "listener_health": health,
     }
+    if ceiling is not None:
+        c_drained, c_elapsed, c_steady, c_cpu = ceiling
+        result["ceiling"] = {
+            "drained": c_drained, "drain_seconds": c_elapsed,
+            "notifications_per_s": _rate(c_drained, c_elapsed),
+            "steady_per_s": _rate(c_drained - 1, c_steady),
+            "cpu_us_per_notification":
+                c_cpu / c_drained * 1e6 if c_drained else None}
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -228,11 +277,22 @@ def main():
                  "met" if result["p99_ms"] < TARGET_P99_MS else "MISSED",
                  result["p99_ms"] / TARGET_P99_MS))
     print("throughput, one listener draining a backlog of %d" % args.backlog)
-    print("  drained %d in %.2f s (%.2f s CPU) = %.0f notifications/s" % (
-        drained, elapsed, cpu, rate))
+    print("  drained %d in %.2f s (%.2f s CPU, %.0f us each) = %.0f "
+          "notifications/s (%.0f /s from the first delivery)" % (
+              drained, elapsed, cpu, result["cpu_us_per_notification"] or 0,
+              rate, steady_rate))
     print("  target >= %.0f/s: %s (%.2fx the target)" % (
         TARGET_RATE, "met" if rate >= TARGET_RATE else "MISSED",
         rate / TARGET_RATE))
+    if ceiling is not None:
+        c = result["ceiling"]
+        print("ceiling, the same drain with a counting endpoint "
+              "(oslo.messaging alone)")
+        print("  drained %d in %.2f s (%.0f us CPU each) = %.0f "
+              "notifications/s (%.0f /s from the first delivery)" % (
+                  c["drained"], c["drain_seconds"],
+                  c["cpu_us_per_notification"] or 0,
+                  c["notifications_per_s"], c["steady_per_s"]))
 
 
 if __name__ == "__main__":

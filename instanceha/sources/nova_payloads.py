@@ -79,7 +79,9 @@ REBUILD_TASK_STATES = frozenset([
 
 def unwrap(payload):
     """Return (name, version, data) of a versioned payload."""
-    if not isinstance(payload, Mapping):
+    # type() is dict for everything oslo.messaging decodes; the typing
+    # Mapping check (several microseconds) is left for other mappings.
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise PayloadError("payload is %s, not an object"
                            % type(payload).__name__)
     try:
@@ -88,7 +90,7 @@ def unwrap(payload):
         data = payload["nova_object.data"]
     except KeyError as exc:
         raise PayloadError("not a versioned payload: no %s" % exc) from None
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise PayloadError("nova_object.data is not an object")
     if not isinstance(version, str) or not version.split(".")[0].isdigit():
         raise PayloadError("bad nova_object.version %r" % (version,))
