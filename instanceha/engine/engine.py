@@ -16,6 +16,7 @@ import time
 
 import structlog
 
+from instanceha.drivers.fencing.inventory import BMC
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
@@ -32,6 +33,14 @@ _IGNORED_FOR_THRESHOLD = {State.MAINTENANCE, State.SUSPENDED}
 
 class _Retry(Exception):
     pass
+
+
+class _Pending(collections.namedtuple("_Pending", "action action_id")):
+    """An action to run; action_id is its journal row (None: write one)."""
+
+
+class _Result(collections.namedtuple("_Result", "event finish")):
+    """An action's result event and the journal update that finishes it."""
 
 
 class Context:
@@ -55,7 +64,6 @@ class Context:
     def bmc_for(self, host):
         bmc = self.inventory.get(host)
         if bmc is None and self.conf.fencing.default_driver:
-            from instanceha.drivers.fencing.inventory import BMC
             bmc = BMC(host=host, driver=self.conf.fencing.default_driver)
         return bmc
 
@@ -133,7 +141,7 @@ class Engine:
         with self._lock:
             if action is not None:
                 rec = dataclasses.replace(rec, busy=True)
-                self._inbox[rec.id].append(action)
+                self._inbox[rec.id].append(_Pending(action, None))
             self._records[rec.id] = rec
         LOG.info("host_resumed", host=rec.name, host_id=rec.id,
                  state=rec.state.value, origin=origin,
@@ -188,10 +196,15 @@ class Engine:
                 item = box.popleft()
             if isinstance(item, Event):
                 self._apply(item)
+            elif isinstance(item, _Result):
+                self._apply(item.event, item.finish)
             else:
                 self._run(host_id, item)
 
-    def _apply(self, event):
+    def _apply(self, event, finish=None):
+        """Step the state machine; journal the action that produced the
+        event (``finish``), the transition and the actions it starts in one
+        transaction, before any of those actions runs."""
         with self._lock:
             rec = self._record_for(event)
         if rec is None:
@@ -204,15 +217,19 @@ class Engine:
                       reason=str(e))
             return
         changed = new.state is not rec.state or new.reason != rec.reason
-        if changed:
+        ids = []
+        if changed or actions or finish:
             try:
-                self.journal.record_transition(rec, new, event)
+                ids = self.journal.record(rec, new, event, transition=changed,
+                                          start=actions, finish=finish)
             except Exception as e:
                 LOG.error("journal_write_failed", host=rec.name,
                           reason=str(e))
                 with self._lock:
-                    self._inbox[event.host].appendleft(event)
+                    self._inbox[event.host].appendleft(
+                        _Result(event, finish) if finish else event)
                 raise _Retry()
+        if changed:
             LOG.info("transition", host=new.name, host_id=new.id,
                      src=rec.state.value, state=new.state.value,
                      trigger=event.kind.value, source=event.source,
@@ -235,24 +252,30 @@ class Engine:
             if changed:
                 self.stats[("transition", new.state.value)] += 1
             self._records[new.id] = new
-            for a in reversed(actions):
-                self._inbox[new.id].appendleft(a)
+            for action, action_id in reversed(list(zip(actions, ids))):
+                self._inbox[new.id].appendleft(_Pending(action, action_id))
             if due is not None:
                 self._inbox[new.id].appendleft(due)
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
 
-    def _run(self, host_id, action):
+    def _run(self, host_id, pending):
+        action = pending.action
         with self._lock:
             rec = self._records[host_id]
         if ENTRY_ACTION.get(rec.state) is not action:
             LOG.info("action_dropped", host=rec.name, action=action.value,
                      state=rec.state.value,
                      reason="state changed before the action started")
+            if pending.action_id is not None:
+                self.journal.action_finished(pending.action_id, self.clock(),
+                                             "dropped", "state changed")
             return
         started = self.clock()
-        action_id = self.journal.action_started(rec, action, started)
+        action_id = pending.action_id
+        if action_id is None:      # a retry or a resume: a new attempt row
+            action_id = self.journal.action_started(rec, action, started)
         LOG.info("action_started", host=rec.name, action=action.value,
                  state=rec.state.value)
         try:
@@ -262,7 +285,7 @@ class Engine:
             self.journal.action_finished(action_id, self.clock(), "error",
                                          "%s: %s" % (type(e).__name__, e))
             with self._lock:
-                self._inbox[host_id].appendleft(action)
+                self._inbox[host_id].appendleft(_Pending(action, None))
             delay = self.queue.add_rate_limited(host_id)
             with self._lock:
                 self._backoff_until[host_id] = self.clock() + delay
@@ -274,8 +297,6 @@ class Engine:
                         reason="%s: %s" % (type(e).__name__, e))
             return
         self.stats[("action", action.value, result.kind.value)] += 1
-        self.journal.action_finished(action_id, self.clock(),
-                                     result.kind.value, result.reason)
         LOG.info("action_finished", host=rec.name, action=action.value,
                  outcome=result.kind.value,
                  seconds=round(self.clock() - started, 3),
@@ -284,7 +305,10 @@ class Engine:
         with self._lock:
             self._backoff_until.pop(host_id, None)
             self._last_error.pop(host_id, None)
-            self._inbox[host_id].appendleft(result)
+            # Its finish is journalled with the transition it causes.
+            self._inbox[host_id].appendleft(_Result(
+                result, (action_id, self.clock(), result.kind.value,
+                         result.reason)))
 
     # -- time ------------------------------------------------------------------
     def cluster_status(self):

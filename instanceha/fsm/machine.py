@@ -67,9 +67,12 @@ class HostRecord:
     busy: bool = False                   # an action is in flight
 
     def to_dict(self):
-        d = dataclasses.asdict(self)
+        d = {f: getattr(self, f) for f in _FIELDS}
         d["state"] = self.state.value
         return d
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(HostRecord))
 
 
 # -- guards: (record, event, policy) -> bool ---------------------------------

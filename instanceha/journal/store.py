@@ -6,7 +6,9 @@ it starts the side effect the transition calls for; on start it reads the
 last state of every host back (:meth:`Journal.latest`) and resumes.
 """
 
+import contextlib
 import os
+import threading
 
 import sqlalchemy as sa
 
@@ -52,6 +54,31 @@ EVACUATIONS = sa.Table(
 )
 
 
+# Statements built once: executing them with a parameter dict reuses
+# SQLAlchemy's compiled form instead of building and caching a new one.
+_INSERT_TRANSITION = TRANSITIONS.insert()
+_INSERT_ACTION = ACTIONS.insert()
+_FINISH_ACTION = ACTIONS.update().where(
+    ACTIONS.c.id == sa.bindparam("action_id"))
+
+_INSERT_EVACUATION = EVACUATIONS.insert()
+_FINISH_EVACUATION = EVACUATIONS.update().where(
+    EVACUATIONS.c.id == sa.bindparam("evac_id"))
+
+
+def _sqlite_pragmas(dbapi_connection, _record):
+    """WAL with synchronous=NORMAL: a commit costs ~0.2 ms instead of
+    ~1.4 ms (no fsync per commit), and readers (``instanceha status``, a
+    restarted engine) never block the writer. A process crash loses
+    nothing; an OS crash may lose the last commits, which the engine
+    re-derives from Nova's state at start."""
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
 class Journal:
 
     def __init__(self, url):
@@ -60,44 +87,78 @@ class Journal:
             directory = os.path.dirname(path)
             if directory:
                 os.makedirs(directory, exist_ok=True)
-        self.engine = sa.create_engine(url, pool_pre_ping=True)
+        sqlite = url.startswith("sqlite")
+        # A server connection can drop between writes; a file cannot.
+        self.engine = sa.create_engine(url, pool_pre_ping=not sqlite)
+        # SQLite has one writer at a time; its busy handler makes waiting
+        # writers sleep, so the engine's workers take turns here instead.
+        self._write_lock = threading.Lock() \
+            if self.engine.dialect.name == "sqlite" else None
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         METADATA.create_all(self.engine)
 
+    @contextlib.contextmanager
+    def _write(self):
+        if self._write_lock is None:
+            with self.engine.begin() as c:
+                yield c
+        else:
+            with self._write_lock, self.engine.begin() as c:
+                yield c
+
     # -- writes ---------------------------------------------------------------
+    def record(self, old, new, event, transition=True, start=(),
+               finish=None):
+        """One transaction: the action that produced ``event`` finished
+        (``finish`` = (action_id, at, outcome, detail)), the transition
+        ``old`` -> ``new`` (if ``transition``), and the actions it starts
+        (``start``, a list of Action). Returns the new actions' ids."""
+        with self._write() as c:
+            if finish is not None:
+                self._finish(c, *finish)
+            if transition:
+                c.execute(_INSERT_TRANSITION, dict(
+                    host_id=new.id, host_name=new.name or "", at=event.at,
+                    src=old.state.value, dst=new.state.value,
+                    event=event.kind.value, source=event.source or "",
+                    reason=new.reason, record=new.to_dict()))
+            return [c.execute(_INSERT_ACTION, dict(
+                host_id=new.id, host_name=new.name or "", kind=a.value,
+                started_at=event.at)).inserted_primary_key[0] for a in start]
+
     def record_transition(self, old, new, event):
-        with self.engine.begin() as c:
-            c.execute(TRANSITIONS.insert().values(
-                host_id=new.id, host_name=new.name or "", at=event.at,
-                src=old.state.value, dst=new.state.value,
-                event=event.kind.value, source=event.source or "",
-                reason=new.reason, record=new.to_dict()))
+        self.record(old, new, event)
 
     def action_started(self, record, kind, at):
-        with self.engine.begin() as c:
-            res = c.execute(ACTIONS.insert().values(
+        with self._write() as c:
+            res = c.execute(_INSERT_ACTION, dict(
                 host_id=record.id, host_name=record.name or "",
                 kind=kind.value, started_at=at))
             return res.inserted_primary_key[0]
 
     def action_finished(self, action_id, at, outcome, detail=""):
-        with self.engine.begin() as c:
-            c.execute(ACTIONS.update().where(ACTIONS.c.id == action_id).values(
-                finished_at=at, outcome=outcome, detail=detail))
+        with self._write() as c:
+            self._finish(c, action_id, at, outcome, detail)
+
+    @staticmethod
+    def _finish(c, action_id, at, outcome, detail):
+        c.execute(_FINISH_ACTION, dict(action_id=action_id, finished_at=at,
+                                       outcome=outcome, detail=detail))
 
     def evacuation_requested(self, host_id, host_name, server_id, at):
-        with self.engine.begin() as c:
-            res = c.execute(EVACUATIONS.insert().values(
+        with self._write() as c:
+            res = c.execute(_INSERT_EVACUATION, dict(
                 host_id=host_id, host_name=host_name, server_id=server_id,
                 requested_at=at, status="requested"))
             return res.inserted_primary_key[0]
 
     def evacuation_finished(self, evac_id, at, status, dest_host=None,
                             detail=""):
-        with self.engine.begin() as c:
-            c.execute(EVACUATIONS.update().where(
-                EVACUATIONS.c.id == evac_id).values(
-                    finished_at=at, status=status, dest_host=dest_host,
-                    detail=detail))
+        with self._write() as c:
+            c.execute(_FINISH_EVACUATION, dict(
+                evac_id=evac_id, finished_at=at, status=status,
+                dest_host=dest_host, detail=detail))
 
     # -- reads ------------------------------------------------------------------
     def latest(self):
