@@ -164,7 +164,6 @@ def latency(url, pool, count, rate):
         return latencies, count - len(latencies), source.health()
     finally:
         source.stop()
-        fx.clear_overrides()
 
 
 class _StubCompute:
@@ -224,16 +223,11 @@ def to_fence(url, pool, count, rate):
     from instanceha.engine.progress import ProgressBoard
     from instanceha.journal import Journal
 
-    conf = conf_pkg.new_conf()
-    conf([])
-    for group, values in {
-            "detection": {"grace_period": 0.0},
-            "policy": {"threshold": 100},
-            "fencing": {"default_driver": "bench"},
-            "notifications": dict(transport_url=url, pool=pool,
-                                  **BATCH)}.items():
-        for k, v in values.items():
-            conf.set_override(k, v, group)
+    conf = conf_pkg.make({
+        "detection": {"grace_period": 0.0},
+        "policy": {"threshold": 100},
+        "fencing": {"default_driver": "bench"},
+        "notifications": dict(transport_url=url, pool=pool, **BATCH)})
     workdir = tempfile.mkdtemp(prefix="instanceha-bench-")
     journal = Journal("sqlite:///%s/journal.sqlite" % workdir)
     engine_ref = []
@@ -292,7 +286,6 @@ def throughput(url, pool, count, ceiling=False):
         return len(sink.seen), t1 - t0, t1 - first, cpu
     finally:
         source.stop()
-        fx.clear_overrides()
 
 
 def _rate(count, seconds):

@@ -185,26 +185,10 @@ def fence_kdump_send():
     return path[0]
 
 
-_OVERRIDES = []
-
-
 def make_conf(group, **overrides):
-    """A parsed instanceha conf with overrides in ``group``. Call
-    :func:`clear_overrides` after the test: oslo.config keeps overrides on
-    the module-level option group that every conf object shares."""
+    """A parsed instanceha conf with ``overrides`` in ``group``."""
     from instanceha import conf as ih_conf
-    conf = ih_conf.new_conf()
-    conf([], project="instanceha", default_config_files=[])
-    for key, value in overrides.items():
-        conf.set_override(key, value, group=group)
-        _OVERRIDES.append((conf, key, group))
-    return conf
-
-
-def clear_overrides():
-    while _OVERRIDES:
-        conf, key, group = _OVERRIDES.pop()
-        conf.clear_override(key, group=group)
+    return ih_conf.make({group: overrides})
 
 
 def free_port():

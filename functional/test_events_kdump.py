@@ -47,7 +47,6 @@ def listener():
     yield make
     for source in made:
         source.stop()
-    fx.clear_overrides()
 
 
 def run_sender(sender, port, *args):
@@ -130,7 +129,6 @@ def test_resolved_host_names(sender):
         assert [e.host for e in sink.wait(1)] == ["uuid-local"]
     finally:
         source.stop()
-        fx.clear_overrides()
 
 
 CHILD = textwrap.dedent("""

@@ -53,7 +53,6 @@ def world(vhost):
     finally:
         notifier.close()
         source.stop()
-        fx.clear_overrides()
 
 
 def fresh_service_update(**changes):
@@ -147,7 +146,6 @@ def test_health_reports_outage(vhost):
         fx.rabbitmqctl("set_permissions", "-p", vhost.name, fx.RABBIT_USER,
                        ".*", ".*", ".*", check=False)
         source.stop()
-        fx.clear_overrides()
 
 
 def test_two_processes_share_one_pool(vhost):
@@ -175,7 +173,6 @@ def test_two_processes_share_one_pool(vhost):
         notifier.close()
         for source in sources:
             source.stop()
-        fx.clear_overrides()
 
 
 def test_broker_restarted_mid_run(tmp_path):
@@ -218,4 +215,3 @@ def test_broker_restarted_mid_run(tmp_path):
             notifier.close()
         source.stop()
         broker.stop()
-        fx.clear_overrides()

@@ -13,11 +13,7 @@ from functional.peers import procs
 
 @pytest.fixture
 def conf():
-    c = iha_conf.new_conf()
-    c([], default_config_files=[])
-    c.set_override("timeout", 20, group="fencing")
-    c.set_override("poll_interval", 0.2, group="fencing")
-    return c
+    return iha_conf.make({"fencing": {"timeout": 20, "poll_interval": 0.2}})
 
 
 def entry(bed, host):

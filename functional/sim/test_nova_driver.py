@@ -14,10 +14,8 @@ def sim(tmp_path):
                      schedule_time=0.0)
     srv = SimServer(cloud).start()
     clouds, _ = srv.write_client_files(str(tmp_path))
-    conf = conf_pkg.new_conf()
-    conf([])
-    conf.set_override("cloud", "sim")
-    conf.set_override("clouds_file", clouds)
+    conf = conf_pkg.make({"DEFAULT": {"cloud": "sim",
+                                      "clouds_file": clouds}})
     yield cloud, conf
     srv.stop()
 

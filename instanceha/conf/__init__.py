@@ -35,3 +35,16 @@ def load(argv=None, default_config_files=None):
     conf(args=argv or [], project="instanceha",
          default_config_files=default_config_files)
     return conf
+
+
+def make(overrides=None):
+    """A parsed conf that reads no config file, with ``overrides``
+    ({group: {option: value}}, "DEFAULT" for the default group) set: for
+    tests, benchmarks and tools that build instanceha in-process."""
+    conf = new_conf()
+    conf([], project="instanceha", default_config_files=[])
+    for group, values in (overrides or {}).items():
+        for key, value in values.items():
+            conf.set_override(key, value,
+                              None if group == "DEFAULT" else group)
+    return conf

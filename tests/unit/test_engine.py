@@ -16,14 +16,11 @@ from tests.unit.fakes import Clock, FakeCompute, FakeFencer
 class World:
     def __init__(self, hosts=3, servers=2, refuse=(), threshold=50,
                  leave_disabled=False, capacity=100):
-        self.conf = conf_pkg.new_conf()
-        self.conf([])
-        self.conf.set_override("grace_period", 5, "detection")
-        self.conf.set_override("delta", 10, "detection")
-        self.conf.set_override("threshold", threshold, "policy")
-        self.conf.set_override("poll_interval", 0.05, "evacuation")
-        self.conf.set_override("leave_disabled", leave_disabled, "evacuation")
-        self.conf.set_override("retry_backoff", 30, "evacuation")
+        self.conf = conf_pkg.make({
+            "detection": {"grace_period": 5, "delta": 10},
+            "policy": {"threshold": threshold},
+            "evacuation": {"poll_interval": 0.05, "retry_backoff": 30,
+                           "leave_disabled": leave_disabled}})
         self.clock = Clock()
         self.compute = FakeCompute(self.clock, hosts, servers, capacity)
         self.fencer = FakeFencer(self.compute, refuse)

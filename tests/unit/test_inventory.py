@@ -44,11 +44,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def _conf(**fencing):
-    conf = conf_pkg.new_conf()
-    conf([])
-    for k, v in fencing.items():
-        conf.set_override(k, v, "fencing")
-    return conf
+    return conf_pkg.make({"fencing": fencing})
 
 
 def test_noop_refused_unless_allowed(tmp_path):

@@ -52,12 +52,8 @@ class FakeBMC:
 
 @pytest.fixture
 def conf():
-    c = iha_conf.new_conf()
-    c([], default_config_files=[])
-    c.set_override("timeout", 10, group="fencing")
-    c.set_override("poll_interval", 1, group="fencing")
-    c.set_override("retries", 3, group="fencing")
-    return c
+    return iha_conf.make({"fencing": {"timeout": 10, "poll_interval": 1,
+                                      "retries": 3}})
 
 
 @pytest.fixture

@@ -55,26 +55,7 @@ class Sink:
             return list(self.events)
 
 
-_OVERRIDES = []
-
-
 def make_conf(group, **overrides):
-    """A parsed instanceha conf with ``overrides`` in ``group``.
-
-    Overrides are cleared after each test (conftest): oslo.config keeps them
-    on the option group, which conf objects built from the same module-level
-    group share, so they would otherwise leak into later tests.
-    """
+    """A parsed instanceha conf with ``overrides`` in ``group``."""
     from instanceha import conf as ih_conf
-    conf = ih_conf.new_conf()
-    conf([], project="instanceha", default_config_files=[])
-    for key, value in overrides.items():
-        conf.set_override(key, value, group=group)
-        _OVERRIDES.append((conf, key, group))
-    return conf
-
-
-def clear_overrides():
-    while _OVERRIDES:
-        conf, key, group = _OVERRIDES.pop()
-        conf.clear_override(key, group=group)
+    return ih_conf.make({group: overrides})
