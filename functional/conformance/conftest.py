@@ -1,30 +1,9 @@
-import pathlib
-import sys
-
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from functional.peers import harness  # noqa: E402
-from functional.peers.errors import PeerMissing  # noqa: E402
+from functional.peers import harness
 
 
 @pytest.fixture(scope="module")
 def bed():
     """The shared real-peer test bed (started on first use)."""
-    try:
-        return harness.testbed()
-    except PeerMissing as e:
-        harness.handle_missing(e)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    yield                      # fixtures (restore) run first
-    harness.leaving(nextitem)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    harness.stop()
+    return harness.testbed_or_missing()

@@ -164,6 +164,15 @@ SUITES = [pathlib.Path(__file__).resolve().parents[1] / d
           for d in ("realnova", "conformance")]
 
 
+def testbed_or_missing():
+    """The test bed for a fixture; a missing peer skips or fails the test
+    (INSTANCEHA_REQUIRE_SERVICES=1) with its name."""
+    try:
+        return testbed()
+    except PeerMissing as e:
+        handle_missing(e)
+
+
 def leaving(nextitem):
     """Stop the test bed unless the next test also uses it."""
     if nextitem is not None:

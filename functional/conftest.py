@@ -1,0 +1,22 @@
+"""Hooks for every functional suite."""
+
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from functional.peers import harness  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield                      # fixtures (restore) run first
+    harness.leaving(nextitem)  # stops the real-peer bed when its suites end
+
+
+def pytest_sessionfinish(session, exitstatus):
+    harness.stop()
