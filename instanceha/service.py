@@ -63,7 +63,8 @@ class Service:
             from instanceha.api.server import OperatorAPI
             self.api = OperatorAPI(conf, self.engine, clock)
         self._status_stop = threading.Event()
-        self.engine.add_listener(lambda *a: self.write_status())
+        self._status_dirty = threading.Event()
+        self.engine.add_listener(lambda *a: self._status_dirty.set())
 
     def _add_event_sources(self):
         conf = self.conf
@@ -102,11 +103,16 @@ class Service:
         os.replace(tmp, path)
 
     def _status_loop(self):
-        while not self._status_stop.wait(2.0):
+        """Rewrite the status file soon after a change (at most every
+        0.2 s, however many hosts change at once) and every 2 s anyway."""
+        while not self._status_stop.is_set():
+            self._status_dirty.wait(2.0)
+            self._status_dirty.clear()
             try:
                 self.write_status()
             except Exception as e:
                 LOG.warning("status_write_failed", reason=str(e))
+            self._status_stop.wait(0.2)
 
     def start(self):
         resumed = self.engine.resume_from_journal()
@@ -126,6 +132,7 @@ class Service:
 
     def stop(self):
         self._status_stop.set()
+        self._status_dirty.set()
         for src in self.sources:
             try:
                 src.stop()
