@@ -31,9 +31,20 @@ def new_conf():
 
 
 def load(argv=None, default_config_files=None):
+    """Parse the command line and config files and check every value now,
+    so a bad value stops the start with its group and option named instead
+    of failing later in the middle of a recovery."""
     conf = new_conf()
     conf(args=argv or [], project="instanceha",
          default_config_files=default_config_files)
+    for module in MODULES:
+        for group, opts in module.list_opts().items():
+            section = conf if group == "DEFAULT" else conf[group]
+            for opt in opts:
+                try:
+                    getattr(section, opt.dest)
+                except (cfg.ConfigFileValueError, ValueError) as e:
+                    raise cfg.Error("[%s] %s: %s" % (group, opt.name, e))
     return conf
 
 

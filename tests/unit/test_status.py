@@ -31,3 +31,16 @@ def test_status_without_service_is_a_clear_error(tmp_path, capsys):
 
 def test_unknown_command():
     assert cli.main(["frobnicate"]) == 2
+
+
+def test_bad_config_value_stops_start_naming_group_and_option(tmp_path, capsys):
+    conf = tmp_path / "c.conf"
+    conf.write_text("[detection]\ngrace_period = -3\n")
+    try:
+        cli.main(["run", "--config-file", str(conf)])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("a negative grace period was accepted")
+    err = capsys.readouterr().err
+    assert "[detection] grace_period" in err and "greater than or equal" in err
