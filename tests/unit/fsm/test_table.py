@@ -75,3 +75,14 @@ def test_ignored_pairs_change_nothing_but_observations(state):
         assert actions == []
         assert (new.state, new.since, new.reason) == (state, 5.0, "r")
         assert table.explain_ignored(state, k)
+
+
+def test_state_diagram_document_is_current():
+    import os
+    from instanceha.fsm import diagram
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "doc",
+                        "states.md")
+    with open(path) as f:
+        assert f.read() == diagram.render(), (
+            "doc/states.md is stale: python -m instanceha.fsm.diagram > "
+            "doc/states.md")
