@@ -51,6 +51,7 @@ class Event:
     detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def log_fields(self):
-        return {"event": self.kind.value, "host": self.name or self.host,
+        # Not "event": structlog takes that key for the log line's name.
+        return {"kind": self.kind.value, "host": self.name or self.host,
                 "host_id": self.host, "source": self.source,
                 "reason": self.reason}

@@ -72,13 +72,6 @@ def service_event(facts, now, fresh_for, own_prefix, publisher_id=None,
                  reason=reason, source=SOURCE, detail=detail), kind.value
 
 
-def log_fields(event):
-    """Event.log_fields() with 'event' renamed: structlog owns that key."""
-    fields = event.log_fields()
-    fields["kind"] = fields.pop("event")
-    return fields
-
-
 def _event_filter(patterns):
     combined = "|".join("(?:%s)" % p for p in patterns if p)
     re.compile(combined)   # a bad regex fails at start, not per message
@@ -280,7 +273,7 @@ class NotificationSource:
             LOG.debug("notification_ignored", event_type=event_type,
                       host=facts.host, reason=reason)
             return
-        LOG.info("notification_event", **log_fields(event))
+        LOG.info("notification_event", **event.log_fields())
         self._count("events")
         self._sink(event)
 
