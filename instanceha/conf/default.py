@@ -16,6 +16,13 @@ OPTS = [
     cfg.FloatOpt("api_timeout", default=30.0, min=1, max=600,
                  help="Seconds before a Nova API request is abandoned and "
                       "retried with back-off."),
+    cfg.IntOpt("action_retries", default=10, min=1, max=1000,
+               help="Attempts at an action (fence, isolate, evacuate, "
+                    "cleanup check) that keeps failing with an error a "
+                    "retry may cure (Nova or a BMC unreachable), with "
+                    "back-off doubling up to 60 s, before its host goes to "
+                    "'failed' for an operator (a cleanup check keeps "
+                    "waiting). Bounds retry loops."),
     cfg.IntOpt("workers", default=8, min=1, max=256,
                help="Size of the worker pool that runs fencing, isolation, "
                     "evacuation and cleanup checks. Each host is handled by at "

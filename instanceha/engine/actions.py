@@ -74,6 +74,11 @@ def evacuate(ctx, record):
     detail = dict(done=len(out.done), total=out.total,
                   skipped=len(out.skipped), failed=len(out.failed),
                   no_capacity=len(out.no_capacity))
+    if out.returned:
+        return _result(record, E.EVACUATE_FAILED, ctx,
+                       "%s; stopped: the host reported back while being "
+                       "evacuated, %d servers left on it"
+                       % (summary, len(out.failed)), **detail)
     if out.failed:
         sid, why = next(iter(out.failed.items()))
         return _result(record, E.EVACUATE_FAILED, ctx,
@@ -108,6 +113,16 @@ def check_cleanup(ctx, record):
         text = ("%d evacuation migrations completed; forced_down unset, "
                 "service left disabled ([evacuation] leave_disabled)" % done)
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
+
+
+def give_up(ctx, record, action, error, attempts):
+    """The definitive result for an action that kept raising."""
+    why = "%s raised %d times in a row, last: %s" % (action.value, attempts,
+                                                    error)
+    kind = {Action.FENCE: E.FENCE_FAILED, Action.ISOLATE: E.ISOLATE_FAILED,
+            Action.EVACUATE: E.EVACUATE_FAILED,
+            Action.CHECK_CLEANUP: E.CLEANUP_PENDING}[action]
+    return _result(record, kind, ctx, why)
 
 
 RUN = {

@@ -26,6 +26,9 @@ from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
 
 LOG = structlog.get_logger("instanceha.engine")
 
+#: Operator commands applied before a host's next queued action.
+_PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
+
 #: Observations where only the newest pending one matters.
 _COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
 _IGNORED_FOR_THRESHOLD = {State.MAINTENANCE, State.SUSPENDED}
@@ -160,10 +163,13 @@ class Engine:
         if ((event.detail or {}).get("forced_down")
                 and reason.startswith(actions_mod.REASON_PREFIX)):
             # Nova says instanceha isolated this host before, but the journal
-            # does not know it (lost or new): finish what was started.
+            # does not know it (lost, or a new replica): its real state is
+            # unknown, so prove it dead again before anything is evacuated
+            # (a returned host reports in and goes to recovering instead).
             rec = dataclasses.replace(
-                rec, state=State.EVACUATING, isolated=True,
-                reason="resumed from Nova's disabled_reason %r" % reason)
+                rec, state=State.FENCING, isolated=True,
+                reason="resumed from Nova's disabled_reason %r: re-proving "
+                       "the host dead" % reason)
             self.journal.record_transition(
                 fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
             self._adopt(rec, "nova")
@@ -194,6 +200,15 @@ class Engine:
                 if self._backoff_until.get(host_id, 0) > self.clock():
                     return
                 item = box.popleft()
+                if isinstance(item, _Pending):
+                    # An operator's hands-off comes before the next action,
+                    # which the state check in _run then drops.
+                    held = [e for e in box if isinstance(e, Event)
+                            and e.kind in _PREEMPT]
+                    if held:
+                        box.remove(held[0])
+                        box.appendleft(item)
+                        item = held[0]
             if isinstance(item, Event):
                 self._apply(item)
             elif isinstance(item, _Result):
@@ -275,15 +290,40 @@ class Engine:
         started = self.clock()
         action_id = pending.action_id
         if action_id is None:      # a retry or a resume: a new attempt row
-            action_id = self.journal.action_started(rec, action, started)
+            try:
+                action_id = self.journal.action_started(rec, action, started)
+            except Exception as e:
+                LOG.error("journal_write_failed", host=rec.name,
+                          action=action.value, reason=str(e))
+                with self._lock:
+                    self._inbox[host_id].appendleft(pending)
+                raise _Retry()
         LOG.info("action_started", host=rec.name, action=action.value,
                  state=rec.state.value)
         try:
             result = actions_mod.RUN[action](self.ctx, rec)
         except Exception as e:
             self.stats[("action", action.value, "error")] += 1
-            self.journal.action_finished(action_id, self.clock(), "error",
-                                         "%s: %s" % (type(e).__name__, e))
+            error = "%s: %s" % (type(e).__name__, e)
+            try:
+                self.journal.action_finished(action_id, self.clock(), "error",
+                                             error)
+            except Exception as je:
+                LOG.error("journal_write_failed", host=rec.name,
+                          action=action.value, reason=str(je))
+            if self.queue.failures(host_id) + 1 >= self.conf.action_retries:
+                # Bounded: give the state machine a definitive answer.
+                self.queue.forget(host_id)
+                result = actions_mod.give_up(self.ctx, rec, action, error,
+                                             self.conf.action_retries)
+                LOG.error("action_given_up", host=rec.name,
+                          action=action.value,
+                          attempts=self.conf.action_retries, reason=error)
+                with self._lock:
+                    self._backoff_until.pop(host_id, None)
+                    self._last_error.pop(host_id, None)
+                    self._inbox[host_id].appendleft(_Result(result, None))
+                return
             with self._lock:
                 self._inbox[host_id].appendleft(_Pending(action, None))
             delay = self.queue.add_rate_limited(host_id)
@@ -351,23 +391,27 @@ class Engine:
         return len(due)
 
     # -- threads ---------------------------------------------------------------
+    def work(self, key):
+        """Process one key taken from the queue, as a worker does."""
+        try:
+            self.process(key)
+        except _Retry:
+            delay = self.queue.add_rate_limited(key)
+            with self._lock:
+                self._backoff_until[key] = self.clock() + delay
+        except Exception:
+            LOG.exception("worker_error", host_id=key)
+            self.queue.add_rate_limited(key)
+        finally:
+            self.queue.done(key)
+
     def _worker(self):
         while True:
             try:
                 key = self.queue.get()
             except ShutDown:
                 return
-            try:
-                self.process(key)
-            except _Retry:
-                delay = self.queue.add_rate_limited(key)
-                with self._lock:
-                    self._backoff_until[key] = self.clock() + delay
-            except Exception:
-                LOG.exception("worker_error", host_id=key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
+            self.work(key)
 
     def _ticker(self):
         while not self._stop.wait(self.conf.detection.tick_interval):

@@ -23,6 +23,7 @@ IN_FLIGHT = {"accepted", "pre-migrating", "migrating", "queued", "preparing",
 SUCCEEDED = {"done", "completed"}
 FAILED = {"error", "failed", "cancelled"}
 NO_CAPACITY_MARKERS = ("no valid host",)
+SEND_ATTEMPTS = 3       # evacuate requests per server that fail with an error
 
 
 class Outcome:
@@ -32,6 +33,7 @@ class Outcome:
         self.failed = {}        # server_id -> reason
         self.no_capacity = {}   # server_id -> reason
         self.skipped = {}       # server_id -> why not evacuable
+        self.returned = False   # stopped: the host reported back
 
 
 def _latest(migrations):
@@ -71,7 +73,15 @@ def evacuate_host(ctx, record):
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
     last_poll = ctx.clock()
+    send_errors = collections.Counter()
     while todo or inflight:
+        if todo and _host_returned(ctx, record):
+            # A host that reports in again (a kdump reboot, someone powering
+            # it on) may be running the servers not yet sent: stop here.
+            outcome.returned = True
+            for s in todo:
+                outcome.failed[s.id] = "not evacuated: the host reported back"
+            todo.clear()
         while todo and len(inflight) < conf.concurrency:
             s = todo.popleft()
             now = ctx.clock()
@@ -89,6 +99,20 @@ def evacuate_host(ctx, record):
                 outcome.failed[s.id] = str(e)
                 LOG.error("evacuation_refused", host=host, server=s.id,
                           reason=str(e))
+                continue
+            except base.ComputeError as e:
+                # Trouble with this one request: try it again after the
+                # others, a few times, without holding them up.
+                ctx.journal.evacuation_finished(evac_id, now, "error",
+                                                detail=str(e))
+                send_errors[s.id] += 1
+                if send_errors[s.id] < SEND_ATTEMPTS:
+                    todo.append(s)
+                else:
+                    outcome.failed[s.id] = str(e)
+                LOG.warning("evacuation_request_failed", host=host,
+                            server=s.id, attempt=send_errors[s.id],
+                            reason=str(e))
                 continue
             inflight[s.id] = (now, evac_id)
         if not inflight:
@@ -135,6 +159,18 @@ def evacuate_host(ctx, record):
             del inflight[sid]
             ctx.progress(record, len(outcome.done), outcome.total)
     return outcome
+
+
+def _host_returned(ctx, record):
+    """The compute service reported after it was fenced and isolated."""
+    marks = [x for x in (record.fenced_at, record.written_at)
+             if x is not None]
+    if not marks:
+        return False
+    floor = max(marks)
+    svc = next((s for s in ctx.compute.list_services()
+                if s.id == record.id), None)
+    return bool(svc and svc.updated_at and svc.updated_at > floor)
 
 
 def _rebuilt_by_event(ctx, host, inflight):

@@ -60,11 +60,16 @@ class HostRecord:
     kdump_at: Optional[float] = None     # last kdump message
     fenced_at: Optional[float] = None    # when the host was proven dead
     written_at: Optional[float] = None   # service updated_at after our write
+    returned: bool = False               # reported in after it was fenced
     isolated: bool = False               # instanceha forced the service down
     attempts: int = 0                    # evacuation attempts in this recovery
     retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
     until: Optional[float] = None        # SUSPENDED: expiry (None = forever)
     busy: bool = False                   # an action is in flight
+
+    @property
+    def attempts_next(self):
+        return self.attempts + 1
 
     def to_dict(self):
         d = {f: getattr(self, f) for f in _FIELDS}
@@ -94,6 +99,17 @@ def _dumping(r, ev, p):
             and ev.at - r.kdump_at <= p.kdump_timeout)
 
 
+def _kdump_proof(r, p, now):
+    """A kdump message arrived after the heartbeat was lost (and after the
+    host was last seen alive), not longer than kdump_timeout before ``now``:
+    the host runs its dump kernel, which runs no guests."""
+    return (p.kdump_enabled and p.kdump_action == "evacuate"
+            and not r.heartbeat_ok and r.lost_at is not None
+            and r.kdump_at is not None and r.kdump_at >= r.lost_at
+            and (r.ok_at is None or r.kdump_at > r.ok_at)
+            and now - r.kdump_at <= p.kdump_timeout)
+
+
 def _fence_due(r, ev, p):
     due = _fence_at(r, p)
     if due is None or ev.at < due or r.heartbeat_ok:
@@ -113,7 +129,7 @@ def _reported_after_fencing(r, ev, p):
     """
     reported = (ev.detail or {}).get("updated_at")
     if reported is None:
-        return True
+        return False            # no timestamp: not a proof of return
     floor = max(x for x in (r.fenced_at, r.written_at, float("-inf"))
                 if x is not None)
     return reported > floor
@@ -122,22 +138,24 @@ def _reported_after_fencing(r, ev, p):
 GUARDS = {
     table.ALWAYS: lambda r, ev, p: True,
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
-    "kdump_proves_dead": lambda r, ev, p: (p.kdump_action == "evacuate"
-                                           and not r.heartbeat_ok
-                                           and _dumping(r, ev, p)),
+    "kdump_proves_dead": lambda r, ev, p: _kdump_proof(r, p, ev.at),
     "kdump_waits": lambda r, ev, p: (p.kdump_action == "wait"
                                      and _dumping(r, ev, p)),
     "fence_due": _fence_due,
-    "fence_due_but_threshold": lambda r, ev, p: (_fence_due(r, ev, p)
-                                                 and not ev.cluster_ok),
+    "decision_due_but_threshold": lambda r, ev, p: (
+        not ev.cluster_ok and (_fence_due(r, ev, p)
+                               or _kdump_proof(r, p, ev.at))),
     "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
     "retry_due": lambda r, ev, p: (not r.busy and r.retry_at is not None
                                    and ev.at >= r.retry_at),
     "isolated": lambda r, ev, p: r.isolated,
-    "reported_after_fencing": _reported_after_fencing,
+    "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
+    "suspension_expired_returned": lambda r, ev, p: (
+        r.until is not None and ev.at >= r.until and r.isolated
+        and r.returned and r.heartbeat_ok),
     "suspension_expired_isolated": lambda r, ev, p: (
         r.until is not None and ev.at >= r.until and r.isolated),
 }
@@ -163,8 +181,12 @@ def _observe(r, ev):
     changes = {}
     if ev.kind is E.HEARTBEAT_OK:
         changes.update(heartbeat_ok=True, lost_at=None, ok_at=ev.at)
+        if r.isolated:
+            changes["returned"] = (r.returned
+                                   or _reported_after_fencing(r, ev, None))
     elif ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
         changes["heartbeat_ok"] = False
+        changes["returned"] = False
         if r.lost_at is None:
             changes["lost_at"] = ev.at
     elif ev.kind is E.KDUMP:
@@ -193,13 +215,13 @@ def _enter(r, dst, ev, p):
     """Field changes that come with entering ``dst`` (from another state)."""
     changes = dict(state=dst, since=ev.at, retry_at=None, busy=False)
     if dst is State.ACTIVE:
-        changes.update(isolated=False, attempts=0)
+        changes.update(isolated=False, attempts=0, returned=False)
     if dst in ISOLATED_STATES:
         changes["isolated"] = True
     if dst is State.EVACUATING:
         changes["attempts"] = r.attempts + 1
     if dst is State.FENCED:
-        changes["fenced_at"] = ev.at
+        changes.update(fenced_at=ev.at, returned=False)
     written = (ev.detail or {}).get("written_at")
     if written is not None:
         changes["written_at"] = float(written)
@@ -246,6 +268,9 @@ def step(record, event, policy):
 def next_wakeup(record, policy):
     """When a TICK could next change this record (None: no timer needed)."""
     if record.state is State.SUSPECT:
+        if record.kdump_at is not None and _kdump_proof(record, policy,
+                                                        record.kdump_at):
+            return record.kdump_at
         return _fence_at(record, policy)
     if record.state in (State.PENDING, State.RECOVERING):
         return record.retry_at

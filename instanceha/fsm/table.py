@@ -27,16 +27,16 @@ RULES = [
      "kdump message received from the host"),
     (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
      "heartbeat back within the grace period"),
-    (S.SUSPECT, E.KDUMP, "kdump_proves_dead", S.FENCED,
-     "kdump message: the dump kernel runs no guests, host counts as fenced"),
+    # A kdump message only records the proof; the decision is taken on the
+    # TICK that follows at once, after the threshold check.
     (S.SUSPECT, E.KDUMP, "kdump_waits", S.SUSPECT,
      "kdump in progress: waiting for the dump to finish (kdump_action=wait)"),
     (S.SUSPECT, E.KDUMP, "kdump_enabled", S.SUSPECT,
      "kdump message received; waiting for Nova to report the service down"),
+    (S.SUSPECT, E.TICK, "decision_due_but_threshold", S.SUSPECT,
+     "not fencing: {event.reason}"),
     (S.SUSPECT, E.TICK, "kdump_proves_dead", S.FENCED,
      "kdump message: the dump kernel runs no guests, host counts as fenced"),
-    (S.SUSPECT, E.TICK, "fence_due_but_threshold", S.SUSPECT,
-     "not fencing: {event.reason}"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
@@ -56,12 +56,20 @@ RULES = [
      "no capacity after {record.attempts} attempts: {event.reason}"),
     (S.EVACUATING, E.EVACUATE_FAILED, ALWAYS, S.FAILED,
      "evacuation failed: {event.reason}"),
-    (S.PENDING, E.TICK, "retry_due", S.EVACUATING,
-     "retrying evacuation (attempt {record.attempts})"),
-    (S.PENDING, E.OPERATOR_RESUME, ALWAYS, S.EVACUATING,
-     "operator asked to retry evacuation"),
+    # Before another attempt the host is proven dead again (the BMC confirms
+    # Off; power-off is idempotent), unless it has reported back since it
+    # was fenced: then it is alive and only Nova's cleanup is awaited.
+    (S.PENDING, E.TICK, "returned", S.RECOVERING,
+     "host reported back while waiting for capacity; checking cleanup"),
+    (S.PENDING, E.TICK, "retry_due", S.FENCING,
+     "re-proving the host dead before evacuation attempt "
+     "{record.attempts_next}"),
+    (S.PENDING, E.OPERATOR_RESUME, "returned", S.RECOVERING,
+     "operator resumed; the host has reported back: checking cleanup"),
+    (S.PENDING, E.OPERATOR_RESUME, ALWAYS, S.FENCING,
+     "operator asked to retry: re-proving the host dead first"),
     # -- return of the host -------------------------------------------------
-    (S.EVACUATED, E.HEARTBEAT_OK, "reported_after_fencing", S.RECOVERING,
+    (S.EVACUATED, E.HEARTBEAT_OK, "returned", S.RECOVERING,
      "compute service reporting again; checking Nova's cleanup"),
     (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,
@@ -73,20 +81,32 @@ RULES = [
     # -- failure that needs an operator --------------------------------------
     (S.FAILED, E.HEARTBEAT_OK, "not_isolated", S.ACTIVE,
      "heartbeat back; the host was never forced down"),
-    (S.FAILED, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
-     "operator resumed: evacuating what is left"),
+    (S.FAILED, E.OPERATOR_RESUME, "returned", S.RECOVERING,
+     "operator resumed; the host has reported back: checking cleanup"),
+    (S.FAILED, E.OPERATOR_RESUME, "isolated", S.FENCING,
+     "operator resumed: re-proving the host dead, then evacuating what is "
+     "left"),
     (S.FAILED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
      "operator resumed: watching the host again"),
     # -- operator ------------------------------------------------------------
-    (S.MAINTENANCE, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
-     "maintenance ended: evacuating what is left"),
+    (S.MAINTENANCE, E.OPERATOR_RESUME, "returned", S.RECOVERING,
+     "maintenance ended; the host has reported back: checking cleanup"),
+    (S.MAINTENANCE, E.OPERATOR_RESUME, "isolated", S.FENCING,
+     "maintenance ended: re-proving the host dead, then evacuating what is "
+     "left"),
     (S.MAINTENANCE, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
      "maintenance ended"),
-    (S.SUSPENDED, E.OPERATOR_RESUME, "isolated", S.EVACUATING,
-     "operator resumed: evacuating what is left"),
+    (S.SUSPENDED, E.OPERATOR_RESUME, "returned", S.RECOVERING,
+     "operator resumed; the host has reported back: checking cleanup"),
+    (S.SUSPENDED, E.OPERATOR_RESUME, "isolated", S.FENCING,
+     "operator resumed: re-proving the host dead, then evacuating what is "
+     "left"),
     (S.SUSPENDED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE, "operator resumed"),
-    (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.EVACUATING,
-     "suspension expired: evacuating what is left"),
+    (S.SUSPENDED, E.TICK, "suspension_expired_returned", S.RECOVERING,
+     "suspension expired; the host has reported back: checking cleanup"),
+    (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.FENCING,
+     "suspension expired: re-proving the host dead, then evacuating what "
+     "is left"),
     (S.SUSPENDED, E.TICK, "suspension_expired", S.ACTIVE,
      "suspension expired"),
 ]

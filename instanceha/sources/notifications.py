@@ -60,12 +60,16 @@ def service_event(facts, now, fresh_for, own_prefix, publisher_id=None,
     else:
         age = now - facts.last_seen_up
         detail["heartbeat_age"] = age
-        if age <= fresh_for:
-            kind = EventKind.HEARTBEAT_OK
-            reason = "service.update: up, last seen %.1fs ago" % age
-        else:
-            kind = EventKind.HEARTBEAT_LOST
-            reason = "service.update: last seen %.1fs ago" % age
+        if age > fresh_for:
+            # A notification can arrive late (broker backlog): it never says
+            # a host is dead; the reconciler's poll of Nova decides that.
+            return None, "stale_heartbeat"
+        kind = EventKind.HEARTBEAT_OK
+        reason = "service.update: up, last seen %.1fs ago" % age
+        # Nova's last_seen_up moves only with heartbeats (unlike updated_at,
+        # which our own writes bump): the engine compares it with the
+        # fencing time to tell a returned host.
+        detail["updated_at"] = facts.last_seen_up
     if facts.disabled:
         reason += ", disabled (%s)" % (facts.disabled_reason or "no reason")
     return Event(kind=kind, host=facts.uuid, at=now, name=facts.host,

@@ -40,10 +40,7 @@ class World:
             key = self.engine.queue.get(timeout=0)
             if key is None:
                 return
-            try:
-                self.engine.process(key)
-            finally:
-                self.engine.queue.done(key)
+            self.engine.work(key)
         raise AssertionError("engine did not settle")
 
     def pass_(self, seconds=1.0):
@@ -280,3 +277,95 @@ def test_threshold_hold_does_not_spin_on_passed_deadline():
     state, reason = w.state("compute-0")
     assert state == "suspect" and "threshold" in reason
     assert w.fencer.powered_off == []
+
+
+def test_one_failing_evacuate_request_does_not_block_the_others():
+    w = World(servers=4)
+    w.pass_()
+    real = w.compute.evacuate
+
+    def evacuate(server_id):
+        if server_id == "compute-1-vm-0":
+            raise cb.ComputeError("HTTP 500", 500)
+        return real(server_id)
+    w.compute.evacuate = evacuate
+    w.compute.kill("compute-1")
+    w.until("compute-1", "failed")
+    on_host = [s for s, v in w.compute.servers.items()
+               if v["host"] == "compute-1"]
+    assert on_host == ["compute-1-vm-0"]          # the other 3 moved
+    assert "HTTP 500" in w.state("compute-1")[1]
+
+
+def test_action_that_keeps_raising_gives_up_after_action_retries():
+    w = World()
+    w.conf.set_override("action_retries", 3)
+    w.pass_()
+    w.compute.fail["force_down"] = [cb.ComputeError("HTTP 503", 503)] * 10
+    w.compute.kill("compute-0")
+    w.until("compute-0", "failed", passes=200)
+    state, reason = w.state("compute-0")
+    assert "isolate raised 3 times in a row" in reason and "503" in reason
+    assert len(w.compute.fail["force_down"]) == 7   # no more attempts
+
+
+def test_journal_failure_when_an_action_starts_is_retried_not_lost():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-0")
+    w.compute.fail["force_down"] = [cb.ComputeError("HTTP 503", 503)]
+    real = w.journal.action_started
+    calls = []
+
+    def flaky(*a):
+        calls.append(a)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real(*a)
+    w.journal.action_started = flaky
+    w.until("compute-0", "evacuated", passes=120)
+    assert len(calls) >= 2
+
+
+def test_operator_suspend_preempts_the_next_action():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "suspect")
+    rec = w.engine.find("compute-1")
+    w.clock.advance(10)
+    w.engine.tick()                       # TICK queued: would start fencing
+    key = w.engine.queue.get(timeout=0)
+    w.engine._apply(w.engine._inbox[key].popleft())   # -> fencing + FENCE
+    w.engine.submit(Event(E.OPERATOR_SUSPEND, rec.id, w.clock(),
+                          name="compute-1", source="operator",
+                          reason="wrong BMC"))
+    w.engine.process(key)
+    w.engine.queue.done(key)
+    assert w.state("compute-1")[0] == "suspended"
+    assert w.fencer.powered_off == []
+
+
+def test_host_that_reports_back_mid_evacuation_stops_it():
+    w = World(servers=3)
+    w.conf.set_override("concurrency", 1, "evacuation")
+    w.pass_()
+    w.compute.complete = False               # evacuations stay in flight
+    sent = []
+    real = w.compute.evacuate
+
+    def evacuate(server_id):
+        sent.append(server_id)
+        real(server_id)
+        # First request made: the host comes back (a kdump reboot).
+        w.clock.advance(1)
+        w.compute.services["compute-2"].update(alive=True)
+        w.compute.heartbeat()
+        m = w.compute.migrations[-1]
+        m["status"] = "done"
+        w.compute.servers[server_id]["host"] = m["dest"]
+    w.compute.evacuate = evacuate
+    w.compute.kill("compute-2")
+    w.until("compute-2", "failed")
+    assert len(sent) == 1
+    assert "reported back while being evacuated" in w.state("compute-2")[1]

@@ -29,7 +29,7 @@ def test_full_recovery_cycle():
         ev(E.FENCE_OK, 111),
         ev(E.ISOLATE_OK, 112),
         ev(E.EVACUATE_OK, 120, reason="5/5 evacuated"),
-        ev(E.HEARTBEAT_OK, 200),
+        ev(E.HEARTBEAT_OK, 200, detail={"updated_at": 199.5}),
         ev(E.CLEANUP_PENDING, 201, reason="2 migrations not completed"),
         ev(E.TICK, 203),
         ev(E.TICK, 206),
@@ -80,10 +80,17 @@ def test_no_capacity_backs_off_then_gives_up():
     assert rec.state is S.PENDING and rec.retry_at == 13 + 30
     rec, out = run([ev(E.TICK, 42)], rec=rec)
     assert out[-1] == (S.PENDING, [])
-    rec, out = run([ev(E.TICK, 43), ev(E.EVACUATE_NO_CAPACITY, 44)], rec=rec)
-    assert rec.state is S.PENDING and rec.retry_at == 44 + 60
-    rec, out = run([ev(E.TICK, 104), ev(E.EVACUATE_NO_CAPACITY, 105)],
+    # Each retry proves the host dead again before evacuating.
+    rec, out = run([ev(E.TICK, 43), ev(E.FENCE_OK, 43.5),
+                    ev(E.ISOLATE_OK, 43.6), ev(E.EVACUATE_NO_CAPACITY, 44)],
                    rec=rec)
+    assert [s for s, _ in out] == [S.FENCING, S.FENCED, S.EVACUATING,
+                                   S.PENDING]
+    assert out[0][1] == [A.FENCE]
+    assert rec.retry_at == 44 + 60
+    rec, out = run([ev(E.TICK, 104), ev(E.FENCE_OK, 104.5),
+                    ev(E.ISOLATE_OK, 104.6),
+                    ev(E.EVACUATE_NO_CAPACITY, 105)], rec=rec)
     assert rec.state is S.FAILED and rec.attempts == 3
     assert "3 attempts" in rec.reason
 
@@ -94,14 +101,21 @@ def test_kdump_from_suspect_host_skips_power_off():
     rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.HEARTBEAT_LOST, 5),
                     ev(E.TICK, 16), ev(E.KDUMP, 17)], policy=p)
     assert out[2] == (S.SUSPECT, [])     # kdump window holds fencing
-    assert out[3] == (S.FENCED, [A.ISOLATE])
+    assert out[3] == (S.SUSPECT, [])     # the proof is recorded...
+    assert machine.next_wakeup(rec, p) == 17   # ...and decided at once
+    rec, out = run([ev(E.TICK, 17)], policy=p, rec=rec)
+    assert out[-1] == (S.FENCED, [A.ISOLATE])
 
 
 def test_kdump_before_nova_notices_then_heartbeat_lost():
     p = machine.Policy(grace_period=10, kdump_enabled=True)
     rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.KDUMP, 1),
-                    ev(E.HEARTBEAT_LOST, 6), ev(E.TICK, 7)], policy=p)
-    assert [s for s, _ in out] == [S.ACTIVE, S.SUSPECT, S.SUSPECT, S.FENCED]
+                    ev(E.HEARTBEAT_LOST, 6), ev(E.TICK, 7),
+                    ev(E.KDUMP, 11), ev(E.TICK, 11)], policy=p)
+    # A message from before the loss is not enough; the next one (the
+    # sender repeats every few seconds while dumping) is.
+    assert [s for s, _ in out] == [S.ACTIVE, S.SUSPECT, S.SUSPECT, S.SUSPECT,
+                                   S.SUSPECT, S.FENCED]
 
 
 def test_old_kdump_is_no_proof_after_host_was_seen_alive():
@@ -134,8 +148,65 @@ def test_suspend_with_expiry_and_resume_of_isolated_host():
     rec, out = run([ev(E.OPERATOR_SUSPEND, 13, reason="hands off",
                        detail={"until": 50}),
                     ev(E.TICK, 20), ev(E.TICK, 50)], rec=rec)
-    assert [s for s, _ in out] == [S.SUSPENDED, S.SUSPENDED, S.EVACUATING]
-    assert out[-1][1] == [A.EVACUATE]
+    # Not evacuated straight away: the host is proven dead again first.
+    assert [s for s, _ in out] == [S.SUSPENDED, S.SUSPENDED, S.FENCING]
+    assert out[-1][1] == [A.FENCE]
+
+
+def _isolated(at=12):
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 0), ev(E.TICK, 10),
+                  ev(E.FENCE_OK, 11),
+                  ev(E.ISOLATE_OK, at, detail={"written_at": at})])
+    return rec
+
+
+def test_returned_host_is_never_evacuated_on_suspension_expiry():
+    rec = _isolated()
+    rec, out = run([ev(E.EVACUATE_OK, 20),
+                    ev(E.HEARTBEAT_OK, 30, detail={"updated_at": 29}),
+                    ev(E.OPERATOR_SUSPEND, 31, detail={"until": 60}),
+                    ev(E.TICK, 61)], rec=rec)
+    assert [s for s, _ in out] == [S.EVACUATED, S.RECOVERING, S.SUSPENDED,
+                                   S.RECOVERING]
+    assert out[-1][1] == [A.CHECK_CLEANUP]
+
+
+def test_returned_host_is_never_evacuated_on_maintenance_resume():
+    rec = _isolated()
+    rec, out = run([ev(E.EVACUATE_FAILED, 20, reason="one server failed"),
+                    ev(E.OPERATOR_MAINTENANCE, 21),
+                    ev(E.HEARTBEAT_OK, 40, detail={"updated_at": 39}),
+                    ev(E.OPERATOR_RESUME, 41)], rec=rec)
+    assert [s for s, _ in out] == [S.FAILED, S.MAINTENANCE, S.MAINTENANCE,
+                                   S.RECOVERING]
+
+
+def test_our_own_write_does_not_count_as_a_return():
+    rec = _isolated(at=12)
+    rec, out = run([ev(E.EVACUATE_OK, 20),
+                    ev(E.HEARTBEAT_OK, 21, detail={"updated_at": 12}),
+                    ev(E.HEARTBEAT_OK, 22)], rec=rec)      # no timestamp
+    assert [s for s, _ in out] == [S.EVACUATED, S.EVACUATED, S.EVACUATED]
+    rec, out = run([ev(E.OPERATOR_SUSPEND, 23),
+                    ev(E.OPERATOR_RESUME, 24)], rec=rec)
+    assert out[-1] == (S.FENCING, [A.FENCE])
+
+
+def test_pending_host_that_came_back_is_recovered_not_evacuated():
+    rec = _isolated()
+    rec, out = run([ev(E.EVACUATE_NO_CAPACITY, 20),
+                    ev(E.HEARTBEAT_OK, 30, detail={"updated_at": 29}),
+                    ev(E.TICK, 100)], rec=rec)
+    assert out[-1] == (S.RECOVERING, [A.CHECK_CLEANUP])
+
+
+def test_kdump_proof_respects_the_threshold():
+    p = machine.Policy(grace_period=10, kdump_enabled=True)
+    rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.KDUMP, 1),
+                    ev(E.TICK, 1, cluster_ok=False, reason="3 of 4 dead")],
+                   policy=p)
+    assert out[-1] == (S.SUSPECT, [])
+    assert "3 of 4 dead" in rec.reason
 
 
 def test_maintenance_ignores_heartbeat_loss():

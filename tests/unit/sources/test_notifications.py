@@ -71,11 +71,20 @@ def test_disabled_by_operator_is_reported_with_its_state():
     assert "bios update" in event.reason
 
 
-def test_stale_heartbeat_is_heartbeat_lost():
+def test_stale_heartbeat_produces_nothing():
+    # A late notification (broker backlog) must not make a live host
+    # suspect: only the reconciler's poll says a host went silent.
     clock = helpers.FakeClock()
     clock.advance(600)
+    event, why = decide(clock, forced_down=False)
+    assert event is None and why == "stale_heartbeat"
+
+
+def test_fresh_heartbeat_carries_last_seen_up_for_the_return_check():
+    clock = helpers.FakeClock()
     event, _ = decide(clock, forced_down=False)
-    assert event.kind is EventKind.HEARTBEAT_LOST
+    assert event.kind is EventKind.HEARTBEAT_OK
+    assert event.detail["updated_at"] == event.detail["last_seen_up"]
 
 
 def test_no_heartbeat_info_and_other_binaries_produce_nothing():
