@@ -81,27 +81,7 @@ RULES = [
     # -- failure that needs an operator --------------------------------------
     (S.FAILED, E.HEARTBEAT_OK, "not_isolated", S.ACTIVE,
      "heartbeat back; the host was never forced down"),
-    (S.FAILED, E.OPERATOR_RESUME, "returned", S.RECOVERING,
-     "operator resumed; the host has reported back: checking cleanup"),
-    (S.FAILED, E.OPERATOR_RESUME, "isolated", S.FENCING,
-     "operator resumed: re-proving the host dead, then evacuating what is "
-     "left"),
-    (S.FAILED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
-     "operator resumed: watching the host again"),
     # -- operator ------------------------------------------------------------
-    (S.MAINTENANCE, E.OPERATOR_RESUME, "returned", S.RECOVERING,
-     "maintenance ended; the host has reported back: checking cleanup"),
-    (S.MAINTENANCE, E.OPERATOR_RESUME, "isolated", S.FENCING,
-     "maintenance ended: re-proving the host dead, then evacuating what is "
-     "left"),
-    (S.MAINTENANCE, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
-     "maintenance ended"),
-    (S.SUSPENDED, E.OPERATOR_RESUME, "returned", S.RECOVERING,
-     "operator resumed; the host has reported back: checking cleanup"),
-    (S.SUSPENDED, E.OPERATOR_RESUME, "isolated", S.FENCING,
-     "operator resumed: re-proving the host dead, then evacuating what is "
-     "left"),
-    (S.SUSPENDED, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE, "operator resumed"),
     (S.SUSPENDED, E.TICK, "suspension_expired_returned", S.RECOVERING,
      "suspension expired; the host has reported back: checking cleanup"),
     (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.FENCING,
@@ -110,6 +90,21 @@ RULES = [
     (S.SUSPENDED, E.TICK, "suspension_expired", S.ACTIVE,
      "suspension expired"),
 ]
+
+# Operator resume: a host instanceha isolated is either back (then only
+# Nova's cleanup is awaited) or proven dead again before anything more is
+# evacuated; any other host is simply watched again.
+for _s in (S.FAILED, S.MAINTENANCE, S.SUSPENDED):
+    RULES += [
+        (_s, E.OPERATOR_RESUME, "returned", S.RECOVERING,
+         "resumed by operator; the host has reported back: checking "
+         "cleanup"),
+        (_s, E.OPERATOR_RESUME, "isolated", S.FENCING,
+         "resumed by operator: re-proving the host dead, then evacuating "
+         "what is left"),
+        (_s, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
+         "resumed by operator: watching the host again"),
+    ]
 
 # Operator suspend is allowed everywhere; maintenance only where no
 # recovery is under way.
