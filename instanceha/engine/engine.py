@@ -101,6 +101,8 @@ class Engine:
         self._stop = threading.Event()
         self.health = {}             # name -> callable returning a dict
         self.stats = collections.Counter()   # read by /metrics
+        self._version = 0            # bumped on every record change
+        self._cluster_cache = None   # (version, cluster_status())
         self.started_at = clock()
 
     # -- wiring --------------------------------------------------------------
@@ -146,6 +148,7 @@ class Engine:
                 rec = dataclasses.replace(rec, busy=True)
                 self._inbox[rec.id].append(_Pending(action, None))
             self._records[rec.id] = rec
+            self._version += 1
         LOG.info("host_resumed", host=rec.name, host_id=rec.id,
                  state=rec.state.value, origin=origin,
                  action=action.value if action else None,
@@ -175,6 +178,7 @@ class Engine:
             self._adopt(rec, "nova")
             return None
         self._records[event.host] = rec
+        self._version += 1
         return rec
 
     # -- events ----------------------------------------------------------------
@@ -224,6 +228,12 @@ class Engine:
             rec = self._record_for(event)
         if rec is None:
             return
+        if event.kind is E.TICK and rec.state is State.SUSPECT:
+            # A TICK may have waited in the queue while other hosts died:
+            # the threshold is judged as it stands now, not when it was sent.
+            ok, why = self.cluster_status()
+            if ok != event.cluster_ok or why != event.reason:
+                event = dataclasses.replace(event, cluster_ok=ok, reason=why)
         try:
             new, actions = fsm.step(rec, event, self.policy)
         except fsm.UndeclaredTransition as e:
@@ -266,6 +276,8 @@ class Engine:
         with self._lock:
             if changed:
                 self.stats[("transition", new.state.value)] += 1
+            if new != rec:
+                self._version += 1
             self._records[new.id] = new
             for action, action_id in reversed(list(zip(actions, ids))):
                 self._inbox[new.id].appendleft(_Pending(action, action_id))
@@ -352,8 +364,19 @@ class Engine:
 
     # -- time ------------------------------------------------------------------
     def cluster_status(self):
-        """(ok, reason): False when more hosts look dead than allowed."""
-        return self.cluster_status_with(None)
+        """(ok, reason): False when more hosts look dead than allowed.
+
+        Cached until a record changes, so the TICKs of many suspect hosts
+        do not each count every host again."""
+        with self._lock:
+            version = self._version
+            cached = self._cluster_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        result = self.cluster_status_with(None)
+        with self._lock:
+            self._cluster_cache = (version, result)
+        return result
 
     def cluster_status_with(self, pending):
         """cluster_status() as it will be once ``pending`` is recorded."""

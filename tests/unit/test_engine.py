@@ -369,3 +369,21 @@ def test_host_that_reports_back_mid_evacuation_stops_it():
     w.until("compute-2", "failed")
     assert len(sent) == 1
     assert "reported back while being evacuated" in w.state("compute-2")[1]
+
+
+def test_threshold_is_judged_when_a_queued_tick_is_applied():
+    w = World(hosts=4)
+    w.pass_()
+    w.compute.kill("compute-0")
+    w.until("compute-0", "suspect")
+    w.clock.advance(10)
+    w.engine.tick()                  # TICK queued while only 1 of 4 is dead
+    for name in ("compute-1", "compute-2"):
+        rec = w.engine.find(name)
+        w.engine.submit(Event(E.HEARTBEAT_LOST, rec.id, w.clock(), name=name,
+                              source="reconciler", reason="down"))
+        w.engine.process(rec.id)     # these are processed first
+    w.drain()
+    state, reason = w.state("compute-0")
+    assert state == "suspect" and "threshold" in reason
+    assert w.fencer.powered_off == []
