@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+from functional import waiting
 from instanceha.journal import Journal
 
 
@@ -66,17 +67,9 @@ class EngineProcess:
                 for h in self.status().get("hosts", [])}
 
     def wait(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out after %ss waiting for %s "
-                                     "(states: %s; log: %s)" % (
-                                         timeout, what, self.states(),
-                                         self.log_path))
-            time.sleep(0.1)
+        return waiting.wait_for(predicate, timeout, lambda: "%s (states: %s; "
+                                "log: %s)" % (what, self.states(),
+                                              self.log_path))
 
     def wait_state(self, host, state, timeout=90):
         return self.wait(lambda: self.states().get(host, ("",))[0] == state

@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+from functional import waiting
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("INSTANCEHA_REQUIRE_SERVICES") == "1"
 RABBIT_HOST = os.environ.get("INSTANCEHA_RABBIT_HOST", "127.0.0.1")
@@ -146,13 +148,8 @@ def publish_raw(url, exchange, routing_key, body):
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02):
-    """Poll ``predicate`` until true (functional tests only)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
+    """Poll ``predicate`` until true; its last value on timeout."""
+    return waiting.poll(predicate, timeout, interval)
 
 
 class Sink:

@@ -8,10 +8,11 @@ kills/starts the nova-compute process), the simulator through its model.
 """
 
 import pathlib
-import time
 
 import openstack
 import openstack.config.loader
+
+from functional import waiting
 
 #: servers on the host under test
 SERVERS = 2
@@ -50,14 +51,8 @@ class Target:
         return doc["services"][0]
 
     def wait(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("%s: not %s after %ss" % (self.name, what, timeout))
-            time.sleep(0.5)
+        return waiting.wait_for(predicate, timeout,
+                                "%s: %s" % (self.name, what), interval=0.5)
 
 
 class RealNova(Target):

@@ -6,23 +6,16 @@ would to a real cloud. Tests assert the state of the simulated world.
 """
 
 import os
-import time
 
 import pytest
 
 from instanceha import simrun
+from functional import waiting
 from functional.engine_process import EngineProcess
 from instanceha.sim import SimCloud, SimServer
 
 
-def wait_for(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+wait_for = waiting.wait_for
 
 
 class Cloud:
