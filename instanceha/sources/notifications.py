@@ -20,6 +20,7 @@ dropped; nothing raised by a payload or by the sink reaches oslo.messaging.
 The reconciler keeps polling; :meth:`health` tells it whether events flow.
 """
 
+import collections
 import re
 import threading
 import time
@@ -82,31 +83,141 @@ def _event_filter(patterns):
     return oslo_messaging.NotificationFilter(event_type=combined)
 
 
-class _Endpoint:
-    """oslo.messaging batch endpoint: one method per priority, all alike.
+# Records: what one notification says, as plain picklable tuples
+# (kind, event_type, publisher_id, emitted, body) so that a listener worker
+# process can parse and the engine's process apply (see listener_workers).
+SERVICE, INSTANCE, DROP, ERROR = "service", "instance", "drop", "error"
 
-    The batch listener hands over whatever arrived together (up to
-    ``batch_size``, waiting at most ``batch_timeout`` for more), which
-    costs far less per message than one dispatch per notification.
+
+def _is_instance(event_type):
+    if event_type.startswith(np.LEGACY_PREFIX):
+        event_type = event_type[len(np.LEGACY_PREFIX):]
+    return event_type in np.INSTANCE_EVENTS
+
+
+def parse_message(priority, publisher_id, event_type, payload, metadata):
+    """One notification -> a record. Pure, never raises.
+
+    ``emitted`` is the notifier's own timestamp from the message metadata
+    (oslo.messaging writes ``str(utcnow())``), used to keep per-key order.
     """
+    emitted = metadata.get("timestamp") if isinstance(metadata, dict) \
+        else None
+    if not isinstance(emitted, str):
+        emitted = None
+    if not isinstance(publisher_id, str):
+        publisher_id = None
+    if not isinstance(event_type, str):
+        return (DROP, repr(event_type)[:80], publisher_id, emitted,
+                ("bad_event_type", "event type is not a string", None))
+    try:
+        if event_type in np.SERVICE_EVENTS:
+            return (SERVICE, event_type, publisher_id, emitted,
+                    np.parse_service(payload))
+        if _is_instance(event_type):
+            return (INSTANCE, event_type, publisher_id, emitted,
+                    np.parse_instance(event_type, publisher_id, payload))
+        return (DROP, event_type, publisher_id, emitted,
+                ("unhandled_event_type", None, None))
+    except np.PayloadError as exc:
+        return (DROP, event_type, publisher_id, emitted,
+                ("malformed_payload", str(exc), np.describe(payload)))
+    except Exception as exc:   # noqa: BLE001 - a parser bug, not the input
+        return (ERROR, event_type, publisher_id, emitted,
+                "%s: %s" % (type(exc).__name__, exc))
 
-    def __init__(self, source, filter_rule):
+
+class LatestSeen:
+    """The newest emission time applied per key, so that a notification
+    overtaken by a later one about the same service or server from the same
+    publisher is not applied after it (batches run on several threads, and
+    listener worker processes share one queue). Times from different
+    publishers are never compared: their clocks may differ. Bounded: the
+    least recently updated keys are forgotten first."""
+
+    def __init__(self, limit=100000):
+        self._limit = limit
+        self._seen = collections.OrderedDict()
+
+    def is_older(self, key, emitted):
+        if emitted is None:
+            return False
+        last = self._seen.get(key)
+        if last is not None and _time_key(emitted) < _time_key(last):
+            return True
+        self._seen[key] = emitted
+        self._seen.move_to_end(key)
+        if len(self._seen) > self._limit:
+            self._seen.popitem(last=False)
+        return False
+
+
+def _time_key(emitted):
+    # "2026-11-22 03:58:41" and "2026-11-22 03:58:41.000123": str(datetime)
+    # drops a zero fraction; padding makes the strings compare as times.
+    return emitted if "." in emitted[-7:] else emitted + ".000000"
+
+
+def listener_connected(server):
+    """Whether an oslo.messaging server's broker connection is up. Reads
+    the driver's kombu connection where there is one (rabbit); a driver
+    without one (fake) counts as connected while the server exists."""
+    if server is None:
+        return False
+    listener = getattr(server, "listener", None)
+    obj = getattr(listener, "_poll_style_listener", None)
+    obj = getattr(obj, "conn", None)
+    for _ in range(4):   # ConnectionContext -> Connection -> kombu
+        if obj is None:
+            return True
+        if hasattr(obj, "connected") and hasattr(obj, "transport"):
+            try:
+                return bool(obj.connected)
+            except Exception:   # noqa: BLE001 - a probe, never fatal
+                return False
+        obj = getattr(obj, "connection", None)
+    return True
+
+
+def make_batch_listener(conf, transport, handle_batch):
+    """An oslo.messaging batch notification listener (threading executor)
+    on ``[notifications]``'s exchange, topics and pool that calls
+    ``handle_batch(priority, messages)`` with the notifications whose type
+    passes the filter (each a dict: publisher_id, event_type, payload,
+    metadata). Returns (server, topic names)."""
+    group = conf.notifications
+    targets = [oslo_messaging.Target(topic=t, exchange=group.exchange)
+               for t in list(group.topics) + list(group.legacy_topics)]
+    endpoint = _Endpoint(handle_batch, _event_filter(group.event_types))
+    server = oslo_messaging.get_batch_notification_listener(
+        transport, targets, [endpoint], executor="threading",
+        pool=group.pool, allow_requeue=False,
+        batch_size=group.batch_size, batch_timeout=group.batch_timeout)
+    return server, [t.topic for t in targets]
+
+
+class _Endpoint:
+    """oslo.messaging batch endpoint: one method per priority, all alike,
+    each handing ``handle_batch(priority, messages)`` what arrived together
+    (up to ``batch_size``, waiting at most ``batch_timeout`` for more),
+    which costs far less per message than one dispatch per notification.
+    Every batch is acknowledged: a bad message is never redelivered."""
+
+    def __init__(self, handle_batch, filter_rule):
         self.filter_rule = filter_rule
         for priority in PRIORITIES:
-            setattr(self, priority, self._make(source, priority))
+            setattr(self, priority, self._make(handle_batch, priority))
 
     @staticmethod
-    def _make(source, priority):
+    def _make(handle_batch, priority):
         def handle(messages):
-            for message in messages:
-                try:
-                    source.handle(priority, message.get("publisher_id"),
-                                  message.get("event_type"),
-                                  message.get("payload"),
-                                  message.get("metadata"))
-                except Exception:   # noqa: BLE001 - handle() logs already
-                    pass
-            return None   # ack: a bad message is never redelivered
+            try:
+                handle_batch(priority, messages)
+            except Exception:   # noqa: BLE001 - nothing reaches oslo.messaging
+                LOG.exception("notification_batch_failed", priority=priority,
+                              count=len(messages),
+                              reason="handler raised; batch acknowledged")
+            return None
         return handle
 
 
@@ -122,10 +233,12 @@ class NotificationSource:
         self._transport = transport
         self._own_transport = transport is None
         self._server = None
+        self._workers = None
         self._lock = threading.Lock()
+        self._latest = LatestSeen()
         self._own_writes = {}     # service uuid -> (expires_at, expected)
         self._counts = {"received": 0, "dropped": 0, "errors": 0,
-                        "events": 0, "progress": 0}
+                        "events": 0, "progress": 0, "reordered": 0}
         self._last_message_at = None
         self._started_at = None
         self._last_error = None
@@ -135,27 +248,34 @@ class NotificationSource:
     # -- lifecycle -----------------------------------------------------
     def start(self):
         group = self._group
-        if self._transport is None:
-            self._transport = oslo_messaging.get_notification_transport(
-                self._conf, url=group.transport_url)
-        targets = [oslo_messaging.Target(topic=t, exchange=group.exchange)
-                   for t in list(group.topics) + list(group.legacy_topics)]
-        endpoint = _Endpoint(self, _event_filter(group.event_types))
-        self._server = oslo_messaging.get_batch_notification_listener(
-            self._transport, targets, [endpoint], executor="threading",
-            pool=group.pool, allow_requeue=False,
-            batch_size=group.batch_size, batch_timeout=group.batch_timeout)
-        self._server.start()
+        if group.workers > 1:
+            from instanceha.sources.listener_workers import ListenerWorkers
+            self._workers = ListenerWorkers(self._conf, self.apply)
+            self._workers.start()
+            topics = list(group.topics) + list(group.legacy_topics)
+        else:
+            _event_filter(group.event_types)   # a bad regex fails here
+            if self._transport is None:
+                self._transport = oslo_messaging.get_notification_transport(
+                    self._conf, url=group.transport_url)
+            self._server, topics = make_batch_listener(
+                self._conf, self._transport, self._handle_batch)
+            self._server.start()
         self._started_at = self._clock()
         LOG.info("notification_listener_started", exchange=group.exchange,
-                 topics=[t.topic for t in targets], pool=group.pool,
-                 reason="listening for service.update and instance events")
+                 topics=topics, pool=group.pool, processes=group.workers,
+                 reason="listening for service.update and instance events"
+                        + (" in %d worker processes" % group.workers
+                           if group.workers > 1 else ""))
 
     def stop(self):
         server, self._server = self._server, None
+        workers, self._workers = self._workers, None
         if server is not None:
             server.stop()
             server.wait()
+        if workers is not None:
+            workers.stop()
         if self._own_transport and self._transport is not None:
             self._transport.cleanup()
             self._transport = None
@@ -172,36 +292,20 @@ class NotificationSource:
         counts = self._snapshot()
         last = self._last_message_at
         quiet_since = last if last is not None else self._started_at
-        return {
-            "connected": self._connected(),
-            "running": self._server is not None,
+        workers = self._workers
+        report = {
+            "connected": (workers.connected() if workers is not None
+                          else listener_connected(self._server)),
+            "running": self._server is not None or workers is not None,
             "last_message_at": last,
             "quiet": (quiet_since is None
                       or now - quiet_since > self._group.silence_warning),
             "last_error": self._last_error,
             **counts,
         }
-
-    def _connected(self):
-        """Whether the listener's broker connection is up. Reads the
-        driver's kombu connection where there is one (rabbit); a driver
-        without one (fake) counts as connected while running."""
-        server = self._server
-        if server is None:
-            return False
-        listener = getattr(server, "listener", None)
-        obj = getattr(listener, "_poll_style_listener", None)
-        obj = getattr(obj, "conn", None)
-        for _ in range(4):   # ConnectionContext -> Connection -> kombu
-            if obj is None:
-                return True
-            if hasattr(obj, "connected") and hasattr(obj, "transport"):
-                try:
-                    return bool(obj.connected)
-                except Exception:   # noqa: BLE001 - a probe, never fatal
-                    return False
-            obj = getattr(obj, "connection", None)
-        return True
+        if workers is not None:
+            report["workers"] = workers.health()
+        return report
 
     # -- own writes ----------------------------------------------------
     def note_own_write(self, service_uuid, **expected):
@@ -230,42 +334,62 @@ class NotificationSource:
         with self._lock:
             self._counts[key] += 1
 
+    def _handle_batch(self, priority, messages):
+        for message in messages:
+            self.handle(priority, message.get("publisher_id"),
+                        message.get("event_type"), message.get("payload"),
+                        message.get("metadata"))
+
     def handle(self, priority, publisher_id, event_type, payload, metadata):
-        """One notification. Never raises."""
+        """One notification, parsed and applied here. Never raises."""
+        self.apply(parse_message(priority, publisher_id, event_type,
+                                 payload, metadata))
+
+    def apply(self, record):
+        """One :func:`parse_message` record, from this process's listener
+        or from a listener worker process. Never raises."""
+        kind, event_type, publisher_id, emitted, body = record
         now = self._clock()
         self._last_message_at = now
         self._count("received")
         try:
-            if event_type in np.SERVICE_EVENTS:
-                self._on_service(now, publisher_id, event_type, payload)
-            elif self._is_instance(event_type):
-                self._on_instance(now, publisher_id, event_type, payload)
+            if kind == DROP:
+                reason, error, described = body
+                self._drop(event_type, reason, error=error, payload=described)
+            elif kind == ERROR:
+                self._fail(event_type, body)
+            elif self._is_older(kind, body, publisher_id, emitted):
+                self._count("reordered")
+                LOG.info("notification_ignored", event_type=event_type,
+                         emitted=emitted, publisher_id=publisher_id,
+                         reason="older than one already applied for the "
+                                "same %s from the same publisher" % kind)
+            elif kind == SERVICE:
+                self._on_service(now, publisher_id, event_type, body)
             else:
-                self._drop(event_type, "unhandled_event_type")
-        except np.PayloadError as exc:
-            self._drop(event_type, "malformed_payload", error=str(exc),
-                       payload=np.describe(payload))
+                self._on_instance(now, event_type, body)
         except Exception as exc:   # noqa: BLE001 - the listener must live
-            self._count("errors")
-            self._last_error = "%s: %s" % (type(exc).__name__, exc)
-            LOG.exception("notification_handling_failed",
-                          event_type=event_type, reason=self._last_error)
+            self._fail(event_type, "%s: %s" % (type(exc).__name__, exc),
+                       exc_info=True)
 
-    @staticmethod
-    def _is_instance(event_type):
-        if not isinstance(event_type, str):
-            return False
-        if event_type.startswith(np.LEGACY_PREFIX):
-            event_type = event_type[len(np.LEGACY_PREFIX):]
-        return event_type in np.INSTANCE_EVENTS
+    def _fail(self, event_type, error, exc_info=False):
+        self._count("errors")
+        self._last_error = error
+        LOG.error("notification_handling_failed", event_type=event_type,
+                  reason=error, exc_info=exc_info)
+
+    def _is_older(self, kind, facts, publisher_id, emitted):
+        key = (kind, facts.uuid if kind == SERVICE else facts.server_id,
+               publisher_id)
+        with self._lock:
+            return self._latest.is_older(key, emitted)
 
     def _drop(self, event_type, reason, **fields):
         self._count("dropped")
         LOG.warning("notification_dropped", event_type=event_type,
                     reason=reason, **fields)
 
-    def _on_service(self, now, publisher_id, event_type, payload):
-        facts = np.parse_service(payload)
+    def _on_service(self, now, publisher_id, event_type, facts):
         if facts.binary == "nova-compute" and self._is_announced(facts, now):
             LOG.debug("notification_ignored", event_type=event_type,
                       host=facts.host, reason="own_write_announced")
@@ -281,8 +405,7 @@ class NotificationSource:
         self._count("events")
         self._sink(event)
 
-    def _on_instance(self, now, publisher_id, event_type, payload):
-        facts = np.parse_instance(event_type, publisher_id, payload)
+    def _on_instance(self, now, event_type, facts):
         if self._board is None:
             return
         if not np.is_rebuild_related(facts) \

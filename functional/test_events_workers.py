@@ -1,0 +1,122 @@
+"""``[notifications] workers = 2`` on the real RabbitMQ: two listener
+processes share the pool, the instanceha process decides. Notifications are
+published by a separate transport ("another actor"), as Nova does."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from functional import events_fixtures as fx
+from functional.test_events_notifications import SERVER
+from functional.test_events_notifications import fresh_service_update
+from functional.test_events_notifications import payload
+from instanceha.engine.progress import ProgressBoard
+from instanceha.events import EventKind
+from instanceha.sources.notifications import NotificationSource
+
+
+@pytest.fixture(scope="module")
+def vhost():
+    with fx.RabbitVhost() as v:
+        yield v
+
+
+@pytest.fixture
+def world(vhost):
+    conf = fx.make_conf("notifications", enabled=True, workers=2,
+                        transport_url=vhost.url,
+                        pool="instanceha-workers-%s" % os.getpid())
+    fx.fast_reconnect(conf)
+    sink, board = fx.Sink(), ProgressBoard()
+    source = NotificationSource(conf, sink, time.time, board)
+    source.start()
+    notifier = fx.NovaNotifier(vhost.url)
+    try:
+        assert fx.wait_for(lambda: all(
+            w["connected"] for w in source.health()["workers"]), 60), \
+            source.health()
+        yield source, sink, board, notifier
+    finally:
+        notifier.close()
+        source.stop()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): read its state.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_events_progress_and_garbage_through_worker_processes(world, vhost):
+    source, sink, board, notifier = world
+    pids = source._workers.pids()
+    assert len(pids) == 2 and os.getpid() not in pids
+    notifier.info("service.update", fresh_service_update())
+    events = sink.wait(1)
+    assert [e.kind for e in events] == [EventKind.FORCED_DOWN]
+    assert events[0].name == "compute1"
+    for event_type in ("instance.evacuate", "instance.rebuild.end"):
+        notifier.info(event_type, payload(event_type))
+    notifier.info("service.update", {"nova_object.name": "garbage"})
+    fx.publish_raw(vhost.url, "nova", "versioned_notifications.info",
+                   b"\x00\xffnot json at all")
+    # The two instance events may reach different workers and the engine
+    # in either order: an overtaken one is counted, not applied.
+    assert fx.wait_for(lambda: source.health()["progress"]
+                       + source.health()["reordered"] >= 2
+                       and source.health()["dropped"] >= 1, 10)
+    assert board.facts(SERVER)["event"] == "instance.rebuild.end"
+    health = source.health()
+    assert health["connected"] is True and health["errors"] == 0
+    assert [w["restarts"] for w in health["workers"]] == [0, 0]
+
+
+def test_own_write_ignored_across_processes(world):
+    source, sink, board, notifier = world
+    notifier.info("service.update", fresh_service_update(
+        disabled=True, disabled_reason="instanceha: fenced"))
+    notifier.info("service.update", fresh_service_update(forced_down=False))
+    sink.wait(1)
+    assert fx.wait_for(lambda: source.health()["received"] >= 2, 10)
+    assert [e.kind for e in sink.events] == [EventKind.HEARTBEAT_OK]
+
+
+def test_killed_worker_is_restarted_and_nothing_is_lost(world):
+    source, sink, board, notifier = world
+    victim = source._workers.pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    for i in range(20):   # some may sit unacked in the victim: redelivered
+        notifier.info("service.update",
+                      fresh_service_update(host="compute-%d" % i))
+    events = sink.wait(20, timeout=30)
+    assert sorted(e.name for e in events) \
+        == sorted("compute-%d" % i for i in range(20))
+    assert fx.wait_for(lambda: source.health()["workers"][0]["restarts"] == 1
+                       and source.health()["workers"][0]["connected"], 60), \
+        source.health()
+    assert victim not in source._workers.pids()
+    notifier.info("service.update", fresh_service_update(host="after"))
+    assert sink.wait(21, timeout=15)[-1].name == "after"
+
+
+def test_stop_leaves_no_worker_process(vhost):
+    conf = fx.make_conf("notifications", enabled=True, workers=2,
+                        transport_url=vhost.url,
+                        pool="instanceha-stop-%s" % os.getpid())
+    source = NotificationSource(conf, fx.Sink(), time.time, None)
+    source.start()
+    pids = source._workers.pids()
+    assert len(pids) == 2
+    source.stop()
+    assert not any(alive(pid) for pid in pids)
+    assert source.health()["running"] is False
+    assert source.health()["connected"] is False

@@ -1,0 +1,311 @@
+"""Notification listener worker processes (``[notifications] workers`` > 1).
+
+One oslo.messaging rabbit listener costs a few hundred microseconds of CPU
+per notification in kombu and py-amqp, all of it under one interpreter
+lock, so one process drains a few thousand notifications per second however
+many threads it runs. Beyond that the listeners run in child processes:
+each is an ordinary oslo.messaging batch notification listener on the same
+exchange, topics and pool (RabbitMQ hands each message to one of them),
+parses what it receives with :func:`~instanceha.sources.notifications.
+parse_message` and sends the records, a batch at a time, over a pipe to the
+instanceha process, where :meth:`NotificationSource.apply` makes every
+decision (own writes, ordering, events, progress). A child holds no state
+that matters: one that dies is logged and started again after a back-off,
+and the messages it had not acknowledged are redelivered by the broker.
+
+Children are started with the ``spawn`` method (a fork of a process that
+already runs threads can inherit held locks). They receive the oslo.config
+values of ``[notifications]`` and of oslo.messaging's own groups, not the
+config files, so a conf built in memory works the same. A child stops when
+asked, and by itself when its parent is gone.
+"""
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import threading
+import time
+
+import oslo_messaging
+import oslo_messaging.opts
+import structlog
+
+from instanceha.sources import notifications as nf
+
+LOG = structlog.get_logger("instanceha.sources.listener_workers")
+
+STATUS = "status"              # record kind a child sends about itself
+STATUS_INTERVAL = 1.0          # seconds between a child's status records
+RESTART_BACKOFF = (1.0, 30.0)  # first and longest wait before a restart
+STOP_TIMEOUT = 10.0
+
+
+# -- configuration handed to a child ------------------------------------------
+
+def _messaging_groups():
+    return [(group or "DEFAULT", opts)
+            for group, opts in oslo_messaging.opts.list_opts()]
+
+
+def conf_values(conf):
+    """{group: {option: value}} of ``[notifications]`` and oslo.messaging's
+    groups (registered here if the transport has not done so yet)."""
+    values = {}
+    for group, opts in _messaging_groups():
+        conf.register_opts(opts, group=None if group == "DEFAULT" else group)
+        section = conf if group == "DEFAULT" else conf[group]
+        values[group] = {opt.dest: getattr(section, opt.dest)
+                         for opt in opts}
+    values["notifications"] = {key: conf.notifications[key]
+                               for key in conf.notifications}
+    return values
+
+
+def conf_from_values(values):
+    from instanceha import conf as ha_conf
+    conf = ha_conf.new_conf()
+    for group, opts in _messaging_groups():
+        conf.register_opts(opts, group=None if group == "DEFAULT" else group)
+    conf([], project="instanceha", default_config_files=[])
+    for group, options in values.items():
+        for key, value in options.items():
+            conf.set_override(key, value,
+                              None if group == "DEFAULT" else group)
+    return conf
+
+
+# -- the child ----------------------------------------------------------------
+
+class _Sender:
+    """Collects the records of one oslo.messaging batch and sends them in
+    one pipe write; executor threads may call it at the same time."""
+
+    def __init__(self, conn, stop):
+        self._conn = conn
+        self._stop = stop
+        self._lock = threading.Lock()
+
+    def send(self, records):
+        with self._lock:
+            try:
+                self._conn.send(records)
+            except (BrokenPipeError, EOFError, OSError):
+                self._stop.set()    # the parent is gone
+                raise
+
+
+def child_main(values, conn, control, index, log_format, debug):
+    """Entry point of a listener worker process. ``conn`` carries records
+    to the parent; ``control`` is readable (a message or, when the parent
+    closes it or dies, end of file) when the worker must stop."""
+    from instanceha import log
+    log.setup(log_format, debug)
+    logger = LOG.bind(worker=index, pid=os.getpid())
+    conf = conf_from_values(values)
+    group = conf.notifications
+    quit_ = threading.Event()
+    sender = _Sender(conn, quit_)
+
+    def handle_batch(priority, messages):
+        sender.send([nf.parse_message(priority, m.get("publisher_id"),
+                                      m.get("event_type"), m.get("payload"),
+                                      m.get("metadata"))
+                     for m in messages])
+
+    transport = oslo_messaging.get_notification_transport(
+        conf, url=group.transport_url)
+    server, _ = nf.make_batch_listener(conf, transport, handle_batch)
+    server.start()
+    logger.info("listener_worker_started", pool=group.pool,
+                reason="consuming notifications for the instanceha process")
+    try:
+        while not quit_.is_set():
+            try:
+                sender.send([(STATUS, index, None, None,
+                              nf.listener_connected(server))])
+            except (BrokenPipeError, EOFError, OSError):
+                break
+            if control.poll(STATUS_INTERVAL):
+                break
+    finally:
+        server.stop()
+        server.wait()
+        transport.cleanup()
+        logger.info("listener_worker_stopped",
+                    reason="the instanceha process is gone" if quit_.is_set()
+                    else "asked to stop (or the instanceha process is gone)")
+
+
+# -- the parent ---------------------------------------------------------------
+
+class _Worker:
+    def __init__(self, index):
+        self.index = index
+        self.process = None
+        self.conn = None
+        self.control = None
+        self.connected = False
+        self.started_at = None
+        self.restart_at = None
+        self.restarts = 0
+        self.last_exit = None
+
+
+class ListenerWorkers:
+    """Starts, watches and stops the worker processes; applies what they
+    send with ``apply(record)`` on one reader thread."""
+
+    def __init__(self, conf, apply, *, workers=None, clock=time.monotonic):
+        self._conf = conf
+        self._apply = apply
+        self._count = workers or conf.notifications.workers
+        self._clock = clock
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers = [_Worker(i) for i in range(self._count)]
+        self._values = None
+        self._thread = None
+        self._running = False
+        self._lock = threading.Lock()
+
+    def start(self):
+        nf._event_filter(self._conf.notifications.event_types)
+        self._values = conf_values(self._conf)
+        self._running = True
+        for worker in self._workers:
+            self._spawn(worker)
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="instanceha-listener-workers")
+        self._thread.start()
+
+    def _spawn(self, worker):
+        reader, writer = self._ctx.Pipe(duplex=False)
+        control_r, control_w = self._ctx.Pipe(duplex=False)
+        process = self._ctx.Process(
+            target=child_main, daemon=True,
+            name="instanceha-listener-%d" % worker.index,
+            args=(self._values, writer, control_r, worker.index,
+                  self._conf.log_format, self._conf.debug))
+        process.start()
+        # The child holds the only writer (EOF here when it exits) and the
+        # only reader of its control pipe (EOF there when we close it or
+        # die). Nothing is shared that a killed child could leave locked.
+        writer.close()
+        control_r.close()
+        with self._lock:
+            worker.process, worker.conn = process, reader
+            worker.control = control_w
+            worker.connected = False
+            worker.started_at = self._clock()
+            worker.restart_at = None
+        LOG.info("listener_worker_spawned", worker=worker.index,
+                 pid=process.pid, reason="restart after exit %s"
+                 % worker.last_exit if worker.restarts else "start")
+
+    def _loop(self):
+        while self._running:
+            conns = {w.conn: w for w in self._workers if w.conn is not None}
+            ready = multiprocessing.connection.wait(list(conns), timeout=0.5)
+            for conn in ready:
+                worker = conns[conn]
+                try:
+                    records = conn.recv()
+                except (EOFError, OSError):
+                    self._exited(worker)
+                    continue
+                self._deliver(worker, records)
+            self._restart_due()
+
+    def _deliver(self, worker, records):
+        for record in records:
+            if record[0] == STATUS:
+                worker.connected = bool(record[4])
+                continue
+            self._apply(record)
+
+    def _exited(self, worker):
+        process = worker.process
+        process.join(STOP_TIMEOUT)
+        worker.conn.close()
+        if worker.control is not None:
+            worker.control.close()
+        with self._lock:
+            worker.conn = None
+            worker.control = None
+            worker.connected = False
+            worker.last_exit = process.exitcode
+        if not self._running:
+            return
+        now = self._clock()
+        lived = now - (worker.started_at or now)
+        first, longest = RESTART_BACKOFF
+        delay = first if lived > longest * 2 \
+            else min(longest, first * 2 ** min(worker.restarts, 8))
+        with self._lock:
+            worker.restarts += 1
+            worker.restart_at = now + delay
+        LOG.error("listener_worker_died", worker=worker.index,
+                  pid=process.pid, exitcode=process.exitcode,
+                  restart_in=round(delay, 1),
+                  reason="its unacknowledged notifications go to the "
+                         "other workers; it is started again")
+
+    def _restart_due(self):
+        now = self._clock()
+        for worker in self._workers:
+            if worker.conn is None and worker.restart_at is not None \
+                    and now >= worker.restart_at and self._running:
+                self._spawn(worker)
+
+    def stop(self):
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT)
+        for worker in self._workers:
+            if worker.control is not None:
+                worker.control.close()    # EOF: the child stops
+                worker.control = None
+        for worker in self._workers:
+            process = worker.process
+            if process is None:
+                continue
+            # What the child sent before it stopped is still applied.
+            conn = worker.conn
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while conn is not None and time.monotonic() < deadline:
+                try:
+                    if conn.poll(0.1):
+                        self._deliver(worker, conn.recv())
+                    elif not process.is_alive():
+                        break
+                except (EOFError, OSError):
+                    break
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                LOG.warning("listener_worker_killed", worker=worker.index,
+                            pid=process.pid,
+                            reason="did not stop within %ss" % STOP_TIMEOUT)
+                process.kill()
+                process.join(STOP_TIMEOUT)
+            if conn is not None:
+                conn.close()
+            worker.conn = None
+
+    # -- health ------------------------------------------------------------
+    def connected(self):
+        """Whether any worker is connected: the broker redelivers what a
+        disconnected one held to the connected ones."""
+        return any(w.connected for w in self._workers)
+
+    def health(self):
+        with self._lock:
+            return [{"worker": w.index,
+                     "pid": w.process.pid if w.process else None,
+                     "alive": bool(w.conn is not None),
+                     "connected": w.connected,
+                     "restarts": w.restarts,
+                     "last_exit": w.last_exit}
+                    for w in self._workers]
+
+    def pids(self):
+        return [w.process.pid for w in self._workers
+                if w.process is not None and w.conn is not None]
