@@ -105,10 +105,24 @@ class CountingSink(TimingSink):
                 self.done.set()
 
 
-def make_source(url, pool, sink, cls=NotificationSource):
+def make_source(url, pool, sink, cls=NotificationSource, workers=1):
     conf = fx.make_conf("notifications", transport_url=url, pool=pool,
-                        **BATCH)
+                        workers=workers, **BATCH)
     return cls(conf, sink, time.time, None)
+
+
+def _cpu_seconds(pids):
+    """User + system CPU of other processes, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def publish(url, count, rate, prefix):
@@ -263,9 +277,24 @@ def to_fence(url, pool, count, rate):
         journal.close()
 
 
-def throughput(url, pool, count, ceiling=False):
+def _broker_pids():
+    """RabbitMQ's Erlang VM on this machine, if it runs here."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/comm" % entry) as f:
+                    if f.read().strip() == "beam.smp":
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def throughput(url, pool, count, ceiling=False, workers=1):
     """Drain a backlog of ``count``: (drained, seconds from start(),
-    seconds from the first delivery, CPU seconds of this process)."""
+    seconds from the first delivery, then CPU seconds from the first
+    delivery of this process, of the worker processes and of the broker)."""
     sink = CountingSink() if ceiling else TimingSink()
     cls = CountingSource if ceiling else NotificationSource
     source = make_source(url, pool, sink, cls)
@@ -273,17 +302,27 @@ def throughput(url, pool, count, ceiling=False):
     source.stop()
     run_publisher(url, count, 0, "backlog")   # returns once it has exited
     sink.reset(count)
-    source = make_source(url, pool, sink, cls)
-    cpu0 = time.process_time()
+    source = make_source(url, pool, sink, cls, workers)
     t0 = time.time()
     source.start()
     try:
+        # Worker processes take a second or two to start: CPU is counted
+        # from the first delivery, the steady state.
+        deadline = time.time() + 120
+        while not sink.seen and time.time() < deadline:
+            time.sleep(0.001)
+        pids = source._workers.pids() if source._workers else []
+        broker = _broker_pids()
+        cpu0, wcpu0 = time.process_time(), _cpu_seconds(pids)
+        bcpu0 = _cpu_seconds(broker)
         sink.done.wait(120)
         cpu = time.process_time() - cpu0
+        wcpu = _cpu_seconds(pids) - wcpu0
+        bcpu = _cpu_seconds(broker) - bcpu0
         times = sink.seen.values()
         t1 = max(times) if times else time.time()
         first = min(times) if times else t1
-        return len(sink.seen), t1 - t0, t1 - first, cpu
+        return len(sink.seen), t1 - t0, t1 - first, cpu, wcpu, bcpu
     finally:
         source.stop()
 
@@ -306,6 +345,10 @@ def main():
     parser.add_argument("--ceiling", action="store_true",
                         help="also drain the backlog with a counting "
                              "endpoint: oslo.messaging alone")
+    parser.add_argument("--workers", type=int, nargs="*", default=[2],
+                        help="also drain with [notifications] workers = N "
+                             "listener processes (the in-process listener, "
+                             "1, is always measured)")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--batch-timeout", type=float, default=None)
     parser.add_argument("--publish", metavar="URL", help=argparse.SUPPRESS)
@@ -333,15 +376,14 @@ def main():
         lat, lost, health = latency(vhost.url, pool, args.events, args.rate)
         fence_lat, fence_lost = to_fence(vhost.url, pool + "-fence",
                                          args.events, args.fence_rate)
-        drained, elapsed, steady, cpu = throughput(vhost.url, pool + "-tp",
-                                                   args.backlog)
+        drains = [(n, throughput(vhost.url, pool + "-tp%d" % n, args.backlog,
+                                 workers=n))
+                  for n in sorted({1, *args.workers})]
         ceiling = (throughput(vhost.url, pool + "-ceil", args.backlog,
                               ceiling=True) if args.ceiling else None)
     finally:
         vhost.__exit__(None, None, None)
 
-    rate = _rate(drained, elapsed)
-    steady_rate = _rate(drained - 1, steady)
     result = {
         "events": args.events, "publish_rate": args.rate, "lost": lost,
         "p50_ms": statistics.median(lat) if lat else None,
@@ -353,22 +395,13 @@ def main():
             "p50_ms": statistics.median(fence_lat) if fence_lat else None,
             "p99_ms": percentile(fence_lat, 99) if fence_lat else None,
             "max_ms": max(fence_lat) if fence_lat else None},
-        "backlog": args.backlog, "drained": drained,
-        "drain_seconds": elapsed, "drain_cpu_seconds": cpu,
-        "notifications_per_s": rate,
-        "steady_per_s": steady_rate,
-        "cpu_us_per_notification": cpu / drained * 1e6 if drained else None,
+        "backlog": args.backlog,
+        "throughput": [_drain_result(n, d) for n, d in drains],
         "target_p99_ms": TARGET_P99_MS, "target_per_s": TARGET_RATE,
         "listener_health": health,
     }
     if ceiling is not None:
-        c_drained, c_elapsed, c_steady, c_cpu = ceiling
-        result["ceiling"] = {
-            "drained": c_drained, "drain_seconds": c_elapsed,
-            "notifications_per_s": _rate(c_drained, c_elapsed),
-            "steady_per_s": _rate(c_drained - 1, c_steady),
-            "cpu_us_per_notification":
-                c_cpu / c_drained * 1e6 if c_drained else None}
+        result["ceiling"] = _drain_result(1, ceiling)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -394,23 +427,50 @@ def main():
               % (TARGET_P99_MS,
                  "met" if f["p99_ms"] < TARGET_P99_MS else "MISSED",
                  f["p99_ms"] / TARGET_P99_MS))
-    print("throughput, one listener draining a backlog of %d" % args.backlog)
-    print("  drained %d in %.2f s (%.2f s CPU, %.0f us each) = %.0f "
-          "notifications/s (%.0f /s from the first delivery)" % (
-              drained, elapsed, cpu, result["cpu_us_per_notification"] or 0,
-              rate, steady_rate))
-    print("  target >= %.0f/s: %s (%.2fx the target)" % (
-        TARGET_RATE, "met" if rate >= TARGET_RATE else "MISSED",
-        rate / TARGET_RATE))
+    print("throughput: a backlog of %d service.update notifications drained "
+          "to the engine's entry point, from the first delivery; %d CPU "
+          "cores" % (args.backlog, os.cpu_count() or 0))
+    for t in result["throughput"]:
+        where = ("one process (listener inside instanceha)"
+                 if t["workers"] == 1 else
+                 "one instanceha service, %d listener worker processes"
+                 % t["workers"])
+        print("  %s:" % where)
+        print("    drained %d: %.0f notifications/s (%.0f/s counting the "
+              "start)" % (t["drained"], t["steady_per_s"],
+                          t["notifications_per_s"]))
+        print("    CPU per notification: instanceha process %.0f us%s, "
+              "RabbitMQ %.0f us" % (
+                  t["cpu_us_per_notification"],
+                  "" if t["workers"] == 1 else
+                  ", workers %.0f us" % t["worker_cpu_us_per_notification"],
+                  t["broker_cpu_us_per_notification"]))
+        print("    target >= %.0f/s: %s (%.2fx the target)" % (
+            TARGET_RATE,
+            "met" if t["steady_per_s"] >= TARGET_RATE else "MISSED",
+            t["steady_per_s"] / TARGET_RATE))
     if ceiling is not None:
         c = result["ceiling"]
         print("ceiling, the same drain with a counting endpoint "
-              "(oslo.messaging alone)")
-        print("  drained %d in %.2f s (%.0f us CPU each) = %.0f "
-              "notifications/s (%.0f /s from the first delivery)" % (
-                  c["drained"], c["drain_seconds"],
-                  c["cpu_us_per_notification"] or 0,
-                  c["notifications_per_s"], c["steady_per_s"]))
+              "(oslo.messaging alone, one process)")
+        print("  drained %d: %.0f notifications/s (%.0f us CPU each, "
+              "RabbitMQ %.0f us)" % (
+                  c["drained"], c["steady_per_s"],
+                  c["cpu_us_per_notification"],
+                  c["broker_cpu_us_per_notification"]))
+
+
+def _drain_result(workers, drain):
+    drained, elapsed, steady, cpu, wcpu, bcpu = drain
+    return {"workers": workers, "drained": drained,
+            "drain_seconds": elapsed,
+            "notifications_per_s": _rate(drained, elapsed),
+            "steady_per_s": _rate(drained - 1, steady),
+            "cpu_us_per_notification": cpu / drained * 1e6 if drained else 0,
+            "worker_cpu_us_per_notification":
+                wcpu / drained * 1e6 if drained else 0,
+            "broker_cpu_us_per_notification":
+                bcpu / drained * 1e6 if drained else 0}
 
 
 if __name__ == "__main__":
