@@ -72,10 +72,16 @@ def sources(cloud):
     return cloud.status().get("sources", {})
 
 
-def test_forced_down_notification_starts_fencing(clouds, vhost):
-    cloud = clouds({"detection": SLOW_POLL,
-                    "notifications": notif_conf(vhost.url, "e2e-fd")})
+@pytest.mark.parametrize("workers", [1, 2])
+def test_forced_down_notification_starts_fencing(clouds, vhost, workers):
+    """In the engine process itself, and with two listener worker
+    processes that the engine process starts."""
+    conf = dict(notif_conf(vhost.url, "e2e-fd-%d" % workers), workers=workers)
+    cloud = clouds({"detection": SLOW_POLL, "notifications": conf})
     cloud.start_engine()
+    # Worker processes declare the pool's queue a moment after the start.
+    assert fx.wait_for(lambda: sources(cloud).get("notifications", {})
+                       .get("connected"), 30), sources(cloud)
     notifier = fx.NovaNotifier(vhost.url)
     try:
         cloud.sim.kill("compute-1")
@@ -93,6 +99,8 @@ def test_forced_down_notification_starts_fencing(clouds, vhost):
             "compute-1"]
         health = sources(cloud)["notifications"]
         assert health["events"] >= 1 and health["connected"]
+        if workers > 1:
+            assert [w["connected"] for w in health["workers"]] == [True] * 2
     finally:
         notifier.close()
 
