@@ -291,3 +291,83 @@ def test_bad_event_type_regex_fails_at_start():
     with pytest.raises(Exception):
         h.source.start()
     h.transport.cleanup()
+
+
+# -- records: parsed in one process, applied in another ----------------------
+
+def record_of(event_type="service.update", emitted="2026-11-22 03:58:41.5",
+              publisher="nova-api:ctl", **changes):
+    _, payload = helpers.sample("service.update", **changes)
+    return notifications.parse_message("info", publisher, event_type,
+                                       payload, {"timestamp": emitted})
+
+
+def test_parse_message_makes_picklable_records():
+    import pickle
+    record = record_of()
+    kind, event_type, publisher, emitted, facts = record
+    assert (kind, event_type, publisher, emitted) == (
+        notifications.SERVICE, "service.update", "nova-api:ctl",
+        "2026-11-22 03:58:41.5")
+    assert facts.uuid == UUID and facts.forced_down is True
+    assert pickle.loads(pickle.dumps(record)) == record
+    entry = helpers.recorded()["instance.rebuild.end"]
+    kind, _, _, _, facts = notifications.parse_message(
+        "info", entry["publisher_id"], "instance.rebuild.end",
+        entry["payload"], None)
+    assert kind == notifications.INSTANCE and facts.server_id == SERVER
+    assert pickle.loads(pickle.dumps(facts)) == facts
+
+
+@pytest.mark.parametrize("event_type,payload,reason", [
+    ("service.update", "garbage", "malformed_payload"),
+    ("instance.evacuate", [1, 2], "malformed_payload"),
+    ("instance.create.end", {}, "unhandled_event_type"),
+    (["not", "a", "string"], {}, "bad_event_type"),
+    (None, {}, "bad_event_type"),
+])
+def test_parse_message_turns_bad_input_into_a_drop(event_type, payload,
+                                                    reason):
+    kind, _, _, emitted, body = notifications.parse_message(
+        "info", 42, event_type, payload, "metadata is not a dict")
+    assert kind == notifications.DROP and body[0] == reason
+    assert emitted is None
+
+
+def test_latest_seen_compares_times_of_one_publisher_only():
+    seen = notifications.LatestSeen(limit=2)
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002")
+    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000001")
+    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41")   # zero fraction
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002")
+    assert not seen.is_older(("a", "p2"), "2026-11-22 03:58:40")
+    assert not seen.is_older(("a", "p1"), None)
+    assert not seen.is_older(("b", "p1"), "2026-11-22 03:58:00")
+    # limit 2: ("a", "p1") is the least recently updated and is forgotten
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:00:00")
+
+
+def test_overtaken_notification_is_counted_not_applied():
+    sink, clock = helpers.Sink(), helpers.FakeClock()
+    source = notifications.NotificationSource(make_conf(), sink, clock)
+    source.apply(record_of(emitted="2026-11-22 03:58:42", forced_down=False))
+    source.apply(record_of(emitted="2026-11-22 03:58:41", forced_down=True))
+    assert [e.kind for e in sink.events] == [EventKind.HEARTBEAT_OK]
+    health = source.health()
+    assert health["received"] == 2 and health["reordered"] == 1
+    # Another publisher's clock is not compared: applied.
+    source.apply(record_of(emitted="2026-11-22 03:58:40", publisher="other"))
+    assert [e.kind for e in sink.events][-1] is EventKind.FORCED_DOWN
+
+
+def test_error_and_drop_records_are_counted():
+    sink, clock = helpers.Sink(), helpers.FakeClock()
+    source = notifications.NotificationSource(make_conf(), sink, clock)
+    source.apply((notifications.ERROR, "service.update", None, None,
+                  "TypeError: parser bug"))
+    source.apply(notifications.parse_message("info", None, "service.update",
+                                             None, {}))
+    health = source.health()
+    assert (health["errors"], health["dropped"]) == (1, 1)
+    assert health["last_error"] == "TypeError: parser bug"
+    assert sink.events == []

@@ -1,0 +1,27 @@
+"""What a listener worker process is given: the oslo.config values of
+[notifications] and of oslo.messaging's groups, rebuilt into a conf of its
+own (the processes themselves are exercised on the real RabbitMQ in
+functional/test_events_workers.py)."""
+
+import pickle
+
+from instanceha import conf as ha_conf
+from instanceha.sources import listener_workers
+
+
+def test_conf_values_survive_the_trip_to_a_worker():
+    conf = ha_conf.make({"notifications": {
+        "transport_url": "rabbit://u:secret@10.0.0.1:5672/nova",
+        "pool": "ha-pool", "workers": 3, "topics": ["a", "b"],
+        "batch_size": 7}})
+    conf.set_override("rabbit_qos_prefetch_count", 9,
+                      group="oslo_messaging_rabbit")
+    conf.set_override("control_exchange", "cell1")
+    values = pickle.loads(pickle.dumps(listener_workers.conf_values(conf)))
+    rebuilt = listener_workers.conf_from_values(values)
+    group = rebuilt.notifications
+    assert group.transport_url == "rabbit://u:secret@10.0.0.1:5672/nova"
+    assert (group.pool, group.workers, group.batch_size) == ("ha-pool", 3, 7)
+    assert list(group.topics) == ["a", "b"]
+    assert rebuilt.oslo_messaging_rabbit.rabbit_qos_prefetch_count == 9
+    assert rebuilt.control_exchange == "cell1"
