@@ -14,6 +14,7 @@ def test_conf_values_survive_the_trip_to_a_worker():
         "transport_url": "rabbit://u:secret@10.0.0.1:5672/nova",
         "pool": "ha-pool", "workers": 3, "topics": ["a", "b"],
         "batch_size": 7}})
+    listener_workers.conf_values(conf)   # registers oslo.messaging's groups
     conf.set_override("rabbit_qos_prefetch_count", 9,
                       group="oslo_messaging_rabbit")
     conf.set_override("control_exchange", "cell1")
