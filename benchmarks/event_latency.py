@@ -1,5 +1,8 @@
 """Event-driven detection through real RabbitMQ: latency and throughput.
 
+Each phase freezes the start-up heap once its listener runs, as
+``instanceha run`` does (see :mod:`instanceha.runtime`).
+
 1. Latency: publish ``--events`` Nova-shaped ``service.update`` notifications
    (forced_down by another actor, one per fake host) with an oslo.messaging
    Notifier at ``--rate`` per second; measure from just before each publish
@@ -42,6 +45,7 @@ if str(REPO) not in sys.path:
 import structlog  # noqa: E402
 
 from functional import events_fixtures as fx  # noqa: E402
+from instanceha import runtime  # noqa: E402
 from instanceha.sources.notifications import NotificationSource  # noqa: E402
 
 TARGET_P99_MS = 50.0
@@ -161,6 +165,7 @@ def latency(url, pool, count, rate):
     sink = TimingSink()
     source = make_source(url, pool, sink)
     source.start()
+    runtime.freeze_startup_heap()   # as `instanceha run` does once started
     try:
         # Warm up: the first message waits for the consumer to attach.
         notifier = fx.NovaNotifier(url)
@@ -253,6 +258,7 @@ def to_fence(url, pool, count, rate):
     engine.start()
     source = NotificationSource(conf, engine.submit, time.time, ctx.board)
     source.start()
+    runtime.freeze_startup_heap()
     try:
         notifier = fx.NovaNotifier(url)
         fencer.expect = 1
@@ -305,6 +311,7 @@ def throughput(url, pool, count, ceiling=False, workers=1):
     source = make_source(url, pool, sink, cls, workers)
     t0 = time.time()
     source.start()
+    runtime.freeze_startup_heap()
     try:
         # Worker processes take a second or two to start: CPU is counted
         # from the first delivery, the steady state.

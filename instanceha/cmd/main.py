@@ -65,6 +65,8 @@ def run(argv):
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *a: stop.set())
     svc.start()
+    from instanceha import runtime
+    runtime.freeze_startup_heap()
     stop.wait()
     svc.stop()
     return 0

@@ -30,6 +30,7 @@ import oslo_messaging
 import oslo_messaging.opts
 import structlog
 
+from instanceha import runtime
 from instanceha.sources import notifications as nf
 
 LOG = structlog.get_logger("instanceha.sources.listener_workers")
@@ -116,6 +117,7 @@ def child_main(values, conn, control, index, log_format, debug):
         conf, url=group.transport_url)
     server, _ = nf.make_batch_listener(conf, transport, handle_batch)
     server.start()
+    runtime.freeze_startup_heap("listener-worker-%d" % index)
     logger.info("listener_worker_started", pool=group.pool,
                 reason="consuming notifications for the instanceha process")
     try:
