@@ -104,6 +104,8 @@ def test_killed_worker_is_restarted_and_nothing_is_lost(world):
                        and source.health()["workers"][0]["connected"], 60), \
         source.health()
     assert victim not in source._workers.pids()
+    health = source.health()
+    assert (health["workers_alive"], health["worker_restarts"]) == (2, 1)
     notifier.info("service.update", fresh_service_update(host="after"))
     assert sink.wait(21, timeout=15)[-1].name == "after"
 

@@ -205,24 +205,37 @@ class ListenerWorkers:
 
     def _loop(self):
         while self._running:
-            conns = {w.conn: w for w in self._workers if w.conn is not None}
-            ready = multiprocessing.connection.wait(list(conns), timeout=0.5)
-            for conn in ready:
-                worker = conns[conn]
-                try:
-                    records = conn.recv()
-                except (EOFError, OSError):
-                    self._exited(worker)
-                    continue
-                self._deliver(worker, records)
-            self._restart_due()
+            try:
+                self._once()
+            except Exception:   # noqa: BLE001 - this thread must not die
+                LOG.exception("listener_workers_loop_failed",
+                              reason="records from the workers keep being "
+                                     "read; the reconciler covers a loss")
+                time.sleep(0.1)   # a persistent fault must not spin
+
+    def _once(self):
+        conns = {w.conn: w for w in self._workers if w.conn is not None}
+        ready = multiprocessing.connection.wait(list(conns), timeout=0.5)
+        for conn in ready:
+            worker = conns[conn]
+            try:
+                records = conn.recv()
+            except (EOFError, OSError):
+                self._exited(worker)
+                continue
+            self._deliver(worker, records)
+        self._restart_due()
 
     def _deliver(self, worker, records):
         for record in records:
-            if record[0] == STATUS:
+            if not isinstance(record, tuple) or len(record) != 5:
+                LOG.error("listener_worker_record_invalid",
+                          worker=worker.index, record=repr(record)[:200],
+                          reason="not a notification record; dropped")
+            elif record[0] == STATUS:
                 worker.connected = bool(record[4])
-                continue
-            self._apply(record)
+            else:
+                self._apply(record)
 
     def _exited(self, worker):
         process = worker.process

@@ -304,7 +304,11 @@ class NotificationSource:
             **counts,
         }
         if workers is not None:
-            report["workers"] = workers.health()
+            each = workers.health()
+            report["workers"] = each
+            # Numbers for /metrics: how many listen, how often one died.
+            report["workers_alive"] = sum(1 for w in each if w["alive"])
+            report["worker_restarts"] = sum(w["restarts"] for w in each)
         return report
 
     # -- own writes ----------------------------------------------------

@@ -26,3 +26,18 @@ def test_conf_values_survive_the_trip_to_a_worker():
     assert list(group.topics) == ["a", "b"]
     assert rebuilt.oslo_messaging_rabbit.rabbit_qos_prefetch_count == 9
     assert rebuilt.control_exchange == "cell1"
+
+
+def test_a_bad_record_is_dropped_and_the_rest_applied():
+    from instanceha.sources import notifications as nf
+    applied = []
+    workers = listener_workers.ListenerWorkers(
+        ha_conf.make({"notifications": {"workers": 2}}), applied.append)
+    good = nf.parse_message("info", "nova-api:ctl", "instance.create.end",
+                            {}, None)
+    assert not workers.connected()
+    workers._deliver(workers._workers[1], [
+        "junk", (listener_workers.STATUS, 1, None, None, True), good])
+    assert applied == [good]
+    assert workers.connected()
+    assert [w["connected"] for w in workers.health()] == [False, True]
