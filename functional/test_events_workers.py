@@ -122,3 +122,40 @@ def test_stop_leaves_no_worker_process(vhost):
     assert not any(alive(pid) for pid in pids)
     assert source.health()["running"] is False
     assert source.health()["connected"] is False
+
+
+PARENT = """
+import sys, time
+sys.path.insert(0, %(repo)r)
+from functional import events_fixtures as fx
+from instanceha.sources.notifications import NotificationSource
+conf = fx.make_conf("notifications", enabled=True, workers=2,
+                    transport_url=%(url)r, pool="instanceha-orphans")
+source = NotificationSource(conf, lambda event: None, time.time, None)
+source.start()
+while not all(w["connected"] for w in source.health()["workers"]):
+    time.sleep(0.1)
+print("PIDS", *source._workers.pids(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_workers_exit_when_the_instanceha_process_is_killed(vhost):
+    """SIGKILL leaves no orphan consuming (and acknowledging) the pool."""
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT % {"repo": repo, "url": vhost.url}],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = ""
+        while not line.startswith("PIDS"):   # structlog prints here too
+            line = parent.stdout.readline()
+            assert line, "the parent exited before starting its workers"
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+    finally:
+        parent.kill()
+        parent.wait(10)
+    assert fx.wait_for(lambda: not any(alive(p) for p in pids), 15), pids

@@ -9,6 +9,13 @@ moves: one such pause pushed the p99 of notification latency over 50 ms.
 :func:`freeze_startup_heap` moves everything alive at the end of startup into
 the permanent generation, so later full collections walk only what was made
 since and take about a millisecond.
+
+The price: an object frozen at startup is never freed by the collector,
+even if it later becomes part of a garbage cycle (say, the first broker
+connection after a reconnect replaced it), and so is what such a cycle
+holds. Objects made after startup are collected as before, so this is a
+one-time cost bounded by the start-up heap, not a leak that grows with
+traffic.
 """
 
 import gc

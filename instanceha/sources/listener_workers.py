@@ -23,6 +23,7 @@ asked, and by itself when its parent is gone.
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import threading
 import time
 
@@ -77,35 +78,67 @@ def conf_from_values(values):
 
 # -- the child ----------------------------------------------------------------
 
-class _Sender:
-    """Collects the records of one oslo.messaging batch and sends them in
-    one pipe write; executor threads may call it at the same time."""
+STOP = "stop"                  # what the parent sends down the control pipe
 
-    def __init__(self, conn, stop):
+
+def _parent_gone(logger, why):
+    """Exit at once, before oslo.messaging acknowledges anything more: what
+    this worker holds unacknowledged is redelivered to the other consumers
+    of the pool instead of being acked and lost."""
+    logger.error("listener_worker_exiting", reason=why)
+    os._exit(3)
+
+
+class _Sender:
+    """Sends the records of one oslo.messaging batch in one pipe write;
+    executor threads and the status loop may call it at the same time. If
+    the parent cannot be written to, the batch must not be acknowledged:
+    the worker exits on the spot."""
+
+    def __init__(self, conn, logger):
         self._conn = conn
-        self._stop = stop
+        self._logger = logger
         self._lock = threading.Lock()
 
     def send(self, records):
         with self._lock:
             try:
                 self._conn.send(records)
-            except (BrokenPipeError, EOFError, OSError):
-                self._stop.set()    # the parent is gone
-                raise
+            except (BrokenPipeError, EOFError, OSError) as exc:
+                _parent_gone(self._logger, "cannot reach the instanceha "
+                             "process (%s)" % type(exc).__name__)
+
+
+def _watch_control(control, stop, logger):
+    """A STOP message asks for a clean stop; end of file without one means
+    the parent died (even while the broker connection is still being
+    retried, which can take for ever)."""
+    try:
+        message = control.recv()
+    except (EOFError, OSError):
+        _parent_gone(logger, "the instanceha process is gone")
+    if message == STOP:
+        stop.set()
+    else:
+        _parent_gone(logger, "unexpected control message %r" % (message,))
 
 
 def child_main(values, conn, control, index, log_format, debug):
     """Entry point of a listener worker process. ``conn`` carries records
-    to the parent; ``control`` is readable (a message or, when the parent
-    closes it or dies, end of file) when the worker must stop."""
+    to the parent; ``control`` brings STOP, or end of file if the parent
+    dies. SIGTERM and SIGINT are ignored: a service manager signals the
+    whole group, and the parent stops its workers itself."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from instanceha import log
     log.setup(log_format, debug)
     logger = LOG.bind(worker=index, pid=os.getpid())
+    stop = threading.Event()
+    threading.Thread(target=_watch_control, args=(control, stop, logger),
+                     daemon=True, name="control").start()
     conf = conf_from_values(values)
     group = conf.notifications
-    quit_ = threading.Event()
-    sender = _Sender(conn, quit_)
+    sender = _Sender(conn, logger)
 
     def handle_batch(priority, messages):
         sender.send([nf.parse_message(priority, m.get("publisher_id"),
@@ -121,21 +154,16 @@ def child_main(values, conn, control, index, log_format, debug):
     logger.info("listener_worker_started", pool=group.pool,
                 reason="consuming notifications for the instanceha process")
     try:
-        while not quit_.is_set():
-            try:
-                sender.send([(STATUS, index, None, None,
-                              nf.listener_connected(server))])
-            except (BrokenPipeError, EOFError, OSError):
-                break
-            if control.poll(STATUS_INTERVAL):
+        while True:
+            sender.send([(STATUS, index, None, None,
+                          nf.listener_connected(server))])
+            if stop.wait(STATUS_INTERVAL):
                 break
     finally:
-        server.stop()
+        server.stop()     # what is in hand is handled and sent first
         server.wait()
         transport.cleanup()
-        logger.info("listener_worker_stopped",
-                    reason="the instanceha process is gone" if quit_.is_set()
-                    else "asked to stop (or the instanceha process is gone)")
+        logger.info("listener_worker_stopped", reason="asked to stop")
 
 
 # -- the parent ---------------------------------------------------------------
@@ -154,8 +182,11 @@ class _Worker:
 
 
 class ListenerWorkers:
-    """Starts, watches and stops the worker processes; applies what they
-    send with ``apply(record)`` on one reader thread."""
+    """Starts, watches and stops the worker processes. One reader thread
+    owns every pipe: it applies what the workers send with
+    ``apply(record)``, notices a worker's exit (end of file) and starts it
+    again; on stop it reads on until every worker has exited, so what a
+    worker handled before stopping is applied."""
 
     def __init__(self, conf, apply, *, workers=None, clock=time.monotonic):
         self._conf = conf
@@ -166,13 +197,12 @@ class ListenerWorkers:
         self._workers = [_Worker(i) for i in range(self._count)]
         self._values = None
         self._thread = None
-        self._running = False
+        self._stopping = False
         self._lock = threading.Lock()
 
     def start(self):
         nf._event_filter(self._conf.notifications.event_types)
         self._values = conf_values(self._conf)
-        self._running = True
         for worker in self._workers:
             self._spawn(worker)
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -187,12 +217,18 @@ class ListenerWorkers:
             name="instanceha-listener-%d" % worker.index,
             args=(self._values, writer, control_r, worker.index,
                   self._conf.log_format, self._conf.debug))
-        process.start()
-        # The child holds the only writer (EOF here when it exits) and the
-        # only reader of its control pipe (EOF there when we close it or
-        # die). Nothing is shared that a killed child could leave locked.
-        writer.close()
-        control_r.close()
+        try:
+            process.start()
+        except Exception as exc:   # noqa: BLE001 - EMFILE, EAGAIN, ...
+            for end in (reader, control_w):
+                end.close()
+            self._schedule_restart(worker, "cannot start: %s" % exc)
+            return
+        finally:
+            # The child holds the only writer (EOF here when it exits) and
+            # the only reader of its control pipe (EOF there when we die).
+            writer.close()
+            control_r.close()
         with self._lock:
             worker.process, worker.conn = process, reader
             worker.control = control_w
@@ -204,7 +240,13 @@ class ListenerWorkers:
                  % worker.last_exit if worker.restarts else "start")
 
     def _loop(self):
-        while self._running:
+        deadline = None
+        while True:
+            if self._stopping:
+                deadline = deadline or time.monotonic() + STOP_TIMEOUT
+                if not any(w.conn for w in self._workers) \
+                        or time.monotonic() > deadline:
+                    return
             try:
                 self._once()
             except Exception:   # noqa: BLE001 - this thread must not die
@@ -215,7 +257,7 @@ class ListenerWorkers:
 
     def _once(self):
         conns = {w.conn: w for w in self._workers if w.conn is not None}
-        ready = multiprocessing.connection.wait(list(conns), timeout=0.5)
+        ready = multiprocessing.connection.wait(list(conns), timeout=0.2)
         for conn in ready:
             worker = conns[conn]
             try:
@@ -224,7 +266,8 @@ class ListenerWorkers:
                 self._exited(worker)
                 continue
             self._deliver(worker, records)
-        self._restart_due()
+        if not self._stopping:
+            self._restart_due()
 
     def _deliver(self, worker, records):
         for record in records:
@@ -239,17 +282,27 @@ class ListenerWorkers:
 
     def _exited(self, worker):
         process = worker.process
-        process.join(STOP_TIMEOUT)
-        worker.conn.close()
-        if worker.control is not None:
-            worker.control.close()
+        process.join(1.0)     # its pipe is closed: it has exited or is
+        if process.is_alive():   # about to; never wait on a hung one here
+            process.kill()
+            process.join(1.0)
+        self._close(worker)
         with self._lock:
-            worker.conn = None
-            worker.control = None
-            worker.connected = False
             worker.last_exit = process.exitcode
-        if not self._running:
+        if self._stopping:
             return
+        self._schedule_restart(worker, "exited with %s" % process.exitcode)
+
+    def _close(self, worker):
+        with self._lock:
+            conn, control = worker.conn, worker.control
+            worker.conn = worker.control = None
+            worker.connected = False
+        for end in (conn, control):
+            if end is not None:
+                end.close()
+
+    def _schedule_restart(self, worker, why):
         now = self._clock()
         lived = now - (worker.started_at or now)
         first, longest = RESTART_BACKOFF
@@ -259,51 +312,40 @@ class ListenerWorkers:
             worker.restarts += 1
             worker.restart_at = now + delay
         LOG.error("listener_worker_died", worker=worker.index,
-                  pid=process.pid, exitcode=process.exitcode,
-                  restart_in=round(delay, 1),
-                  reason="its unacknowledged notifications go to the "
-                         "other workers; it is started again")
+                  pid=worker.process.pid if worker.process else None,
+                  restart_in=round(delay, 1), reason=why + "; its "
+                  "unacknowledged notifications go to the other workers and "
+                  "it is started again")
 
     def _restart_due(self):
         now = self._clock()
         for worker in self._workers:
             if worker.conn is None and worker.restart_at is not None \
-                    and now >= worker.restart_at and self._running:
+                    and now >= worker.restart_at:
                 self._spawn(worker)
 
     def stop(self):
-        self._running = False
-        if self._thread is not None:
-            self._thread.join(STOP_TIMEOUT)
+        """Ask every worker to stop, apply what they still send, and kill
+        the ones that have not exited within ``STOP_TIMEOUT`` seconds."""
+        self._stopping = True
         for worker in self._workers:
-            if worker.control is not None:
-                worker.control.close()    # EOF: the child stops
-                worker.control = None
+            control = worker.control
+            if control is not None:
+                try:
+                    control.send(STOP)
+                except OSError:
+                    pass   # already gone: the reader sees its end of file
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT + 5)
         for worker in self._workers:
             process = worker.process
-            if process is None:
-                continue
-            # What the child sent before it stopped is still applied.
-            conn = worker.conn
-            deadline = time.monotonic() + STOP_TIMEOUT
-            while conn is not None and time.monotonic() < deadline:
-                try:
-                    if conn.poll(0.1):
-                        self._deliver(worker, conn.recv())
-                    elif not process.is_alive():
-                        break
-                except (EOFError, OSError):
-                    break
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
+            if process is not None and process.is_alive():
                 LOG.warning("listener_worker_killed", worker=worker.index,
                             pid=process.pid,
                             reason="did not stop within %ss" % STOP_TIMEOUT)
                 process.kill()
                 process.join(STOP_TIMEOUT)
-            if conn is not None:
-                conn.close()
-            worker.conn = None
+            self._close(worker)
 
     # -- health ------------------------------------------------------------
     def connected(self):

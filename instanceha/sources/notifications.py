@@ -132,20 +132,25 @@ class LatestSeen:
     overtaken by a later one about the same service or server from the same
     publisher is not applied after it (batches run on several threads, and
     listener worker processes share one queue). Times from different
-    publishers are never compared: their clocks may differ. Bounded: the
-    least recently updated keys are forgotten first."""
+    publishers are never compared: their clocks may differ. A time is
+    remembered for ``window`` seconds of our own clock only: overtaking
+    happens within moments, and a publisher whose clock was stepped back
+    must not be ignored for long. Bounded: the least recently updated keys
+    are forgotten first."""
 
-    def __init__(self, limit=100000):
+    def __init__(self, window=60.0, limit=100000):
+        self._window = window
         self._limit = limit
-        self._seen = collections.OrderedDict()
+        self._seen = collections.OrderedDict()   # key -> (emitted, noted at)
 
-    def is_older(self, key, emitted):
+    def is_older(self, key, emitted, now):
         if emitted is None:
             return False
         last = self._seen.get(key)
-        if last is not None and _time_key(emitted) < _time_key(last):
+        if last is not None and now - last[1] <= self._window \
+                and _time_key(emitted) < _time_key(last[0]):
             return True
-        self._seen[key] = emitted
+        self._seen[key] = (emitted, now)
         self._seen.move_to_end(key)
         if len(self._seen) > self._limit:
             self._seen.popitem(last=False)
@@ -362,7 +367,7 @@ class NotificationSource:
                 self._drop(event_type, reason, error=error, payload=described)
             elif kind == ERROR:
                 self._fail(event_type, body)
-            elif self._is_older(kind, body, publisher_id, emitted):
+            elif self._is_older(kind, body, publisher_id, emitted, now):
                 self._count("reordered")
                 LOG.info("notification_ignored", event_type=event_type,
                          emitted=emitted, publisher_id=publisher_id,
@@ -382,11 +387,11 @@ class NotificationSource:
         LOG.error("notification_handling_failed", event_type=event_type,
                   reason=error, exc_info=exc_info)
 
-    def _is_older(self, kind, facts, publisher_id, emitted):
+    def _is_older(self, kind, facts, publisher_id, emitted, now):
         key = (kind, facts.uuid if kind == SERVICE else facts.server_id,
                publisher_id)
         with self._lock:
-            return self._latest.is_older(key, emitted)
+            return self._latest.is_older(key, emitted, now)
 
     def _drop(self, event_type, reason, **fields):
         self._count("dropped")

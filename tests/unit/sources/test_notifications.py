@@ -336,15 +336,26 @@ def test_parse_message_turns_bad_input_into_a_drop(event_type, payload,
 
 def test_latest_seen_compares_times_of_one_publisher_only():
     seen = notifications.LatestSeen(limit=2)
-    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002")
-    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000001")
-    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41")   # zero fraction
-    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002")
-    assert not seen.is_older(("a", "p2"), "2026-11-22 03:58:40")
-    assert not seen.is_older(("a", "p1"), None)
-    assert not seen.is_older(("b", "p1"), "2026-11-22 03:58:00")
+    now = 1000.0
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002", now)
+    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000001", now)
+    assert seen.is_older(("a", "p1"), "2026-11-22 03:58:41", now)  # .000000
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:58:41.000002", now)
+    assert not seen.is_older(("a", "p2"), "2026-11-22 03:58:40", now)
+    assert not seen.is_older(("a", "p1"), None, now)
+    assert not seen.is_older(("b", "p1"), "2026-11-22 03:58:00", now)
     # limit 2: ("a", "p1") is the least recently updated and is forgotten
-    assert not seen.is_older(("a", "p1"), "2026-11-22 03:00:00")
+    assert not seen.is_older(("a", "p1"), "2026-11-22 03:00:00", now)
+
+
+def test_latest_seen_forgets_after_its_window():
+    """A publisher whose clock was stepped back is ignored for a minute at
+    most, not until its clock catches up."""
+    seen = notifications.LatestSeen(window=60.0)
+    assert not seen.is_older("k", "2026-11-22 05:00:00", 1000.0)  # 1 h fast
+    assert seen.is_older("k", "2026-11-22 04:00:01", 1059.0)
+    assert not seen.is_older("k", "2026-11-22 04:00:02", 1061.0)
+    assert seen.is_older("k", "2026-11-22 04:00:01", 1062.0)
 
 
 def test_overtaken_notification_is_counted_not_applied():
