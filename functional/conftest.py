@@ -20,3 +20,11 @@ def pytest_runtest_teardown(item, nextitem):
 
 def pytest_sessionfinish(session, exitstatus):
     harness.stop()
+
+
+@pytest.fixture(scope="module")
+def vhost():
+    """A RabbitMQ vhost of the test module's own on the machine's broker."""
+    from functional import events_fixtures as fx
+    with fx.RabbitVhost() as v:
+        yield v

@@ -17,12 +17,6 @@ from functional.sim.conftest import Cloud
 SLOW_POLL = {"poll_interval": 60.0}
 
 
-@pytest.fixture(scope="module")
-def vhost():
-    with fx.RabbitVhost() as v:
-        yield v
-
-
 @pytest.fixture
 def clouds(tmp_path):
     made = []

@@ -31,12 +31,6 @@ def payload(event_type, **changes):
     return p
 
 
-@pytest.fixture(scope="module")
-def vhost():
-    with fx.RabbitVhost() as v:
-        yield v
-
-
 @pytest.fixture
 def world(vhost):
     """(source, sink, board, notifier), listener started and stopped."""

@@ -17,12 +17,6 @@ from instanceha.events import EventKind
 from instanceha.sources.notifications import NotificationSource
 
 
-@pytest.fixture(scope="module")
-def vhost():
-    with fx.RabbitVhost() as v:
-        yield v
-
-
 @pytest.fixture
 def world(vhost):
     conf = fx.make_conf("notifications", enabled=True, workers=2,
