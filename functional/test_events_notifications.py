@@ -1,6 +1,7 @@
 """NotificationSource on the real RabbitMQ: a vhost of our own, Nova-shaped
 notifications published by a separate transport ("another actor")."""
 
+import contextlib
 import copy
 import json
 import os
@@ -31,12 +32,12 @@ def payload(event_type, **changes):
     return p
 
 
-@pytest.fixture
-def world(vhost):
-    """(source, sink, board, notifier), listener started and stopped."""
+@contextlib.contextmanager
+def listening(vhost, pool, **overrides):
+    """(source, sink, board, notifier): a started listener with a progress
+    board and a Nova-like notifier on ``vhost``, stopped on exit."""
     conf = fx.make_conf("notifications", enabled=True,
-                        transport_url=vhost.url,
-                        pool="instanceha-%s" % os.getpid())
+                        transport_url=vhost.url, pool=pool, **overrides)
     fx.fast_reconnect(conf)
     sink, board = fx.Sink(), ProgressBoard()
     source = NotificationSource(conf, sink, time.time, board)
@@ -47,6 +48,13 @@ def world(vhost):
     finally:
         notifier.close()
         source.stop()
+
+
+@pytest.fixture
+def world(vhost):
+    """(source, sink, board, notifier), listener started and stopped."""
+    with listening(vhost, "instanceha-%s" % os.getpid()) as w:
+        yield w
 
 
 def fresh_service_update(**changes):

@@ -11,30 +11,21 @@ import pytest
 from functional import events_fixtures as fx
 from functional.test_events_notifications import SERVER
 from functional.test_events_notifications import fresh_service_update
+from functional.test_events_notifications import listening
 from functional.test_events_notifications import payload
-from instanceha.engine.progress import ProgressBoard
 from instanceha.events import EventKind
 from instanceha.sources.notifications import NotificationSource
 
 
 @pytest.fixture
 def world(vhost):
-    conf = fx.make_conf("notifications", enabled=True, workers=2,
-                        transport_url=vhost.url,
-                        pool="instanceha-workers-%s" % os.getpid())
-    fx.fast_reconnect(conf)
-    sink, board = fx.Sink(), ProgressBoard()
-    source = NotificationSource(conf, sink, time.time, board)
-    source.start()
-    notifier = fx.NovaNotifier(vhost.url)
-    try:
+    with listening(vhost, "instanceha-workers-%s" % os.getpid(),
+                   workers=2) as w:
+        source = w[0]
         assert fx.wait_for(lambda: all(
-            w["connected"] for w in source.health()["workers"]), 60), \
+            c["connected"] for c in source.health()["workers"]), 60), \
             source.health()
-        yield source, sink, board, notifier
-    finally:
-        notifier.close()
-        source.stop()
+        yield w
 
 
 def alive(pid):
