@@ -5,28 +5,42 @@ from instanceha.conf import _group
 GROUP = "kdump"
 OPTS = [
     cfg.BoolOpt("enabled", default=False,
-                help="Listen for fence_kdump messages. A message from a "
-                     "suspect host proves it is dead (its dump kernel runs no "
-                     "guests), so it is evacuated without a power-off. Only "
-                     "enable when hosts send fence_kdump and the UDP port is "
-                     "reachable from them alone: anyone who can send from a "
-                     "compute host's address can trigger its evacuation."),
-    cfg.HostAddressOpt("listen_address", default="0.0.0.0",
-                       help="Address the UDP listener binds. '::' listens on "
-                            "IPv6 and IPv4. Bind the management network only; "
-                            "packets carry no authentication."),
+                help="Listen for fence_kdump messages from crashed hosts. By "
+                     "default a message only delays the power-off until the "
+                     "dump is written (see 'action'); it never replaces it. "
+                     "Requires 'listen_address'."),
+    cfg.HostAddressOpt("listen_address", default=None,
+                       help="Address of the kdump network the UDP listener "
+                            "binds (required when enabled; nothing is bound "
+                            "by default). fence_kdump packets carry no "
+                            "authentication: bind an address only compute "
+                            "hosts can reach. A wildcard address (0.0.0.0, "
+                            "::) is refused with action = evacuate."),
     cfg.PortOpt("port", default=7410,
                 help="UDP port for fence_kdump messages (fence_kdump_send "
                      "-p). 0 binds a free port (tests). Must match what the "
                      "hosts' kdump configuration sends to, or no message "
                      "arrives and hosts are power-fenced instead."),
-    cfg.StrOpt("action", default="evacuate", choices=["evacuate", "wait"],
-               help="What a kdump message from a suspect host does. "
-                    "'evacuate': the host counts as fenced and its servers "
-                    "are evacuated at once. 'wait': the host is not "
-                    "power-fenced while it keeps dumping (the dump is kept), "
-                    "and evacuation waits until messages stop for 'timeout' "
-                    "seconds; recovery is slower."),
+    cfg.StrOpt("action", default="fence_after_dump",
+               choices=[("fence_after_dump",
+                         "a dumping host is powered off once the dump is "
+                         "over (no message for 'timeout' seconds) or after "
+                         "'max_dump_time'; safe against forged packets"),
+                        ("evacuate",
+                         "a message from a suspect host counts as proof of "
+                         "death: evacuated WITHOUT power-off. Trusts every "
+                         "sender on the kdump network: a forged packet gets "
+                         "a live host's servers rebuilt elsewhere while "
+                         "they still run. Refused on a wildcard address"),
+                        ("wait", "deprecated name of fence_after_dump")],
+               help="What a fence_kdump message from a suspect host does."),
+    cfg.FloatOpt("max_dump_time", default=600.0, min=1, max=86400,
+                 help="With action = fence_after_dump: the longest a dump "
+                      "may hold the power-off, from its first message; then "
+                      "the host is powered off even if messages keep "
+                      "coming (a forged or stuck sender cannot hold "
+                      "recovery for ever). Each second here can delay "
+                      "recovery of a dumping host."),
     cfg.FloatOpt("fence_delay", default=0.0, min=0, max=3600,
                  help="Seconds a suspect host is given to start sending "
                       "kdump messages before it is power-fenced. A power-off "
@@ -58,6 +72,26 @@ OPTS = [
                       "from unknown addresses, so junk traffic cannot flood "
                       "DNS."),
 ]
+
+WILDCARDS = {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "*", ""}
+
+
+def validate(conf):
+    """Checks across options, run at start: raises cfg.Error naming the
+    problem."""
+    group = conf.kdump
+    if not group.enabled:
+        return
+    if not group.listen_address:
+        raise cfg.Error("[kdump] listen_address: must be set when [kdump] "
+                        "enabled = true: name the kdump network's address "
+                        "(nothing is bound by default)")
+    if group.action == "evacuate" and group.listen_address in WILDCARDS:
+        raise cfg.Error("[kdump] listen_address: %r is a wildcard address; "
+                        "action = evacuate trusts every packet it receives, "
+                        "so it must listen on the kdump network's address "
+                        "only" % group.listen_address)
+
 
 register_opts, list_opts = _group.make(
     GROUP, OPTS, title="fence_kdump listener",

@@ -34,12 +34,54 @@ def _result(record, kind, ctx, reason, **detail):
                  reason=reason, source="action", detail=detail)
 
 
+def bmc_identity(bmc):
+    """What names one physical BMC (and system behind it), whatever host
+    name the inventory files it under; None when it names none (noop)."""
+    if bmc is None or not bmc.address:
+        return None
+    return (bmc.address.strip().lower().rstrip("/"),
+            str(bmc.options.get("system_id") or "").strip().lower(),
+            str(bmc.options.get("port") or ""))
+
+
+def live_sharers(ctx, record, bmc):
+    """Compute services other than ``record``'s that map to the same BMC
+    and look alive on Nova's own clock (up, or heartbeating while forced
+    down): powering the BMC off would kill them (a renamed host's stale old
+    service row, a copy-pasted inventory entry)."""
+    ident = bmc_identity(bmc)
+    if ident is None:
+        return []
+    services = ctx.compute.list_services()
+    newest = max((s.updated_at for s in services if s.updated_at), default=0)
+    delta = ctx.conf.detection.delta
+    out = []
+    for s in services:
+        if s.id == record.id or s.host == record.name:
+            continue
+        if bmc_identity(ctx.bmc_for(s.host)) != ident:
+            continue
+        fresh = s.updated_at is not None and newest - s.updated_at <= delta
+        if (s.state == "up" and not s.forced_down) or fresh:
+            out.append(s)
+    return out
+
+
 def fence(ctx, record):
     bmc = ctx.bmc_for(record.name)
     if bmc is None:
         return _result(record, E.FENCE_FAILED, ctx,
                        "no BMC for host %s in the fencing inventory"
                        % record.name)
+    sharers = live_sharers(ctx, record, bmc)
+    if sharers:
+        other = sharers[0]
+        return _result(record, E.FENCE_FAILED, ctx,
+                       "refusing to power off: BMC %s of %s is also the BMC "
+                       "of compute service %s (%s), which is up; a renamed "
+                       "host's old service row? Delete the stale service "
+                       "and fix the inventory" % (
+                           bmc.address, record.name, other.host, other.id))
     try:
         driver = ctx.fencer(bmc.driver)
         driver.power_off(bmc)
@@ -66,7 +108,10 @@ def isolate(ctx, record):
 
 
 def evacuate(ctx, record):
-    out = evacuator.evacuate_host(ctx, record)
+    try:
+        out = evacuator.evacuate_host(ctx, record)
+    finally:
+        ctx.running.pop(record.id, None)
     evacuable = out.total - len(out.skipped)
     summary = "%d/%d servers evacuated" % (len(out.done), evacuable)
     if out.skipped:
@@ -74,6 +119,10 @@ def evacuate(ctx, record):
     detail = dict(done=len(out.done), total=out.total,
                   skipped=len(out.skipped), failed=len(out.failed),
                   no_capacity=len(out.no_capacity))
+    if out.stopped:
+        return _result(record, E.EVACUATE_FAILED, ctx,
+                       "%s; stopped: suspended by operator, %d servers left "
+                       "on the host" % (summary, len(out.failed)), **detail)
     if out.returned:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped: the host reported back while being "
@@ -99,9 +148,11 @@ def check_cleanup(ctx, record):
         return _result(record, E.CLEANUP_PENDING, ctx,
                        "%d of %d evacuation migrations not completed yet"
                        % (len(waiting), len(migrations)))
-    enable = not ctx.conf.evacuation.leave_disabled
+    restore_reason = record.operator_disabled
+    enable = not ctx.conf.evacuation.leave_disabled and restore_reason is None
     try:
-        ctx.compute.restore(record.id, enable=enable)
+        ctx.compute.restore(record.id, enable=enable,
+                            disabled_reason=restore_reason)
     except compute_base.Conflict as e:
         return _result(record, E.CLEANUP_PENDING, ctx,
                        "Nova refused to put the host back: %s" % e)
@@ -109,6 +160,10 @@ def check_cleanup(ctx, record):
     if enable:
         text = ("%d evacuation migrations completed; forced_down unset and "
                 "service enabled" % done)
+    elif restore_reason is not None:
+        text = ("%d evacuation migrations completed; forced_down unset, "
+                "service left disabled as its operator had it: %s"
+                % (done, restore_reason))
     else:
         text = ("%d evacuation migrations completed; forced_down unset, "
                 "service left disabled ([evacuation] leave_disabled)" % done)

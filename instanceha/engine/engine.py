@@ -63,6 +63,11 @@ class Context:
         self._on_progress = on_progress or (lambda *a: None)
         #: True while an event source reliably reports evacuation progress.
         self.events_healthy = lambda: False
+        #: host_id -> True when an operator's hands-off is waiting: running
+        #: work stops at its next safe boundary (set by the engine).
+        self.preempted = lambda host_id: False
+        #: host_id -> short text of the running action's progress.
+        self.running = {}
 
     def bmc_for(self, host):
         bmc = self.inventory.get(host)
@@ -90,6 +95,7 @@ class Engine:
         self.journal = journal
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
+        context.preempted = self.preempted
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -165,21 +171,63 @@ class Engine:
         reason = (event.detail or {}).get("disabled_reason") or ""
         if ((event.detail or {}).get("forced_down")
                 and reason.startswith(actions_mod.REASON_PREFIX)):
-            # Nova says instanceha isolated this host before, but the journal
-            # does not know it (lost, or a new replica): its real state is
-            # unknown, so prove it dead again before anything is evacuated
-            # (a returned host reports in and goes to recovering instead).
-            rec = dataclasses.replace(
-                rec, state=State.FENCING, isolated=True,
-                reason="resumed from Nova's disabled_reason %r: re-proving "
-                       "the host dead" % reason)
-            self.journal.record_transition(
-                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
-            self._adopt(rec, "nova")
+            self._adopt_from_nova(rec, event, reason)
             return None
         self._records[event.host] = rec
         self._version += 1
         return rec
+
+    def _adopt_from_nova(self, rec, event, reason):
+        """Nova says instanceha isolated this host, but the journal does not
+        know it (lost, wiped, a new machine). Decide from what Nova shows
+        now: a host still down is proven dead again before anything more is
+        evacuated; a host that looks fresh is watched (its next heartbeat
+        proves it back: cleanup check; going stale proves it was not: fence
+        again). The updated_at seen now may be instanceha's own last write
+        (Nova bumps it on every PUT), so only a later one counts as back."""
+        base = dict(isolated=True, heartbeat_ok=event.kind is E.HEARTBEAT_OK)
+        if event.kind is E.HEARTBEAT_OK:
+            seen = (event.detail or {}).get("updated_at")
+            rec = dataclasses.replace(
+                rec, state=State.EVACUATED, unverified=True,
+                written_at=float(seen) if seen is not None else event.at,
+                ok_at=event.at,
+                reason="found isolated by instanceha (%r) with no journal, "
+                       "service looks fresh: waiting for a new heartbeat "
+                       "(back: cleanup check) or for it to go stale "
+                       "(re-prove dead)" % reason, **base)
+        else:
+            rec = dataclasses.replace(
+                rec, state=State.FENCING, lost_at=event.at,
+                reason="found isolated by instanceha (%r) with no journal, "
+                       "not reporting: re-proving the host dead" % reason,
+                **base)
+        self.journal.record_transition(
+            fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
+        self._adopt(rec, "nova")
+
+    def preempted(self, host_id):
+        """An operator's hands-off waits in the host's inbox: a running
+        action should stop at its next safe boundary."""
+        with self._lock:
+            rec = self._records.get(host_id)
+            return rec is not None and any(
+                isinstance(e, Event) and e.kind in _PREEMPT
+                and fsm.machine.rules_for(rec.state, e.kind)
+                for e in self._inbox.get(host_id, ()))
+
+    def running_work(self, host_id):
+        """What is still running for a host, in a few words, or None."""
+        with self._lock:
+            rec = self._records.get(host_id)
+        if rec is None or not rec.busy:
+            return None
+        action = ENTRY_ACTION.get(rec.state)
+        text = action.value if action else rec.state.value
+        progress = self.ctx.running.get(host_id)
+        if progress:
+            text += ": " + progress
+        return text
 
     # -- events ----------------------------------------------------------------
     def submit(self, event):
@@ -204,9 +252,11 @@ class Engine:
                 if self._backoff_until.get(host_id, 0) > self.clock():
                     return
                 item = box.popleft()
-                if isinstance(item, _Pending):
-                    # An operator's hands-off comes before the next action,
-                    # which the state check in _run then drops.
+                if isinstance(item, (_Pending, _Result)):
+                    # An operator's hands-off comes before the next action
+                    # (which the state check in _run then drops) and before
+                    # the result of an action it stopped (stale once the
+                    # host is suspended; still journalled as finished).
                     held = [e for e in box if isinstance(e, Event)
                             and e.kind in _PREEMPT]
                     if held:
@@ -473,7 +523,8 @@ class Engine:
             "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
                        "since": r.since, "reason": r.reason,
                        "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
-                       "retrying": errors.get(r.id)}
+                       "retrying": errors.get(r.id),
+                       "operator_disabled": r.operator_disabled}
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
         }

@@ -34,6 +34,7 @@ class Outcome:
         self.no_capacity = {}   # server_id -> reason
         self.skipped = {}       # server_id -> why not evacuable
         self.returned = False   # stopped: the host reported back
+        self.stopped = False    # stopped: an operator suspended the host
 
 
 def _latest(migrations):
@@ -74,7 +75,22 @@ def evacuate_host(ctx, record):
                            "servers")
     last_poll = ctx.clock()
     send_errors = collections.Counter()
+    sent = 0
     while todo or inflight:
+        ctx.running[record.id] = (
+            "%d of %d servers sent, %d in flight, %d done"
+            % (sent, outcome.total, len(inflight), len(outcome.done)))
+        if todo and ctx.preempted(record.id):
+            # An operator suspended the host: send nothing more; what Nova
+            # already has finishes and is waited for (and journalled).
+            outcome.stopped = True
+            LOG.warning("evacuation_stopped", host=host, left=len(todo),
+                        in_flight=len(inflight),
+                        reason="operator suspended the host: no more "
+                               "servers sent, those in flight finish")
+            for s in todo:
+                outcome.failed[s.id] = "not evacuated: suspended by operator"
+            todo.clear()
         if todo and _host_returned(ctx, record):
             # A host that reports in again (a kdump reboot, someone powering
             # it on) may be running the servers not yet sent: stop here.
@@ -115,6 +131,7 @@ def evacuate_host(ctx, record):
                             reason=str(e))
                 continue
             inflight[s.id] = (now, evac_id)
+            sent += 1
         if not inflight:
             break
         gen = ctx.board.generation()

@@ -22,9 +22,15 @@ class UndeclaredTransition(LookupError):
 class Policy:
     grace_period: float = 10.0
     kdump_enabled: bool = False
-    kdump_action: str = "evacuate"      # evacuate | wait
+    # fence_after_dump: a dump delays the power-off (up to kdump_max_dump),
+    # never replaces it. evacuate: a kdump message counts as fenced (opt-in
+    # for a trusted kdump network).
+    kdump_action: str = "fence_after_dump"
     kdump_fence_delay: float = 0.0      # wait this long for a dump to begin
     kdump_timeout: float = 60.0         # a host is dumping this long after a message
+    kdump_max_dump: float = 600.0       # power off after this long dumping anyway
+    recover_disabled_hosts: bool = False  # recover services an operator disabled
+    resume_boot_time: float = 300.0     # after a resume: time to boot and report
     retry_backoff: float = 30.0
     retry_backoff_max: float = 600.0
     max_attempts: int = 5
@@ -35,15 +41,21 @@ class Policy:
         kdump = getattr(conf, "kdump", None)
         kw = dict(
             grace_period=conf.detection.grace_period,
+            recover_disabled_hosts=conf.policy.recover_disabled_hosts,
+            resume_boot_time=conf.policy.resume_boot_time,
             retry_backoff=conf.evacuation.retry_backoff,
             retry_backoff_max=conf.evacuation.retry_backoff_max,
             max_attempts=conf.evacuation.max_attempts,
             cleanup_check_interval=conf.evacuation.cleanup_check_interval,
         )
         if kdump is not None:
-            kw.update(kdump_enabled=kdump.enabled, kdump_action=kdump.action,
+            action = kdump.action
+            if action == "wait":            # the old name of the same thing
+                action = "fence_after_dump"
+            kw.update(kdump_enabled=kdump.enabled, kdump_action=action,
                       kdump_fence_delay=kdump.fence_delay,
-                      kdump_timeout=kdump.timeout)
+                      kdump_timeout=kdump.timeout,
+                      kdump_max_dump=kdump.max_dump_time)
         return cls(**kw)
 
 
@@ -58,6 +70,7 @@ class HostRecord:
     lost_at: Optional[float] = None      # first observation of the loss
     ok_at: Optional[float] = None        # last heartbeat-ok observation
     kdump_at: Optional[float] = None     # last kdump message
+    kdump_first_at: Optional[float] = None  # first message of this dump
     fenced_at: Optional[float] = None    # when the host was proven dead
     written_at: Optional[float] = None   # service updated_at after our write
     returned: bool = False               # reported in after it was fenced
@@ -66,6 +79,13 @@ class HostRecord:
     retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
     until: Optional[float] = None        # SUSPENDED: expiry (None = forever)
     busy: bool = False                   # an action is in flight
+    #: The service is disabled by someone else: their reason (else None).
+    operator_disabled: Optional[str] = None
+    #: No fencing before this time: a resumed host may still be booting.
+    hold_until: Optional[float] = None
+    #: Adopted from Nova's instanceha: marker without a journal: not yet
+    #: known whether the host came back or is still dead.
+    unverified: bool = False
 
     @property
     def attempts_next(self):
@@ -83,26 +103,48 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(HostRecord))
 # -- guards: (record, event, policy) -> bool ---------------------------------
 
 def _fence_at(r, p):
+    """When fencing becomes due: the grace period after the loss, or after
+    the end of a resumed host's boot time (``hold_until``)."""
     if r.lost_at is None:
         return None
     delay = p.grace_period
     if p.kdump_enabled:
         delay = max(delay, p.kdump_fence_delay)
-    return r.lost_at + delay
+    start = r.lost_at
+    if r.hold_until is not None:
+        start = max(start, r.hold_until)
+    return start + delay
 
 
-def _dumping(r, ev, p):
-    """A kdump message arrived after the host was last seen alive and not
-    longer than kdump_timeout ago: the host is running its dump kernel."""
+def _dump_seen(r, p):
+    """A kdump message arrived after the host was last seen alive."""
     return (p.kdump_enabled and r.kdump_at is not None
-            and (r.ok_at is None or r.kdump_at > r.ok_at)
-            and ev.at - r.kdump_at <= p.kdump_timeout)
+            and (r.ok_at is None or r.kdump_at > r.ok_at))
+
+
+def _dumping(r, now, p):
+    """The host is running its dump kernel: a message came after it was
+    last seen alive, less than kdump_timeout before ``now``."""
+    return _dump_seen(r, p) and now - r.kdump_at < p.kdump_timeout
+
+
+def _dump_overdue(r, now, p):
+    """The dump has run longer than [kdump] max_dump_time."""
+    first = r.kdump_first_at if r.kdump_first_at is not None else r.kdump_at
+    return first is not None and now - first >= p.kdump_max_dump
+
+
+def _dump_holds(r, now, p):
+    """A dump in progress holds the power-off (it would destroy the dump),
+    but never longer than max_dump_time."""
+    return _dumping(r, now, p) and not _dump_overdue(r, now, p)
 
 
 def _kdump_proof(r, p, now):
-    """A kdump message arrived after the heartbeat was lost (and after the
-    host was last seen alive), not longer than kdump_timeout before ``now``:
-    the host runs its dump kernel, which runs no guests."""
+    """Only with [kdump] action = evacuate (a trusted kdump network): a
+    kdump message that arrived after the heartbeat was lost (and after the
+    host was last seen alive), not longer than kdump_timeout before
+    ``now``, counts as proof of death without a power-off."""
     return (p.kdump_enabled and p.kdump_action == "evacuate"
             and not r.heartbeat_ok and r.lost_at is not None
             and r.kdump_at is not None and r.kdump_at >= r.lost_at
@@ -114,8 +156,11 @@ def _fence_due(r, ev, p):
     due = _fence_at(r, p)
     if due is None or ev.at < due or r.heartbeat_ok:
         return False
-    # kdump_action=wait: a dumping host is left alone until it stops dumping.
-    return not _dumping(r, ev, p)
+    return not _dump_holds(r, ev.at, p)
+
+
+def _decision_due(r, ev, p):
+    return _fence_due(r, ev, p) or _kdump_proof(r, p, ev.at)
 
 
 def _reported_after_fencing(r, ev, p):
@@ -139,18 +184,25 @@ GUARDS = {
     table.ALWAYS: lambda r, ev, p: True,
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
     "kdump_proves_dead": lambda r, ev, p: _kdump_proof(r, p, ev.at),
-    "kdump_waits": lambda r, ev, p: (p.kdump_action == "wait"
-                                     and _dumping(r, ev, p)),
+    "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
+                                     and _dumping(r, ev.at, p)),
     "fence_due": _fence_due,
+    "dump_overdue": lambda r, ev, p: (_fence_due(r, ev, p)
+                                      and _dumping(r, ev.at, p)),
+    "dump_over": lambda r, ev, p: (_fence_due(r, ev, p)
+                                   and _dump_seen(r, p)),
     "decision_due_but_threshold": lambda r, ev, p: (
-        not ev.cluster_ok and (_fence_due(r, ev, p)
-                               or _kdump_proof(r, p, ev.at))),
+        not ev.cluster_ok and _decision_due(r, ev, p)),
+    "decision_due_but_disabled_by_operator": lambda r, ev, p: (
+        not p.recover_disabled_hosts and r.operator_disabled is not None
+        and _decision_due(r, ev, p)),
     "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
     "retry_due": lambda r, ev, p: (not r.busy and r.retry_at is not None
                                    and ev.at >= r.retry_at),
     "isolated": lambda r, ev, p: r.isolated,
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,
+    "unverified": lambda r, ev, p: r.unverified,
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
     "suspension_expired_returned": lambda r, ev, p: (
@@ -176,7 +228,26 @@ _RESULT_KINDS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
                  E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
 
 
-def _observe(r, ev):
+def _operator_disabled(r, ev):
+    """The service's disabled state as the event reports it: the reason
+    of someone else's disable, None when enabled; unchanged when the event
+    does not say, or when the reason is instanceha's own marker."""
+    d = ev.detail or {}
+    if "disabled" in d:
+        disabled = bool(d["disabled"])
+    elif "status" in d:
+        disabled = d["status"] == "disabled"
+    else:
+        return r.operator_disabled
+    if not disabled:
+        return None
+    reason = d.get("disabled_reason") or ""
+    if reason.startswith(OWN_PREFIX):
+        return r.operator_disabled
+    return reason or "no reason given"
+
+
+def _observe(r, ev, p):
     """Facts every event updates whatever the state."""
     changes = {}
     if ev.kind is E.HEARTBEAT_OK:
@@ -191,11 +262,21 @@ def _observe(r, ev):
             changes["lost_at"] = ev.at
     elif ev.kind is E.KDUMP:
         changes["kdump_at"] = ev.at
+        if not _dumping(r, ev.at, p) or r.kdump_first_at is None:
+            changes["kdump_first_at"] = ev.at      # a new dump
+    if ev.kind in _OBSERVATIONS:
+        disabled = _operator_disabled(r, ev)
+        if disabled != r.operator_disabled:
+            changes["operator_disabled"] = disabled
     if ev.kind in _RESULT_KINDS and r.state in _RESULT_STATE.get(ev.kind, ()):
         changes["busy"] = False
     if ev.name and not r.name:
         changes["name"] = ev.name
     return dataclasses.replace(r, **changes) if changes else r
+
+
+OWN_PREFIX = "instanceha:"
+_OBSERVATIONS = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN}
 
 
 # Which state's action produces which results (a result in another state is
@@ -211,11 +292,25 @@ _RESULT_STATE = {
 }
 
 
+_HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED)
+
+
 def _enter(r, dst, ev, p):
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False)
+    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False,
+                   unverified=False)
+    resumed = (r.state in _HANDS_OFF
+               and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:
         changes.update(isolated=False, attempts=0, returned=False)
+        if resumed:
+            # A fresh observation: what was seen while hands were off (a
+            # heartbeat lost during maintenance, an old dump) does not
+            # count, and the host gets its boot time and a full grace
+            # period before any fencing.
+            changes.update(heartbeat_ok=True, lost_at=None, kdump_at=None,
+                           kdump_first_at=None,
+                           hold_until=ev.at + p.resume_boot_time)
     if dst in ISOLATED_STATES:
         changes["isolated"] = True
     if dst is State.EVACUATING:
@@ -226,8 +321,13 @@ def _enter(r, dst, ev, p):
     if written is not None:
         changes["written_at"] = float(written)
     if dst is State.PENDING:
-        delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
-                    p.retry_backoff_max)
+        if resumed:
+            # An isolated host that has not reported back: give it time to
+            # boot and report before proving it dead again.
+            delay = p.resume_boot_time + p.grace_period
+        else:
+            delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
+                        p.retry_backoff_max)
         changes["retry_at"] = ev.at + delay
     if dst is State.SUSPENDED:
         until = ev.detail.get("until") if ev.detail else None
@@ -237,7 +337,7 @@ def _enter(r, dst, ev, p):
 
 def step(record, event, policy):
     """Return ``(new_record, [actions])`` for one event."""
-    r = _observe(record, event)
+    r = _observe(record, event, policy)
     for src, kind, guard, dst, reason in rules_for(r.state, event.kind):
         if not GUARDS[guard](r, event, policy):
             continue
@@ -271,7 +371,14 @@ def next_wakeup(record, policy):
         if record.kdump_at is not None and _kdump_proof(record, policy,
                                                         record.kdump_at):
             return record.kdump_at
-        return _fence_at(record, policy)
+        due = _fence_at(record, policy)
+        if due is not None and _dump_holds(record, due, policy):
+            # The power-off waits for the dump: messages stop, or it has
+            # run for max_dump_time.
+            first = record.kdump_first_at or record.kdump_at
+            due = min(record.kdump_at + policy.kdump_timeout,
+                      first + policy.kdump_max_dump)
+        return due
     if record.state in (State.PENDING, State.RECOVERING):
         return record.retry_at
     if record.state is State.SUSPENDED:

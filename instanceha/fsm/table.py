@@ -27,16 +27,27 @@ RULES = [
      "kdump message received from the host"),
     (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
      "heartbeat back within the grace period"),
-    # A kdump message only records the proof; the decision is taken on the
-    # TICK that follows at once, after the threshold check.
+    # A kdump message is not authenticated: by default it only delays the
+    # power-off until the dump is over (fence_after_dump). With action =
+    # evacuate it records a proof, decided on the TICK that follows at
+    # once, after the threshold check.
     (S.SUSPECT, E.KDUMP, "kdump_waits", S.SUSPECT,
-     "kdump in progress: waiting for the dump to finish (kdump_action=wait)"),
+     "kdump in progress: powering off once the dump is over "
+     "([kdump] action = fence_after_dump)"),
     (S.SUSPECT, E.KDUMP, "kdump_enabled", S.SUSPECT,
      "kdump message received; waiting for Nova to report the service down"),
     (S.SUSPECT, E.TICK, "decision_due_but_threshold", S.SUSPECT,
      "not fencing: {event.reason}"),
+    (S.SUSPECT, E.TICK, "decision_due_but_disabled_by_operator", S.SUSPECT,
+     "not recovering: disabled by operator: {record.operator_disabled} "
+     "([policy] recover_disabled_hosts = false)"),
     (S.SUSPECT, E.TICK, "kdump_proves_dead", S.FENCED,
-     "kdump message: the dump kernel runs no guests, host counts as fenced"),
+     "kdump message: the dump kernel runs no guests, host counts as fenced "
+     "([kdump] action = evacuate)"),
+    (S.SUSPECT, E.TICK, "dump_overdue", S.FENCING,
+     "kdump still running after [kdump] max_dump_time; powering off"),
+    (S.SUSPECT, E.TICK, "dump_over", S.FENCING,
+     "kdump messages stopped: the dump is over; powering off"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
@@ -59,8 +70,10 @@ RULES = [
     # Before another attempt the host is proven dead again (the BMC confirms
     # Off; power-off is idempotent), unless it has reported back since it
     # was fenced: then it is alive and only Nova's cleanup is awaited.
+    (S.PENDING, E.HEARTBEAT_OK, "returned", S.RECOVERING,
+     "host reported back while pending; checking cleanup"),
     (S.PENDING, E.TICK, "returned", S.RECOVERING,
-     "host reported back while waiting for capacity; checking cleanup"),
+     "host reported back while pending; checking cleanup"),
     (S.PENDING, E.TICK, "retry_due", S.FENCING,
      "re-proving the host dead before evacuation attempt "
      "{record.attempts_next}"),
@@ -71,6 +84,11 @@ RULES = [
     # -- return of the host -------------------------------------------------
     (S.EVACUATED, E.HEARTBEAT_OK, "returned", S.RECOVERING,
      "compute service reporting again; checking Nova's cleanup"),
+    # Adopted from Nova's marker without a journal (engine._record_for):
+    # a service that goes stale was not back; prove it dead again.
+    (S.EVACUATED, E.HEARTBEAT_LOST, "unverified", S.FENCING,
+     "found isolated by instanceha with no journal, and not reporting: "
+     "re-proving the host dead before evacuating what is left"),
     (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,
      "waiting for Nova to clean up: {event.reason}"),
@@ -84,9 +102,9 @@ RULES = [
     # -- operator ------------------------------------------------------------
     (S.SUSPENDED, E.TICK, "suspension_expired_returned", S.RECOVERING,
      "suspension expired; the host has reported back: checking cleanup"),
-    (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.FENCING,
-     "suspension expired: re-proving the host dead, then evacuating what "
-     "is left"),
+    (S.SUSPENDED, E.TICK, "suspension_expired_isolated", S.PENDING,
+     "suspension expired: giving the host its boot time and grace period "
+     "to report, else re-proving it dead and evacuating what is left"),
     (S.SUSPENDED, E.TICK, "suspension_expired", S.ACTIVE,
      "suspension expired"),
 ]
@@ -99,9 +117,10 @@ for _s in (S.FAILED, S.MAINTENANCE, S.SUSPENDED):
         (_s, E.OPERATOR_RESUME, "returned", S.RECOVERING,
          "resumed by operator; the host has reported back: checking "
          "cleanup"),
-        (_s, E.OPERATOR_RESUME, "isolated", S.FENCING,
-         "resumed by operator: re-proving the host dead, then evacuating "
-         "what is left"),
+        (_s, E.OPERATOR_RESUME, "isolated", S.PENDING,
+         "resumed by operator: giving the host its boot time and grace "
+         "period to report, else re-proving it dead and evacuating what is "
+         "left"),
         (_s, E.OPERATOR_RESUME, ALWAYS, S.ACTIVE,
          "resumed by operator: watching the host again"),
     ]

@@ -74,7 +74,7 @@ class FakeCompute(cb.ComputeDriver):
                  updated_at=self.clock())
         return next(x for x in self.list_services() if x.id == service_id)
 
-    def restore(self, service_id, enable):
+    def restore(self, service_id, enable, disabled_reason=None):
         self._maybe_fail()
         s = self.by_id(service_id)
         if any(m["source"] == s["host"] and m["status"] != "completed"
@@ -83,6 +83,8 @@ class FakeCompute(cb.ComputeDriver):
         s["forced_down"] = False
         if enable:
             s.update(status="enabled", disabled_reason=None)
+        elif disabled_reason is not None:
+            s.update(status="disabled", disabled_reason=disabled_reason)
 
     def list_servers(self, host):
         self._maybe_fail()

@@ -38,7 +38,12 @@ def test_suspend_with_expiry_then_it_ends_by_itself():
     assert w.fencer.powered_off == []
     for _ in range(20):
         w.pass_()
-    assert w.fencer.powered_off == ["compute-0"]     # expired: recovered
+    # Expired: watched afresh, with boot time and grace before any fencing.
+    assert w.state("compute-0")[0] == "suspect"
+    assert w.fencer.powered_off == []
+    for _ in range(300):
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-0"]     # then recovered
     _, _, body = api.handle("GET", "/metrics")
     assert 'instanceha_actions_total{action="fence",outcome="fence_ok"} 1.0' \
         in body.decode()

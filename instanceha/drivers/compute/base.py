@@ -73,8 +73,10 @@ class ComputeDriver(abc.ABC):
         the answer did not include it."""
 
     @abc.abstractmethod
-    def restore(self, service, enable):
-        """Unset forced_down; enable the service when ``enable``.
+    def restore(self, service, enable, disabled_reason=None):
+        """Unset forced_down; enable the service when ``enable``, else
+        leave it disabled, with ``disabled_reason`` when given (the reason
+        an operator had set before instanceha isolated it).
 
         Raises Conflict while Nova still refuses (evacuations not cleaned up).
         """

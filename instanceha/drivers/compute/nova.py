@@ -148,10 +148,12 @@ class NovaDriver(base.ComputeDriver):
         except (KeyError, TypeError, base.ComputeError):
             return None
 
-    def restore(self, service_id, enable):
+    def restore(self, service_id, enable, disabled_reason=None):
         body = {"forced_down": False}
         if enable:
             body["status"] = "enabled"
+        elif disabled_reason is not None:
+            body.update(status="disabled", disabled_reason=disabled_reason)
         self._put_service(service_id, body)
 
     # -- servers -------------------------------------------------------------------

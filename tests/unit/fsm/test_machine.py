@@ -97,7 +97,7 @@ def test_no_capacity_backs_off_then_gives_up():
 
 def test_kdump_from_suspect_host_skips_power_off():
     p = machine.Policy(grace_period=10, kdump_enabled=True,
-                       kdump_fence_delay=30)
+                       kdump_action="evacuate", kdump_fence_delay=30)
     rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.HEARTBEAT_LOST, 5),
                     ev(E.TICK, 16), ev(E.KDUMP, 17)], policy=p)
     assert out[2] == (S.SUSPECT, [])     # kdump window holds fencing
@@ -108,7 +108,8 @@ def test_kdump_from_suspect_host_skips_power_off():
 
 
 def test_kdump_before_nova_notices_then_heartbeat_lost():
-    p = machine.Policy(grace_period=10, kdump_enabled=True)
+    p = machine.Policy(grace_period=10, kdump_enabled=True,
+                       kdump_action="evacuate")
     rec, out = run([ev(E.HEARTBEAT_OK, 0), ev(E.KDUMP, 1),
                     ev(E.HEARTBEAT_LOST, 6), ev(E.TICK, 7),
                     ev(E.KDUMP, 11), ev(E.TICK, 11)], policy=p)
@@ -148,9 +149,12 @@ def test_suspend_with_expiry_and_resume_of_isolated_host():
     rec, out = run([ev(E.OPERATOR_SUSPEND, 13, reason="hands off",
                        detail={"until": 50}),
                     ev(E.TICK, 20), ev(E.TICK, 50)], rec=rec)
-    # Not evacuated straight away: the host is proven dead again first.
-    assert [s for s, _ in out] == [S.SUSPENDED, S.SUSPENDED, S.FENCING]
-    assert out[-1][1] == [A.FENCE]
+    # Not evacuated straight away: the host gets its boot time and grace
+    # period to report, then is proven dead again first.
+    assert [s for s, _ in out] == [S.SUSPENDED, S.SUSPENDED, S.PENDING]
+    assert out[-1][1] == [] and rec.retry_at == 50 + 300 + 10
+    rec, out = run([ev(E.TICK, 359), ev(E.TICK, 360)], rec=rec)
+    assert out == [(S.PENDING, []), (S.FENCING, [A.FENCE])]
 
 
 def _isolated(at=12):
@@ -188,8 +192,9 @@ def test_our_own_write_does_not_count_as_a_return():
                     ev(E.HEARTBEAT_OK, 22)], rec=rec)      # no timestamp
     assert [s for s, _ in out] == [S.EVACUATED, S.EVACUATED, S.EVACUATED]
     rec, out = run([ev(E.OPERATOR_SUSPEND, 23),
-                    ev(E.OPERATOR_RESUME, 24)], rec=rec)
-    assert out[-1] == (S.FENCING, [A.FENCE])
+                    ev(E.OPERATOR_RESUME, 24), ev(E.TICK, 24 + 310)],
+                   rec=rec)
+    assert out[-2:] == [(S.PENDING, []), (S.FENCING, [A.FENCE])]
 
 
 def test_pending_host_that_came_back_is_recovered_not_evacuated():
@@ -197,11 +202,12 @@ def test_pending_host_that_came_back_is_recovered_not_evacuated():
     rec, out = run([ev(E.EVACUATE_NO_CAPACITY, 20),
                     ev(E.HEARTBEAT_OK, 30, detail={"updated_at": 29}),
                     ev(E.TICK, 100)], rec=rec)
-    assert out[-1] == (S.RECOVERING, [A.CHECK_CLEANUP])
+    assert out[-2] == (S.RECOVERING, [A.CHECK_CLEANUP])
 
 
 def test_kdump_proof_respects_the_threshold():
-    p = machine.Policy(grace_period=10, kdump_enabled=True)
+    p = machine.Policy(grace_period=10, kdump_enabled=True,
+                       kdump_action="evacuate")
     rec, out = run([ev(E.HEARTBEAT_LOST, 0), ev(E.KDUMP, 1),
                     ev(E.TICK, 1, cluster_ok=False, reason="3 of 4 dead")],
                    policy=p)

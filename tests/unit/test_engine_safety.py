@@ -1,0 +1,166 @@
+"""Safety of the whole engine with in-memory drivers on a fake clock: hosts
+that must not be touched are not."""
+
+import dataclasses
+
+from instanceha.drivers.fencing.inventory import BMC
+from instanceha.engine.engine import Engine
+from instanceha.events import Event, EventKind as E
+from instanceha.journal import Journal
+from tests.unit.test_engine import World
+
+OURS = "instanceha: evacuating 2026-11-23T10:00:00Z"
+
+
+def _restart_without_journal(w):
+    """A new instanceha (new machine, wiped SQLite) on the same cloud."""
+    w.journal = Journal("sqlite://")
+    w.ctx.journal = w.journal
+    w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
+    w.reconciler._sink = w.engine.submit
+
+
+# -- 2. restart without the journal -------------------------------------------
+
+def test_restart_without_journal_does_not_fence_a_host_that_came_back():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    assert w.fencer.powered_off == ["compute-1"]
+    _restart_without_journal(w)
+    w.compute.boot("compute-1")        # back, cleaned up, heartbeating
+    for _ in range(15):
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-1"]       # not again
+    assert w.state("compute-1")[0] == "active"
+    svc = w.compute.services["compute-1"]
+    assert svc["status"] == "enabled" and not svc["forced_down"]
+    dsts = [t["dst"] for t in w.journal.transitions()
+            if t["host_name"] == "compute-1"]
+    assert "fencing" not in dsts and dsts[-2:] == ["recovering", "active"]
+
+
+def test_restart_without_journal_right_after_our_write_waits_then_fences():
+    """Nova's updated_at is fresh from instanceha's own force-down, not
+    from a heartbeat: the host is watched, then proven dead again."""
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    _restart_without_journal(w)
+    w.compute.services["compute-1"]["updated_at"] = w.clock()   # our PUT
+    w.pass_()
+    assert w.state("compute-1")[0] == "evacuated"
+    assert "no journal" in w.state("compute-1")[1]
+    for _ in range(30):                   # stale: proven dead again
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-1", "compute-1"]
+    dsts = [t["dst"] for t in w.journal.transitions()]
+    assert dsts[0] == "evacuated" and "fencing" in dsts, dsts
+    assert w.state("compute-1")[0] == "evacuated"
+
+
+# -- 3. a host its operator disabled --------------------------------------------
+
+def _operator_disables(w, host, reason="RAID swap"):
+    w.compute.services[host].update(status="disabled",
+                                    disabled_reason=reason)
+
+
+def test_host_disabled_by_operator_is_left_alone_and_shown():
+    w = World()
+    _operator_disables(w, "compute-1")
+    w.pass_()
+    w.compute.kill("compute-1")
+    for _ in range(30):
+        w.pass_()
+    assert w.fencer.powered_off == []
+    assert not w.compute.migrations
+    state, reason = w.state("compute-1")
+    assert state == "suspect"
+    assert "disabled by operator: RAID swap" in reason
+    host = next(h for h in w.engine.snapshot()["hosts"]
+                if h["name"] == "compute-1")
+    assert host["operator_disabled"] == "RAID swap"
+    svc = w.compute.services["compute-1"]
+    assert svc["disabled_reason"] == "RAID swap" and not svc["forced_down"]
+
+
+def test_disabled_host_recovered_when_allowed_keeps_its_operator_state():
+    w = World()
+    w.conf.set_override("recover_disabled_hosts", True, "policy")
+    w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
+    w.reconciler._sink = w.engine.submit
+    _operator_disables(w, "compute-1")
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    assert w.fencer.powered_off == ["compute-1"]
+    w.compute.boot("compute-1")
+    w.until("compute-1", "active")
+    svc = w.compute.services["compute-1"]
+    assert not svc["forced_down"]
+    assert svc["status"] == "disabled"
+    assert svc["disabled_reason"] == "RAID swap"
+    assert "as its operator had it: RAID swap" in w.state("compute-1")[1]
+
+
+# -- 5. two service rows, one BMC ----------------------------------------------
+
+def test_no_power_off_through_a_bmc_that_a_live_service_maps_to():
+    w = World()
+    # compute-2 is the stale row of a host renamed to compute-1: both
+    # inventory entries reach the same machine.
+    w.ctx.inventory["compute-2"] = dataclasses.replace(
+        w.ctx.inventory["compute-1"], host="compute-2")
+    w.pass_()
+    w.compute.kill("compute-2")
+    w.until("compute-2", "failed")
+    assert w.fencer.powered_off == []
+    assert not w.compute.migrations
+    reason = w.state("compute-2")[1]
+    assert "refusing to power off" in reason and "compute-1" in reason
+    assert w.compute.services["compute-1"]["alive"]
+
+
+def test_shared_bmc_of_a_dead_service_does_not_block_fencing():
+    w = World(hosts=5)
+    w.ctx.inventory["compute-2"] = BMC(host="compute-2", driver="fake",
+                                       address="BMC-compute-1/")
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.compute.kill("compute-2")
+    w.until("compute-1", "evacuated")
+    assert "compute-1" in w.fencer.powered_off
+
+
+# -- 8. suspend stops an evacuation at the next server boundary ----------------
+
+def test_suspend_stops_a_running_evacuation_between_servers():
+    w = World(servers=4)
+    w.conf.set_override("concurrency", 1, "evacuation")
+    seen = []
+
+    def suspend_after_first(server_id, dest):
+        if not seen:
+            rec = w.engine.find("compute-1")
+            w.engine.submit(Event(E.OPERATOR_SUSPEND, rec.id, w.clock(),
+                                  name=rec.name, reason="hands off",
+                                  source="operator"))
+            seen.append(w.engine.running_work(rec.id))
+
+    w.compute.on_evacuate = suspend_after_first
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "suspended")
+    for _ in range(5):
+        w.pass_()
+    assert w.state("compute-1") == ("suspended",
+                                    "suspended by operator: hands off")
+    assert len(w.compute.migrations) == 1      # the one already sent
+    assert seen and seen[0].startswith("evacuate: 0 of 4 servers sent")
+    rec = w.engine.find("compute-1")
+    assert w.engine.running_work(rec.id) is None
+    outcome = [a for a in w.journal.actions() if a["kind"] == "evacuate"]
+    assert "suspended by operator" in outcome[-1]["detail"]
