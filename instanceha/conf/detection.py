@@ -12,12 +12,26 @@ OPTS = [
     cfg.FloatOpt("delta", default=30.0, min=1, max=86400,
                  help="A compute service whose updated_at is older than this "
                       "many seconds is suspect even if Nova still says up. "
+                      "Age is measured on Nova's clock (against the newest "
+                      "updated_at of any compute service), not this node's. "
                       "Keep it above Nova's report_interval; too low fences "
                       "hosts that are merely slow to report."),
     cfg.FloatOpt("grace_period", default=10.0, min=0, max=3600,
                  help="Seconds a host stays suspect before it is fenced, so a "
                       "late heartbeat can clear it. Lower means faster "
                       "recovery and more risk of fencing a live host."),
+    cfg.FloatOpt("clock_skew_warning", default=60.0, min=1, max=86400,
+                 help="Log a clock_skew warning when this node's clock and "
+                      "Nova's differ by more than this many seconds "
+                      "(estimated each pass as local time minus the newest "
+                      "compute service updated_at, so it normally reads "
+                      "between 0 and about Nova's report_interval). Staleness "
+                      "('delta') is judged on Nova's clock, so skew does not "
+                      "make live hosts look dead; but this node's timestamps "
+                      "(logs, journal, disabled_reason) no longer line up "
+                      "with Nova's. Too low warns on normal report lag; too "
+                      "high hides a broken NTP setup. Fix NTP rather than "
+                      "raising it."),
     cfg.FloatOpt("tick_interval", default=1.0, min=0.05, max=60,
                  help="How often the engine re-evaluates time-based decisions "
                       "(grace expiry, retry after back-off, cleanup re-check)."),

@@ -5,9 +5,14 @@ is true now: heartbeat fresh (HEARTBEAT_OK), stale or down (HEARTBEAT_LOST),
 or forced down by somebody else (FORCED_DOWN). The state machine decides
 what that means; the reconciler never acts. A dead compute sends no
 notification, so this poll is what detects it when no other source does.
+
+Heartbeat age is measured on Nova's clock, never this node's: a local clock
+ahead of Nova's (or Nova's writers' clocks behind) would otherwise make
+every live host look stale. See NovaClock.
 """
 
 import threading
+import time
 
 import structlog
 
@@ -18,7 +23,8 @@ OUR_PREFIX = "instanceha:"
 
 
 def classify(service, now, delta):
-    """(EventKind, reason) for one ComputeService at time ``now``."""
+    """(EventKind, reason) for one ComputeService at time ``now``, which
+    must be on Nova's clock (NovaClock), like ``service.updated_at``."""
     age = None if service.updated_at is None else now - service.updated_at
     fresh = age is not None and age <= delta
     ours = (service.disabled_reason or "").startswith(OUR_PREFIX)
@@ -45,27 +51,78 @@ def _lost_reason(age):
     return "last report %.0fs ago" % age
 
 
+class NovaClock:
+    """Nova's "now", estimated from the updated_at values Nova reports.
+
+    The newest updated_at of any compute service was written on Nova's
+    clock, at most about a report_interval (plus the API round trip) before
+    Nova's now. It is a lower bound, so ages measured against it are never
+    overestimated: skew can delay detection by that lag, never fence.
+
+    When the newest value stops changing (every compute dead, a single host
+    dead, only our own forced-down writes left), Nova's clock has still
+    advanced by the time elapsed here since that value was first seen: the
+    estimate carries on by that elapsed time, measured on a monotonic
+    clock, so frozen heartbeats (forced-down hosts included) do go stale.
+    Any change of the newest value, up or down (a new heartbeat, Nova's
+    clock stepped back, the newest service deleted), restarts the estimate
+    from that value; nothing older than one value is remembered, so a step
+    of either clock cannot make every host look stale for longer than one
+    value lasts.
+    """
+
+    def __init__(self):
+        self._newest = None     # newest updated_at seen, Nova's clock
+        self._seen_at = None    # monotonic time it was first seen
+
+    def observe(self, services, mono_now):
+        """Nova's estimated now after reading ``services``, or None if no
+        service has ever reported an updated_at."""
+        newest = max((s.updated_at for s in services
+                      if s.updated_at is not None), default=None)
+        if newest is not None and newest != self._newest:
+            self._newest, self._seen_at = newest, mono_now
+        if self._newest is None:
+            return None
+        return self._newest + max(0.0, mono_now - self._seen_at)
+
+
 class Reconciler:
 
-    def __init__(self, conf, compute, sink, clock):
+    def __init__(self, conf, compute, sink, clock, monotonic=None):
         self._conf = conf
         self._compute = compute
         self._sink = sink
         self._clock = clock
+        # Elapsed time for NovaClock. The real wall clock pairs with the
+        # real monotonic clock (immune to steps of the local clock); an
+        # injected test clock serves for both.
+        if monotonic is None:
+            monotonic = time.monotonic if clock is time.time else clock
+        self._monotonic = monotonic
+        self._nova_clock = NovaClock()
         self._stop = threading.Event()
         self._thread = None
         self.passes = 0
         self.errors = 0
         self.last_pass_at = None
         self.last_error = None
+        self.clock_skew = None      # local minus Nova's estimated now, s
+        self._skew_warned = None    # skew last warned about, None: within
 
     def run_once(self):
         """One pass: one API call, one event per compute host."""
         services = self._compute.list_services()
         now = self._clock()
+        nova_now = self._nova_clock.observe(services, self._monotonic())
+        if nova_now is not None:
+            self.clock_skew = now - nova_now
+            self._check_skew(self.clock_skew, nova_now)
         counts = {}
         for svc in services:
-            kind, reason = classify(svc, now, self._conf.detection.delta)
+            # With no updated_at anywhere, every age is unknown anyway.
+            ref = nova_now if nova_now is not None else now
+            kind, reason = classify(svc, ref, self._conf.detection.delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
                              source="reconciler",
@@ -75,8 +132,38 @@ class Reconciler:
                                      "disabled_reason": svc.disabled_reason}))
         self.passes += 1
         self.last_pass_at = now
-        LOG.debug("reconcile_pass", services=len(services), **counts)
+        LOG.debug("reconcile_pass", services=len(services),
+                  clock_skew=_rounded(self.clock_skew), **counts)
         return len(services)
+
+    def _check_skew(self, skew, nova_now):
+        """Warn once when the skew passes the margin, again when it moves by
+        more than the margin, and say when it is back within (a quarter of
+        the margin below it, so a skew hovering at the margin does not
+        log every pass)."""
+        margin = self._conf.detection.clock_skew_warning
+        if abs(skew) > margin:
+            if self._skew_warned is None \
+                    or abs(skew - self._skew_warned) > margin:
+                LOG.warning(
+                    "clock_skew", skew=_rounded(skew), margin=margin,
+                    nova_now=round(nova_now, 3),
+                    reason="this node's clock is %.0fs %s Nova's (local time "
+                           "minus the newest compute service updated_at, "
+                           "which lags Nova by up to a report_interval; an "
+                           "overestimate if every compute is down); "
+                           "heartbeat staleness is judged on Nova's clock, "
+                           "but local timestamps no longer match Nova's: "
+                           "check NTP here and on Nova's controllers"
+                           % (abs(skew), "ahead of" if skew > 0
+                              else "behind"))
+                self._skew_warned = skew
+        elif self._skew_warned is not None and abs(skew) <= 0.75 * margin:
+            LOG.info("clock_skew", skew=_rounded(skew), margin=margin,
+                     reason="this node's clock is back within %.0fs of "
+                            "Nova's (was %.0fs off)"
+                            % (margin, self._skew_warned))
+            self._skew_warned = None
 
     def _loop(self):
         while not self._stop.is_set():
@@ -103,4 +190,9 @@ class Reconciler:
     def health(self):
         return {"passes": self.passes, "errors": self.errors,
                 "last_pass_at": self.last_pass_at,
-                "last_error": self.last_error}
+                "last_error": self.last_error,
+                "clock_skew": _rounded(self.clock_skew)}
+
+
+def _rounded(skew):
+    return None if skew is None else round(skew, 1)

@@ -1,6 +1,10 @@
+from structlog.testing import capture_logs
+
+from instanceha import conf as conf_pkg
 from instanceha.drivers.compute.base import ComputeService
 from instanceha.events import EventKind as E
-from instanceha.sources.reconciler import classify
+from instanceha.sources.reconciler import Reconciler, classify
+from tests.unit.fakes import Clock
 
 
 def svc(**kw):
@@ -41,3 +45,221 @@ def test_forced_down_by_someone_else():
 def test_never_reported():
     kind, reason = classify(svc(state="down", updated_at=None), 105, 30)
     assert kind is E.HEARTBEAT_LOST
+
+
+# -- the Reconciler judges staleness on Nova's clock -------------------------
+
+OURS = "instanceha: evacuating 2026-01-01T00:00:00Z"
+
+
+class SkewedNova:
+    """os-services whose updated_at values are on Nova's clock, ``offset``
+    seconds from the local one; every live service heartbeats each
+    ``report_interval``. Nova's state is left 'up' unless a test sets it,
+    so only the reconciler's own freshness judgement is exercised."""
+
+    def __init__(self, clock, offset, hosts=3, report_interval=1.0):
+        self.clock = clock
+        self.offset = offset
+        self.report_interval = report_interval
+        self.rows = {}
+        for i in range(hosts):
+            self.rows["c%d" % i] = dict(
+                id="u%d" % i, host="c%d" % i, state="up", status="enabled",
+                forced_down=False, disabled_reason=None,
+                updated_at=self.nova_now(), alive=True)
+
+    def nova_now(self):
+        return self.clock() + self.offset
+
+    def list_services(self):
+        ri = self.report_interval
+        beat = (self.nova_now() // ri) * ri
+        out = []
+        for r in self.rows.values():
+            if r["alive"]:
+                r["updated_at"] = beat     # Nova's writer's clock, as is
+            out.append(ComputeService(**{k: v for k, v in r.items()
+                                         if k != "alive"}))
+        return out
+
+
+class Rig:
+    def __init__(self, offset, hosts=3, delta=10, warning=60, **kw):
+        self.clock = Clock()
+        self.nova = SkewedNova(self.clock, offset, hosts, **kw)
+        self.events = []
+        self.conf = conf_pkg.make({"detection": {
+            "delta": delta, "clock_skew_warning": warning}})
+        self.rec = Reconciler(self.conf, self.nova, self.events.append,
+                              self.clock)
+
+    def pass_(self, seconds=1.0):
+        self.clock.advance(seconds)
+        del self.events[:]
+        self.rec.run_once()
+        return {e.name: (e.kind, e.reason) for e in self.events}
+
+    def kinds(self, seconds=1.0):
+        return {h: k for h, (k, _) in self.pass_(seconds).items()}
+
+
+def _skew_lines(logs):
+    return [x for x in logs if x["event"] == "clock_skew"]
+
+
+def _check_skewed(offset):
+    r = Rig(offset)
+    with capture_logs() as logs:
+        for _ in range(20):
+            assert set(r.kinds().values()) == {E.HEARTBEAT_OK}
+        # c1's compute dies; Nova has not noticed yet (still 'up').
+        r.nova.rows["c1"]["alive"] = False
+        frozen = r.nova.rows["c1"]["updated_at"]
+        seen = []
+        for _ in range(15):
+            out = r.pass_()
+            seen.append((r.nova.nova_now() - frozen, out["c1"][0]))
+            assert out["c0"][0] is out["c2"][0] is E.HEARTBEAT_OK
+    # Lost once its age on Nova's clock passes delta (10 s), not before,
+    # give or take the one report interval the estimate may lag.
+    assert all(k is E.HEARTBEAT_OK for age, k in seen if age <= 10)
+    assert all(k is E.HEARTBEAT_LOST for age, k in seen if age > 11)
+    assert "Nova still says up" in out["c1"][1]
+    warnings = _skew_lines(logs)
+    assert len(warnings) == 1, warnings
+    w = warnings[0]
+    assert w["log_level"] == "warning" and "reason" in w
+    assert abs(w["skew"] + offset) <= 1.5
+    skew = r.rec.health()["clock_skew"]
+    assert isinstance(skew, float) and abs(skew + offset) <= 1.5
+
+
+def test_nova_clock_300s_behind_live_hosts_stay_ok():
+    _check_skewed(-300.0)
+
+
+def test_nova_clock_300s_ahead_live_hosts_stay_ok():
+    _check_skewed(300.0)
+
+
+def test_no_skew_no_warning_and_skew_within_a_report_interval():
+    r = Rig(0.0, report_interval=5.0)
+    with capture_logs() as logs:
+        for _ in range(12):
+            assert set(r.kinds().values()) == {E.HEARTBEAT_OK}
+            assert 0 <= r.rec.health()["clock_skew"] <= 5.0
+    assert not _skew_lines(logs)
+
+
+def test_skew_warning_repeats_only_on_a_large_change_and_clears():
+    r = Rig(-300.0, warning=60)
+    with capture_logs() as logs:
+        for _ in range(5):
+            r.pass_()
+        r.nova.offset = -320.0          # small change: no new line
+        for _ in range(5):
+            r.pass_()
+        r.nova.offset = -500.0          # large change: warned again
+        for _ in range(5):
+            r.pass_()
+        r.nova.offset = 0.0             # back within the margin
+        for _ in range(5):
+            assert set(r.kinds().values()) == {E.HEARTBEAT_OK}
+    lines = [(x["log_level"], round(x["skew"])) for x in _skew_lines(logs)]
+    assert lines == [("warning", 300), ("warning", 500), ("info", 0)], lines
+
+
+def test_all_services_frozen_go_stale_although_the_reference_stops():
+    r = Rig(-300.0)
+    for _ in range(3):
+        r.pass_()
+    for row in r.nova.rows.values():
+        row["alive"] = False
+    seen = [r.kinds() for _ in range(15)]
+    assert set(seen[0].values()) == {E.HEARTBEAT_OK}
+    assert set(seen[-1].values()) == {E.HEARTBEAT_LOST}
+    # The skew estimate does not grow while nothing reports.
+    assert abs(r.rec.health()["clock_skew"] - 300) <= 1.5
+
+
+def test_single_host_frozen_goes_stale():
+    r = Rig(300.0, hosts=1)
+    assert r.kinds() == {"c0": E.HEARTBEAT_OK}
+    r.nova.rows["c0"]["alive"] = False
+    assert r.kinds(5) == {"c0": E.HEARTBEAT_OK}
+    assert r.kinds(7) == {"c0": E.HEARTBEAT_LOST}
+
+
+def test_forced_down_by_us_does_not_look_fresh_forever():
+    """Nova bumps updated_at on our force-down, on Nova's clock; with no
+    other heartbeat the reference stalls there, yet the service must go
+    stale once delta passes (else it would look like a returning host)."""
+    r = Rig(-300.0, hosts=2)
+    r.pass_()
+    for row in r.nova.rows.values():
+        row["alive"] = False
+    r.clock.advance(20)
+    row = r.nova.rows["c1"]
+    row.update(forced_down=True, state="down", status="disabled",
+               disabled_reason=OURS, updated_at=r.nova.nova_now())
+    assert r.kinds(0.5)["c1"] is E.HEARTBEAT_OK     # our own write, fresh
+    assert r.kinds(11)["c1"] is E.HEARTBEAT_LOST
+
+
+def test_frozen_forced_down_service_goes_stale_while_others_report():
+    r = Rig(300.0)
+    r.pass_()
+    row = r.nova.rows["c2"]
+    row.update(alive=False, forced_down=True, state="down",
+               disabled_reason=OURS)
+    kinds = [r.kinds()["c2"] for _ in range(15)]
+    assert kinds[0] is E.HEARTBEAT_OK and kinds[-1] is E.HEARTBEAT_LOST
+
+
+def test_service_without_updated_at():
+    r = Rig(-300.0)
+    r.nova.rows["c1"].update(alive=False, updated_at=None)
+    out = r.pass_()
+    assert out["c1"] == (E.HEARTBEAT_LOST, "never reported (Nova still says up)")
+    assert out["c0"][0] is out["c2"][0] is E.HEARTBEAT_OK
+
+
+def test_no_service_with_updated_at():
+    r = Rig(-300.0)
+    for row in r.nova.rows.values():
+        row.update(alive=False, updated_at=None)
+    with capture_logs() as logs:
+        assert set(r.kinds().values()) == {E.HEARTBEAT_LOST}
+    assert r.rec.health()["clock_skew"] is None
+    assert not _skew_lines(logs)
+
+
+def test_nova_clock_stepping_back_does_not_make_hosts_stale():
+    r = Rig(0.0)
+    for _ in range(3):
+        r.pass_()
+    # Nova's clock steps back 100 s: newer heartbeats carry older times.
+    r.nova.offset = -100.0
+    for row in r.nova.rows.values():
+        row["updated_at"] = r.nova.nova_now()
+    for _ in range(5):
+        assert set(r.kinds().values()) == {E.HEARTBEAT_OK}
+
+
+def test_local_clock_step_does_not_age_a_stalled_reference():
+    """Elapsed time while nothing reports comes from the monotonic clock:
+    a step of the local wall clock changes the skew, not the ages."""
+    clock, mono = Clock(), Clock(0.0)
+    nova = SkewedNova(clock, 0.0, hosts=1, report_interval=60.0)
+    events = []
+    conf = conf_pkg.make({"detection": {"delta": 10}})
+    rec = Reconciler(conf, nova, events.append, clock, monotonic=mono)
+    rec.run_once()
+    before = rec.health()["clock_skew"]
+    clock.advance(1000)                 # NTP steps the local clock
+    mono.advance(1)
+    nova.offset = -1000.0               # Nova's clock did not move
+    rec.run_once()
+    assert events[-1].kind is E.HEARTBEAT_OK
+    assert rec.health()["clock_skew"] == before + 999
