@@ -22,6 +22,11 @@ class ConfigError(Exception):
     pass
 
 
+class StartupError(Exception):
+    """A start-up step failed before anything was acted on; the message
+    names the step (``operator API: cannot bind ...``)."""
+
+
 def load_inventory(conf):
     known = set(fencing_pkg.DRIVERS)
     inv = inventory_mod.load(conf.fencing.inventory, known)
@@ -37,7 +42,10 @@ def load_inventory(conf):
 class Service:
     """The engine plus its sources, drivers, journal and status file."""
 
-    def __init__(self, conf, compute=None, clock=time.time, on_progress=None):
+    def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
+                 fencer=None):
+        """``compute`` (a ComputeDriver) and ``fencer`` (driver name ->
+        FencingDriver) replace the real drivers, for tests."""
         self.conf = conf
         self.clock = clock
         try:
@@ -48,15 +56,22 @@ class Service:
             from instanceha.drivers.compute.nova import NovaDriver
             compute = NovaDriver(conf)
         self.compute = compute
-        self.journal = Journal(conf.journal.connection)
+        try:
+            self.journal = Journal(conf.journal.connection)
+        except Exception as e:   # noqa: BLE001 - a bad URL, driver, file
+            raise ConfigError("journal: cannot open [journal] connection: "
+                              "%s: %s" % (type(e).__name__, e))
         self.board = ProgressBoard()
+        if fencer is None:
+            def fencer(name):
+                return fencing_pkg.load_driver(name, conf)
         ctx = Context(conf, compute, self.journal, self.inventory,
-                      lambda name: fencing_pkg.load_driver(name, conf),
-                      clock, self.board, on_progress=on_progress)
+                      fencer, clock, self.board, on_progress=on_progress)
         self.engine = Engine(conf, ctx, self.journal, clock=clock)
         self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
         self.engine.health["reconciler"] = self.reconciler.health
         self.sources = [self.reconciler]
+        self.notifications = self.kdump = None
         self._add_event_sources()
         self.api = None
         if conf.api.enabled:
@@ -74,6 +89,7 @@ class Service:
             src = NotificationSource(conf, self.engine.submit, self.clock,
                                      self.board)
             self.sources.append(src)
+            self.notifications = src
             self.engine.health["notifications"] = src.health
 
             def healthy(src=src):
@@ -85,6 +101,7 @@ class Service:
             src = KdumpSource(conf, self.engine.submit, self.clock,
                               self.engine.known_hosts)
             self.sources.append(src)
+            self.kdump = src
             self.engine.health["kdump"] = src.health
 
     def write_status(self):
@@ -115,20 +132,78 @@ class Service:
             self._status_stop.wait(0.2)
 
     def start(self):
-        resumed = self.engine.resume_from_journal()
+        """Bind and check everything first, act second.
+
+        1. bind the operator API socket, create the notification transport
+           (a bad URL or driver fails here; the broker connection itself is
+           retried later), load the journal into memory and bind the kdump
+           socket (its thread only submits events to the engine's inboxes,
+           which nothing drains before step 2);
+        2. only then start the engine's workers (the first side effects:
+           resumed fencing, Nova writes), the API, the reconciler and the
+           notification listener.
+
+        A failure in step 1 raises :class:`StartupError` naming the step,
+        after closing whatever was bound; nothing was acted on.
+        """
+        started = []
+        try:
+            if self.api is not None:
+                self._step("operator API", self.api.bind,
+                           bind=(self.conf.api.listen_address,
+                                 self.conf.api.port))
+                started.append(self.api)
+            if self.notifications is not None:
+                self._step("notifications", self.notifications.prepare)
+                started.append(self.notifications)
+            # Before the kdump socket so that its address map already knows
+            # the journalled hosts. Only reads: queued work waits for step 2.
+            resumed = self._step("journal", self.engine.resume_from_journal)
+            if self.kdump is not None:
+                self._step("kdump listener", self.kdump.start,
+                           bind=(self.conf.kdump.listen_address,
+                                 self.conf.kdump.port))
+                started.append(self.kdump)
+        except StartupError as e:
+            LOG.info("start_aborted", reason=str(e))
+            for part in reversed(started):
+                try:
+                    part.stop()
+                except Exception as stop_error:   # noqa: BLE001
+                    LOG.warning("start_cleanup_failed",
+                                reason=str(stop_error))
+            self.journal.close()
+            raise
         LOG.info("starting", hosts_in_journal=resumed,
                  bmcs=len(self.inventory), workers=self.conf.workers,
                  poll_interval=self.conf.detection.poll_interval,
                  delta=self.conf.detection.delta,
                  grace_period=self.conf.detection.grace_period,
-                 threshold=self.conf.policy.threshold)
+                 threshold=self.conf.policy.threshold,
+                 reason="every socket bound and transport checked")
         self.engine.start()
         if self.api is not None:
             self.api.start()
-        for src in self.sources:
-            src.start()
         threading.Thread(target=self._status_loop, daemon=True,
                          name="instanceha-status").start()
+        for src in self.sources:
+            if src is not self.kdump:
+                src.start()
+
+    @staticmethod
+    def _step(what, fn, bind=None):
+        try:
+            return fn()
+        except StartupError:
+            raise
+        except OSError as e:
+            if bind is not None:
+                host, port = bind
+                where = ("[%s]:%s" if ":" in str(host) else "%s:%s") % bind
+                raise StartupError("%s: cannot bind %s: %s" % (what, where, e))
+            raise StartupError("%s: %s" % (what, e))
+        except Exception as e:   # noqa: BLE001 - one line, no traceback
+            raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))
 
     def stop(self):
         self._status_stop.set()

@@ -3,7 +3,8 @@
     GET  /status                      the engine's snapshot (JSON)
     GET  /healthz                     200 when the reconciler is recent, else 503
     GET  /metrics                     Prometheus text format
-    POST /hosts/<host>/suspend        {"reason": "...", "seconds": 3600}  (seconds optional)
+    POST /hosts/<host>/suspend        {"reason": "...", "seconds": 3600}
+                                      or {"reason": "...", "forever": true}
     POST /hosts/<host>/maintenance    {"reason": "..."}
     POST /hosts/<host>/resume         {"reason": "..."}
 
@@ -13,6 +14,7 @@ in the host's current state. Bound to loopback by default; no auth.
 
 import http.server
 import json
+import math
 import re
 import threading
 
@@ -123,33 +125,52 @@ class OperatorAPI:
         if kind is None:
             return _json(404, {"error": "unknown command %r (known: %s)"
                                % (verb, ", ".join(sorted(COMMANDS)))})
-        try:
-            args = json.loads(body or b"{}")
-            if not isinstance(args, dict):
-                raise ValueError("body must be a JSON object")
-            seconds = args.get("seconds")
-            if seconds is not None and (isinstance(seconds, bool) or
-                                        not isinstance(seconds, (int, float))
-                                        or seconds <= 0):
-                raise ValueError("seconds must be a positive number")
-        except ValueError as e:
-            return _json(400, {"error": "bad request body: %s" % e})
         rec = self.engine.find(host)
         if rec is None:
             return _json(404, {"error": "unknown host %r" % host})
+        try:
+            args = json.loads(body or b"{}", parse_constant=_no_constant)
+            if not isinstance(args, dict):
+                raise ValueError("body must be a JSON object")
+            seconds = suspend_seconds(args, verb,
+                                      self.conf.api.max_suspend_seconds)
+        except ValueError as e:
+            return _json(400, {"error": "bad request body: %s" % e})
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
-        detail = {"until": now + seconds} if seconds else {}
+        until = now + seconds if seconds is not None else None
+        detail = {"until": until} if until is not None else {}
         self.engine.submit(Event(kind, rec.id, now, name=rec.name,
                                  reason=reason, source="operator",
                                  detail=detail))
+        running = self._running_work(rec)
         LOG.info("operator_command", host=rec.name, command=verb,
-                 reason=reason, seconds=seconds)
-        return _json(202, {"host": rec.name, "command": verb,
-                           "state": rec.state.value})
+                 reason=reason, seconds=seconds, until=until,
+                 still_running=running)
+        answer = {"host": rec.name, "command": verb,
+                  "state": rec.state.value, "still_running": running}
+        if verb == "suspend":
+            answer["until"] = until
+        return _json(202, answer)
+
+    def _running_work(self, rec):
+        """The engine's short text of the host's running work, or None."""
+        running_work = getattr(self.engine, "running_work", None)
+        if running_work is None:
+            return None
+        try:
+            return running_work(rec.id)
+        except Exception as e:   # noqa: BLE001 - the command is accepted
+            LOG.warning("running_work_unknown", host=rec.name,
+                        reason="%s: %s" % (type(e).__name__, e))
+            return None
 
     # -- serving ---------------------------------------------------------------
-    def start(self):
+    def bind(self):
+        """Create and bind the listening socket; serve nothing yet. Raises
+        OSError (address in use, not ours, ...) before anything starts."""
+        if self._server is not None:
+            return
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -175,20 +196,63 @@ class OperatorAPI:
         self._server = http.server.ThreadingHTTPServer(
             (self.conf.api.listen_address, self.conf.api.port), Handler)
         self._server.daemon_threads = True
+
+    def start(self):
+        """Serve requests (binding first if :meth:`bind` was not called)."""
+        self.bind()
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         daemon=True, name="instanceha-api")
         self._thread.start()
         LOG.info("api_listening", address=self.conf.api.listen_address,
-                 port=self.port)
+                 port=self.port, reason="operator API serving")
 
     @property
     def port(self):
         return self._server.server_address[1] if self._server else None
 
     def stop(self):
-        if self._server:
+        if self._server is None:
+            return
+        if self._thread is not None:
+            # shutdown() waits for serve_forever(): only when it runs.
             self._server.shutdown()
-            self._server.server_close()
+            self._thread = None
+        self._server.server_close()
+
+
+def _no_constant(name):
+    raise ValueError("%s is not a number" % name)
+
+
+def suspend_seconds(args, verb, maximum):
+    """How long a command's body asks to suspend: seconds (a positive,
+    finite number up to ``maximum``) or None for ``"forever": true``. A
+    suspension without end is never implied: one of the two is required,
+    and not both. Raises ValueError saying what is wrong."""
+    seconds = args.get("seconds")
+    forever = args.get("forever", False)
+    if verb != "suspend":
+        if seconds is not None or forever:
+            raise ValueError("seconds and forever apply to suspend only")
+        return None
+    if not isinstance(forever, bool):
+        raise ValueError("forever must be true or false")
+    if seconds is not None and forever:
+        raise ValueError("give either seconds or forever, not both")
+    if seconds is None:
+        if forever:
+            return None
+        raise ValueError("say how long: give \"seconds\": N (at most %g) "
+                         "or \"forever\": true" % maximum)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("seconds must be a positive, finite number, not %s"
+                         % json.dumps(seconds))
+    if seconds > maximum:
+        raise ValueError("seconds must be at most %g ([api] "
+                         "max_suspend_seconds); for a suspension without "
+                         "end give \"forever\": true" % maximum)
+    return float(seconds)
 
 
 def _json(status, data):

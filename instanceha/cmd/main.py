@@ -3,15 +3,18 @@
     instanceha run    [--config-file F]   run the service
     instanceha status [--config-file F]   print every host's state, since when, why
     instanceha demo   [--hosts N ...]     simulated cloud: kill a host, watch recovery
-    instanceha suspend HOST [--reason R] [--seconds N] [--config-file F]
-                                          hands off HOST (until N seconds pass)
+    instanceha suspend HOST (--seconds N | --forever) [--reason R] [--config-file F]
+                                          hands off HOST until N seconds pass
+                                          (or until resumed)
     instanceha maintenance HOST [--reason R] [--config-file F]
                                           planned work: heartbeat loss is ignored
     instanceha resume HOST [--reason R] [--config-file F]
                                           watch HOST again (or retry its recovery)
 """
 
+import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -64,7 +67,12 @@ def run(argv):
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *a: stop.set())
-    svc.start()
+    try:
+        svc.start()
+    except service_mod.StartupError as e:
+        # Nothing was acted on and what was bound is closed again.
+        print("instanceha: cannot start: %s" % e, file=sys.stderr)
+        return 2
     from instanceha import runtime
     runtime.freeze_startup_heap()
     stop.wait()
@@ -84,21 +92,55 @@ def _api_url(conf):
     return "http://%s:%d" % (conf.api.listen_address, conf.api.port)
 
 
-def command(verb, argv):
-    import argparse
-    import urllib.error
-    import urllib.request
+def positive_seconds(text):
+    """argparse type for --seconds: a positive, finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds"
+                                         % text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            "must be a positive, finite number of seconds, not %r (for a "
+            "suspension without end give --forever)" % text)
+    return value
+
+
+def command_parser(verb):
     p = argparse.ArgumentParser(prog="instanceha %s" % verb)
     p.add_argument("host")
     p.add_argument("--reason", default="")
     if verb == "suspend":
-        p.add_argument("--seconds", type=float, default=None,
-                       help="suspension ends by itself after this long")
+        how_long = p.add_mutually_exclusive_group()
+        how_long.add_argument("--seconds", type=positive_seconds,
+                              default=None,
+                              help="the suspension ends by itself after "
+                                   "this long (at most [api] "
+                                   "max_suspend_seconds)")
+        how_long.add_argument("--forever", action="store_true",
+                              help="the suspension lasts until 'instanceha "
+                                   "resume HOST'")
+    return p
+
+
+def command(verb, argv):
+    import urllib.error
+    import urllib.request
+    p = command_parser(verb)
     args, rest = p.parse_known_args(argv)
+    if verb == "suspend" and args.seconds is None and not args.forever:
+        p.error("say how long: give --seconds N or --forever")
     conf = _conf(rest)
     body = {"reason": args.reason or "by %s" % verb}
-    if getattr(args, "seconds", None):
-        body["seconds"] = args.seconds
+    if verb == "suspend":
+        if args.forever:
+            body["forever"] = True
+        elif args.seconds > conf.api.max_suspend_seconds:
+            p.error("--seconds: at most %g ([api] max_suspend_seconds); for "
+                    "a suspension without end give --forever"
+                    % conf.api.max_suspend_seconds)
+        else:
+            body["seconds"] = args.seconds
     url = "%s/hosts/%s/%s" % (_api_url(conf), args.host, verb)
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"},
@@ -114,9 +156,27 @@ def command(verb, argv):
         print("instanceha: cannot reach the service at %s: %s" % (url, e),
               file=sys.stderr)
         return 1
-    print("%s: %s requested (was %s)" % (answer["host"], verb,
-                                         answer["state"]))
+    print(format_answer(verb, answer))
     return 0
+
+
+def format_answer(verb, answer, now=None):
+    """The service's 202 answer to a host command, for the operator."""
+    now = time.time() if now is None else now
+    text = "%s: %s requested (was %s)" % (answer["host"], verb,
+                                          answer["state"])
+    if verb == "suspend":
+        until = answer.get("until")
+        if until is None:
+            text += "; until 'instanceha resume %s'" % answer["host"]
+        else:
+            text += "; until %s (in %s)" % (
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until)),
+                _age(until - now))
+    running = answer.get("still_running")
+    if running:
+        text += "\nstill running for %s: %s" % (answer["host"], running)
+    return text
 
 
 def _age(seconds):

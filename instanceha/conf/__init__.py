@@ -6,6 +6,10 @@ and ``list_opts``; :mod:`instanceha.conf.opts` gathers them for the sample
 generator.
 """
 
+import difflib
+import glob
+import os
+
 from oslo_config import cfg
 
 from instanceha.conf import api
@@ -33,10 +37,13 @@ def new_conf():
 def load(argv=None, default_config_files=None):
     """Parse the command line and config files and check every value now,
     so a bad value stops the start with its group and option named instead
-    of failing later in the middle of a recovery."""
+    of failing later in the middle of a recovery. An option or group that
+    nothing reads (a typo such as ``treshold``) is an error too: silently
+    running on the default is worse than not starting."""
     conf = new_conf()
     conf(args=argv or [], project="instanceha",
          default_config_files=default_config_files)
+    check_unknown_options(conf)
     for module in MODULES:
         for group, opts in module.list_opts().items():
             section = conf if group == "DEFAULT" else conf[group]
@@ -45,7 +52,99 @@ def load(argv=None, default_config_files=None):
                     getattr(section, opt.dest)
                 except (cfg.ConfigFileValueError, ValueError) as e:
                     raise cfg.Error("[%s] %s: %s" % (group, opt.name, e))
+    for module in MODULES:
+        validate = getattr(module, "validate", None)
+        if validate is not None:
+            validate(conf)
     return conf
+
+
+def _group_key(group):
+    # oslo.config matches section names case-insensitively, except DEFAULT.
+    return group if group == "DEFAULT" else group.lower()
+
+
+def known_options(conf=None):
+    """{group: set of option names} that a config file may set: every
+    instanceha option, oslo.messaging's (transport_url, [oslo_messaging_*])
+    and oslo.config's own, each with its deprecated names."""
+    import oslo_messaging.opts
+    pairs = []
+    for module in MODULES:
+        pairs.extend(module.list_opts().items())
+    pairs.extend((group or "DEFAULT", opts)
+                 for group, opts in oslo_messaging.opts.list_opts())
+    known = {}
+    for group, opts in pairs:
+        for opt in opts:
+            _add_opt(known, group, opt)
+    if conf is not None:
+        # Registered by oslo.config itself (config_source, ...): the names
+        # in ``conf`` that are neither a group nor already known.
+        groups = {_group_key(g) for g, _ in pairs}
+        known["DEFAULT"].update(name for name in conf
+                                if _group_key(name) not in groups)
+    return known
+
+
+def _add_opt(known, group, opt):
+    names = known.setdefault(_group_key(group), set())
+    names.update({opt.name, opt.dest})
+    for old in opt.deprecated_opts:
+        if old.name or old.group:
+            name = old.name or opt.dest
+            target = known.setdefault(_group_key(old.group or group), set())
+            target.update({name, name.replace("-", "_")})
+
+
+def config_files(conf):
+    """The files oslo.config read: --config-file (or the default files) and
+    the *.conf files of --config-dir, in its order."""
+    files = list(conf.config_file or [])
+    dirs = conf.config_dir or []
+    for directory in [dirs] if isinstance(dirs, str) else dirs:
+        files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
+    return [f for f in files if os.path.isfile(f)]
+
+
+def check_unknown_options(conf):
+    """Raise cfg.Error for the first section or key of a config file that
+    is no known option group or option, naming the file and suggesting the
+    closest known name."""
+    known = known_options(conf)
+    # Sections that oslo.config's config_source names hold driver settings.
+    sources = {_group_key(s) for s in (conf.config_source or [])}
+    for path in config_files(conf):
+        sections = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, cfg.ParseError) as e:
+            raise cfg.Error("%s: %s" % (path, e))
+        for section, values in sections.items():
+            key = _group_key(section)
+            if key in sources:
+                continue
+            if key not in known:
+                raise cfg.Error("%s: unknown group [%s]%s" % (
+                    path, section, _suggest(section, known, "group")))
+            for name in values:
+                if name not in known[key]:
+                    raise cfg.Error("%s: [%s] unknown option %r%s" % (
+                        path, section, name,
+                        _suggest(name, known[key], "option")))
+
+
+def _suggest(name, candidates, what):
+    by_lower = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1,
+                                      cutoff=0.6)
+    if not close:
+        # A shortened name ("grace" for "grace_period").
+        close = sorted(c for c in by_lower
+                       if len(name) >= 3 and c.startswith(name.lower()))[:1]
+    if not close:
+        return " (no such %s)" % what
+    return "; did you mean %r?" % by_lower[close[0]]
 
 
 def make(overrides=None):

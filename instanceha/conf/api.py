@@ -20,6 +20,13 @@ OPTS = [
                  help="/healthz answers 503 when the reconciler has not "
                       "completed a pass for this many seconds (Nova "
                       "unreachable or the engine stuck)."),
+    cfg.FloatOpt("max_suspend_seconds", default=604800.0, min=1,
+                 help="Longest suspension, in seconds, that POST "
+                      "/hosts/<host>/suspend (and 'instanceha suspend "
+                      "--seconds') accepts; longer ones are refused, so a "
+                      "typo cannot switch a host's HA off for years. A "
+                      "suspension without end needs an explicit "
+                      "{\"forever\": true} ('--forever'). Default: 7 days."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS, title="Operator API")

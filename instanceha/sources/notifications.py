@@ -251,6 +251,23 @@ class NotificationSource:
                                         "delta", 30.0))
 
     # -- lifecycle -----------------------------------------------------
+    def prepare(self):
+        """Check what can be checked without a broker: the event type
+        filter, and the transport (URL syntax, driver) - a mistake there
+        raises now, before anything starts. Connecting is left to
+        :meth:`start`, which retries until the broker answers. With
+        listener workers the transport is only built to check it: each
+        worker process builds its own."""
+        group = self._group
+        _event_filter(group.event_types)   # a bad regex fails here
+        if self._transport is None:
+            transport = oslo_messaging.get_notification_transport(
+                self._conf, url=group.transport_url)
+            if group.workers > 1:
+                transport.cleanup()
+            else:
+                self._transport = transport
+
     def start(self):
         group = self._group
         if group.workers > 1:
