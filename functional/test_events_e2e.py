@@ -121,10 +121,81 @@ def test_own_writes_do_not_loop_back(clouds, vhost):
         notifier.close()
 
 
-def test_kdump_from_suspect_host_evacuates_without_power_off(clouds):
+def _power(cloud, host):
+    return cloud.sim.snapshot()["hosts"][host]["power"]
+
+
+def _assert_powered_off_before_any_server_moved(cloud, host):
+    fence = [a for a in cloud.journal().actions()
+             if a["kind"] == "fence" and a["host_name"] == host]
+    assert fence and fence[0]["outcome"] == "fence_ok", fence
+    moved = [m["created_at"] for m in cloud.sim.snapshot()["migrations"]
+             if m["source_compute"] == host]
+    assert moved and min(moved) >= fence[0]["finished_at"], (moved, fence)
+
+
+def test_kdump_delays_power_off_until_the_dump_is_over(clouds):
+    """Default (fence_after_dump): only nova-compute is killed, the real
+    fence_kdump_send sends from the host's mapped address. That proves
+    nothing (anyone on the network can send it): the host is powered off
+    once the messages stop, before any server moves."""
     sender = fx.fence_kdump_send()
     cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
                               "port": 0, "resolve_names": False,
+                              "host_map": "compute-1:127.0.0.1",
+                              "timeout": 2.5, "max_dump_time": 60}})
+    cloud.start_engine()
+    port = sources(cloud)["kdump"]["port"]
+    cloud.sim.kill("compute-1")     # guests still run: only nova-compute died
+    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1", "-c", "5",
+                             "127.0.0.1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        while dump.poll() is None:  # while messages come: left alone
+            assert _power(cloud, "compute-1") == "on"
+            time.sleep(0.1)
+    finally:
+        dump.kill()
+        dump.wait()
+    assert sources(cloud)["kdump"]["accepted"] >= 4
+    cloud.wait_state("compute-1", "evacuated", timeout=30)
+    assert _power(cloud, "compute-1") == "off"
+    _assert_powered_off_before_any_server_moved(cloud, "compute-1")
+    reasons = [t["reason"] for t in cloud.journal().transitions()
+               if t["host_name"] == "compute-1" and t["dst"] == "fencing"]
+    assert reasons and "dump is over" in reasons[0], reasons
+
+
+def test_kdump_that_never_ends_holds_fencing_only_max_dump_time(clouds):
+    sender = fx.fence_kdump_send()
+    cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
+                              "port": 0, "resolve_names": False,
+                              "host_map": "compute-1:127.0.0.1",
+                              "timeout": 5, "max_dump_time": 6}})
+    cloud.start_engine()
+    port = sources(cloud)["kdump"]["port"]
+    cloud.sim.kill("compute-1")
+    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1",
+                             "127.0.0.1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        cloud.wait_state("compute-1", "evacuated", timeout=40)
+        assert dump.poll() is None          # still sending all along
+    finally:
+        dump.kill()
+        dump.wait()
+    _assert_powered_off_before_any_server_moved(cloud, "compute-1")
+    reasons = [t["reason"] for t in cloud.journal().transitions()
+               if t["host_name"] == "compute-1" and t["dst"] == "fencing"]
+    assert reasons and "max_dump_time" in reasons[0], reasons
+
+
+def test_kdump_evacuate_opt_in_skips_power_off(clouds):
+    """[kdump] action = evacuate: the operator trusts the kdump network."""
+    sender = fx.fence_kdump_send()
+    cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
+                              "port": 0, "resolve_names": False,
+                              "action": "evacuate",
                               "host_map": "compute-1:127.0.0.1",
                               "fence_delay": 30.0}})
     cloud.start_engine()

@@ -17,6 +17,8 @@ FAST = {
     "fencing": {"timeout": 15.0, "poll_interval": 0.1, "retries": 2},
     "evacuation": {"poll_interval": 0.1, "cleanup_check_interval": 0.5,
                    "concurrency": 10, "retry_backoff": 2.0},
+    # The simulator's hosts boot in 2 s.
+    "policy": {"resume_boot_time": 3.0},
 }
 
 

@@ -6,6 +6,8 @@ would to a real cloud. Tests assert the state of the simulated world.
 """
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -50,6 +52,14 @@ class Cloud:
 
     def journal(self):
         return self.engine.journal()
+
+    def cli(self, *args):
+        """``instanceha ARGS --config-file <this cloud's>``, as an operator
+        types it; returns the CompletedProcess."""
+        return subprocess.run(
+            [sys.executable, "-m", "instanceha.cmd.main", *args,
+             "--config-file", self.conf_path],
+            capture_output=True, text=True, timeout=30)
 
     def close(self):
         self.stop_engine()

@@ -112,6 +112,7 @@ class KdumpSource:
                         "dropped_unknown": 0, "errors": 0}
         self._addresses = {}
         self._resolved_at = None
+        self._known = frozenset()   # the hosts the map was built from
         self._episodes = {}     # service uuid -> (first_at, last_at, count)
         self._last_message_at = None
         self._sock = None
@@ -173,9 +174,18 @@ class KdumpSource:
         for host, problem in problems:
             LOG.warning("kdump_address_skipped", host=host, reason=problem)
         self._addresses = address_map
+        self._known = frozenset(known)
         self._resolved_at = now
         LOG.info("kdump_addresses_refreshed", hosts=len(known),
                  addresses=len(address_map), reason="refresh")
+
+    def _hosts_changed(self):
+        """The engine knows other hosts than the map was built from (at
+        start the map is built before the first poll of Nova)."""
+        try:
+            return frozenset(self._known_hosts()) != self._known
+        except Exception:   # noqa: BLE001 - keep the old map
+            return False
 
     def _refresh_due(self, now, unknown_sender):
         if self._resolved_at is None:
@@ -220,7 +230,8 @@ class KdumpSource:
                        size=len(data), head=data[:MESSAGE_SIZE].hex())
             return None
         host = self._addresses.get(address)
-        if host is None and self._refresh_due(now, True):
+        if host is None and (self._refresh_due(now, True)
+                             or self._hosts_changed()):
             self.refresh()
             host = self._addresses.get(address)
         if host is None:

@@ -153,16 +153,31 @@ def test_bad_packets_are_counted_and_dropped():
 
 def test_unknown_sender_triggers_a_bounded_refresh():
     hosts = [("uuid-1", "compute1")]
-    resolver = Resolver({"compute1": {"10.0.0.1"}, "compute3": {"10.0.0.3"}})
+    resolver = Resolver({"compute1": {"10.0.0.1"}, "compute3": {"10.0.0.3"},
+                         "compute4": {"10.0.0.4"}})
     source, sink, clock = make_source(hosts=hosts, resolver=resolver,
                                       min_resolve_interval=5)
-    hosts.append(("uuid-3", "compute3"))   # the engine learnt a new host
-    assert source.handle_packet(GOOD_LE, ("10.0.0.3", 1)) is None  # too soon
-    clock.advance(5)
-    assert source.handle_packet(GOOD_LE, ("10.0.0.3", 1)).host == "uuid-3"
     calls = resolver.calls
     source.handle_packet(GOOD_LE, ("10.0.0.99", 1))
     assert resolver.calls == calls         # no refresh storm from junk
+    resolver.table["compute1"] = {"10.0.0.3"}     # renumbered in DNS
+    assert source.handle_packet(GOOD_LE, ("10.0.0.3", 1)) is None  # too soon
+    clock.advance(5)
+    assert source.handle_packet(GOOD_LE, ("10.0.0.3", 1)).host == "uuid-1"
+
+
+def test_a_host_the_engine_learnt_is_mapped_at_its_first_packet():
+    """At start the map is built before the first poll of Nova: a packet
+    from a host learnt since is not dropped for min_resolve_interval."""
+    hosts = []
+    resolver = Resolver({"compute3": {"10.0.0.3"}})
+    source, sink, clock = make_source(hosts=hosts, resolver=resolver,
+                                      min_resolve_interval=5)
+    hosts.append(("uuid-3", "compute3"))
+    assert source.handle_packet(GOOD_LE, ("10.0.0.3", 1)).host == "uuid-3"
+    calls = resolver.calls
+    source.handle_packet(GOOD_LE, ("10.0.0.99", 1))
+    assert resolver.calls == calls
 
 
 def test_periodic_refresh_follows_renumbering():
