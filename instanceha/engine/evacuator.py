@@ -13,6 +13,7 @@ import collections
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.fsm import machine as fsm_machine
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -179,12 +180,11 @@ def evacuate_host(ctx, record):
 
 
 def _host_returned(ctx, record):
-    """The compute service reported after it was fenced and isolated."""
-    marks = [x for x in (record.fenced_at, record.written_at)
-             if x is not None]
-    if not marks:
+    """The compute service reported after it was fenced and isolated (on
+    Nova's clock: compared with the updated_at of our own write)."""
+    floor = fsm_machine.returned_floor(record)
+    if floor == float("-inf"):
         return False
-    floor = max(marks)
     svc = next((s for s in ctx.compute.list_services()
                 if s.id == record.id), None)
     return bool(svc and svc.updated_at and svc.updated_at > floor)

@@ -169,15 +169,22 @@ def _reported_after_fencing(r, ev, p):
 
     Right after a fast fence (kdump, external force-down) Nova's updated_at
     is still fresh from before the death, and Nova bumps updated_at on every
-    PUT, our force-down included; neither must count as a return. The write's
-    updated_at comes from Nova's own answer, so no clock skew enters.
+    PUT, our force-down included; neither must count as a return. The
+    write's updated_at comes from Nova's own answer, on Nova's clock like
+    the heartbeat, so no clock skew enters; it is cleared when a new
+    fencing starts. Only before that write is the local fencing time used.
     """
     reported = (ev.detail or {}).get("updated_at")
     if reported is None:
         return False            # no timestamp: not a proof of return
-    floor = max(x for x in (r.fenced_at, r.written_at, float("-inf"))
-                if x is not None)
-    return reported > floor
+    return reported > returned_floor(r)
+
+
+def returned_floor(r):
+    """The Nova updated_at a heartbeat must pass to prove a return."""
+    if r.written_at is not None:
+        return r.written_at
+    return r.fenced_at if r.fenced_at is not None else float("-inf")
 
 
 GUARDS = {
@@ -315,8 +322,11 @@ def _enter(r, dst, ev, p):
         changes["isolated"] = True
     if dst is State.EVACUATING:
         changes["attempts"] = r.attempts + 1
+    if dst in (State.FENCING, State.FENCED):
+        # A new proof of death: our last write to Nova is from before it.
+        changes.update(written_at=None, returned=False)
     if dst is State.FENCED:
-        changes.update(fenced_at=ev.at, returned=False)
+        changes["fenced_at"] = ev.at
     written = (ev.detail or {}).get("written_at")
     if written is not None:
         changes["written_at"] = float(written)

@@ -200,3 +200,30 @@ def test_plain_heartbeat_return_from_failed_has_no_boot_hold():
                              heartbeat_ok=False)
     rec, _ = run([ev(E.HEARTBEAT_OK, 100)], RESUME, rec)
     assert rec.state is S.ACTIVE and rec.hold_until is None
+
+
+# -- 6. a return is judged on Nova's clock ----------------------------------------
+
+def test_return_judged_against_our_write_on_novas_clock_not_local_time():
+    """Local clock 100 s ahead of Nova's: fenced at local 1000, our
+    force-down written at Nova's 905; a heartbeat at Nova's 950 is back."""
+    p = machine.Policy(grace_period=10)
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 985), ev(E.TICK, 995),
+                  ev(E.FENCE_OK, 1000),
+                  ev(E.ISOLATE_OK, 1005, detail={"written_at": 905}),
+                  ev(E.EVACUATE_OK, 1010)], p)
+    rec, out = run([ev(E.HEARTBEAT_OK, 1050, detail={"updated_at": 904}),
+                    ev(E.HEARTBEAT_OK, 1051, detail={"updated_at": 950})],
+                   p, rec)
+    assert out == [(S.EVACUATED, []), (S.RECOVERING, [A.CHECK_CLEANUP])]
+
+
+def test_a_new_fencing_forgets_the_write_of_the_last_recovery():
+    p = machine.Policy(grace_period=10)
+    rec = machine.HostRecord(id="h", name="c0", state=S.ACTIVE,
+                             written_at=500.0)
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 985), ev(E.TICK, 995)], p, rec)
+    assert rec.state is S.FENCING and rec.written_at is None
+    assert machine.returned_floor(rec) == float("-inf")
+    rec, _ = run([ev(E.FENCE_OK, 1000)], p, rec)
+    assert machine.returned_floor(rec) == 1000
