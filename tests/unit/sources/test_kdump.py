@@ -268,3 +268,40 @@ def test_dual_stack_listener_maps_ipv4_senders():
         assert [e.detail["address"] for e in sink.wait(1)] == ["127.0.0.11"]
     finally:
         source.stop()
+
+
+# -- start-time checks of [kdump] ---------------------------------------------
+
+def _load(tmp_path, text):
+    from instanceha import conf as conf_pkg
+    path = tmp_path / "instanceha.conf"
+    path.write_text(text)
+    return conf_pkg.load(["--config-file", str(path)])
+
+
+def test_kdump_needs_the_kdump_networks_address(tmp_path):
+    from oslo_config import cfg
+    with pytest.raises(cfg.Error, match=r"\[kdump\] listen_address: must be "
+                                        r"set"):
+        _load(tmp_path, "[kdump]\nenabled = true\n")
+    conf = _load(tmp_path, "[kdump]\nenabled = true\n"
+                           "listen_address = 192.0.2.1\n")
+    assert conf.kdump.action == "fence_after_dump"
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::"])
+def test_evacuate_without_power_off_refused_on_a_wildcard(tmp_path, address):
+    from oslo_config import cfg
+    with pytest.raises(cfg.Error, match="wildcard"):
+        _load(tmp_path, "[kdump]\nenabled = true\naction = evacuate\n"
+                        "listen_address = %s\n" % address)
+    # Delaying the power-off is safe on any address.
+    _load(tmp_path, "[kdump]\nenabled = true\nlisten_address = %s\n"
+          % address)
+
+
+def test_old_action_name_wait_means_fence_after_dump(tmp_path):
+    from instanceha.fsm import machine
+    conf = _load(tmp_path, "[kdump]\nenabled = true\naction = wait\n"
+                           "listen_address = 192.0.2.1\n")
+    assert machine.Policy.from_conf(conf).kdump_action == "fence_after_dump"
