@@ -164,8 +164,8 @@ class Service:
                            bind=(self.conf.kdump.listen_address,
                                  self.conf.kdump.port))
                 started.append(self.kdump)
-        except StartupError as e:
-            LOG.info("start_aborted", reason=str(e))
+        except StartupError:
+            # The caller reports the error (one line); nothing to log twice.
             for part in reversed(started):
                 try:
                     part.stop()

@@ -9,7 +9,11 @@
     POST /hosts/<host>/resume         {"reason": "..."}
 
 Commands become operator events; the state machine decides what they mean
-in the host's current state. Bound to loopback by default; no auth.
+in the host's current state. A suspension says how long: seconds (positive,
+finite, at most ``[api] max_suspend_seconds``) or forever, never neither.
+The 202 answer is {"host", "command", "state" (before the command),
+"still_running" (the host's running work, or null)}, plus "until" (epoch
+seconds, null = forever) for suspend. Bound to loopback by default; no auth.
 """
 
 import http.server

@@ -9,6 +9,7 @@ generator.
 import difflib
 import glob
 import os
+import warnings
 
 from oslo_config import cfg
 
@@ -68,7 +69,11 @@ def known_options(conf=None):
     """{group: set of option names} that a config file may set: every
     instanceha option, oslo.messaging's (transport_url, [oslo_messaging_*])
     and oslo.config's own, each with its deprecated names."""
-    import oslo_messaging.opts
+    with warnings.catch_warnings():
+        # oslo.messaging imports eventlet, which warns on stderr that it is
+        # deprecated: noise in front of every CLI command's answer.
+        warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+        import oslo_messaging.opts
     pairs = []
     for module in MODULES:
         pairs.extend(module.list_opts().items())
