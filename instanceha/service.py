@@ -36,6 +36,12 @@ def load_inventory(conf):
                 "inventory: host %s: driver noop does not fence; set "
                 "[fencing] allow_unfenced = true to allow it (test clouds "
                 "only)" % bmc.host)
+    for address, hosts in inventory_mod.shared(inv):
+        LOG.warning("bmc_shared", hosts=",".join(hosts), address=address,
+                    reason="several inventory entries reach one BMC: "
+                           "powering it off for one host kills the others; "
+                           "refused while another of them is up. Remove "
+                           "the entry of a renamed host's old name")
     return inv
 
 

@@ -136,7 +136,7 @@ def test_operator_suspend_and_resume_through_the_cli(make_cloud):
              "--config-file", c.conf_path],
             capture_output=True, text=True, timeout=30)
 
-    out = cli("suspend", "compute-1", "--reason", "disk swap")
+    out = cli("suspend", "compute-1", "--forever", "--reason", "disk swap")
     assert out.returncode == 0, out.stderr
     c.wait_state("compute-1", "suspended")
     c.sim.kill("compute-1")
@@ -148,4 +148,4 @@ def test_operator_suspend_and_resume_through_the_cli(make_cloud):
     assert "suspended by operator: disk swap" in status.stdout
     assert cli("resume", "compute-1").returncode == 0
     c.wait_state("compute-1", "evacuated")
-    assert cli("suspend", "compute-9").returncode == 1
+    assert cli("suspend", "compute-9", "--forever").returncode == 1

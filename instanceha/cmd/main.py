@@ -203,6 +203,9 @@ def format_status(data, now=None):
         reason = h.get("reason", "")
         if h.get("retrying"):
             reason += " [%s]" % h["retrying"]
+        disabled = h.get("operator_disabled")
+        if disabled is not None and "disabled by operator" not in reason:
+            reason += " [disabled by operator: %s]" % disabled
         rows.append((h["name"] or h["id"], h["state"],
                      "%s ago" % _age(now - since), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]

@@ -12,6 +12,7 @@ import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
+from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
@@ -34,22 +35,12 @@ def _result(record, kind, ctx, reason, **detail):
                  reason=reason, source="action", detail=detail)
 
 
-def bmc_identity(bmc):
-    """What names one physical BMC (and system behind it), whatever host
-    name the inventory files it under; None when it names none (noop)."""
-    if bmc is None or not bmc.address:
-        return None
-    return (bmc.address.strip().lower().rstrip("/"),
-            str(bmc.options.get("system_id") or "").strip().lower(),
-            str(bmc.options.get("port") or ""))
-
-
 def live_sharers(ctx, record, bmc):
     """Compute services other than ``record``'s that map to the same BMC
     and look alive on Nova's own clock (up, or heartbeating while forced
     down): powering the BMC off would kill them (a renamed host's stale old
     service row, a copy-pasted inventory entry)."""
-    ident = bmc_identity(bmc)
+    ident = inventory.identity(bmc)
     if ident is None:
         return []
     services = ctx.compute.list_services()
@@ -59,7 +50,7 @@ def live_sharers(ctx, record, bmc):
     for s in services:
         if s.id == record.id or s.host == record.name:
             continue
-        if bmc_identity(ctx.bmc_for(s.host)) != ident:
+        if inventory.identity(ctx.bmc_for(s.host)) != ident:
             continue
         fresh = s.updated_at is not None and newest - s.updated_at <= delta
         if (s.state == "up" and not s.forced_down) or fresh:

@@ -61,3 +61,16 @@ def test_noop_refused_unless_allowed(tmp_path):
 def test_unknown_driver_name():
     with pytest.raises(ValueError, match="unknown fencing driver"):
         load_driver("warp", _conf())
+
+
+def test_entries_reaching_one_bmc_are_found():
+    from instanceha.drivers.fencing import inventory as inv_mod
+    inv = inv_mod.parse({"hosts": {
+        "old": {"driver": "redfish", "address": "https://10.0.0.5/",
+                "system_id": "/redfish/v1/Systems/1"},
+        "new": {"driver": "redfish", "address": "HTTPS://10.0.0.5",
+                "system_id": "/redfish/v1/Systems/1"},
+        "other": {"driver": "redfish", "address": "https://10.0.0.5",
+                  "system_id": "/redfish/v1/Systems/2"},
+        "test": {"driver": "noop"}}}, {"redfish", "noop"})
+    assert inv_mod.shared(inv) == [("https://10.0.0.5", ["new", "old"])]

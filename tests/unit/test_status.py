@@ -44,3 +44,19 @@ def test_bad_config_value_stops_start_naming_group_and_option(tmp_path, capsys):
         raise AssertionError("a negative grace period was accepted")
     err = capsys.readouterr().err
     assert "[detection] grace_period" in err and "greater than or equal" in err
+
+
+def test_status_says_a_host_is_disabled_by_its_operator_in_any_state():
+    data = {"generated_at": 1000.0, "started_at": 900.0,
+            "cluster": {"ok": True, "reason": ""},
+            "hosts": [{"id": "u1", "name": "compute-1", "state": "active",
+                       "since": 940.0, "reason": "reporting",
+                       "operator_disabled": "RAID swap"},
+                      {"id": "u2", "name": "compute-2", "state": "active",
+                       "since": 940.0, "reason": "reporting",
+                       "operator_disabled": None}]}
+    lines = cli.format_status(data, now=1000.0).splitlines()
+    one = next(ln for ln in lines if ln.startswith("compute-1"))
+    two = next(ln for ln in lines if ln.startswith("compute-2"))
+    assert "[disabled by operator: RAID swap]" in one
+    assert "disabled" not in two

@@ -46,6 +46,27 @@ class BMC:
             self.host, self.driver, self.address)
 
 
+def identity(bmc):
+    """What names one physical BMC (and the system behind it), whatever host
+    name the inventory files it under; None when it names none (noop)."""
+    if bmc is None or not bmc.address:
+        return None
+    return (bmc.address.strip().lower().rstrip("/"),
+            str(bmc.options.get("system_id") or "").strip().lower(),
+            str(bmc.options.get("port") or ""))
+
+
+def shared(inventory):
+    """[(address, [host, ...])] for BMCs that several entries reach."""
+    groups = {}
+    for host, bmc in sorted(inventory.items()):
+        ident = identity(bmc)
+        if ident is not None:
+            groups.setdefault(ident, []).append(host)
+    return [(ident[0], hosts) for ident, hosts in groups.items()
+            if len(hosts) > 1]
+
+
 def parse(data, known_drivers):
     """Validate a loaded mapping and return {host: BMC}."""
     if not isinstance(data, Mapping) or not isinstance(data.get("hosts"), Mapping):
