@@ -125,6 +125,32 @@ def _power(cloud, host):
     return cloud.sim.snapshot()["hosts"][host]["power"]
 
 
+def _kdump_victim(clouds, *sender_args, **kdump):
+    """A cloud whose engine takes fence_kdump from 127.0.0.1 as compute-1,
+    compute-1's nova-compute killed (its guests still run), and the real
+    fence_kdump_send started from that address: (cloud, sender process)."""
+    sender = fx.fence_kdump_send()
+    conf = {"enabled": True, "listen_address": "127.0.0.1", "port": 0,
+            "resolve_names": False, "host_map": "compute-1:127.0.0.1"}
+    conf.update(kdump)
+    cloud = clouds({"kdump": conf})
+    cloud.start_engine()
+    port = sources(cloud)["kdump"]["port"]
+    cloud.sim.kill("compute-1")
+    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1",
+                             *sender_args, "127.0.0.1"],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return cloud, dump
+
+
+def _fencing_reason(cloud, host):
+    reasons = [t["reason"] for t in cloud.journal().transitions()
+               if t["host_name"] == host and t["dst"] == "fencing"]
+    assert reasons, cloud.journal().transitions()
+    return reasons[0]
+
+
 def _assert_powered_off_before_any_server_moved(cloud, host):
     fence = [a for a in cloud.journal().actions()
              if a["kind"] == "fence" and a["host_name"] == host]
@@ -139,17 +165,8 @@ def test_kdump_delays_power_off_until_the_dump_is_over(clouds):
     fence_kdump_send sends from the host's mapped address. That proves
     nothing (anyone on the network can send it): the host is powered off
     once the messages stop, before any server moves."""
-    sender = fx.fence_kdump_send()
-    cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
-                              "port": 0, "resolve_names": False,
-                              "host_map": "compute-1:127.0.0.1",
-                              "timeout": 2.5, "max_dump_time": 60}})
-    cloud.start_engine()
-    port = sources(cloud)["kdump"]["port"]
-    cloud.sim.kill("compute-1")     # guests still run: only nova-compute died
-    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1", "-c", "5",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cloud, dump = _kdump_victim(clouds, "-c", "5", timeout=2.5,
+                                max_dump_time=60)
     try:
         while dump.poll() is None:  # while messages come: left alone
             assert _power(cloud, "compute-1") == "on"
@@ -161,23 +178,11 @@ def test_kdump_delays_power_off_until_the_dump_is_over(clouds):
     cloud.wait_state("compute-1", "evacuated", timeout=30)
     assert _power(cloud, "compute-1") == "off"
     _assert_powered_off_before_any_server_moved(cloud, "compute-1")
-    reasons = [t["reason"] for t in cloud.journal().transitions()
-               if t["host_name"] == "compute-1" and t["dst"] == "fencing"]
-    assert reasons and "dump is over" in reasons[0], reasons
+    assert "dump is over" in _fencing_reason(cloud, "compute-1")
 
 
 def test_kdump_that_never_ends_holds_fencing_only_max_dump_time(clouds):
-    sender = fx.fence_kdump_send()
-    cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
-                              "port": 0, "resolve_names": False,
-                              "host_map": "compute-1:127.0.0.1",
-                              "timeout": 5, "max_dump_time": 6}})
-    cloud.start_engine()
-    port = sources(cloud)["kdump"]["port"]
-    cloud.sim.kill("compute-1")
-    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cloud, dump = _kdump_victim(clouds, timeout=5, max_dump_time=6)
     try:
         cloud.wait_state("compute-1", "evacuated", timeout=40)
         assert dump.poll() is None          # still sending all along
@@ -185,25 +190,12 @@ def test_kdump_that_never_ends_holds_fencing_only_max_dump_time(clouds):
         dump.kill()
         dump.wait()
     _assert_powered_off_before_any_server_moved(cloud, "compute-1")
-    reasons = [t["reason"] for t in cloud.journal().transitions()
-               if t["host_name"] == "compute-1" and t["dst"] == "fencing"]
-    assert reasons and "max_dump_time" in reasons[0], reasons
+    assert "max_dump_time" in _fencing_reason(cloud, "compute-1")
 
 
 def test_kdump_evacuate_opt_in_skips_power_off(clouds):
     """[kdump] action = evacuate: the operator trusts the kdump network."""
-    sender = fx.fence_kdump_send()
-    cloud = clouds({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
-                              "port": 0, "resolve_names": False,
-                              "action": "evacuate",
-                              "host_map": "compute-1:127.0.0.1",
-                              "fence_delay": 30.0}})
-    cloud.start_engine()
-    port = sources(cloud)["kdump"]["port"]
-    cloud.sim.kill("compute-1")       # crashed: the dump kernel runs
-    dump = subprocess.Popen([sender, "-p", str(port), "-i", "1",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cloud, dump = _kdump_victim(clouds, action="evacuate", fence_delay=30.0)
     try:
         cloud.wait_state("compute-1", "evacuated", timeout=30)
     finally:

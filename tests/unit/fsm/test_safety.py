@@ -1,24 +1,17 @@
 """Safety decisions of the state machine (issue: never touch a host that
 should not be touched), driven with explicit times."""
 
-from instanceha.events import Event, EventKind as E
+from instanceha.events import EventKind as E
 from instanceha.fsm import machine
 from instanceha.fsm.states import Action as A, State as S
+
+from tests.unit.fsm.test_machine import ev, run as _run
 
 OURS = "instanceha: evacuating 2026-11-23T10:00:00Z"
 
 
 def run(events, policy, rec=None):
-    rec = rec or machine.HostRecord(id="h", name="c0")
-    out = []
-    for kind, at, kw in events:
-        rec, actions = machine.step(rec, Event(kind, "h", at, **kw), policy)
-        out.append((rec.state, actions))
-    return rec, out
-
-
-def ev(kind, at, **kw):
-    return (kind, at, kw)
+    return _run(events, policy=policy, rec=rec)
 
 
 # -- 1. a kdump message delays the power-off, it never replaces it ------------
