@@ -146,3 +146,32 @@ def test_no_power_off_through_a_bmc_that_a_live_service_maps_to(make_cloud):
     assert _servers_of(c, "compute-3") == victims
     assert not snap["services"]["compute-3"]["forced_down"]
     assert "refusing to power off" in c.cli("status").stdout
+
+
+# -- 8. suspend stops a running evacuation at the next server -------------------
+
+def test_suspend_stops_a_running_evacuation_at_the_next_server(make_cloud):
+    c = make_cloud({"evacuation": {"concurrency": 1}}, servers_per_host=6,
+                   evacuation_time=1.5)
+    victims = _servers_of(c, "compute-1")
+    c.start_engine()
+    c.sim.kill("compute-1")
+    c.engine.wait(lambda: c.sim.snapshot()["migrations"], 30,
+                  "the first evacuation to start")
+    out = c.cli("suspend", "compute-1", "--forever", "--reason", "stop")
+    assert out.returncode == 0, out.stderr
+    assert "evacuate: " in out.stdout and "servers sent" in out.stdout, \
+        out.stdout
+    c.wait_state("compute-1", "suspended")
+    time.sleep(4)        # what was sent finishes; nothing more is sent
+    snap = c.sim.snapshot()
+    sent = {m["instance_uuid"] for m in snap["migrations"]}
+    assert 1 <= len(sent) < len(victims), sent
+    assert all(m["status"] in ("done", "completed")
+               for m in snap["migrations"])
+    left = _servers_of(c, "compute-1")
+    assert left == victims - sent and left
+    assert c.states()["compute-1"] == ("suspended",
+                                       "suspended by operator: stop")
+    evac = [a for a in c.journal().actions() if a["kind"] == "evacuate"]
+    assert "suspended by operator" in evac[-1]["detail"], evac
