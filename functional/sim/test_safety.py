@@ -5,6 +5,7 @@ power, services, migrations), not the engine's calls."""
 import os
 import time
 
+import pytest
 import yaml
 
 from functional.sim.conftest import wait_for
@@ -21,8 +22,13 @@ def _service_id(cloud, host):
 
 # -- 2. restart without the journal ---------------------------------------------
 
+@pytest.mark.parametrize("booting", [False, True],
+                         ids=["back", "still-booting"])
 def test_restart_without_journal_does_not_fence_a_host_that_came_back(
-        make_cloud):
+        make_cloud, booting):
+    """``back``: its nova-compute reports again before instanceha starts;
+    ``still-booting``: instanceha starts while the host boots (Nova's view:
+    down, with instanceha's marker), as after a power-on by hand."""
     c = make_cloud()
     c.start_engine()
     c.sim.kill("compute-1")
@@ -32,14 +38,19 @@ def test_restart_without_journal_does_not_fence_a_host_that_came_back(
         path = os.path.join(c.workdir, "journal.sqlite" + suffix)
         if os.path.exists(path):
             os.unlink(path)
-    c.sim.power("compute-1", True)               # back; Nova cleans up
-    wait_for(lambda: c.sim.snapshot()["hosts"]["compute-1"]["compute_alive"]
-             and all(m["status"] == "completed"
-                     for m in c.sim.snapshot()["migrations"]), 30,
-             "compute-1 back and cleaned up")
     svc = c.sim.snapshot()["services"]["compute-1"]
     assert svc["forced_down"] and svc["disabled_reason"].startswith(
         "instanceha:")
+    if booting:
+        time.sleep(4)          # our last write is older than delta (3 s)
+        c.sim.power("compute-1", True)
+    else:
+        c.sim.power("compute-1", True)               # back; Nova cleans up
+        wait_for(lambda: c.sim.snapshot()["hosts"]["compute-1"]
+                 ["compute_alive"] and all(
+                     m["status"] == "completed"
+                     for m in c.sim.snapshot()["migrations"]), 30,
+                 "compute-1 back and cleaned up")
     c.start_engine()
     c.wait_state("compute-1", "active")
     snap = c.sim.snapshot()
@@ -50,7 +61,30 @@ def test_restart_without_journal_does_not_fence_a_host_that_came_back(
     assert "fence" not in [a["kind"] for a in actions], actions
     steps = [t["dst"] for t in c.journal().transitions()
              if t["host_name"] == "compute-1"]
-    assert steps[0] == "evacuated" and "fencing" not in steps, steps
+    assert steps[0] == "pending" and "fencing" not in steps, steps
+    assert steps[-2:] == ["recovering", "active"], steps
+
+
+def test_restart_without_journal_proves_a_dead_host_dead_again(make_cloud):
+    c = make_cloud(evacuation_time=2.0)
+    c.start_engine()
+    c.sim.kill("compute-1")
+    c.wait_state("compute-1", "evacuating")
+    c.stop_engine()            # mid-evacuation, then the journal is lost
+    os.unlink(os.path.join(c.workdir, "journal.sqlite"))
+    c.start_engine()
+    state, reason = c.wait_state("compute-1", "pending")
+    assert "no journal" in reason
+    c.wait_state("compute-1", "evacuated", timeout=60)
+    snap = c.sim.snapshot()
+    assert snap["hosts"]["compute-1"]["power"] == "off"
+    assert all(s["host"] != "compute-1" and s["status"] == "ACTIVE"
+               for s in snap["servers"].values())
+    per_server = {}
+    for m in snap["migrations"]:
+        per_server[m["instance_uuid"]] = per_server.get(
+            m["instance_uuid"], 0) + 1
+    assert set(per_server.values()) == {1}      # nothing evacuated twice
 
 
 # -- 3. a host its operator disabled -------------------------------------------

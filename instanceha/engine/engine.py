@@ -179,29 +179,24 @@ class Engine:
 
     def _adopt_from_nova(self, rec, event, reason):
         """Nova says instanceha isolated this host, but the journal does not
-        know it (lost, wiped, a new machine). Decide from what Nova shows
-        now: a host still down is proven dead again before anything more is
-        evacuated; a host that looks fresh is watched (its next heartbeat
-        proves it back: cleanup check; going stale proves it was not: fence
-        again). The updated_at seen now may be instanceha's own last write
-        (Nova bumps it on every PUT), so only a later one counts as back."""
-        base = dict(isolated=True, heartbeat_ok=event.kind is E.HEARTBEAT_OK)
-        if event.kind is E.HEARTBEAT_OK:
-            seen = (event.detail or {}).get("updated_at")
-            rec = dataclasses.replace(
-                rec, state=State.EVACUATED, unverified=True,
-                written_at=float(seen) if seen is not None else event.at,
-                ok_at=event.at,
-                reason="found isolated by instanceha (%r) with no journal, "
-                       "service looks fresh: waiting for a new heartbeat "
-                       "(back: cleanup check) or for it to go stale "
-                       "(re-prove dead)" % reason, **base)
-        else:
-            rec = dataclasses.replace(
-                rec, state=State.FENCING, lost_at=event.at,
-                reason="found isolated by instanceha (%r) with no journal, "
-                       "not reporting: re-proving the host dead" % reason,
-                **base)
+        know it (lost, wiped, a new machine). Its real state is unknown: it
+        may be dead, or back, or booting (nova-compute cleans up before its
+        first heartbeat). So it is held in PENDING for its boot time and a
+        grace period: a heartbeat newer than what Nova shows now (which may
+        be instanceha's own last write: Nova bumps updated_at on every PUT)
+        proves it back (cleanup check only); otherwise it is proven dead
+        again before anything more is evacuated."""
+        seen = (event.detail or {}).get("updated_at")
+        ok = event.kind is E.HEARTBEAT_OK
+        wait = self.policy.resume_boot_time + self.policy.grace_period
+        rec = dataclasses.replace(
+            rec, state=State.PENDING, isolated=True, heartbeat_ok=ok,
+            ok_at=event.at if ok else None, lost_at=None if ok else event.at,
+            written_at=float(seen) if seen is not None else None,
+            retry_at=event.at + wait,
+            reason="found isolated by instanceha (%r) with no journal: "
+                   "waiting %.0fs for a new heartbeat (back: cleanup check "
+                   "only) before re-proving the host dead" % (reason, wait))
         self.journal.record_transition(
             fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
         self._adopt(rec, "nova")

@@ -83,9 +83,6 @@ class HostRecord:
     operator_disabled: Optional[str] = None
     #: No fencing before this time: a resumed host may still be booting.
     hold_until: Optional[float] = None
-    #: Adopted from Nova's instanceha: marker without a journal: not yet
-    #: known whether the host came back or is still dead.
-    unverified: bool = False
 
     @property
     def attempts_next(self):
@@ -209,7 +206,6 @@ GUARDS = {
     "isolated": lambda r, ev, p: r.isolated,
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,
-    "unverified": lambda r, ev, p: r.unverified,
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
     "suspension_expired_returned": lambda r, ev, p: (
@@ -304,8 +300,7 @@ _HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED)
 
 def _enter(r, dst, ev, p):
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False,
-                   unverified=False)
+    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False)
     resumed = (r.state in _HANDS_OFF
                and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:

@@ -72,6 +72,8 @@ RULES = [
     # was fenced: then it is alive and only Nova's cleanup is awaited.
     (S.PENDING, E.HEARTBEAT_OK, "returned", S.RECOVERING,
      "host reported back while pending; checking cleanup"),
+    # Also where a resume or an adoption from Nova's marker (no journal)
+    # left an isolated host to report first.
     (S.PENDING, E.TICK, "returned", S.RECOVERING,
      "host reported back while pending; checking cleanup"),
     (S.PENDING, E.TICK, "retry_due", S.FENCING,
@@ -84,11 +86,7 @@ RULES = [
     # -- return of the host -------------------------------------------------
     (S.EVACUATED, E.HEARTBEAT_OK, "returned", S.RECOVERING,
      "compute service reporting again; checking Nova's cleanup"),
-    # Adopted from Nova's marker without a journal (engine._record_for):
-    # a service that goes stale was not back; prove it dead again.
-    (S.EVACUATED, E.HEARTBEAT_LOST, "unverified", S.FENCING,
-     "found isolated by instanceha with no journal, and not reporting: "
-     "re-proving the host dead before evacuating what is left"),
+
     (S.RECOVERING, E.CLEANUP_CONFIRMED, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.RECOVERING, E.CLEANUP_PENDING, ALWAYS, S.RECOVERING,
      "waiting for Nova to clean up: {event.reason}"),

@@ -209,8 +209,15 @@ def test_resume_from_nova_marker_without_journal():
                updated_at=w.clock() - 100,
                disabled_reason="instanceha: evacuating 2026-01-01T00:00:00Z")
     w.pass_()
-    for _ in range(3):
+    # No journal: held for boot time + grace (300 + 5 s) in case it is
+    # booting, then proven dead again and evacuated.
+    assert w.state("compute-2")[0] == "pending"
+    for _ in range(303):
         w.pass_()
+    assert w.fencer.powered_off == []
+    for _ in range(5):
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-2"]
     assert w.state("compute-2")[0] == "evacuated"
     assert all(v["host"] != "compute-2" for v in w.compute.servers.values())
 

@@ -41,23 +41,29 @@ def test_restart_without_journal_does_not_fence_a_host_that_came_back():
     assert "fencing" not in dsts and dsts[-2:] == ["recovering", "active"]
 
 
-def test_restart_without_journal_right_after_our_write_waits_then_fences():
+def test_restart_without_journal_gives_a_booting_host_time_then_fences():
     """Nova's updated_at is fresh from instanceha's own force-down, not
-    from a heartbeat: the host is watched, then proven dead again."""
+    from a heartbeat, and a booting nova-compute cleans up before its first
+    heartbeat: the host is held for boot time + grace, then, still silent,
+    proven dead again."""
     w = World()
+    w.conf.set_override("resume_boot_time", 20, "policy")
     w.pass_()
     w.compute.kill("compute-1")
     w.until("compute-1", "evacuated")
     _restart_without_journal(w)
     w.compute.services["compute-1"]["updated_at"] = w.clock()   # our PUT
     w.pass_()
-    assert w.state("compute-1")[0] == "evacuated"
-    assert "no journal" in w.state("compute-1")[1]
-    for _ in range(30):                   # stale: proven dead again
+    state, reason = w.state("compute-1")
+    assert state == "pending" and "no journal" in reason
+    for _ in range(20):                  # boot time: not before 20 + 5 s
+        w.pass_()
+    assert w.fencer.powered_off == ["compute-1"]
+    for _ in range(15):
         w.pass_()
     assert w.fencer.powered_off == ["compute-1", "compute-1"]
     dsts = [t["dst"] for t in w.journal.transitions()]
-    assert dsts[0] == "evacuated" and "fencing" in dsts, dsts
+    assert dsts[0] == "pending" and "fencing" in dsts, dsts
     assert w.state("compute-1")[0] == "evacuated"
 
 

@@ -72,34 +72,34 @@ def test_evacuate_without_power_off_only_when_opted_in():
     assert "action = evacuate" in rec.reason
 
 
-# -- 2. a host found isolated with no journal: decided from Nova now ---------
+# -- 2. a host found isolated with no journal: held, then decided ---------------
 
 def _adopted(written=100.0):
-    return machine.HostRecord(id="h", name="c0", state=S.EVACUATED,
-                              isolated=True, unverified=True,
-                              heartbeat_ok=True, written_at=written)
+    """As engine._adopt_from_nova leaves it: pending, its boot time and
+    grace to report, our own last write as the floor of a return."""
+    return machine.HostRecord(id="h", name="c0", state=S.PENDING,
+                              isolated=True, heartbeat_ok=False,
+                              written_at=written, retry_at=410.0)
 
 
 def test_adopted_host_that_reports_again_goes_to_the_cleanup_check():
     p = machine.Policy()
     rec, out = run([ev(E.HEARTBEAT_OK, 101, detail={"updated_at": 100.0}),
+                    ev(E.TICK, 102),
                     ev(E.HEARTBEAT_OK, 111, detail={"updated_at": 110.0})],
                    p, _adopted())
     # Our own write's timestamp is not a heartbeat; the next one is.
-    assert out == [(S.EVACUATED, []), (S.RECOVERING, [A.CHECK_CLEANUP])]
-    assert not rec.unverified
+    assert out == [(S.PENDING, []), (S.PENDING, []),
+                   (S.RECOVERING, [A.CHECK_CLEANUP])]
 
 
-def test_adopted_host_that_goes_stale_is_proven_dead_again():
-    rec, out = run([ev(E.HEARTBEAT_LOST, 140)], machine.Policy(), _adopted())
+def test_adopted_host_still_booting_is_not_fenced_before_its_time():
+    p = machine.Policy()
+    rec, out = run([ev(E.HEARTBEAT_LOST, 140), ev(E.TICK, 141),
+                    ev(E.TICK, 409)], p, _adopted())
+    assert [s for s, _ in out] == [S.PENDING] * 3
+    rec, out = run([ev(E.TICK, 410)], p, rec)
     assert out == [(S.FENCING, [A.FENCE])]
-
-
-def test_evacuated_host_known_from_the_journal_is_not_fenced_again():
-    rec = machine.HostRecord(id="h", name="c0", state=S.EVACUATED,
-                             isolated=True, heartbeat_ok=False)
-    rec, out = run([ev(E.HEARTBEAT_LOST, 140)], machine.Policy(), rec)
-    assert out == [(S.EVACUATED, [])]
 
 
 # -- 3. a host its operator disabled is theirs --------------------------------
