@@ -17,6 +17,8 @@ TIMINGS = {
     "fencing": {"timeout": 30.0, "poll_interval": 0.2, "retries": 2},
     "evacuation": {"poll_interval": 0.5, "cleanup_check_interval": 1.0,
                    "concurrency": 4, "retry_backoff": 2.0},
+    # A powered-on compute of the bed reports within ~10 s.
+    "policy": {"resume_boot_time": 30.0},
 }
 
 

@@ -54,8 +54,8 @@ def _lost_reason(age):
 class NovaClock:
     """Nova's "now", estimated from the updated_at values Nova reports.
 
-    The newest updated_at of any compute service was written on Nova's
-    clock, at most about a report_interval (plus the API round trip) before
+    The newest updated_at of any compute service Nova reports up was
+    written on Nova's clock, at most about a report_interval (plus the API round trip) before
     Nova's now. It is a lower bound, so ages measured against it are never
     overestimated: skew can delay detection by that lag, never fence.
 
@@ -78,8 +78,14 @@ class NovaClock:
     def observe(self, services, mono_now):
         """Nova's estimated now after reading ``services``, or None if no
         service has ever reported an updated_at."""
+        # Only services Nova itself calls up: Nova computes "up" on its own
+        # clock as |now - updated_at| <= service_down_time, so their
+        # updated_at are near Nova's now. A row whose updated_at lies far in
+        # the future (a retired compute written while some writer's clock
+        # was fast) is down to Nova and must not age every live host.
         newest = max((s.updated_at for s in services
-                      if s.updated_at is not None), default=None)
+                      if s.updated_at is not None and s.state == "up"
+                      and not s.forced_down), default=None)
         if newest is not None and newest != self._newest:
             self._newest, self._seen_at = newest, mono_now
         if self._newest is None:
@@ -119,9 +125,9 @@ class Reconciler:
             self.clock_skew = now - nova_now
             self._check_skew(self.clock_skew, nova_now)
         counts = {}
+        # With no updated_at anywhere, every age is unknown anyway.
+        ref = nova_now if nova_now is not None else now
         for svc in services:
-            # With no updated_at anywhere, every age is unknown anyway.
-            ref = nova_now if nova_now is not None else now
             kind, reason = classify(svc, ref, self._conf.detection.delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,

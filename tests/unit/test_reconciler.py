@@ -263,3 +263,17 @@ def test_local_clock_step_does_not_age_a_stalled_reference():
     rec.run_once()
     assert events[-1].kind is E.HEARTBEAT_OK
     assert rec.health()["clock_skew"] == before + 999
+
+
+def test_an_updated_at_from_the_future_on_a_down_row_ages_nobody():
+    """A retired compute row written while some writer's clock was an hour
+    fast: Nova calls it down (|now - updated_at| > service_down_time), and
+    it must not become Nova's 'now' for everybody else."""
+    r = Rig(0.0, hosts=4)
+    old = r.nova.rows["c3"]
+    old.update(alive=False, state="down", updated_at=r.nova.nova_now() + 3600)
+    for _ in range(15):
+        kinds = r.kinds()
+        assert {kinds[h] for h in ("c0", "c1", "c2")} == {E.HEARTBEAT_OK}
+    assert kinds["c3"] is E.HEARTBEAT_LOST
+    assert abs(r.rec.health()["clock_skew"]) <= 1.5
