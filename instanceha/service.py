@@ -76,6 +76,7 @@ class Service:
         self.engine = Engine(conf, ctx, self.journal, clock=clock)
         self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
         self.engine.health["reconciler"] = self.reconciler.health
+        self.engine.world_seen = lambda: self.reconciler.passes > 0
         self.sources = [self.reconciler]
         self.notifications = self.kdump = None
         self._add_event_sources()

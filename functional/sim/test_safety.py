@@ -208,4 +208,4 @@ def test_suspend_stops_a_running_evacuation_at_the_next_server(make_cloud):
     assert c.states()["compute-1"] == ("suspended",
                                        "suspended by operator: stop")
     evac = [a for a in c.journal().actions() if a["kind"] == "evacuate"]
-    assert "suspended by operator" in evac[-1]["detail"], evac
+    assert "operator's suspend" in evac[-1]["detail"], evac

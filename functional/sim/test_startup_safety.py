@@ -25,21 +25,21 @@ def _run(cloud, timeout=30):
     return out, time.monotonic() - started
 
 
-def _journal_fencing(cloud, host):
-    """The journal a crashed instanceha left: ``host`` in state fencing (a
-    start would power it off at once)."""
+def _journal_fenced(cloud, host):
+    """The journal a crashed instanceha left: ``host`` fenced, not yet
+    isolated (a start would force its service down in Nova at once)."""
     uuid = cloud.sim.snapshot()["services"][host]["id"]
     journal = cloud.journal()
     try:
         now = time.time()
         journal.record_transition(
             HostRecord(id=uuid, name=host),
-            HostRecord(id=uuid, name=host, state=State.FENCING, since=now,
-                       reason="heartbeat lost", heartbeat_ok=False,
-                       lost_at=now - 10),
+            HostRecord(id=uuid, name=host, state=State.FENCED, since=now,
+                       reason="power off confirmed", heartbeat_ok=False,
+                       lost_at=now - 10, fenced_at=now),
             Event(E.HEARTBEAT_LOST, uuid, now, name=host,
                   reason="heartbeat lost"))
-        assert journal.latest()[uuid]["state"] == "fencing"
+        assert journal.latest()[uuid]["state"] == "fenced"
         return uuid
     finally:
         journal.close()
@@ -53,13 +53,13 @@ def _nothing_done(cloud, host, uuid):
     assert not snap["migrations"]
     journal = cloud.journal()
     try:
-        assert journal.latest()[uuid]["state"] == "fencing"
+        assert journal.latest()[uuid]["state"] == "fenced"
         assert journal.actions() == []
     finally:
         journal.close()
 
 
-def test_api_port_taken_stops_the_start_before_the_journalled_fencing(
+def test_api_port_taken_stops_the_start_before_the_journalled_work(
         make_cloud):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -68,7 +68,7 @@ def test_api_port_taken_stops_the_start_before_the_journalled_fencing(
     try:
         c = make_cloud({"api": {"listen_address": "127.0.0.1",
                                 "port": port}})
-        uuid = _journal_fencing(c, "compute-1")
+        uuid = _journal_fenced(c, "compute-1")
         out, took = _run(c)
     finally:
         taken.close()
@@ -80,7 +80,7 @@ def test_api_port_taken_stops_the_start_before_the_journalled_fencing(
     assert naming == ["instanceha: cannot start: operator API: cannot bind "
                       "127.0.0.1:%d: [Errno 98] Address already in use"
                       % port], text
-    time.sleep(1)   # a power-off already sent would show by now
+    time.sleep(1)   # a Nova write already sent would show by now
     _nothing_done(c, "compute-1", uuid)
 
 
@@ -92,7 +92,7 @@ def test_kdump_port_taken_stops_the_start_too(make_cloud):
         c = make_cloud({"kdump": {"enabled": True,
                                   "listen_address": "127.0.0.1",
                                   "port": port}})
-        uuid = _journal_fencing(c, "compute-1")
+        uuid = _journal_fenced(c, "compute-1")
         out, _ = _run(c)
     finally:
         taken.close()

@@ -28,6 +28,7 @@ from prometheus_client.core import (CounterMetricFamily,
 import structlog
 
 from instanceha.events import Event, EventKind as E
+from instanceha.fsm import machine
 from instanceha.fsm.states import State
 
 LOG = structlog.get_logger("instanceha.api")
@@ -35,6 +36,9 @@ LOG = structlog.get_logger("instanceha.api")
 COMMANDS = {"suspend": E.OPERATOR_SUSPEND,
             "maintenance": E.OPERATOR_MAINTENANCE,
             "resume": E.OPERATOR_RESUME}
+_HINTS = {"maintenance": " (only where no recovery is under way; suspend "
+                          "stops a recovery)",
+          "resume": " (nothing to resume)"}
 _HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
 
 
@@ -140,6 +144,13 @@ class OperatorAPI:
                                       self.conf.api.max_suspend_seconds)
         except ValueError as e:
             return _json(400, {"error": "bad request body: %s" % e})
+        if not machine.rules_for(rec.state, kind):
+            # Said now rather than accepted and silently ignored.
+            return _json(409, {"error": "%s does not apply to host %s in "
+                               "state %s%s" % (verb, rec.name,
+                                               rec.state.value,
+                                               _HINTS.get(verb, "")),
+                               "state": rec.state.value})
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None

@@ -1,3 +1,5 @@
+import ipaddress
+
 from oslo_config import cfg
 
 from instanceha.conf import _group
@@ -73,7 +75,15 @@ OPTS = [
                       "DNS."),
 ]
 
-WILDCARDS = {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "*", ""}
+def is_wildcard(address):
+    """True for an address that binds every interface (0.0.0.0, ::, ::0,
+    ::ffff:0.0.0.0, ...)."""
+    try:
+        ip = ipaddress.ip_address(str(address).split("%", 1)[0])
+    except ValueError:
+        return str(address) in ("", "*")      # a host name binds one address
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_unspecified or bool(mapped and mapped.is_unspecified)
 
 
 def validate(conf):
@@ -86,7 +96,7 @@ def validate(conf):
         raise cfg.Error("[kdump] listen_address: must be set when [kdump] "
                         "enabled = true: name the kdump network's address "
                         "(nothing is bound by default)")
-    if group.action == "evacuate" and group.listen_address in WILDCARDS:
+    if group.action == "evacuate" and is_wildcard(group.listen_address):
         raise cfg.Error("[kdump] listen_address: %r is a wildcard address; "
                         "action = evacuate trusts every packet it receives, "
                         "so it must listen on the kdump network's address "

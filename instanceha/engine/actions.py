@@ -40,8 +40,7 @@ def live_sharers(ctx, record, bmc):
     and look alive on Nova's own clock (up, or heartbeating while forced
     down): powering the BMC off would kill them (a renamed host's stale old
     service row, a copy-pasted inventory entry)."""
-    ident = inventory.identity(bmc)
-    if ident is None:
+    if inventory.identity(bmc) is None:
         return []
     services = ctx.compute.list_services()
     newest = max((s.updated_at for s in services if s.updated_at), default=0)
@@ -50,7 +49,7 @@ def live_sharers(ctx, record, bmc):
     for s in services:
         if s.id == record.id or s.host == record.name:
             continue
-        if inventory.identity(ctx.bmc_for(s.host)) != ident:
+        if not inventory.same_bmc(bmc, ctx.bmc_for(s.host)):
             continue
         fresh = s.updated_at is not None and newest - s.updated_at <= delta
         if (s.state == "up" and not s.forced_down) or fresh:
@@ -112,8 +111,9 @@ def evacuate(ctx, record):
                   no_capacity=len(out.no_capacity))
     if out.stopped:
         return _result(record, E.EVACUATE_FAILED, ctx,
-                       "%s; stopped: suspended by operator, %d servers left "
-                       "on the host" % (summary, len(out.failed)), **detail)
+                       "%s; stopped for the operator's suspend: %d servers "
+                       "not sent, left on the host" % (summary, out.stopped),
+                       stopped_for_operator=True, **detail)
     if out.returned:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped: the host reported back while being "

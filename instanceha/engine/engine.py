@@ -96,6 +96,10 @@ class Engine:
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
         context.preempted = self.preempted
+        #: True once the world has been observed since start (the service
+        #: wires it to the reconciler's first completed pass): until then
+        #: no fencing decision is taken on remembered observations.
+        self.world_seen = lambda: True
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -135,17 +139,48 @@ class Engine:
 
     # -- start / resume --------------------------------------------------------
     def resume_from_journal(self):
-        """Load each host's last journalled record; restart in-flight work."""
+        """Load each host's last journalled record; restart in-flight work.
+
+        What the journal says about a heartbeat is as old as the downtime:
+        a host that was suspect (or being fenced) is watched afresh, with a
+        full grace period from its next observed loss, and a host that was
+        being proven dead again is held in pending for a grace period, so
+        one that came back meanwhile is not powered off. No fencing decision
+        is taken before the first poll of Nova (see world_seen)."""
         fields = {f.name for f in dataclasses.fields(fsm.HostRecord)}
         resumed = 0
+        now = self.clock()
         for host_id, data in self.journal.latest().items():
             data = {k: v for k, v in data.items() if k in fields}
             data["state"] = State(data["state"])
             data["busy"] = False
             rec = fsm.HostRecord(**data)
-            self._adopt(rec, "journal")
+            # In memory only: start-up writes nothing before it finished
+            # (the next change of the host is journalled as usual).
+            self._adopt(self._observe_afresh(rec, now), "journal")
             resumed += 1
         return resumed
+
+    def _observe_afresh(self, rec, now):
+        """The record to resume with (``rec`` itself when unchanged)."""
+        reset = dict(heartbeat_ok=True, lost_at=None, since=now)
+        if rec.state is State.SUSPECT:
+            return dataclasses.replace(
+                rec, reason="instanceha restarted: watching the host afresh "
+                            "(full grace period from its next loss)",
+                **reset)
+        if rec.state is State.FENCING and not rec.isolated:
+            return dataclasses.replace(
+                rec, state=State.SUSPECT,
+                reason="instanceha restarted while fencing: watching the "
+                       "host afresh before fencing it", **reset)
+        if rec.state is State.FENCING:
+            return dataclasses.replace(
+                rec, state=State.PENDING, since=now,
+                retry_at=now + self.policy.grace_period,
+                reason="instanceha restarted while re-proving the host dead: "
+                       "giving it a grace period to report first")
+        return rec
 
     def _adopt(self, rec, origin):
         action = ENTRY_ACTION.get(rec.state)
@@ -158,7 +193,8 @@ class Engine:
         LOG.info("host_resumed", host=rec.name, host_id=rec.id,
                  state=rec.state.value, origin=origin,
                  action=action.value if action else None,
-                 reason="resuming %s found in %s" % (rec.state.value, origin))
+                 reason="resuming %s found in %s: %s" % (
+                     rec.state.value, origin, rec.reason))
         if action is not None:
             self.queue.add(rec.id)
 
@@ -247,11 +283,11 @@ class Engine:
                 if self._backoff_until.get(host_id, 0) > self.clock():
                     return
                 item = box.popleft()
-                if isinstance(item, (_Pending, _Result)):
-                    # An operator's hands-off comes before the next action
-                    # (which the state check in _run then drops) and before
-                    # the result of an action it stopped (stale once the
-                    # host is suspended; still journalled as finished).
+                if isinstance(item, _Pending):
+                    # An operator's hands-off comes before the next action,
+                    # which the state check in _run then drops. Results of
+                    # finished actions come first: they are facts (an
+                    # isolation done in Nova must be recorded).
                     held = [e for e in box if isinstance(e, Event)
                             and e.kind in _PREEMPT]
                     if held:
@@ -273,7 +309,8 @@ class Engine:
             rec = self._record_for(event)
         if rec is None:
             return
-        if event.kind is E.TICK and rec.state is State.SUSPECT:
+        if event.kind is E.TICK and rec.state in (State.SUSPECT,
+                                                   State.PENDING):
             # A TICK may have waited in the queue while other hosts died:
             # the threshold is judged as it stands now, not when it was sent.
             ok, why = self.cluster_status()
@@ -413,6 +450,8 @@ class Engine:
 
         Cached until a record changes, so the TICKs of many suspect hosts
         do not each count every host again."""
+        if not self.world_seen():
+            return self.cluster_status_with(None)
         with self._lock:
             version = self._version
             cached = self._cluster_cache
@@ -425,12 +464,20 @@ class Engine:
 
     def cluster_status_with(self, pending):
         """cluster_status() as it will be once ``pending`` is recorded."""
+        if not self.world_seen():
+            return False, ("waiting for the first poll of Nova since start: "
+                           "no fencing on what the journal remembers")
         with self._lock:
             records = dict(self._records)
         if pending is not None:
             records[pending.id] = pending
+        # Hosts in their operator's hands (maintenance, suspended, or
+        # disabled by them and not recovered) are not counted: leaving them
+        # alone must not hold the recovery of the others for ever.
+        held = not self.policy.recover_disabled_hosts
         recs = [r for r in records.values()
-                if r.state not in _IGNORED_FOR_THRESHOLD]
+                if r.state not in _IGNORED_FOR_THRESHOLD
+                and not (held and r.operator_disabled is not None)]
         total = len(recs)
         dead = sum(1 for r in recs if not r.heartbeat_ok and not r.isolated)
         limit = self.conf.policy.threshold

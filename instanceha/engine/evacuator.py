@@ -35,7 +35,7 @@ class Outcome:
         self.no_capacity = {}   # server_id -> reason
         self.skipped = {}       # server_id -> why not evacuable
         self.returned = False   # stopped: the host reported back
-        self.stopped = False    # stopped: an operator suspended the host
+        self.stopped = 0        # servers not sent: an operator suspended
 
 
 def _latest(migrations):
@@ -84,7 +84,7 @@ def evacuate_host(ctx, record):
         if todo and ctx.preempted(record.id):
             # An operator suspended the host: send nothing more; what Nova
             # already has finishes and is waited for (and journalled).
-            outcome.stopped = True
+            outcome.stopped = len(todo)
             LOG.warning("evacuation_stopped", host=host, left=len(todo),
                         in_flight=len(inflight),
                         reason="operator suspended the host: no more "

@@ -156,6 +156,10 @@ def _fence_due(r, ev, p):
     return not _dump_holds(r, ev.at, p)
 
 
+def _retry_due(r, ev):
+    return not r.busy and r.retry_at is not None and ev.at >= r.retry_at
+
+
 def _decision_due(r, ev, p):
     return _fence_due(r, ev, p) or _kdump_proof(r, p, ev.at)
 
@@ -201,8 +205,11 @@ GUARDS = {
         not p.recover_disabled_hosts and r.operator_disabled is not None
         and _decision_due(r, ev, p)),
     "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
-    "retry_due": lambda r, ev, p: (not r.busy and r.retry_at is not None
-                                   and ev.at >= r.retry_at),
+    "retry_due": lambda r, ev, p: _retry_due(r, ev),
+    "retry_due_but_threshold": lambda r, ev, p: (not ev.cluster_ok
+                                                 and _retry_due(r, ev)),
+    "stopped_for_operator": lambda r, ev, p: bool(
+        (ev.detail or {}).get("stopped_for_operator")),
     "isolated": lambda r, ev, p: r.isolated,
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,
@@ -271,6 +278,12 @@ def _observe(r, ev, p):
         disabled = _operator_disabled(r, ev)
         if disabled != r.operator_disabled:
             changes["operator_disabled"] = disabled
+            if disabled is None:
+                # The operator gave the host back: like a resume, a fresh
+                # observation with boot time (it may be booting).
+                changes.update(hold_until=ev.at + p.resume_boot_time,
+                               lost_at=None if ev.kind is E.HEARTBEAT_OK
+                               else ev.at)
     if ev.kind in _RESULT_KINDS and r.state in _RESULT_STATE.get(ev.kind, ()):
         changes["busy"] = False
     if ev.name and not r.name:
@@ -335,9 +348,13 @@ def _enter(r, dst, ev, p):
                         p.retry_backoff_max)
         changes["retry_at"] = ev.at + delay
     if dst is State.SUSPENDED:
-        until = ev.detail.get("until") if ev.detail else None
-        changes["until"] = float(until) if until is not None else None
+        changes["until"] = _until(ev)
     return changes
+
+
+def _until(ev):
+    until = ev.detail.get("until") if ev.detail else None
+    return float(until) if until is not None else None
 
 
 def step(record, event, policy):
@@ -348,6 +365,8 @@ def step(record, event, policy):
             continue
         if dst is r.state:
             changes = {"reason": reason.format(event=event, record=r)}
+            if kind is E.OPERATOR_SUSPEND:
+                changes["until"] = _until(event)
             actions = []
             if (src, kind) in table.REENTER:
                 changes["retry_at"] = None

@@ -61,6 +61,10 @@ RULES = [
      "could not force the compute service down: {event.reason}"),
     # -- evacuation -------------------------------------------------------
     (S.EVACUATING, E.EVACUATE_OK, ALWAYS, S.EVACUATED, "{event.reason}"),
+    # Stopped at a server boundary for an operator's suspend, which is
+    # applied next (it waits in the inbox).
+    (S.EVACUATING, E.EVACUATE_FAILED, "stopped_for_operator", S.EVACUATING,
+     "{event.reason}"),
     (S.EVACUATING, E.EVACUATE_NO_CAPACITY, "attempts_left", S.PENDING,
      "no capacity, retrying later: {event.reason}"),
     (S.EVACUATING, E.EVACUATE_NO_CAPACITY, ALWAYS, S.FAILED,
@@ -76,6 +80,8 @@ RULES = [
     # left an isolated host to report first.
     (S.PENDING, E.TICK, "returned", S.RECOVERING,
      "host reported back while pending; checking cleanup"),
+    (S.PENDING, E.TICK, "retry_due_but_threshold", S.PENDING,
+     "not re-fencing: {event.reason}"),
     (S.PENDING, E.TICK, "retry_due", S.FENCING,
      "re-proving the host dead before evacuation attempt "
      "{record.attempts_next}"),
@@ -126,9 +132,9 @@ for _s in (S.FAILED, S.MAINTENANCE, S.SUSPENDED):
 # Operator suspend is allowed everywhere; maintenance only where no
 # recovery is under way.
 for _s in S:
-    if _s is not S.SUSPENDED:
-        RULES.append((_s, E.OPERATOR_SUSPEND, ALWAYS, S.SUSPENDED,
-                      "suspended by operator: {event.reason}"))
+    # Suspended again: the new length (or forever) replaces the old one.
+    RULES.append((_s, E.OPERATOR_SUSPEND, ALWAYS, S.SUSPENDED,
+                  "suspended by operator: {event.reason}"))
 for _s in (S.ACTIVE, S.SUSPECT, S.FAILED, S.SUSPENDED):
     RULES.append((_s, E.OPERATOR_MAINTENANCE, ALWAYS, S.MAINTENANCE,
                   "maintenance by operator: {event.reason}"))

@@ -83,3 +83,16 @@ def test_healthz_goes_stale_without_reconciler_passes():
     w.clock.advance(w.conf.api.stale_after + 1)
     status, _, body = api.handle("GET", "/healthz")
     assert status == 503 and b"last pass" in body
+
+
+def test_a_command_that_does_not_apply_is_refused_not_ignored():
+    w, api = _api()
+    status, _, body = api.handle("POST", "/hosts/compute-0/resume", b"{}")
+    assert status == 409, body
+    assert b"resume does not apply to host compute-0 in state active" in body
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    status, _, body = api.handle("POST", "/hosts/compute-1/maintenance",
+                                 b'{"reason": "BIOS"}')
+    assert status == 409 and b"suspend stops a recovery" in body, body
+    assert w.state("compute-1")[0] == "evacuated"

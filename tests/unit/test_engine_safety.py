@@ -169,4 +169,95 @@ def test_suspend_stops_a_running_evacuation_between_servers():
     rec = w.engine.find("compute-1")
     assert w.engine.running_work(rec.id) is None
     outcome = [a for a in w.journal.actions() if a["kind"] == "evacuate"]
-    assert "suspended by operator" in outcome[-1]["detail"]
+    assert "operator's suspend" in outcome[-1]["detail"]
+
+
+# -- found in review ------------------------------------------------------------
+
+def _restart_with_journal(w):
+    """instanceha restarted on the same journal; the engine acts before its
+    first poll of Nova only on what the poll allows (world_seen)."""
+    w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
+    w.reconciler._sink = w.engine.submit
+    polled = w.reconciler.passes
+    w.engine.world_seen = lambda: w.reconciler.passes > polled
+    w.engine.resume_from_journal()
+
+
+def test_restart_does_not_fence_a_suspect_host_that_came_back_meanwhile():
+    w = World()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "suspect")
+    w.clock.advance(600)                 # instanceha down for 10 minutes
+    w.compute.boot("compute-1")          # ... and the host came back
+    _restart_with_journal(w)
+    w.engine.tick()                      # before the first poll
+    w.drain()
+    assert w.fencer.powered_off == []
+    w.pass_()
+    assert w.state("compute-1")[0] == "active"
+    assert w.fencer.powered_off == []
+
+
+def test_restart_while_fencing_watches_the_host_afresh_first():
+    from instanceha.fsm.machine import HostRecord
+    from instanceha.fsm.states import State
+    w = World()
+    w.pass_()
+    uuid = w.compute.services["compute-1"]["id"]
+    # The journal a crash left mid-fencing (the power-off never happened);
+    # the host is alive when instanceha comes back.
+    w.journal.record_transition(
+        HostRecord(id=uuid, name="compute-1"),
+        HostRecord(id=uuid, name="compute-1", state=State.FENCING,
+                   heartbeat_ok=False, lost_at=w.clock() - 60),
+        Event(E.TICK, uuid, w.clock(), name="compute-1"))
+    _restart_with_journal(w)
+    assert w.state("compute-1")[0] == "suspect"
+    w.engine.tick()
+    w.drain()
+    w.pass_()
+    assert w.fencer.powered_off == []
+    assert w.state("compute-1")[0] == "active"
+
+
+def test_suspend_during_isolation_keeps_what_nova_was_told():
+    w = World()
+    force_down = w.compute.force_down
+
+    def suspend_meanwhile(service_id, reason):
+        out = force_down(service_id, reason)
+        rec = w.engine.find("compute-1")
+        w.engine.submit(Event(E.OPERATOR_SUSPEND, rec.id, w.clock(),
+                              name=rec.name, reason="hands off",
+                              source="operator"))
+        return out
+    w.compute.force_down = suspend_meanwhile
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "suspended")
+    rec = w.engine.find("compute-1")
+    assert rec.isolated and rec.written_at is not None
+    assert w.compute.services["compute-1"]["forced_down"]
+    w.compute.force_down = force_down
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name=rec.name, source="operator"))
+    w.compute.boot("compute-1")          # repaired and back
+    w.until("compute-1", "active")
+    svc = w.compute.services["compute-1"]
+    assert not svc["forced_down"] and svc["status"] == "enabled"
+
+
+def test_hosts_left_to_their_operator_do_not_hold_the_others():
+    w = World(hosts=4)
+    for h in ("compute-0", "compute-1"):
+        _operator_disables(w, h, "RMA")
+    w.pass_()
+    w.compute.kill("compute-0")
+    w.compute.kill("compute-1")
+    for _ in range(10):
+        w.pass_()
+    w.compute.kill("compute-2")          # a real failure
+    w.until("compute-2", "evacuated")
+    assert w.fencer.powered_off == ["compute-2"]

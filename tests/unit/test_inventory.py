@@ -68,9 +68,27 @@ def test_entries_reaching_one_bmc_are_found():
     inv = inv_mod.parse({"hosts": {
         "old": {"driver": "redfish", "address": "https://10.0.0.5/",
                 "system_id": "/redfish/v1/Systems/1"},
-        "new": {"driver": "redfish", "address": "HTTPS://10.0.0.5",
-                "system_id": "/redfish/v1/Systems/1"},
+        "new": {"driver": "redfish", "address": "HTTPS://10.0.0.5:443",
+                "system_id": "/redfish/v1/Systems/1/"},
         "other": {"driver": "redfish", "address": "https://10.0.0.5",
                   "system_id": "/redfish/v1/Systems/2"},
+        "elsewhere": {"driver": "redfish", "address": "https://10.0.0.6"},
         "test": {"driver": "noop"}}}, {"redfish", "noop"})
-    assert inv_mod.shared(inv) == [("https://10.0.0.5", ["new", "old"])]
+    assert inv_mod.shared(inv) == [("HTTPS://10.0.0.5:443", ["new", "old"])]
+
+
+def test_an_entry_without_system_reaches_every_system_of_its_bmc():
+    from instanceha.drivers.fencing import inventory as inv_mod
+    inv = inv_mod.parse({"hosts": {
+        "a": {"driver": "redfish", "address": "https://bmc.example:8443",
+              "system_id": "/redfish/v1/Systems/1"},
+        "b": {"driver": "redfish", "address": "https://BMC.example:8443/"},
+        "c": {"driver": "redfish", "address": "https://bmc.example"},
+        "i1": {"driver": "ipmi", "address": "10.0.0.9"},
+        "i2": {"driver": "ipmi", "address": "10.0.0.9", "port": 623},
+        "i3": {"driver": "ipmi", "address": "10.0.0.9", "port": 6230}}},
+        {"redfish", "ipmi"})
+    assert inv_mod.same_bmc(inv["a"], inv["b"])
+    assert not inv_mod.same_bmc(inv["a"], inv["c"])       # other port
+    assert inv_mod.same_bmc(inv["i1"], inv["i2"])          # default port
+    assert not inv_mod.same_bmc(inv["i1"], inv["i3"])

@@ -168,9 +168,11 @@ class Started:
         uuid = self.compute.services["compute-1"]["id"]
         journal.record_transition(
             HostRecord(id=uuid, name="compute-1"),
-            HostRecord(id=uuid, name="compute-1", state=State.FENCING,
-                       since=self.clock(), reason="heartbeat lost",
-                       isolated=False),
+            # Fenced, not yet isolated: resuming runs the isolation (a
+            # Nova write) at once, with no poll of Nova needed first.
+            HostRecord(id=uuid, name="compute-1", state=State.FENCED,
+                       since=self.clock(), reason="power off confirmed",
+                       fenced_at=self.clock(), heartbeat_ok=False),
             Event(E.HEARTBEAT_LOST, uuid, self.clock(), name="compute-1",
                   reason="heartbeat lost"))
         journal.close()
@@ -196,7 +198,7 @@ def _taken(kind=socket.SOCK_STREAM):
     return sock
 
 
-def test_api_port_taken_fails_start_before_the_resumed_fencing(tmp_path):
+def test_api_port_taken_fails_start_before_the_resumed_isolation(tmp_path):
     taken = _taken()
     port = taken.getsockname()[1]
     try:
@@ -251,18 +253,19 @@ def test_bad_notification_transport_fails_start(tmp_path):
 
 def test_a_clean_start_binds_then_resumes_and_acts(tmp_path):
     w = Started(tmp_path)
-    fenced = threading.Event()
-    power_off = w.fencer.power_off
+    isolated = threading.Event()
+    force_down = w.compute.force_down
 
-    def recorded(bmc):
-        power_off(bmc)
-        fenced.set()
-    w.fencer.power_off = recorded
+    def recorded(service_id, reason):
+        out = force_down(service_id, reason)
+        isolated.set()
+        return out
+    w.compute.force_down = recorded
     w.svc.start()
     try:
         assert w.svc.api.port
-        assert fenced.wait(10), "the resumed fencing never ran"
-        assert w.fencer.powered_off == ["compute-1"]
+        assert isolated.wait(10), "the resumed isolation never ran"
+        assert w.compute.services["compute-1"]["forced_down"]
     finally:
         w.svc.stop()
 

@@ -17,6 +17,7 @@ Every error names the host and the field.
 """
 
 import dataclasses
+import urllib.parse
 from typing import Any, Mapping
 
 import yaml
@@ -46,25 +47,51 @@ class BMC:
             self.host, self.driver, self.address)
 
 
+_DEFAULT_PORTS = {"https": 443, "http": 80, "redfish": 443, "ipmi": 623}
+
+
 def identity(bmc):
-    """What names one physical BMC (and the system behind it), whatever host
-    name the inventory files it under; None when it names none (noop)."""
+    """(host, port, system) naming one BMC and the system behind it,
+    whatever host name the inventory files it under and however its address
+    is spelt (case, trailing slash, default port); None when it names no
+    BMC (noop). ``system`` is "" when the entry does not choose one."""
     if bmc is None or not bmc.address:
         return None
-    return (bmc.address.strip().lower().rstrip("/"),
-            str(bmc.options.get("system_id") or "").strip().lower(),
-            str(bmc.options.get("port") or ""))
+    address = bmc.address.strip()
+    if "://" in address:
+        parts = urllib.parse.urlsplit(address)
+        host = (parts.hostname or "").lower()
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        port = port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    else:
+        host = address.lower().strip("[]")
+        port = bmc.options.get("port") or _DEFAULT_PORTS.get(bmc.driver)
+    system = str(bmc.options.get("system_id") or "").strip().lower()
+    return (host, str(port or ""), system.rstrip("/"))
+
+
+def same_bmc(a, b):
+    """Both entries reach one BMC (and one system behind it: an entry that
+    chooses none reaches whichever system the BMC has)."""
+    ia, ib = identity(a), identity(b)
+    if ia is None or ib is None or ia[:2] != ib[:2]:
+        return False
+    return ia[2] == ib[2] or not ia[2] or not ib[2]
 
 
 def shared(inventory):
     """[(address, [host, ...])] for BMCs that several entries reach."""
-    groups = {}
-    for host, bmc in sorted(inventory.items()):
-        ident = identity(bmc)
-        if ident is not None:
-            groups.setdefault(ident, []).append(host)
-    return [(ident[0], hosts) for ident, hosts in groups.items()
-            if len(hosts) > 1]
+    hosts = sorted(inventory)
+    groups = []
+    for i, host in enumerate(hosts):
+        mates = [other for other in hosts[i + 1:]
+                 if same_bmc(inventory[host], inventory[other])]
+        if mates and not any(host in g for _, g in groups):
+            groups.append((inventory[host].address, [host] + mates))
+    return groups
 
 
 def parse(data, known_drivers):

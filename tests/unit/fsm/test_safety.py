@@ -220,3 +220,41 @@ def test_a_new_fencing_forgets_the_write_of_the_last_recovery():
     assert machine.returned_floor(rec) == float("-inf")
     rec, _ = run([ev(E.FENCE_OK, 1000)], p, rec)
     assert machine.returned_floor(rec) == 1000
+
+
+# -- found in review ----------------------------------------------------------
+
+def test_operator_enabling_a_host_again_gives_it_boot_time():
+    p = machine.Policy(grace_period=10, resume_boot_time=120)
+    rec, out = run([ev(E.HEARTBEAT_OK, 0, detail=_disabled("BIOS")),
+                    ev(E.HEARTBEAT_LOST, 40, detail=_disabled("BIOS")),
+                    ev(E.TICK, 100),
+                    ev(E.HEARTBEAT_LOST, 3600, detail={"status": "enabled"}),
+                    ev(E.TICK, 3601), ev(E.TICK, 3729)], p)
+    assert all(a == [] for _, a in out)
+    assert rec.state is S.SUSPECT and rec.operator_disabled is None
+    rec, out = run([ev(E.TICK, 3730)], p, rec)
+    assert out == [(S.FENCING, [A.FENCE])]
+
+
+def test_suspending_again_replaces_the_length():
+    p = machine.Policy()
+    rec, out = run([ev(E.OPERATOR_SUSPEND, 0, reason="a",
+                       detail={"until": 3600}),
+                    ev(E.OPERATOR_SUSPEND, 10, reason="b",
+                       detail={"until": 7200}),
+                    ev(E.TICK, 3600)], p)
+    assert rec.state is S.SUSPENDED and rec.until == 7200
+    rec, out = run([ev(E.OPERATOR_SUSPEND, 20, reason="c")], p, rec)
+    assert rec.until is None and rec.reason == "suspended by operator: c"
+    assert machine.next_wakeup(rec, p) is None
+
+
+def test_pending_retry_waits_while_the_cluster_is_held():
+    rec = machine.HostRecord(id="h", name="c0", state=S.PENDING,
+                             isolated=True, heartbeat_ok=False, retry_at=50)
+    rec, out = run([ev(E.TICK, 60, cluster_ok=False,
+                       reason="3 of 4 look dead")], machine.Policy(), rec)
+    assert out == [(S.PENDING, [])] and "3 of 4 look dead" in rec.reason
+    rec, out = run([ev(E.TICK, 61)], machine.Policy(), rec)
+    assert out == [(S.FENCING, [A.FENCE])]

@@ -289,7 +289,8 @@ def test_kdump_needs_the_kdump_networks_address(tmp_path):
     assert conf.kdump.action == "fence_after_dump"
 
 
-@pytest.mark.parametrize("address", ["0.0.0.0", "::"])
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "::0",
+                                     "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0"])
 def test_evacuate_without_power_off_refused_on_a_wildcard(tmp_path, address):
     from oslo_config import cfg
     with pytest.raises(cfg.Error, match="wildcard"):
