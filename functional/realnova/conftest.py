@@ -3,6 +3,7 @@
 import pytest
 
 from functional.peers import harness
+from functional.realnova.engine import Engine
 
 
 @pytest.fixture(scope="function")
@@ -18,3 +19,22 @@ def clean_bed(bed):
         yield bed
     finally:
         bed.restore()
+
+
+@pytest.fixture
+def engine(clean_bed, request):
+    """make(overrides) -> a real ``instanceha run`` on the bed, stopped
+    after the test; kept with the peers' logs (pytest's tmp dirs are
+    rotated by other runs)."""
+    engines = []
+    base = clean_bed.workdir / "engines" / request.node.name
+
+    def make(overrides=None):
+        e = Engine(clean_bed, base / ("engine%d" % len(engines)), overrides)
+        engines.append(e)
+        return e
+
+    yield make
+    for e in engines:
+        e.stop()
+

@@ -56,3 +56,13 @@ class Engine(EngineProcess):
             return super().start(len(self.bed.hosts), timeout=60, env=env)
         except AssertionError as e:
             raise PeerError("instanceha", str(e), self.log_path)
+
+
+VICTIM_SERVERS = 2
+
+
+def boot_victims(bed, host):
+    """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there."""
+    ids = bed.cloud.boot(host, VICTIM_SERVERS)
+    bed.cloud.wait_servers(ids, host=host)
+    return ids

@@ -22,32 +22,14 @@ import subprocess
 import threading
 import time
 
-import pytest
-
 from functional import events_fixtures as fx
 from functional.peers import procs
-from functional.realnova.engine import TIMINGS, Engine
+from functional.realnova.engine import TIMINGS, boot_victims
 
-VICTIM_SERVERS = 2
 # detection delta + grace period: how long after Nova's last heartbeat a
 # dead host is due for fencing
 FENCE_DUE_AFTER = (TIMINGS["detection"]["delta"]
                    + TIMINGS["detection"]["grace_period"])
-
-
-@pytest.fixture
-def engine(clean_bed, request):
-    engines = []
-    base = clean_bed.workdir / "engines" / request.node.name
-
-    def make(overrides=None):
-        e = Engine(clean_bed, base / ("engine%d" % len(engines)), overrides)
-        engines.append(e)
-        return e
-
-    yield make
-    for e in engines:
-        e.stop()
 
 
 class Watch:
@@ -99,12 +81,6 @@ def _journal(eng):
         j.close()
 
 
-def _boot_victims(bed, host):
-    ids = bed.cloud.boot(host, VICTIM_SERVERS)
-    bed.cloud.wait_servers(ids, host=host)
-    return ids
-
-
 def _assert_all_elsewhere(bed, host, ids):
     for s in bed.cloud.wait_servers(ids, timeout=90):
         assert s["status"] == "ACTIVE", s
@@ -140,7 +116,7 @@ def test_kdump_delays_power_off_until_dump_over_then_fenced_before_evacuation(
         bed, engine):
     host = bed.hosts[0]
     sender = fx.fence_kdump_send()
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     eng = engine({"kdump": {"enabled": True, "listen_address": "127.0.0.1",
                             "port": 0, "resolve_names": False,
                             "host_map": "%s:127.0.0.1" % host,
@@ -226,7 +202,7 @@ def test_kdump_delays_power_off_until_dump_over_then_fenced_before_evacuation(
 def test_restart_without_journal_puts_back_a_returned_host_without_fencing(
         bed, engine):
     host = bed.hosts[1]
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     eng = engine()
     eng.start()
     bed.cloud.kill_compute(host)
@@ -288,7 +264,7 @@ def test_restart_without_journal_puts_back_a_returned_host_without_fencing(
 def test_host_disabled_by_operator_is_left_alone(bed, engine):
     host = bed.hosts[2]
     reason = "RAID swap"
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     svc = _disable_service(bed, host, reason)
     assert svc["status"] == "disabled" and svc["disabled_reason"] == reason
     eng = engine().start()

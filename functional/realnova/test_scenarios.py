@@ -5,34 +5,8 @@ engine's own view; the engine's status file and journal are checked only for
 what they must record.
 """
 
-import pytest
-
 from functional.peers import procs
-from functional.realnova.engine import Engine
-
-VICTIM_SERVERS = 2
-
-
-@pytest.fixture
-def engine(clean_bed, request):
-    engines = []
-    # kept with the peers' logs (pytest's tmp dirs are rotated by other runs)
-    base = clean_bed.workdir / "engines" / request.node.name
-
-    def make(overrides=None):
-        e = Engine(clean_bed, base / ("engine%d" % len(engines)), overrides)
-        engines.append(e)
-        return e
-
-    yield make
-    for e in engines:
-        e.stop()
-
-
-def _boot_victims(bed, host):
-    ids = bed.cloud.boot(host, VICTIM_SERVERS)
-    bed.cloud.wait_servers(ids, host=host)
-    return ids
+from functional.realnova.engine import boot_victims
 
 
 def _assert_evacuated(bed, host, ids):
@@ -57,7 +31,7 @@ def _kill_and_recover(bed, eng, host, ids):
 
 def test_dead_compute_fenced_disabled_and_evacuated(bed, engine):
     host = bed.hosts[0]
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     eng = engine().start()
     _kill_and_recover(bed, eng, host, ids)
     for other in bed.hosts[1:]:
@@ -91,7 +65,7 @@ def test_dead_compute_fenced_disabled_and_evacuated(bed, engine):
 
 def test_leave_disabled_keeps_returned_host_disabled(bed, engine):
     host = bed.hosts[1]
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     eng = engine({"evacuation": {"leave_disabled": True}}).start()
     _kill_and_recover(bed, eng, host, ids)
     bed.bmc(host).power_on()
@@ -103,7 +77,7 @@ def test_leave_disabled_keeps_returned_host_disabled(bed, engine):
 
 def test_bmc_refusing_power_off_means_no_evacuation(bed, engine):
     host = bed.hosts[2]
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     bed.redfish[host].restart(refuse_power_off=True)
     eng = engine().start()
     bed.cloud.kill_compute(host)
@@ -121,7 +95,7 @@ def test_bmc_refusing_power_off_means_no_evacuation(bed, engine):
 def test_ipmi_fenced_host_is_evacuated_and_returns(bed, engine):
     host = bed.hosts[0]
     bmc = bed.use_ipmi(host)
-    ids = _boot_victims(bed, host)
+    ids = boot_victims(bed, host)
     eng = engine().start()
     _kill_and_recover(bed, eng, host, ids)
     assert bmc.power_state() == "off"
