@@ -100,6 +100,11 @@ class Engine:
         #: wires it to the reconciler's first completed pass): until then
         #: no fencing decision is taken on remembered observations.
         self.world_seen = lambda: True
+        #: (ok, reason) of the control plane a recovery needs (scheduler,
+        #: conductor, Placement, Nova API): no fencing while not ok, since
+        #: a fenced host whose servers cannot be rebuilt is the worst
+        #: outcome. The service wires it to its control-plane monitor.
+        self.control_plane = lambda: (True, "")
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -450,7 +455,7 @@ class Engine:
 
         Cached until a record changes, so the TICKs of many suspect hosts
         do not each count every host again."""
-        if not self.world_seen():
+        if not self.world_seen() or not self.control_plane()[0]:
             return self.cluster_status_with(None)
         with self._lock:
             version = self._version
@@ -467,6 +472,9 @@ class Engine:
         if not self.world_seen():
             return False, ("waiting for the first poll of Nova since start: "
                            "no fencing on what the journal remembers")
+        ok, why = self.control_plane()
+        if not ok:
+            return False, "control plane not ready for a recovery: %s" % why
         with self._lock:
             records = dict(self._records)
         if pending is not None:
