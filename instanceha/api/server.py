@@ -7,6 +7,7 @@
                                       or {"reason": "...", "forever": true}
     POST /hosts/<host>/maintenance    {"reason": "..."}
     POST /hosts/<host>/resume         {"reason": "..."}
+    POST /storm/resume                {"reason": "..."}  lift the storm hold
 
 Commands become operator events; the state machine decides what they mean
 in the host's current state. A suspension says how long: seconds (positive,
@@ -63,6 +64,24 @@ class _Collector:
             "instanceha_threshold_hold",
             "1 while more hosts look dead than the threshold allows")
         hold.add_metric([], 0 if snap["cluster"]["ok"] else 1)
+        storm_hold = GaugeMetricFamily(
+            "instanceha_storm_hold",
+            "1 while a storm (hosts lost within the storm window above the "
+            "threshold) holds new fencing in a scope", labels=["scope"])
+        lost = GaugeMetricFamily(
+            "instanceha_storm_lost_hosts",
+            "Hosts lost or recovering within the storm window",
+            labels=["scope"])
+        for scope, view in sorted((snap.get("storm") or {}).items()):
+            held = view["over"] and (view["acknowledged"] is None
+                                     or view["lost"] > view["acknowledged"])
+            storm_hold.add_metric([scope], 1 if held else 0)
+            lost.add_metric([scope], view["lost"])
+        waiting = GaugeMetricFamily(
+            "instanceha_fence_rate_waiting",
+            "Hosts waiting for the fencing rate limit")
+        waiting.add_metric([], len((snap.get("rate_limit") or {})
+                                   .get("waiting", [])))
         trans = CounterMetricFamily("instanceha_transitions",
                                     "State transitions, by new state",
                                     labels=["state"])
@@ -74,7 +93,8 @@ class _Collector:
                 trans.add_metric([key[1]], n)
             elif key[0] == "action":
                 acts.add_metric([key[1], key[2]], n)
-        yield from (state, counts, hold, trans, acts)
+        yield from (state, counts, hold, storm_hold, lost, waiting, trans,
+                    acts)
         for name, health in sorted(snap["sources"].items()):
             for field, value in sorted(health.items()):
                 if isinstance(value, bool) or not isinstance(value,
@@ -109,6 +129,8 @@ class OperatorAPI:
         if method == "GET" and path == "/metrics":
             return 200, "text/plain; version=0.0.4", generate_latest(
                 self.registry)
+        if method == "POST" and path == "/storm/resume":
+            return self.resume_storm(body)
         m = _HOST_PATH.match(path)
         if m and method == "POST":
             return self.command(m.group(1), m.group(2), body)
@@ -167,6 +189,23 @@ class OperatorAPI:
         if verb == "suspend":
             answer["until"] = until
         return _json(202, answer)
+
+    def resume_storm(self, body):
+        """Lift the storm hold for the hosts lost now (more losses hold
+        again)."""
+        try:
+            args = json.loads(body or b"{}", parse_constant=_no_constant)
+            if not isinstance(args, dict):
+                raise ValueError("body must be a JSON object")
+        except ValueError as e:
+            return _json(400, {"error": "bad request body: %s" % e})
+        reason = str(args.get("reason") or "no reason given")
+        held = self.engine.acknowledge_storm(reason)
+        if not held:
+            return _json(409, {"error": "no storm hold to lift"})
+        LOG.info("operator_command", command="resume --storm", reason=reason,
+                 scopes=",".join(sorted(held)))
+        return _json(202, {"command": "resume --storm", "lifted": held})
 
     def _running_work(self, rec):
         """The engine's short text of the host's running work, or None."""

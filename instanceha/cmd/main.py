@@ -10,6 +10,8 @@
                                           planned work: heartbeat loss is ignored
     instanceha resume HOST [--reason R] [--config-file F]
                                           watch HOST again (or retry its recovery)
+    instanceha resume --storm [--reason R] [--config-file F]
+                                          lift the storm hold for the hosts lost now
 """
 
 import argparse
@@ -108,8 +110,13 @@ def positive_seconds(text):
 
 def command_parser(verb):
     p = argparse.ArgumentParser(prog="instanceha %s" % verb)
-    p.add_argument("host")
+    p.add_argument("host", nargs="?" if verb == "resume" else None)
     p.add_argument("--reason", default="")
+    if verb == "resume":
+        p.add_argument("--storm", action="store_true",
+                       help="lift the storm hold for the hosts lost now "
+                            "(more losses hold again), instead of "
+                            "resuming one host")
     if verb == "suspend":
         how_long = p.add_mutually_exclusive_group()
         how_long.add_argument("--seconds", type=positive_seconds,
@@ -130,6 +137,9 @@ def command(verb, argv):
     args, rest = p.parse_known_args(argv)
     if verb == "suspend" and args.seconds is None and not args.forever:
         p.error("say how long: give --seconds N or --forever")
+    storm = verb == "resume" and args.storm
+    if verb == "resume" and bool(args.host) == storm:
+        p.error("give a HOST to resume, or --storm (not both)")
     conf = _conf(rest)
     body = {"reason": args.reason or "by %s" % verb}
     if verb == "suspend":
@@ -141,7 +151,10 @@ def command(verb, argv):
                     % conf.api.max_suspend_seconds)
         else:
             body["seconds"] = args.seconds
-    url = "%s/hosts/%s/%s" % (_api_url(conf), args.host, verb)
+    if storm:
+        url = "%s/storm/resume" % _api_url(conf)
+    else:
+        url = "%s/hosts/%s/%s" % (_api_url(conf), args.host, verb)
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"},
                                  method="POST")
@@ -156,6 +169,11 @@ def command(verb, argv):
         print("instanceha: cannot reach the service at %s: %s" % (url, e),
               file=sys.stderr)
         return 1
+    if storm:
+        print("storm hold lifted for %s; more losses hold again" % ", ".join(
+            "%s (%d hosts lost)" % kv for kv in sorted(
+                answer["lifted"].items())))
+        return 0
     print(format_answer(verb, answer))
     return 0
 
@@ -212,6 +230,10 @@ def format_status(data, now=None):
     for r in rows:
         lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3))
                      + "  " + r[3])
+    waiting = (data.get("rate_limit") or {}).get("waiting") or []
+    if waiting:
+        lines.append("fencing rate limit: waiting, in order of detection: "
+                     + ", ".join(waiting))
     for name, health in sorted((data.get("sources") or {}).items()):
         lines.append("source %s: %s" % (name, ", ".join(
             "%s=%s" % kv for kv in sorted(health.items()))))

@@ -22,6 +22,7 @@ from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
 from instanceha import fsm
+from instanceha.policy import storm
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
 
 LOG = structlog.get_logger("instanceha.engine")
@@ -117,7 +118,13 @@ class Engine:
         self.health = {}             # name -> callable returning a dict
         self.stats = collections.Counter()   # read by /metrics
         self._version = 0            # bumped on every record change
-        self._cluster_cache = None   # (version, cluster_status())
+        self._scope_cache = None     # (version, second, storm scopes)
+        self.storm = storm.Settings.from_conf(conf)
+        self._storm_ack = {}         # scope -> lost count an operator took
+        self._bucket = storm.TokenBucket(conf.policy.fence_rate_hosts,
+                                         conf.policy.fence_rate_interval,
+                                         clock())
+        self._rate_waiting = {}      # host_id -> (detected at, last asked)
         self.started_at = clock()
 
     # -- wiring --------------------------------------------------------------
@@ -159,6 +166,7 @@ class Engine:
             data = {k: v for k, v in data.items() if k in fields}
             data["state"] = State(data["state"])
             data["busy"] = False
+            data["losses"] = tuple(data.get("losses") or ())
             rec = fsm.HostRecord(**data)
             # In memory only: start-up writes nothing before it finished
             # (the next change of the host is journalled as usual).
@@ -317,8 +325,11 @@ class Engine:
         if event.kind is E.TICK and rec.state in (State.SUSPECT,
                                                    State.PENDING):
             # A TICK may have waited in the queue while other hosts died:
-            # the threshold is judged as it stands now, not when it was sent.
-            ok, why = self.cluster_status()
+            # the threshold is judged as it stands now, not when it was
+            # sent; a fencing it would start takes a token of the rate.
+            ok, why = self.hold_for(rec, event.at)
+            if ok and fsm.machine.fencing_due(rec, event, self.policy):
+                ok, why = self._take_token(rec, event.at)
             if ok != event.cluster_ok or why != event.reason:
                 event = dataclasses.replace(event, cluster_ok=ok, reason=why)
         try:
@@ -450,53 +461,110 @@ class Engine:
                          result.reason)))
 
     # -- time ------------------------------------------------------------------
-    def cluster_status(self):
-        """(ok, reason): False when more hosts look dead than allowed.
-
-        Cached until a record changes, so the TICKs of many suspect hosts
-        do not each count every host again."""
-        if not self.world_seen() or not self.control_plane()[0]:
-            return self.cluster_status_with(None)
-        with self._lock:
-            version = self._version
-            cached = self._cluster_cache
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        result = self.cluster_status_with(None)
-        with self._lock:
-            self._cluster_cache = (version, result)
-        return result
-
-    def cluster_status_with(self, pending):
-        """cluster_status() as it will be once ``pending`` is recorded."""
+    def _gate(self):
+        """Why no fencing decision may be taken at all now, or None."""
         if not self.world_seen():
-            return False, ("waiting for the first poll of Nova since start: "
-                           "no fencing on what the journal remembers")
+            return ("waiting for the first poll of Nova since start: no "
+                    "fencing on what the journal remembers")
         ok, why = self.control_plane()
         if not ok:
-            return False, "control plane not ready for a recovery: %s" % why
+            return "control plane not ready for a recovery: %s" % why
+        return None
+
+    def _scopes(self, at, pending=None):
+        """storm.assess of every record (``pending`` as it will be)."""
         with self._lock:
+            if pending is None and self._scope_cache is not None \
+                    and self._scope_cache[:2] == (self._version, int(at)):
+                return self._scope_cache[2]
+            version = self._version
             records = dict(self._records)
         if pending is not None:
             records[pending.id] = pending
-        # Hosts in their operator's hands (maintenance, suspended, or
-        # disabled by them and not recovered) are not counted: leaving them
-        # alone must not hold the recovery of the others for ever.
-        held = not self.policy.recover_disabled_hosts
-        recs = [r for r in records.values()
-                if r.state not in _IGNORED_FOR_THRESHOLD
-                and not (held and r.operator_disabled is not None)]
-        total = len(recs)
-        dead = sum(1 for r in recs if not r.heartbeat_ok and not r.isolated)
-        limit = self.conf.policy.threshold
-        if total < self.conf.policy.min_hosts_for_threshold or limit >= 100:
-            return True, ""
-        pct = 100.0 * dead / total if total else 0.0
-        if pct > limit:
-            return False, ("%d of %d compute hosts (%.0f%%) look dead, above "
-                           "the %d%% threshold: suspected partition or "
-                           "control-plane fault" % (dead, total, pct, limit))
+        scopes = storm.assess(records.values(), at, self.storm)
+        with self._lock:
+            # An acknowledged storm that has passed is forgotten.
+            for key in list(self._storm_ack):
+                scope = scopes.get(key)
+                if scope is None or not scope.over(self.storm):
+                    del self._storm_ack[key]
+            if pending is None:
+                self._scope_cache = (version, int(at), scopes)
+        return scopes
+
+    def hold_for(self, rec, at, pending=None):
+        """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
+        concerned (start-up, control plane, storm threshold)?"""
+        gate = self._gate()
+        if gate:
+            return False, gate
+        scopes = self._scopes(at, pending)
+        with self._lock:
+            ack = dict(self._storm_ack)
+        scope = storm.holding(scopes, rec, self.storm, ack)
+        if scope is not None:
+            return False, scope.describe()
         return True, ""
+
+    def _take_token(self, rec, at):
+        """(ok, reason): a fencing token for ``rec``, earliest detection
+        first; hosts beyond the rate wait."""
+        key = rec.lost_at if rec.lost_at is not None else rec.since
+        with self._lock:
+            # Waiters not seen for a while (back, held otherwise) step out.
+            stale = at - 2 * self.conf.detection.tick_interval - 1.0
+            self._rate_waiting = {h: w for h, w in self._rate_waiting.items()
+                                  if w[1] >= stale and h != rec.id}
+            order = {h: w[0] for h, w in self._rate_waiting.items()}
+            first = storm.queue_position(order, rec.id, key) == 1
+            if first and self._bucket.take(at):
+                return True, ""
+            self._rate_waiting[rec.id] = (key, at)
+            order[rec.id] = key
+            position = storm.queue_position(order, rec.id, key)
+            waiting = len(order)
+            next_at = self._bucket.next_at(at)
+        p = self.conf.policy
+        return False, ("rate limit: at most %d hosts fenced per %.0fs "
+                       "([policy] fence_rate_hosts); waiting, %d of %d in "
+                       "order of detection, next slot in %.0fs"
+                       % (p.fence_rate_hosts, p.fence_rate_interval,
+                          position, waiting, max(0.0, next_at - at)))
+
+    def acknowledge_storm(self, reason=""):
+        """Operator ``resume --storm``: lift the storm hold for the hosts
+        lost now; more losses in a scope bring it back."""
+        now = self.clock()
+        scopes = self._scopes(now)
+        held = {key: len(scope.lost) for key, scope in scopes.items()
+                if scope.over(self.storm)}
+        with self._lock:
+            self._storm_ack.update(held)
+            self._version += 1
+        LOG.warning("storm_hold_lifted", scopes=",".join(sorted(held)) or None,
+                    lost=sum(held.values()), reason=reason or
+                    "operator: resume --storm")
+        return held
+
+    def cluster_status(self):
+        """(ok, reason) of the whole cloud for status and metrics: False
+        while a gate or the global storm hold stops new fencing."""
+        gate = self._gate()
+        if gate:
+            return False, gate
+        scopes = self._scopes(self.clock())
+        with self._lock:
+            ack = dict(self._storm_ack)
+        over = [scope for key, scope in sorted(scopes.items())
+                if scope.over(self.storm)
+                and len(scope.lost) > ack.get(key, -1)]
+        if over:
+            return False, "; ".join(scope.describe() for scope in over)
+        return True, ""
+
+    def cluster_status_with(self, pending):
+        """cluster_status() as it will be once ``pending`` is recorded."""
+        return self.hold_for(pending, self.clock(), pending)
 
     def tick(self):
         """Send TICK to every host whose timer is due. Returns count."""
@@ -566,10 +634,21 @@ class Engine:
             hosts = sorted(self._records.values(), key=lambda r: r.name)
             errors = dict(self._last_error)
         ok, why = self.cluster_status()
+        now = self.clock()
+        scopes = self._scopes(now)
+        with self._lock:
+            ack = dict(self._storm_ack)
+            waiting = sorted(self._rate_waiting.items(),
+                             key=lambda kv: (kv[1][0], kv[0]))
+        names = {r.id: r.name for r in hosts}
         return {
-            "generated_at": self.clock(),
+            "generated_at": now,
             "started_at": self.started_at,
             "cluster": {"ok": ok, "reason": why},
+            "storm": storm.summary(scopes, self.storm, ack),
+            "rate_limit": {
+                "tokens": round(self._bucket.tokens, 2),
+                "waiting": [names.get(h, h) for h, _ in waiting]},
             "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
                        "since": r.since, "reason": r.reason,
                        "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,

@@ -7,7 +7,7 @@ starts any action.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.fsm import table
@@ -31,6 +31,8 @@ class Policy:
     kdump_max_dump: float = 600.0       # power off after this long dumping anyway
     recover_disabled_hosts: bool = False  # recover services an operator disabled
     resume_boot_time: float = 300.0     # after a resume: time to boot and report
+    flap_count: int = 3                 # losses within flap_window: held (0: off)
+    flap_window: float = 600.0
     retry_backoff: float = 30.0
     retry_backoff_max: float = 600.0
     max_attempts: int = 5
@@ -43,6 +45,8 @@ class Policy:
             grace_period=conf.detection.grace_period,
             recover_disabled_hosts=conf.policy.recover_disabled_hosts,
             resume_boot_time=conf.policy.resume_boot_time,
+            flap_count=conf.policy.flap_count,
+            flap_window=conf.policy.flap_window,
             retry_backoff=conf.evacuation.retry_backoff,
             retry_backoff_max=conf.evacuation.retry_backoff_max,
             max_attempts=conf.evacuation.max_attempts,
@@ -83,6 +87,13 @@ class HostRecord:
     operator_disabled: Optional[str] = None
     #: No fencing before this time: a resumed host may still be booting.
     hold_until: Optional[float] = None
+    zone: Optional[str] = None           # availability zone, as Nova says
+    #: When the host was lost (left active), within [policy] flap_window.
+    losses: Tuple[float, ...] = ()
+
+    @property
+    def loss_count(self):
+        return len(self.losses)
 
     @property
     def attempts_next(self):
@@ -156,6 +167,29 @@ def _fence_due(r, ev, p):
     return not _dump_holds(r, ev.at, p)
 
 
+def _flapping(r, ev, p):
+    """Lost flap_count times within flap_window (this loss included)."""
+    return p.flap_count > 0 and sum(
+        1 for t in r.losses if ev.at - t <= p.flap_window) >= p.flap_count
+
+
+def _disabled_hold(r, p):
+    return not p.recover_disabled_hosts and r.operator_disabled is not None
+
+
+def fencing_due(r, ev, p):
+    """A TICK at ``ev.at`` would start fencing ``r`` unless the cluster is
+    held (threshold, storm, rate limit): what the engine asks before it
+    spends a fencing token."""
+    if r.state is State.SUSPECT:
+        return (_decision_due(r, ev, p) and not _disabled_hold(r, p)
+                and not _flapping(r, ev, p))
+    if r.state is State.PENDING:
+        return _retry_due(r, ev) and not (r.isolated and r.returned
+                                          and r.heartbeat_ok)
+    return False
+
+
 def _retry_due(r, ev):
     return not r.busy and r.retry_at is not None and ev.at >= r.retry_at
 
@@ -202,8 +236,9 @@ GUARDS = {
     "decision_due_but_threshold": lambda r, ev, p: (
         not ev.cluster_ok and _decision_due(r, ev, p)),
     "decision_due_but_disabled_by_operator": lambda r, ev, p: (
-        not p.recover_disabled_hosts and r.operator_disabled is not None
-        and _decision_due(r, ev, p)),
+        _disabled_hold(r, p) and _decision_due(r, ev, p)),
+    "decision_due_but_flapping": lambda r, ev, p: (
+        _flapping(r, ev, p) and _decision_due(r, ev, p)),
     "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
     "retry_due": lambda r, ev, p: _retry_due(r, ev),
     "retry_due_but_threshold": lambda r, ev, p: (not ev.cluster_ok
@@ -288,6 +323,9 @@ def _observe(r, ev, p):
         changes["busy"] = False
     if ev.name and not r.name:
         changes["name"] = ev.name
+    zone = (ev.detail or {}).get("zone")
+    if zone and zone != r.zone:
+        changes["zone"] = zone
     return dataclasses.replace(r, **changes) if changes else r
 
 
@@ -326,6 +364,9 @@ def _enter(r, dst, ev, p):
             changes.update(heartbeat_ok=True, lost_at=None, kdump_at=None,
                            kdump_first_at=None,
                            hold_until=ev.at + p.resume_boot_time)
+    if dst is State.SUSPECT and r.state is State.ACTIVE:
+        changes["losses"] = tuple(t for t in r.losses
+                                  if ev.at - t <= p.flap_window) + (ev.at,)
     if dst in ISOLATED_STATES:
         changes["isolated"] = True
     if dst is State.EVACUATING:
@@ -367,6 +408,8 @@ def step(record, event, policy):
             changes = {"reason": reason.format(event=event, record=r)}
             if kind is E.OPERATOR_SUSPEND:
                 changes["until"] = _until(event)
+            if kind is E.OPERATOR_RESUME:
+                changes["losses"] = ()
             actions = []
             if (src, kind) in table.REENTER:
                 changes["retry_at"] = None

@@ -41,6 +41,11 @@ RULES = [
     (S.SUSPECT, E.TICK, "decision_due_but_disabled_by_operator", S.SUSPECT,
      "not recovering: disabled by operator: {record.operator_disabled} "
      "([policy] recover_disabled_hosts = false)"),
+    (S.SUSPECT, E.TICK, "decision_due_but_flapping", S.SUSPECT,
+     "not fencing: flapping, lost {record.loss_count} times within "
+     "[policy] flap_window; 'instanceha resume' the host to recover it"),
+    (S.SUSPECT, E.OPERATOR_RESUME, ALWAYS, S.SUSPECT,
+     "resumed by operator: flap history cleared, recovering as usual"),
     (S.SUSPECT, E.TICK, "kdump_proves_dead", S.FENCED,
      "kdump message: the dump kernel runs no guests, host counts as fenced "
      "([kdump] action = evacuate)"),

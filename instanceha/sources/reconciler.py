@@ -133,6 +133,7 @@ class Reconciler:
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
                              source="reconciler",
                              detail={"forced_down": svc.forced_down,
+                                     "zone": svc.zone,
                                      "updated_at": svc.updated_at,
                                      "status": svc.status,
                                      "disabled_reason": svc.disabled_reason}))

@@ -1,0 +1,178 @@
+"""Storm decisions, pure: which hosts count as lost, when the threshold
+holds new fencing (globally and per availability zone), and how many hosts
+may be fenced per interval. No I/O, no clock: ``now`` is an argument.
+
+A host counts as *lost* while it looks dead or is being recovered
+(suspect with its heartbeat lost, fencing, fenced, evacuating, pending),
+and for ``window`` seconds after its recovery ended (evacuated) or failed:
+when hosts die a few seconds apart, those already recovered still count, so
+a rack going down host by host is seen as one storm. Hosts in their
+operator's hands (maintenance, suspended, disabled and not recovered) are
+left out of both the count and the total.
+"""
+
+import dataclasses
+from typing import Dict, Optional, Tuple
+
+from instanceha.fsm.states import State
+
+_RECOVERING = {State.FENCING, State.FENCED, State.EVACUATING, State.PENDING}
+_ENDED = {State.EVACUATED, State.FAILED}
+_OPERATORS = {State.MAINTENANCE, State.SUSPENDED}
+GLOBAL = "global"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    threshold: int = 50              # percent; 100 disables
+    min_hosts: int = 2
+    window: float = 600.0
+    per_zone: bool = False
+    recover_disabled: bool = False
+
+    @classmethod
+    def from_conf(cls, conf):
+        p = conf.policy
+        return cls(threshold=p.threshold, min_hosts=p.min_hosts_for_threshold,
+                   window=p.storm_window, per_zone=p.threshold_per_zone,
+                   recover_disabled=p.recover_disabled_hosts)
+
+
+def counted(rec, s):
+    """The host is in the total (not in its operator's hands)."""
+    if rec.state in _OPERATORS:
+        return False
+    return s.recover_disabled or rec.operator_disabled is None
+
+
+def lost(rec, now, s):
+    """The host counts as lost at ``now``."""
+    if rec.state in _RECOVERING:
+        return True
+    if rec.state in _ENDED:
+        return now - rec.since <= s.window
+    if rec.state in (State.SUSPECT, State.ACTIVE):
+        return not rec.heartbeat_ok
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    name: str                        # "global" or the zone's name
+    lost: Tuple[str, ...]            # host names, sorted
+    total: int
+    threshold: int
+
+    @property
+    def pct(self):
+        return 100.0 * len(self.lost) / self.total if self.total else 0.0
+
+    def over(self, s):
+        return (self.total >= s.min_hosts and s.threshold < 100
+                and self.pct > s.threshold)
+
+    def describe(self):
+        where = "" if self.name == GLOBAL else " in zone %s" % self.name
+        names = ", ".join(self.lost[:10])
+        if len(self.lost) > 10:
+            names += ", ... (%d more)" % (len(self.lost) - 10)
+        return ("storm hold: %d of %d compute hosts%s (%.0f%%) lost or "
+                "recovering within the storm window, above the %d%% "
+                "threshold: suspected partition, power or control-plane "
+                "fault (%s)" % (len(self.lost), self.total, where, self.pct,
+                                self.threshold, names))
+
+
+def assess(records, now, s):
+    """{scope name: Scope} for the global scope and, with per_zone, every
+    zone."""
+    groups = {GLOBAL: ([], 0)}
+    for rec in records:
+        if not counted(rec, s):
+            continue
+        keys = [GLOBAL]
+        if s.per_zone and rec.zone:
+            keys.append(rec.zone)
+        is_lost = lost(rec, now, s)
+        for key in keys:
+            names, total = groups.get(key, ([], 0))
+            if is_lost:
+                names = names + [rec.name or rec.id]
+            groups[key] = (names, total + 1)
+    return {key: Scope(key, tuple(sorted(names)), total, s.threshold)
+            for key, (names, total) in groups.items()}
+
+
+def holding(scopes, rec, s, acknowledged=None):
+    """The Scope whose storm holds new fencing of ``rec``, or None.
+
+    ``acknowledged`` ({scope: lost count}) is what an operator accepted
+    with ``resume --storm``: the hold stays lifted while no more hosts are
+    lost in that scope than when they did."""
+    acknowledged = acknowledged or {}
+    keys = [GLOBAL]
+    if s.per_zone and rec.zone:
+        keys.append(rec.zone)
+    for key in keys:
+        scope = scopes.get(key)
+        if scope is None or not scope.over(s):
+            continue
+        if len(scope.lost) <= acknowledged.get(key, -1):
+            continue
+        return scope
+    return None
+
+
+class TokenBucket:
+    """At most ``capacity`` fencings at once, refilled at ``capacity`` per
+    ``interval`` seconds. Pure: the caller passes ``now``."""
+
+    def __init__(self, capacity, interval, now):
+        self.capacity = float(capacity)
+        self.rate = float(capacity) / float(interval)
+        self.tokens = float(capacity)
+        self.at = now
+
+    def _refill(self, now):
+        if now > self.at:
+            self.tokens = min(self.capacity,
+                              self.tokens + (now - self.at) * self.rate)
+            self.at = now
+
+    def available(self, now):
+        self._refill(now)
+        return self.tokens >= 1.0
+
+    def take(self, now):
+        self._refill(now)
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def next_at(self, now):
+        """When the next token is there."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            return now
+        return now + (1.0 - self.tokens) / self.rate
+
+
+def queue_position(waiting, host_id, key):
+    """1-based position of ``host_id`` among ``waiting`` ({host_id: key},
+    earliest detection first), counting itself with ``key``."""
+    ahead = sum(1 for other, k in waiting.items()
+                if other != host_id and (k, other) < (key, host_id))
+    return ahead + 1
+
+
+def summary(scopes, s, acknowledged=None) -> Dict[str, Optional[dict]]:
+    """What status shows: every scope over the threshold."""
+    acknowledged = acknowledged or {}
+    out = {}
+    for key, scope in sorted(scopes.items()):
+        out[key] = {"lost": len(scope.lost), "total": scope.total,
+                    "pct": round(scope.pct, 1), "hosts": list(scope.lost),
+                    "over": scope.over(s),
+                    "acknowledged": acknowledged.get(key)}
+    return out
