@@ -130,11 +130,30 @@ def command_parser(verb):
     return p
 
 
+def _split_config_args(argv):
+    """(command args, oslo.config args): --config-file/--config-dir and
+    their values go to oslo.config, so that an optional HOST cannot take
+    a config file's path."""
+    mine, oslo = [], []
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--config-file", "--config-dir"):
+            oslo.append(arg)
+            oslo.append(next(it, ""))
+        elif arg.startswith(("--config-file=", "--config-dir=")):
+            oslo.append(arg)
+        else:
+            mine.append(arg)
+    return mine, oslo
+
+
 def command(verb, argv):
     import urllib.error
     import urllib.request
     p = command_parser(verb)
-    args, rest = p.parse_known_args(argv)
+    argv, rest = _split_config_args(argv)
+    args, more = p.parse_known_args(argv)
+    rest += more
     if verb == "suspend" and args.seconds is None and not args.forever:
         p.error("say how long: give --seconds N or --forever")
     storm = verb == "resume" and args.storm
