@@ -10,12 +10,29 @@ The rules follow Nova (read from its source, not copied):
 
 * a service is down when forced down or when its last heartbeat is older
   than ``service_down_time`` (servicegroup DB driver);
-* evacuate needs a server with no task state and vm_state active, stopped or
-  error, and a source service that is not up (compute/api.py) — otherwise
-  409 / 400 "Compute service of HOST is still in use.";
+* evacuate needs vm_state active, stopped or error and a source service
+  that is not up (compute/api.py) — otherwise 409 / 400 "Compute service
+  of HOST is still in use."; it does *not* check the task state
+  (``check_instance_state(task_state=None)``): a server stuck in
+  ``rebuilding`` can be evacuated again;
 * migrations go ``accepted`` → ``pre-migrating`` → ``done``, or ``error``
   when the scheduler finds no host (the server then goes to vm_state error
-  with a NoValidHost fault, conductor/manager.py);
+  with a NoValidHost fault, conductor/manager.py). The conductor works on
+  the instance's *oldest* ``accepted`` migration
+  (``Migration.get_by_instance_and_status``), not necessarily the one the
+  request created;
+* the conductor casts the rebuild to the chosen host's compute. A compute
+  that is dead by then never takes it: the migration stays ``accepted``
+  with no destination and the server stays ``rebuilding`` on its source
+  (nothing in Nova times it out); the message waits in the host's queue and
+  runs when its compute starts again (after the start-up cleanup). The
+  compute claims (``pre-migrating``, destination set), rebuilds, then sets
+  the server's host and ``done``; a compute that dies in between leaves the
+  migration ``pre-migrating`` and the server ``rebuilding`` on its source. A
+  late rebuild finding the server's task state changed fails the migration
+  and leaves the server vm_state ``error`` (task state still rebuilding):
+  what a returning host does to a server evacuated elsewhere meanwhile
+  (compute/manager.py ``rebuild_instance``, verified on Nova 34);
 * a compute service that starts marks evacuations from its host in
   ``accepted``/``pre-migrating``/``done`` as ``completed``
   (compute/manager.py ``_destroy_evacuated_instances``);
@@ -34,6 +51,27 @@ from instanceha.sim.records import (  # noqa: F401  (re-exported)
     NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, STOPPED, Server,
     SimError, stable_uuid)
 
+SCHEDULER, CONDUCTOR = "nova-scheduler", "nova-conductor"
+
+
+class ControlService:
+    """A nova-scheduler or nova-conductor process on a controller: its own
+    heartbeat (``SimCloud.heartbeat`` and ``service_up`` read it as they
+    read a compute's), killed and started again; no BMC, no servers."""
+
+    def __init__(self, binary, host, service_id, seed, now):
+        self.binary = binary
+        self.name = host
+        self.service_id = service_id
+        self.service_uuid = stable_uuid(seed, "service", binary, host)
+        self.alive = True
+        self.started_at = now
+        self.frozen_heartbeat = now
+        self.forced_down = False
+        self.disabled = False
+        self.disabled_reason = None
+        self.service_updated = now
+
 
 class SimCloud:
     """A small Nova + BMC world. All parameters have demo-friendly defaults."""
@@ -43,8 +81,11 @@ class SimCloud:
                  evacuation_time=0.5, schedule_time=0.05, boot_time=2.0,
                  power_delay=0.0, api_latency=0.0, host_prefix="compute-",
                  seed=0, clock=time.time, username="admin",
-                 password="secret", project="admin", region="RegionOne"):
+                 password="secret", project="admin", region="RegionOne",
+                 evacuate_checks_task_state=False):
         self.clock = clock
+        #: True: refuse evacuate while a task is in progress (not Nova 34).
+        self.evacuate_checks_task_state = bool(evacuate_checks_task_state)
         self.report_interval = float(report_interval)
         self.service_down_time = float(service_down_time)
         self.evacuation_time = float(evacuation_time)
@@ -67,6 +108,19 @@ class SimCloud:
         self.hosts = {}
         self.servers = {}
         self.migrations = []
+        #: host -> rebuilds cast to its compute while it was dead
+        self.rpc_queues = {}
+        #: server id -> its instance actions, oldest first (os-instance-actions)
+        self.actions = {}
+        #: server id -> destinations rebuilding it right now
+        self.rebuilding = {}
+        #: (time, server id, hosts) each time a server was rebuilt on two
+        #: hosts at once: a double evacuation, which must never happen
+        self.double_rebuilds = []
+        #: [stage, count]: the next ``count`` destinations die at ``stage``
+        self.doomed = []
+        #: migration id -> the host the scheduler claimed for it
+        self._placed = {}
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
             self.hosts[name] = Host(name, i, seed, host_vcpus, now)
@@ -76,6 +130,14 @@ class SimCloud:
                 sid = stable_uuid(seed, "server", sname)
                 self.servers[sid] = Server(sid, sname, name, self.project_id,
                                            self.user_id, server_vcpus, now)
+        # Nova's control plane: a scheduler and a conductor with their own
+        # heartbeats (add_control_service for more), Placement, the API
+        # itself. See kill_service, set_placement, fail_api.
+        self.control = []
+        self.placement_reachable = True
+        self.api_failure = None     # Nova's API answers 500 with this
+        for binary in (SCHEDULER, CONDUCTOR):
+            self.add_control_service(binary, "controller-0")
 
     # -- time ---------------------------------------------------------------
 
@@ -87,6 +149,8 @@ class SimCloud:
         while self._events and self._events[0][0] <= now:
             when, _, func, args = heapq.heappop(self._events)
             self._now = max(self._now, when)
+            if func == self._schedule and self._control_plane_holds(args):
+                continue
             func(*args)
         self._now = max(self._now, now)
         return self._now
@@ -129,7 +193,8 @@ class SimCloud:
     def _used_vcpus(self, name):
         used = sum(s.vcpus for s in self.servers.values() if s.host == name)
         for m in self.migrations:
-            if m.dest_compute == name and m.status == "pre-migrating":
+            if m.status in ("accepted", "pre-migrating") \
+                    and self._placed.get(m.id) == name:
                 used += self.servers[m.instance_uuid].vcpus
         return used
 
@@ -196,6 +261,9 @@ class SimCloud:
         h.started_at = self._now
         if not h.hold_cleanup:
             self._cleanup(h)
+        # Start-up (init_host) is over: the compute consumes what waited.
+        for args in self.rpc_queues.pop(h.name, []):
+            self._claim(*args)
 
     def _cleanup(self, h):
         # What nova-compute does at start for evacuations away from it.
@@ -273,6 +341,76 @@ class SimCloud:
                 "service has been restarted, allowing these records to move "
                 "to `completed` before retrying this request." % name)
 
+    # -- control plane ---------------------------------------------------------
+
+    def add_control_service(self, binary, host):
+        """Run ``binary`` (nova-scheduler, nova-conductor) on ``host`` too."""
+        with self.lock:
+            now = self._advance()
+            c = ControlService(binary, host,
+                               len(self.hosts) + len(self.control) + 1,
+                               self.seed, now)
+            self.control.append(c)
+            return c
+
+    def _control(self, binary, host=None):
+        found = [c for c in self.control if c.binary == binary
+                 and (host is None or c.name == host)]
+        if not found:
+            raise NotFound("Could not find binary %s on host %s."
+                           % (binary, host or "any"))
+        return found
+
+    def kill_service(self, binary, host=None):
+        """Stop ``binary`` on ``host``, or on every controller running it:
+        its heartbeat stops and Nova reports it down after
+        service_down_time."""
+        with self.lock:
+            self._advance()
+            for c in self._control(binary, host):
+                if c.alive:
+                    c.frozen_heartbeat = self.heartbeat(c)
+                    c.alive = False
+
+    def start_service(self, binary, host=None):
+        """Start ``binary`` again on ``host`` (or wherever it runs)."""
+        with self.lock:
+            self._advance()
+            for c in self._control(binary, host):
+                if not c.alive:
+                    c.alive, c.started_at = True, self._now
+
+    def set_placement(self, reachable):
+        """Placement answers (True) or drops every connection (False); the
+        scheduler then finds no allocation candidates (NoValidHost)."""
+        with self.lock:
+            self._advance()
+            self.placement_reachable = bool(reachable)
+
+    def fail_api(self, message="Unexpected API Error."):
+        """Every request to Nova's API gets HTTP 500 with ``message`` (its
+        database gone, say); ``None``: it answers again."""
+        with self.lock:
+            self._advance()
+            self.api_failure = message
+
+    def _control_up(self, binary):
+        """Whether some ``binary`` runs (True when the cloud has none)."""
+        found = [c for c in self.control if c.binary == binary]
+        return not found or any(c.alive for c in found)
+
+    def _control_plane_holds(self, args):
+        """Whether a due ``_schedule(*args)`` cannot run yet: with no
+        conductor the API's cast waits in the conductor's queue (tried
+        again a report_interval later); with no scheduler the conductor's
+        select_destinations times out and, for a rebuild, Nova handles no
+        MessagingTimeout: the server stays rebuilding and its migration
+        accepted until an operator resets it."""
+        if not self._control_up(CONDUCTOR):
+            self._at(self._now + self.report_interval, self._schedule, *args)
+            return True
+        return not self._control_up(SCHEDULER)
+
     # -- evacuation ----------------------------------------------------------
 
     def evacuate(self, server_id, host=None, force=False, stop=False):
@@ -290,7 +428,7 @@ class SimCloud:
             if s.vm_state not in (ACTIVE, STOPPED, ERROR):
                 raise Conflict("Cannot 'evacuate' instance %s while it is in "
                                "vm_state %s" % (server_id, s.vm_state))
-            if s.task_state is not None:
+            if s.task_state is not None and self.evacuate_checks_task_state:
                 raise Conflict("Cannot 'evacuate' instance %s while it is in "
                                "task_state %s" % (server_id, s.task_state))
             source = self._host(s.host)
@@ -304,15 +442,60 @@ class SimCloud:
                                        str(len(self.migrations))),
                           s, host, self._now)
             self.migrations.append(m)
+            action = {"action": "evacuate", "request_id": "req-" + stable_uuid(
+                self.seed, "request", m.uuid), "start_time": self._now,
+                "events": []}
+            self.actions.setdefault(s.id, []).append(action)
             self._at(self._now + self.schedule_time, self._schedule, m,
-                     host if force else None, host, stop)
+                     host if force else None, host, stop, action)
             return m
+
+    def kill_next_destinations(self, count=1, stage="cast"):
+        """The compute of each of the next ``count`` evacuation
+        destinations dies: ``stage`` "cast" as the conductor sends it the
+        rebuild (it never takes it: a host dying in the same storm, not yet
+        seen down), "claim" once it has claimed the server and started
+        rebuilding (it dies during the rebuild)."""
+        if stage not in ("cast", "claim"):
+            raise ValueError("stage must be 'cast' or 'claim'")
+        with self.lock:
+            self._advance()
+            self.doomed.append([stage, int(count)])
+
+    def _doom(self, stage, h):
+        for entry in self.doomed:
+            if entry[0] == stage and entry[1] > 0:
+                entry[1] -= 1
+                self._stop_process(h)
+                return True
+        return False
+
+    def instance_actions(self, server_id):
+        """The server's instance actions, newest first (copies)."""
+        with self.lock:
+            self._advance()
+            self._server(server_id)
+            return [dict(a, events=[dict(e) for e in a["events"]])
+                    for a in reversed(self.actions.get(server_id, []))]
+
+    @staticmethod
+    def _event(action, name, host, at):
+        ev = {"event": name, "host": host, "start_time": at,
+              "finish_time": None, "result": None}
+        action["events"].append(ev)
+        return ev
+
+    def _end_event(self, ev, ok):
+        ev["finish_time"] = self._now
+        ev["result"] = "Success" if ok else "Error"
 
     def _set_migration(self, m, status):
         m.status = status
         m.updated_at = self._now
 
     def _pick_host(self, server, source, requested):
+        if not self.placement_reachable:
+            return None     # no allocation candidates: NoValidHost
         candidates = []
         for h in self.hosts.values():
             if h.name == source or h.disabled or not self.service_up(h):
@@ -324,8 +507,15 @@ class SimCloud:
                 candidates.append((used, h.name))
         return min(candidates)[1] if candidates else None
 
-    def _schedule(self, m, forced, requested, stop):
+    def _schedule(self, m, forced, requested, stop, action):
+        # The conductor: it works on the oldest 'accepted' migration of the
+        # instance, which after a stuck evacuation is not the new one.
         s = self.servers[m.instance_uuid]
+        m = next((x for x in self.migrations
+                  if x.instance_uuid == s.id and x.status == "accepted"
+                  and x.migration_type == "evacuation"), m)
+        ev = self._event(action, "conductor_rebuild_server", "conductor",
+                         self._now)
         dest = forced or self._pick_host(s, m.source_compute, requested)
         if dest is None:
             self._set_migration(m, "error")
@@ -334,31 +524,63 @@ class SimCloud:
                        "message": "No valid host was found. There are not "
                                   "enough hosts available."}
             s.updated = self._now
+            self._end_event(ev, False)
             return
-        m.dest_compute = dest
-        self._set_migration(m, "pre-migrating")
-        self._at(self._now + self.evacuation_time, self._rebuilt, m, stop)
+        self._placed[m.id] = dest       # Placement: the scheduler's claim
+        self._end_event(ev, True)
+        h = self.hosts[dest]
+        self._doom("cast", h)
+        if h.alive:
+            self._claim(m, dest, stop, action)
+        else:
+            self.rpc_queues.setdefault(dest, []).append(
+                (m, dest, stop, action))
 
-    def _rebuilt(self, m, stop):
+    def _claim(self, m, dest, stop, action):
+        # The destination compute: claim (the migration gets its
+        # destination), then the rebuild, which expects the task state the
+        # API set.
         s = self.servers[m.instance_uuid]
-        dest = self.hosts[m.dest_compute]
-        if not dest.alive:
+        h = self.hosts[dest]
+        ev = self._event(action, "compute_rebuild_instance", dest, self._now)
+        m.dest_compute = dest
+        self._placed[m.id] = dest
+        self._set_migration(m, "pre-migrating")
+        if s.task_state != REBUILDING:
+            # UnexpectedTaskStateError: the migration fails and the server
+            # is set to error with the task state the rebuild wrote.
             self._set_migration(m, "failed")
-            s.vm_state, s.task_state = ERROR, None
-            s.fault = {"code": 500, "created": self._now,
-                       "message": "Compute host %s is not running."
-                                  % dest.name}
+            s.vm_state, s.task_state = ERROR, REBUILDING
             s.updated = self._now
+            self._end_event(ev, False)
+            return
+        busy = self.rebuilding.setdefault(s.id, set())
+        busy.add(dest)
+        if len(busy) > 1:
+            self.double_rebuilds.append((self._now, s.id, sorted(busy)))
+        if self._doom("claim", h):
+            return                      # died during the rebuild
+        self._at(self._now + self.evacuation_time, self._rebuilt, m, dest,
+                 stop, ev, s.vm_state, h.boot_generation)
+
+    def _rebuilt(self, m, dest_name, stop, ev, orig_vm_state, generation):
+        s = self.servers[m.instance_uuid]
+        dest = self.hosts[dest_name]
+        self.rebuilding.get(s.id, set()).discard(dest_name)
+        if not dest.alive or dest.boot_generation != generation:
+            # The compute died during the rebuild: nothing finishes it; the
+            # migration stays pre-migrating, the server rebuilding.
             return
         s.host = dest.name
         s.task_state = None
         s.fault = None
-        if stop or s.vm_state == STOPPED:
+        if stop or orig_vm_state == STOPPED:
             s.vm_state, s.power_state = STOPPED, POWER_SHUTDOWN
         else:
             s.vm_state, s.power_state = ACTIVE, POWER_RUNNING
         s.updated = self._now
         self._set_migration(m, "done")
+        self._end_event(ev, True)
 
     # -- reads ---------------------------------------------------------------
 
@@ -429,5 +651,13 @@ class SimCloud:
                            "created_at": m.created_at,
                            "updated_at": m.updated_at}
                           for m in self.migrations]
+            control = {"%s@%s" % (c.binary, c.name): {
+                "id": c.service_uuid, "binary": c.binary, "host": c.name,
+                "alive": c.alive,
+                "state": "up" if self.service_up(c) else "down",
+                "updated_at": self.heartbeat(c)} for c in self.control}
             return {"now": now, "hosts": hosts, "services": services,
-                    "servers": servers, "migrations": migrations}
+                    "servers": servers, "migrations": migrations,
+                    "control_services": control,
+                    "placement": {"reachable": self.placement_reachable},
+                    "nova_api": {"failure": self.api_failure}}

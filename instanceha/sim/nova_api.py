@@ -178,6 +178,11 @@ class NovaAPI:
             version = parse_version(req.headers)
         except ApiFault as e:
             return fault(e.code, e.message)
+        failure = self.cloud.api_failure
+        if failure is not None:
+            # Nova's API broken behind its front door (database, message
+            # bus): every call is a 500 computeFault.
+            return fault(500, failure, version)
         try:
             status, body = self._route(req, parts[1:], version)
             resp = web.Response(status, body)
@@ -204,6 +209,9 @@ class NovaAPI:
             return self.server_action(req, parts[1], version)
         if parts == ["os-migrations"] and method == "GET":
             return 200, self.list_migrations(req, version)
+        if len(parts) in (3, 4) and parts[0] == "servers" \
+                and parts[2] == "os-instance-actions" and method == "GET":
+            return 200, self.instance_actions(parts[1], parts[3:], version)
         raise ApiFault(404, "The resource could not be found.")
 
     def _version_doc(self, req, vid):
@@ -245,6 +253,12 @@ class NovaAPI:
             view["forced_down"] = h.forced_down
         return view
 
+    def control_view(self, c, version):
+        """A nova-scheduler or nova-conductor row (zone internal)."""
+        view = self.service_view(c, version)
+        view.update(binary=c.binary, zone="internal")
+        return view
+
     def list_services(self, req, version):
         host, binary = req.arg("host"), req.arg("binary")
         with self.cloud.lock:
@@ -253,7 +267,10 @@ class NovaAPI:
                 self.service_view(h, version)
                 for h in self.cloud.hosts.values()
                 if (not host or h.name == host)
-                and (not binary or binary == "nova-compute")]}
+                and (not binary or binary == "nova-compute")] + [
+                self.control_view(c, version) for c in self.cloud.control
+                if (not host or c.name == host)
+                and (not binary or binary == c.binary)]}
 
     def update_service(self, req, service_id, version):
         body = self._body(req)
@@ -428,6 +445,47 @@ class NovaAPI:
         if version < (2, 14):
             return 200, {"adminPass": password}
         return 200, None
+
+    # -- os-instance-actions ---------------------------------------------------
+
+    def instance_actions(self, server_id, request_id, version):
+        """List (newest first) or show one action with its events; an
+        event's host from 2.62, as Nova shows it to an admin."""
+        server = self.cloud.get_server(server_id)
+        actions = self.cloud.instance_actions(server_id)
+
+        def view(a):
+            v = {"action": a["action"], "instance_uuid": server_id,
+                 "request_id": a["request_id"], "message": None,
+                 "project_id": server.project_id, "user_id": server.user_id,
+                 "start_time": web.iso_micro(a["start_time"])}
+            if version >= (2, 58):
+                last = max([a["start_time"]] + [
+                    e["finish_time"] or e["start_time"] for e in a["events"]])
+                v["updated_at"] = web.iso_micro(last)
+            return v
+
+        if not request_id:
+            return {"instanceActions": [view(a) for a in actions]}
+        action = next((a for a in actions
+                       if a["request_id"] == request_id[0]), None)
+        if action is None:
+            raise ApiFault(404, "Action %s could not be found."
+                           % request_id[0])
+        body = view(action)
+        body["events"] = []
+        for e in action["events"]:
+            ev = {"event": e["event"],
+                  "start_time": web.iso_micro(e["start_time"]),
+                  "finish_time": web.iso_micro(e["finish_time"])
+                  if e["finish_time"] is not None else None,
+                  "result": e["result"], "traceback": None}
+            if version >= (2, 62):
+                ev["host"] = e["host"]
+                ev["hostId"] = hashlib.sha224(
+                    (server.project_id + e["host"]).encode()).hexdigest()
+            body["events"].append(ev)
+        return {"instanceAction": body}
 
     # -- os-migrations -------------------------------------------------------
 
