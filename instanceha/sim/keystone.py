@@ -121,4 +121,5 @@ class Keystone:
                  "region_id": self.cloud.region, "url": url}
                 for i in ("public", "internal", "admin")]}
         return [service("compute", "nova", base + "/compute/v2.1"),
+                service("placement", "placement", base + "/placement"),
                 service("identity", "keystone", base + PREFIX)]

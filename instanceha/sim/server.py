@@ -13,6 +13,7 @@ import yaml
 from instanceha.sim import control
 from instanceha.sim import keystone
 from instanceha.sim import nova_api
+from instanceha.sim import placement
 from instanceha.sim import redfish
 from instanceha.sim import web
 
@@ -82,6 +83,7 @@ class SimServer:
         self.cloud = cloud
         self.keystone = keystone.Keystone(cloud)
         self.nova = nova_api.NovaAPI(cloud, self.keystone)
+        self.placement = placement.Placement(cloud, self.keystone)
         self.redfish = redfish.Redfish(cloud)
         self.control = control.Control(cloud)
         self._httpd = _HTTPServer((host, port), _Handler)
@@ -99,6 +101,7 @@ class SimServer:
     def front_end(self, path):
         for prefix, front in ((keystone.PREFIX, self.keystone),
                               (nova_api.PREFIX, self.nova),
+                              (placement.PREFIX, self.placement),
                               (redfish.PREFIX, self.redfish),
                               (control.PREFIX, self.control)):
             if path == prefix or path.startswith(prefix + "/"):

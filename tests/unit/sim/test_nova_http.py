@@ -50,9 +50,10 @@ def force_down(api, sim, host):
 def test_sdk_lists_services(conn):
     services = list(conn.compute.services())
     assert sorted(s.host for s in services) == [
-        "compute-0", "compute-1", "compute-2"]
+        "compute-0", "compute-1", "compute-2", "controller-0", "controller-0"]
     assert {s.state for s in services} == {"up"}
-    assert {s.binary for s in services} == {"nova-compute"}
+    assert {s.binary for s in services} == {
+        "nova-compute", "nova-scheduler", "nova-conductor"}
 
 
 def test_sdk_raw_get_with_microversion(conn):
@@ -132,7 +133,7 @@ def test_keystone_wrong_password(sim):
     assert r.status_code == 201
     assert r.headers["X-Subject-Token"]
     types = {s["type"] for s in r.json()["token"]["catalog"]}
-    assert types == {"compute", "identity"}
+    assert types == {"compute", "identity", "placement"}
 
 
 def test_sdk_with_wrong_password_fails(sim, tmp_path, monkeypatch):
