@@ -13,6 +13,7 @@ from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine.engine import Context, Engine
 from instanceha.engine.progress import ProgressBoard
 from instanceha.journal import Journal
+from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler
 
 LOG = structlog.get_logger("instanceha.service")
@@ -78,6 +79,12 @@ class Service:
         self.engine.health["reconciler"] = self.reconciler.health
         self.engine.world_seen = lambda: self.reconciler.passes > 0
         self.sources = [self.reconciler]
+        # No fencing while the control plane a recovery needs is not ready.
+        self.control_plane = ControlPlaneMonitor(
+            conf, compute, clock, reconciler_health=self.reconciler.health)
+        self.engine.health["control_plane"] = self.control_plane.health
+        self.engine.control_plane = self.control_plane.status
+        self.sources.append(self.control_plane)
         self.notifications = self.kdump = None
         self._add_event_sources()
         self.api = None

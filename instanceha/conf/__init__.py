@@ -14,6 +14,7 @@ import warnings
 from oslo_config import cfg
 
 from instanceha.conf import api
+from instanceha.conf import control_plane
 from instanceha.conf import default
 from instanceha.conf import detection
 from instanceha.conf import evacuation
@@ -24,7 +25,7 @@ from instanceha.conf import notifications
 from instanceha.conf import policy
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
-           notifications, kdump, api]
+           notifications, kdump, api, control_plane]
 
 
 def new_conf():

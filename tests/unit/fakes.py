@@ -152,6 +152,43 @@ class FakeCompute(cb.ComputeDriver):
             if m["source"] == host and m["status"] == "done":
                 m["status"] = "completed"
 
+    # the control plane (ControlPlaneMonitor): binary -> {host: None while
+    # it heartbeats, else its last heartbeat}; a binary absent is unlisted
+    control = None
+    placement_error = None       # raised by every check_placement
+
+    def _control(self):
+        if self.control is None:
+            self.control = {"nova-scheduler": {"controller-0": None},
+                            "nova-conductor": {"controller-0": None}}
+        return self.control
+
+    def list_control_services(self):
+        self._maybe_fail()
+        now = self.clock()
+        out = []
+        for binary, hosts in sorted(self._control().items()):
+            for host, last in sorted(hosts.items()):
+                at = now if last is None else last
+                out.append(cb.ComputeService(
+                    id="%s-%s" % (binary, host), host=host,
+                    state="up" if now - at <= 8 else "down",
+                    status="enabled", forced_down=False,
+                    disabled_reason=None, updated_at=at, zone="internal",
+                    binary=binary))
+        return out
+
+    def check_placement(self):
+        self._maybe_fail()
+        if self.placement_error is not None:
+            raise self.placement_error
+
+    def kill_control(self, binary, host="controller-0"):
+        self._control()[binary][host] = self.clock()
+
+    def start_control(self, binary, host="controller-0"):
+        self._control()[binary][host] = None
+
 
 class FakeFencer(fb.FencingDriver):
     name = "fake"

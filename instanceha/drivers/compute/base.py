@@ -19,6 +19,8 @@ class ComputeService:
     disabled_reason: Optional[str]
     updated_at: Optional[float]  # seconds since the epoch, None if never seen
     zone: Optional[str] = None
+    binary: str = "nova-compute"  # nova-scheduler, nova-conductor: see
+    #                               ComputeDriver.list_control_services
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,11 @@ class NotFound(ComputeError):
     """The resource does not exist (HTTP 404)."""
 
 
+class NoEndpoint(ComputeError):
+    """Neither the service catalog nor clouds.yaml names an endpoint for
+    the service (a configuration fact, not an outage)."""
+
+
 class ComputeDriver(abc.ABC):
 
     @abc.abstractmethod
@@ -96,3 +103,15 @@ class ComputeDriver(abc.ABC):
     @abc.abstractmethod
     def list_evacuations(self, host):
         """Evacuation migrations whose source is ``host``: [Migration]."""
+
+    # -- the control plane a recovery needs (ControlPlaneMonitor) --------------
+    def list_control_services(self):
+        """Every nova-scheduler and nova-conductor service Nova lists, as
+        ComputeService with ``binary`` set: [ComputeService]."""
+        raise NotImplementedError
+
+    def check_placement(self):
+        """Return when Placement answers an authenticated read (any answer
+        below HTTP 500); raise ComputeError when it does not, NoEndpoint
+        when no Placement endpoint is configured."""
+        raise NotImplementedError

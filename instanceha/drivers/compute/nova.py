@@ -19,6 +19,7 @@ LOG = structlog.get_logger("instanceha.nova")
 
 MIN_MICROVERSION = (2, 53)      # services addressed by UUID
 MIGRATIONS_MICROVERSION = (2, 59)  # migration uuid, pagination
+CONTROL_BINARIES = ("nova-scheduler", "nova-conductor")
 NOT_FINISHED = ("accepted", "pre-migrating", "migrating", "queued",
                 "preparing", "running", "post-migrating")
 
@@ -134,6 +135,38 @@ class NovaDriver(base.ComputeDriver):
         except (KeyError, TypeError) as e:
             raise base.ComputeError("os-services answer lacks %s" % e)
 
+    def list_control_services(self):
+        # One small call per binary rather than one unfiltered list, which
+        # would carry every compute row again.
+        services = []
+        for binary in CONTROL_BINARIES:
+            body = self._call("get", "/os-services", "2.53",
+                              params={"binary": binary})
+            try:
+                services.extend(_service(s) for s in body["services"]
+                                if s.get("binary", binary) == binary)
+            except (KeyError, TypeError) as e:
+                raise base.ComputeError("os-services answer lacks %s" % e)
+        return services
+
+    def check_placement(self):
+        try:
+            if not self._conn.endpoint_for("placement"):
+                raise base.NoEndpoint("no Placement endpoint in the service "
+                                      "catalog or clouds.yaml")
+            # Cheap and answered from Placement's database: no provider
+            # has this name.
+            resp = self._conn.placement.get(
+                "/resource_providers", params={"name": "instanceha-probe"},
+                microversion="1.0", raise_exc=False)
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("%s: %s" % (type(e).__name__, e))
+        if resp.status_code >= 500:
+            raise base.ComputeError("HTTP %d: %s" % (resp.status_code,
+                                                     _error_message(resp)),
+                                    resp.status_code)
+
     def _put_service(self, service_id, body):
         return self._call("put", "/os-services/%s" % service_id, "2.53",
                           json=body)
@@ -202,7 +235,8 @@ def _service(s):
         id=str(s["id"]), host=s["host"], state=s["state"], status=s["status"],
         forced_down=bool(s.get("forced_down")),
         disabled_reason=s.get("disabled_reason"),
-        updated_at=parse_time(s.get("updated_at")), zone=s.get("zone"))
+        updated_at=parse_time(s.get("updated_at")), zone=s.get("zone"),
+        binary=s.get("binary") or "nova-compute")
 
 
 def _server(s):

@@ -1,0 +1,335 @@
+"""The control-plane monitor: can the cloud carry out a recovery now?
+
+A fenced host whose servers cannot be rebuilt is the worst outcome of an
+HA service: the servers were running, now they are down and stay down. An
+evacuation needs Nova's API, a nova-conductor (the API casts the rebuild
+to it), a nova-scheduler (the conductor asks it for a destination) and
+Placement (the scheduler asks it for candidates). Every
+``[control_plane] poll_interval`` this monitor reads the scheduler and
+conductor services Nova lists (one os-services call per binary), makes one
+small Placement read, and looks at the reconciler's passes. ``status()``
+answers (ok, reason) from what it last saw, without I/O; the engine holds
+every new fencing decision while it is not ok.
+
+Not ok, with a reason naming what is down:
+
+* every nova-scheduler (or nova-conductor) Nova lists is down, judged as
+  the reconciler judges a compute heartbeat (``reconciler.classify``: Nova's
+  state, and staleness on Nova's clock, ``reconciler.NovaClock``): several
+  rows with one up is fine (a retired controller's row stays down
+  forever). A binary Nova lists no row of is not judged: with cells v2 a
+  super-conductor may have none, and holding forever would help nobody;
+* Placement unanswered ``failures`` times in a row;
+* Nova's API: ``failures`` calls of this monitor in a row failed, or the
+  reconciler's last ``failures`` passes did;
+* not checked yet, or no check finished for much longer than a check can
+  take (the monitor stuck): it cannot tell, so nothing is fenced.
+
+Fewer than ``failures`` failures in a row keep the last verdict, so one
+transient error does not flap the status. One structlog line is logged
+each time the set of problems changes.
+"""
+
+import threading
+import time
+
+import structlog
+
+from instanceha.drivers.compute import base as cb
+from instanceha.events import EventKind as E
+from instanceha.sources.reconciler import NovaClock, classify
+
+LOG = structlog.get_logger("instanceha.control_plane")
+
+#: Rows named in a reason, at most (the count says the rest).
+SHOWN = 3
+
+
+def judge_services(services, binaries, now, delta):
+    """{binary: (up, total, [why each down one is])} for each of
+    ``binaries`` Nova lists at least one row of; ``now`` is on Nova's clock
+    (like the reconciler's)."""
+    verdict = {}
+    for binary in binaries:
+        rows = sorted((s for s in services if s.binary == binary),
+                      key=lambda s: s.host)
+        if not rows:
+            continue
+        up, down = 0, []
+        for svc in rows:
+            kind, why = classify(svc, now, delta)
+            if kind is E.HEARTBEAT_OK:
+                up += 1
+            else:
+                down.append("%s: %s" % (svc.host, why))
+        verdict[binary] = (up, len(rows), down)
+    return verdict
+
+
+class ControlPlaneMonitor:
+
+    def __init__(self, conf, compute, clock=time.time, monotonic=None,
+                 reconciler_health=None):
+        """``reconciler_health``: the reconciler's ``health`` (passes,
+        errors, last_error), or None."""
+        self._conf = conf
+        self._opts = conf.control_plane
+        self._compute = compute
+        self._clock = clock
+        if monotonic is None:
+            monotonic = time.monotonic if clock is time.time else clock
+        self._monotonic = monotonic
+        self._reconciler_health = reconciler_health
+        self._nova_clock = NovaClock()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = None
+        self.checks = 0
+        self.last_check_at = None       # local clock
+        self._checked_mono = None       # monotonic, when the last check ended
+        # Nova services: the verdict of the last answer (None: none yet)
+        # and the calls failed since.
+        self._services = None
+        self._services_skip = None      # why they are not judged at all
+        self._api_failures = 0
+        self._api_error = None
+        # Placement: answered once at least; failures in a row since.
+        self._placement_answered = False
+        self._placement_failures = 0
+        self._placement_error = None
+        self._placement_skip = None     # why it is not checked
+        # Reconciler: (passes, errors) at its last success seen.
+        self._rec_base = (0, 0)
+        self._rec_failures = 0
+        self._rec_error = None
+        # What was last logged: no line for the initial "not checked yet".
+        self._reported = (False, ("unchecked",))
+        self._warned = set()
+
+    # -- checking ------------------------------------------------------------
+    def check_once(self):
+        """One check (the I/O); returns status()."""
+        now = self._clock()
+        self._check_services(now)
+        self._check_placement()
+        self._check_reconciler()
+        with self._lock:
+            self.checks += 1
+            self.last_check_at = now
+            self._checked_mono = self._monotonic()
+        return self.status()
+
+    def _check_services(self, now):
+        if not self._opts.services:
+            with self._lock:
+                self._services, self._services_skip = {}, "none configured"
+            return
+        try:
+            services = self._compute.list_control_services()
+        except NotImplementedError:
+            self._warn_once("services", "the compute driver cannot list "
+                                        "nova-scheduler and nova-conductor; "
+                                        "they are not judged")
+            with self._lock:
+                self._services = {}
+                self._services_skip = "not listed by the compute driver"
+            return
+        except Exception as e:   # noqa: BLE001 - ComputeError, or worse
+            with self._lock:
+                self._api_failures += 1
+                self._api_error = _text(e)
+            LOG.debug("control_plane_call_failed", what="os-services",
+                      failures=self._api_failures, reason=_text(e))
+            return
+        nova_now = self._nova_clock.observe(services, self._monotonic())
+        verdict = judge_services(
+            services, self._opts.services,
+            nova_now if nova_now is not None else now,
+            self._conf.detection.delta)
+        for binary in self._opts.services:
+            if binary in verdict:
+                self._warned.discard("absent:" + binary)
+            else:
+                self._warn_once("absent:" + binary,
+                                "Nova lists no %s service; it is not judged "
+                                "(with cells v2 a super-conductor may have "
+                                "no row)" % binary)
+        with self._lock:
+            self._services, self._services_skip = verdict, None
+            self._api_failures, self._api_error = 0, None
+
+    def _check_placement(self):
+        skip = None
+        if not self._opts.check_placement:
+            skip = "disabled ([control_plane] check_placement = false)"
+        else:
+            try:
+                self._compute.check_placement()
+            except cb.NoEndpoint as e:
+                skip = "not checked: %s" % e
+            except NotImplementedError:
+                skip = "not checked: the compute driver cannot"
+            except Exception as e:   # noqa: BLE001 - ComputeError, or worse
+                with self._lock:
+                    self._placement_skip = None
+                    self._placement_failures += 1
+                    self._placement_error = _text(e)
+                LOG.debug("control_plane_call_failed", what="placement",
+                          failures=self._placement_failures, reason=_text(e))
+                return
+        if skip is not None and self._opts.check_placement:
+            self._warn_once("placement", "Placement " + skip)
+        with self._lock:
+            self._placement_skip = skip
+            if skip is None:
+                self._placement_answered = True
+            self._placement_failures, self._placement_error = 0, None
+
+    def _check_reconciler(self):
+        if self._reconciler_health is None:
+            return
+        h = self._reconciler_health()
+        passes, errors = h.get("passes", 0), h.get("errors", 0)
+        error = h.get("last_error")
+        with self._lock:
+            if error is None:
+                self._rec_base = (passes, errors)
+                self._rec_failures, self._rec_error = 0, None
+                return
+            if passes != self._rec_base[0]:
+                # A pass succeeded since the last look, then at least the
+                # last one failed: count from that one.
+                self._rec_base = (passes, errors - 1)
+            self._rec_failures = errors - self._rec_base[1]
+            self._rec_error = error
+
+    def _warn_once(self, key, reason):
+        if key not in self._warned:
+            self._warned.add(key)
+            LOG.warning("control_plane_not_checked", reason=reason)
+
+    # -- verdict -------------------------------------------------------------
+    def stale_after(self):
+        """Seconds without a finished check after which the last verdict
+        is no longer trusted: a check plus its retries, with every call
+        (one per service, one to Placement) taking its full timeout."""
+        calls = len(self._opts.services) + 1
+        return (self._opts.poll_interval * (self._opts.failures + 1)
+                + calls * self._conf.api_timeout)
+
+    def _problems(self, mono):
+        """[(key, reason)] of everything not ready now."""
+        if self._checked_mono is None:
+            return [("unchecked", "not checked yet")]
+        limit = self._opts.failures
+        problems = []
+        age = mono - self._checked_mono
+        if age > self.stale_after():
+            problems.append(("stale", "no check finished for %.0fs: the "
+                                      "monitor cannot tell" % age))
+        if self._api_failures >= limit:
+            problems.append(("api", "Nova API: %d calls failed in a row: %s"
+                             % (self._api_failures, self._api_error)))
+        elif self._services is None:
+            problems.append(("unchecked", "Nova services not checked yet: %s"
+                             % (self._api_error or "no answer")))
+        else:
+            for binary in self._opts.services:
+                verdict = self._services.get(binary)
+                if verdict is None or verdict[0] > 0:
+                    continue
+                _, total, down = verdict
+                more = ("; and %d more" % (len(down) - SHOWN)
+                        if len(down) > SHOWN else "")
+                problems.append((binary, "%s: 0 of %d up (%s%s)" % (
+                    binary, total, "; ".join(down[:SHOWN]), more)))
+        if self._rec_failures >= limit:
+            problems.append(("reconciler", "Nova API: the reconciler's "
+                                           "last %d passes failed: %s"
+                             % (self._rec_failures, self._rec_error)))
+        if self._placement_skip is None:
+            if self._placement_failures >= limit:
+                problems.append(("placement", "placement: unreachable: %s "
+                                              "(%d checks in a row)"
+                                 % (self._placement_error,
+                                    self._placement_failures)))
+            elif not self._placement_answered:
+                problems.append(("unchecked", "placement not checked yet: %s"
+                                 % (self._placement_error or "no answer")))
+        return problems
+
+    def status(self):
+        """(ok, reason) for the engine's gate: no I/O."""
+        if not self._opts.enabled:
+            return True, ""
+        with self._lock:
+            problems = self._problems(self._monotonic())
+            ok = not problems
+            reason = "; ".join(text for _, text in problems)
+            keys = (ok, tuple(key for key, _ in problems))
+            if keys != self._reported:
+                self._reported = keys
+                if ok:
+                    LOG.info("control_plane", ok=True,
+                             reason="ready for a recovery: Nova's API, "
+                                    "scheduler, conductor and Placement "
+                                    "answer")
+                else:
+                    LOG.warning("control_plane", ok=False,
+                                reason="no fencing: " + reason)
+        return ok, reason
+
+    def health(self):
+        if not self._opts.enabled:
+            return {"enabled": False}
+        ok, reason = self.status()
+        with self._lock:
+            h = {"ok": ok, "reason": reason, "checks": self.checks,
+                 "last_check_at": self.last_check_at,
+                 "api_failures": self._api_failures,
+                 "last_error": self._api_error}
+            for binary in self._opts.services:
+                if self._services is None:
+                    h[binary] = "not checked yet"
+                elif self._services_skip is not None:
+                    h[binary] = self._services_skip
+                elif binary not in self._services:
+                    h[binary] = "not listed by Nova; not judged"
+                else:
+                    h[binary] = "%d of %d up" % self._services[binary][:2]
+            if self._placement_skip is not None:
+                h["placement"] = self._placement_skip
+            elif self._placement_failures:
+                h["placement"] = "%d checks failed in a row: %s" % (
+                    self._placement_failures, self._placement_error)
+            else:
+                h["placement"] = ("answering" if self._placement_answered
+                                  else "not checked yet")
+            if self._reconciler_health is not None:
+                h["reconciler_failures"] = self._rec_failures
+            return h
+
+    # -- thread ----------------------------------------------------------------
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.check_once()
+            except Exception:   # noqa: BLE001 - a bug: keep checking
+                LOG.exception("control_plane_check_error")
+            self._stop.wait(self._opts.poll_interval)
+
+    def start(self):
+        if not self._opts.enabled:
+            return
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="instanceha-control-plane")
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+
+
+def _text(error):
+    return str(error) or type(error).__name__
