@@ -341,7 +341,7 @@ class SimCloud:
                 "service has been restarted, allowing these records to move "
                 "to `completed` before retrying this request." % name)
 
-    # -- control plane ---------------------------------------------------------
+    # -- control plane --------------------------------------------------------
 
     def add_control_service(self, binary, host):
         """Run ``binary`` (nova-scheduler, nova-conductor) on ``host`` too."""

@@ -309,7 +309,7 @@ class ControlPlaneMonitor:
                 h["reconciler_failures"] = self._rec_failures
             return h
 
-    # -- thread ----------------------------------------------------------------
+    # -- thread ---------------------------------------------------------------
     def _loop(self):
         while not self._stop.is_set():
             try:

@@ -24,7 +24,7 @@ def svc(binary, host, state="up", updated_at=1000.0):
                              zone="internal", binary=binary)
 
 
-# -- the pure verdict ----------------------------------------------------------
+# -- the pure verdict ---------------------------------------------------------
 
 def test_judge_counts_rows_up_per_binary_and_ignores_unlisted():
     services = [svc("nova-scheduler", "c1"),
@@ -48,7 +48,7 @@ def test_judge_sees_a_stale_heartbeat_nova_still_calls_up():
     assert "Nova still says up" in down[0]
 
 
-# -- the monitor -----------------------------------------------------------------
+# -- the monitor --------------------------------------------------------------
 
 class Mon:
     def __init__(self, overrides=None, reconciler=None):
@@ -207,7 +207,7 @@ def test_disabled_is_always_ok():
     assert m.check(20) == (True, "")
 
 
-# -- the engine holds fencing on it --------------------------------------------
+# -- the engine holds fencing on it -------------------------------------------
 
 def test_engine_holds_fencing_while_the_scheduler_is_down():
     w = World(hosts=4)
@@ -236,7 +236,7 @@ def test_engine_holds_fencing_while_the_scheduler_is_down():
     assert w.fencer.powered_off == ["compute-1"]
 
 
-# -- the simulator's control plane through the real driver -----------------------
+# -- the simulator's control plane through the real driver --------------------
 
 @pytest.fixture
 def simnova():
@@ -318,7 +318,7 @@ def test_sim_evacuation_waits_for_a_conductor():
     assert cloud.list_migrations()[0].status == "done"
 
 
-def test_sim_evacuation_without_scheduler_is_stuck_and_without_placement_fails():
+def test_sim_evacuation_stuck_without_scheduler_failed_without_placement():
     clock = Clock(1_800_000_000.0)
     cloud = SimCloud(hosts=2, servers_per_host=1, clock=clock)
     cloud.kill_service("nova-scheduler")
