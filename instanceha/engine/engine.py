@@ -11,6 +11,7 @@ with per-host exponential back-off.
 
 import collections
 import dataclasses
+import queue
 import threading
 import time
 
@@ -114,6 +115,8 @@ class Engine:
         self._last_error = {}        # host_id -> "action: error" while retrying
         self._listeners = []
         self._threads = []
+        self._slow = queue.Queue()   # evacuations, off the worker pool
+        self._evacuators = 0         # threads serving it (0: run inline)
         self._stop = threading.Event()
         self.health = {}             # name -> callable returning a dict
         self.stats = collections.Counter()   # read by /metrics
@@ -251,10 +254,13 @@ class Engine:
         self._adopt(rec, "nova")
 
     def preempted(self, host_id):
-        """An operator's hands-off waits in the host's inbox: a running
-        action should stop at its next safe boundary."""
+        """A running evacuation should stop at its next safe boundary: an
+        operator's hands-off waits in the host's inbox, or has already been
+        applied (an evacuation runs on its own thread)."""
         with self._lock:
             rec = self._records.get(host_id)
+            if rec is not None and rec.state is State.SUSPENDED:
+                return True
             return rec is not None and any(
                 isinstance(e, Event) and e.kind in _PREEMPT
                 and fsm.machine.rules_for(rec.state, e.kind)
@@ -410,6 +416,27 @@ class Engine:
                 raise _Retry()
         LOG.info("action_started", host=rec.name, action=action.value,
                  state=rec.state.value)
+        if action is Action.EVACUATE and self._evacuators:
+            # Evacuations take minutes: they run on their own threads, so
+            # the workers stay free to fence the next hosts of a storm.
+            # The host's key is released meanwhile; its record stays busy,
+            # and the result comes back through its inbox.
+            self._slow.put(lambda: self._execute(host_id, rec, action,
+                                                 action_id, started, True))
+            return
+        self._execute(host_id, rec, action, action_id, started, False)
+
+    def _execute(self, host_id, rec, action, action_id, started, detached):
+        """Run the action and queue its result (or its retry). A detached
+        run (on an evacuation thread) hands the host back to the workers
+        when done."""
+        try:
+            self._execute_inline(host_id, rec, action, action_id, started)
+        finally:
+            if detached:
+                self.queue.add(host_id)
+
+    def _execute_inline(self, host_id, rec, action, action_id, started):
         try:
             result = actions_mod.RUN[action](self.ctx, rec)
         except Exception as e:
@@ -611,9 +638,22 @@ class Engine:
             except Exception:
                 LOG.exception("ticker_error")
 
+    def _evacuator(self):
+        while True:
+            job = self._slow.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:
+                LOG.exception("evacuation_thread_error")
+
     def start(self):
         for i in range(self.conf.workers):
             self._spawn(self._worker, "worker-%d" % i)
+        for i in range(self.conf.workers):
+            self._spawn(self._evacuator, "evacuator-%d" % i)
+            self._evacuators += 1
         self._spawn(self.queue.run_delayer, "delayer")
         self._spawn(self._ticker, "ticker")
 
@@ -625,6 +665,8 @@ class Engine:
     def stop(self, timeout=5.0):
         self._stop.set()
         self.queue.shut_down()
+        for _ in range(self._evacuators):
+            self._slow.put(None)
         for t in self._threads:
             t.join(timeout)
 

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Scale: the real ``instanceha run`` against a simulated cloud of N hosts
+x 20 servers, for several N (default 500, 1000, 2000, 5000: 100,000
+servers at the top).
+
+For each size it reports:
+- CPU of one reconcile pass in the engine process (the os-services call,
+  parsing, judging every host, handing the events over; median of the
+  passes seen, from the reconciler's own last_pass_cpu) — target < 200 ms;
+- the engine process's RSS once every host is known — target < 300 MB;
+- time from 20 simultaneous host deaths (nova-compute killed) to their
+  power-off by the engine, next to the detection floor
+  (delta + grace_period, minus Nova's report interval: the last heartbeat
+  may be that old at the death).
+
+The simulator serves from this process; the engine is a separate process,
+so its CPU and memory are its own.
+
+    .venv/bin/python benchmarks/scale.py [--hosts 500 1000 2000 5000]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from instanceha import simrun  # noqa: E402
+from instanceha.sim import SimCloud, SimServer  # noqa: E402
+
+DEATHS = 20
+
+
+def _status(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _rss_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return None
+
+
+def _cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def _wait(pred, timeout, step=0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+def run(hosts, servers, poll, workdir):
+    cloud = SimCloud(hosts=hosts, servers_per_host=servers,
+                     host_vcpus=100000, evacuation_time=0.2)
+    srv = SimServer(cloud).start()
+    path = simrun.write_config(workdir, srv, {
+        "detection": {"poll_interval": poll},
+        "DEFAULT": {"workers": 16}})
+    status_path = os.path.join(workdir, "status.json")
+    log = open(os.path.join(workdir, "instanceha.log"), "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "instanceha.cmd.main", "run",
+         "--config-file", path], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        started = time.time()
+
+        def known():
+            st = _status(status_path)
+            return (st.get("generated_at", 0) > started
+                    and len(st.get("hosts", [])) >= hosts
+                    and all(h["state"] == "active" for h in st["hosts"]))
+        if not _wait(known, 300, 0.5):
+            raise SystemExit("%d hosts: the engine did not see every host "
+                             "active (log %s)" % (hosts, log.name))
+        # Passes after the first (which creates every record).
+        cpus = []
+        last = None
+        end = time.monotonic() + max(6 * poll, 8)
+        while time.monotonic() < end:
+            rec = _status(status_path).get("sources", {}).get("reconciler", {})
+            if rec.get("passes") != last and rec.get("last_pass_cpu"):
+                last = rec["passes"]
+                cpus.append(rec["last_pass_cpu"])
+            time.sleep(poll / 3)
+        rss = _rss_mb(proc.pid)
+        cpu_before = _cpu_s(proc.pid)
+        victims = ["compute-%d" % i for i in range(0, hosts, hosts // DEATHS)]
+        victims = victims[:DEATHS]
+        t0 = time.time()
+        for name in victims:
+            cloud.kill(name)
+        off = {}
+
+        def all_off():
+            snap_hosts = cloud.hosts
+            for name in victims:
+                if name not in off and not snap_hosts[name].power_on:
+                    off[name] = time.time() - t0
+            return len(off) == len(victims)
+        _wait(all_off, 120, 0.05)
+        cpu_storm = _cpu_s(proc.pid) - cpu_before
+        conf_floor = (simrun.FAST["detection"]["delta"]
+                      + simrun.FAST["detection"]["grace_period"]
+                      - cloud.report_interval)
+        return dict(hosts=hosts, servers=hosts * servers,
+                    pass_cpu_ms=1000 * statistics.median(cpus) if cpus
+                    else float("nan"), passes=len(cpus), rss_mb=rss,
+                    first_off=min(off.values()) if off else None,
+                    last_off=max(off.values()) if off else None,
+                    fenced=len(off), floor=conf_floor,
+                    cpu_storm=cpu_storm)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        srv.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hosts", type=int, nargs="+",
+                   default=[500, 1000, 2000, 5000])
+    p.add_argument("--servers", type=int, default=20)
+    p.add_argument("--poll", type=float, default=2.0,
+                   help="[detection] poll_interval of the engine")
+    args = p.parse_args()
+    base = tempfile.mkdtemp(prefix="instanceha-scale-")
+    print("scale on the simulator: %d servers per host, poll every %.1fs, "
+          "%d simultaneous deaths" % (args.servers, args.poll, DEATHS))
+    print("%7s %8s %12s %8s %8s %10s %10s %9s %11s" % (
+        "hosts", "servers", "pass CPU ms", "(target", "RSS MB", "(target",
+        "1st off s", "20th off s", "floor s"))
+    rows = []
+    for n in args.hosts:
+        r = run(n, args.servers, args.poll, os.path.join(base, "n%d" % n))
+        rows.append(r)
+        print("%7d %8d %12.1f %8s %8.1f %10s %10s %9s %11.1f" % (
+            r["hosts"], r["servers"], r["pass_cpu_ms"], "200)",
+            r["rss_mb"], "300)",
+            "%.2f" % r["first_off"] if r["first_off"] is not None else "-",
+            "%.2f" % r["last_off"] if r["last_off"] is not None else "-",
+            r["floor"]))
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        f = b["hosts"] / a["hosts"]
+        print("from %d to %d hosts (x%.0f): pass CPU x%.1f, RSS x%.2f" % (
+            a["hosts"], b["hosts"], f, b["pass_cpu_ms"] / a["pass_cpu_ms"],
+            b["rss_mb"] / a["rss_mb"]))
+    print("logs: %s" % base)
+
+
+if __name__ == "__main__":
+    main()
