@@ -19,6 +19,7 @@ FAST = {
                    "concurrency": 10, "retry_backoff": 2.0},
     # The simulator's hosts boot in 2 s.
     "policy": {"resume_boot_time": 3.0},
+    "control_plane": {"poll_interval": 0.5},
 }
 
 

@@ -19,6 +19,7 @@ TIMINGS = {
                    "concurrency": 4, "retry_backoff": 2.0},
     # A powered-on compute of the bed reports within ~10 s.
     "policy": {"resume_boot_time": 30.0},
+    "control_plane": {"poll_interval": 1.0},
 }
 
 
