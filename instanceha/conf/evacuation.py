@@ -33,6 +33,31 @@ OPTS = [
     cfg.IntOpt("max_attempts", default=5, min=1, max=1000,
                help="Evacuation attempts for a host (no capacity) before it "
                     "is left 'failed' for an operator. Bounds retry loops."),
+    cfg.IntOpt("server_retries", default=3, min=0, max=100,
+               help="Times one server's evacuation is sent again after a "
+                    "failure a retry may cure: its destination died during "
+                    "the rebuild (sent again only once that host is forced "
+                    "down, so it never runs twice at once), or Nova's API "
+                    "failed (5xx, unreachable). A server that exhausts them "
+                    "counts as failed and its host goes 'failed'. Failures "
+                    "a retry cannot cure (server deleted, request refused, "
+                    "rebuild error on a live host) are never retried."),
+    cfg.FloatOpt("server_retry_delay", default=5.0, min=0.1, max=3600,
+                 help="Seconds before a server whose rebuild failed (its "
+                      "destination died) is sent again; doubled after each "
+                      "retry of that server, up to retry_backoff_max. A "
+                      "request Nova's API failed is sent again after the "
+                      "host's other servers."),
+    cfg.FloatOpt("stall_timeout", default=180.0, min=5, max=86400,
+                 help="Seconds an evacuation may stay 'accepted' (no "
+                      "destination has claimed it) before instanceha asks "
+                      "Nova's instance actions whether the conductor sent "
+                      "it to a compute that never took it. It is then sent "
+                      "again only if every host that could have been its "
+                      "destination (schedulable when it was sent, down "
+                      "now) is forced down. Too short risks judging a slow "
+                      "but live destination; a known destination (from "
+                      "the migration or a notification) needs no wait."),
     cfg.BoolOpt("leave_disabled", default=False,
                 help="When a fenced host returns and Nova has completed every "
                      "evacuation migration from it, unset forced_down but "

@@ -106,9 +106,14 @@ def evacuate(ctx, record):
     summary = "%d/%d servers evacuated" % (len(out.done), evacuable)
     if out.skipped:
         summary += ", %d not evacuable" % len(out.skipped)
+    if out.retried:
+        # Servers whose destination died (or whose request Nova failed)
+        # and that were sent again: not a failure of this host.
+        summary += ", %d sent again after a failure" % len(out.retried)
     detail = dict(done=len(out.done), total=out.total,
                   skipped=len(out.skipped), failed=len(out.failed),
-                  no_capacity=len(out.no_capacity))
+                  no_capacity=len(out.no_capacity),
+                  retried=len(out.retried))
     if out.stopped:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped for the operator's suspend: %d servers "

@@ -2,29 +2,45 @@
 
 Called by the EVACUATE action. Idempotent: a server already rebuilt
 elsewhere is not on the host any more; one whose evacuation is still in
-flight (found through its migration) is waited for, not evacuated again.
-Completion is the migration reaching ``done`` (Nova has rebuilt the server
-on its destination), not the server's task state, which can read ACTIVE on
-the old host right after the request.
+flight (task state rebuilding, or an unfinished migration) is waited for,
+not evacuated again. Completion is a migration of the server reaching
+``done`` (Nova has rebuilt it on its destination), not the server's task
+state, which can read ACTIVE on the old host right after the request.
+
+Each request is judged by the migrations of its server that changed since
+it was sent: Nova's conductor works on the server's *oldest* ``accepted``
+migration, so after a stuck evacuation the migration that moves is not the
+newest one.
+
+A failure is classified (:mod:`instanceha.engine.failures`). A server
+whose destination died during the rebuild is sent again, with back-off and
+at most ``[evacuation] server_retries`` times, but only once Nova cannot
+still be rebuilding it: the destination is forced down (instanceha fences
+that host through its own state machine). Nova 34 would accept a second
+evacuation of a server still rebuilding; this rule is what keeps a server
+from running on two hosts.
 """
 
 import collections
+import dataclasses
+from typing import Dict, Optional
 
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.engine import failures
 from instanceha.fsm import machine as fsm_machine
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 #: vm_states Nova accepts for evacuate (check_instance_state in nova's API).
 EVACUABLE_VM_STATES = {"active", "stopped", "error"}
+REBUILD_TASK_STATES = {"rebuilding", "rebuild_block_device_mapping",
+                       "rebuild_spawning"}
 IN_FLIGHT = {"accepted", "pre-migrating", "migrating", "queued", "preparing",
              "running", "post-migrating"}
 SUCCEEDED = {"done", "completed"}
 FAILED = {"error", "failed", "cancelled"}
-NO_CAPACITY_MARKERS = ("no valid host",)
-SEND_ATTEMPTS = 3       # evacuate requests per server that fail with an error
 
 
 class Outcome:
@@ -34,17 +50,251 @@ class Outcome:
         self.failed = {}        # server_id -> reason
         self.no_capacity = {}   # server_id -> reason
         self.skipped = {}       # server_id -> why not evacuable
+        self.retried = {}       # server_id -> times sent again
         self.returned = False   # stopped: the host reported back
         self.stopped = 0        # servers not sent: an operator suspended
 
 
-def _latest(migrations):
-    latest = {}
+@dataclasses.dataclass
+class _Attempt:
+    """One evacuate request of one server, until Nova settles it."""
+    server_id: str
+    started: float                      # local clock, when it was sent
+    evac_id: Optional[int]              # its journal row
+    before: Dict[str, str]              # migration id -> status when sent
+    candidates: frozenset = frozenset()  # hosts schedulable when sent
+    waiting: Optional[str] = None       # why it is waited for, if unusual
+
+
+def _by_server(migrations):
+    out = collections.defaultdict(list)
     for m in migrations:
-        cur = latest.get(m.server_id)
-        if cur is None or (m.created_at or 0) >= (cur.created_at or 0):
-            latest[m.server_id] = m
-    return latest
+        out[m.server_id].append(m)
+    return out
+
+
+def _schedulable(services, source):
+    return frozenset(s.host for s in services
+                     if s.host != source and failures.alive(s)
+                     and s.status == "enabled")
+
+
+class _Run:
+    """The evacuation of one host: servers waiting to be sent, attempts in
+    flight, and the per-server retry budget (kept across restarts through
+    the journal)."""
+
+    def __init__(self, ctx, record, outcome, migrations):
+        self.ctx = ctx
+        self.migs = migrations              # server_id -> [Migration]
+        self.conf = ctx.conf.evacuation
+        self.record = record
+        self.host = record.name
+        self.outcome = outcome
+        #: (server_id, not_before, a retry expecting it rebuilding)
+        self.todo = collections.deque()
+        self.inflight = {}                  # server_id -> _Attempt
+        self.retries = collections.Counter()
+        self.open_rows = {}                 # server_id -> (row id, at)
+        self.sent = 0
+        self.services = []
+        self._read_journal()
+
+    # -- journal ------------------------------------------------------------
+    def _read_journal(self):
+        """Retries already spent in this recovery, and rows a previous
+        process left open (its requests still in flight)."""
+        since = self.record.fenced_at
+        for row in self.ctx.journal.evacuations(self.record.id):
+            if since is not None and row["requested_at"] < since:
+                continue
+            sid = row["server_id"]
+            if row["status"] == "retry":
+                self.retries[sid] += 1
+            if row["status"] == "requested":
+                self.open_rows[sid] = (row["id"], row["requested_at"])
+            else:
+                self.open_rows.pop(sid, None)
+
+    def finish(self, attempt, status, dest=None, detail=""):
+        if attempt.evac_id is not None:
+            self.ctx.journal.evacuation_finished(
+                attempt.evac_id, self.ctx.clock(), status, dest, detail)
+
+    # -- sending --------------------------------------------------------------
+    def resume(self, server, now):
+        """A request a previous run (or process) left in Nova: wait for it.
+        Its in-flight migrations count as its own; finished ones do not."""
+        row, at = self.open_rows.pop(server.id, (None, now))
+        before = {m.id: m.status for m in self.migs.get(server.id, [])
+                  if m.status not in IN_FLIGHT}
+        self.inflight[server.id] = _Attempt(server.id, min(at, now), row,
+                                            before)
+
+    def send(self, sid, now, check=False):
+        """``check``: a retry after a failed request; Nova may have taken
+        that request after all (a 5xx from a proxy, a timeout): a server
+        found rebuilding is waited for, not sent twice."""
+        ctx = self.ctx
+        if check:
+            try:
+                server = ctx.compute.get_server(sid)
+            except base.NotFound:
+                self.outcome.skipped[sid] = "server deleted"
+                return
+            if (server.task_state or "") in REBUILD_TASK_STATES:
+                LOG.warning("evacuation_request_taken", host=self.host,
+                            server=sid, reason="the failed request was "
+                            "taken by Nova after all: waiting for it")
+                self.inflight[sid] = _Attempt(
+                    sid, now, None, {m.id: m.status for m in
+                                     self.migs.get(sid, [])
+                                     if m.status not in IN_FLIGHT},
+                    _schedulable(self.services, self.host))
+                return
+        evac_id = ctx.journal.evacuation_requested(self.record.id, self.host,
+                                                   sid, now)
+        attempt = _Attempt(sid, now, evac_id,
+                           {m.id: m.status for m in self.migs.get(sid, [])},
+                           _schedulable(self.services, self.host))
+        try:
+            ctx.compute.evacuate(sid)
+        except base.ComputeError as e:
+            verdict = failures.request_error(e)
+            LOG.warning("evacuation_request_failed", host=self.host,
+                        server=sid, outcome=verdict.status,
+                        reason=verdict.reason)
+            self.settle(attempt, verdict, request_failed=True)
+            return
+        self.inflight[sid] = attempt
+        self.sent += 1
+
+    def settle(self, attempt, verdict, request_failed=False):
+        """An attempt that will not finish: journal it; send the server
+        again later if a retry may cure it and the budget allows."""
+        sid = attempt.server_id
+        self.inflight.pop(sid, None)
+        if verdict.status == "gone":
+            self.finish(attempt, "gone", detail=verdict.reason)
+            self.outcome.skipped[sid] = verdict.reason
+            return
+        if verdict.status == "no_capacity":
+            self.finish(attempt, "no_capacity", detail=verdict.reason)
+            self.outcome.no_capacity[sid] = verdict.reason
+            return
+        if not verdict.retryable:
+            self.finish(attempt, verdict.status, detail=verdict.reason)
+            self.outcome.failed[sid] = verdict.reason
+            LOG.error("evacuation_failed", host=self.host, server=sid,
+                      outcome=verdict.status, reason=verdict.reason)
+            return
+        self.finish(attempt, "retry", detail=verdict.reason)
+        self.retries[sid] += 1
+        n = self.retries[sid]
+        if n > self.conf.server_retries:
+            reason = "gave up after %d failed attempts ([evacuation] " \
+                "server_retries = %d): %s" % (n, self.conf.server_retries,
+                                              verdict.reason)
+            self.outcome.failed[sid] = reason
+            LOG.error("evacuation_failed", host=self.host, server=sid,
+                      outcome="retries_exhausted", reason=reason)
+            return
+        # A failed request is sent again after the other servers (the
+        # engine backs off if Nova keeps failing: the action raises); a
+        # failed rebuild waits, doubling each time.
+        delay = 0.0 if request_failed else min(
+            self.conf.server_retry_delay * 2 ** (n - 1),
+            self.conf.retry_backoff_max)
+        self.outcome.retried[sid] = n
+        # A request that failed is checked before it is sent again.
+        self.todo.append((sid, self.ctx.clock() + delay, request_failed))
+        LOG.warning("evacuation_retry", host=self.host, server=sid,
+                    retry=n, of=self.conf.server_retries,
+                    delay=round(delay, 2), reason=verdict.reason)
+
+    # -- judging ----------------------------------------------------------------
+    def done(self, attempt, dest, detail=""):
+        self.inflight.pop(attempt.server_id, None)
+        self.outcome.done[attempt.server_id] = dest
+        self.finish(attempt, "done", dest, detail)
+        self.ctx.progress(self.record, len(self.outcome.done),
+                          self.outcome.total)
+
+    def judge(self, attempt, now):
+        """Decide one in-flight attempt from Nova's migrations (read into
+        ``self.migs``) and services."""
+        sid = attempt.server_id
+        changed = [m for m in self.migs.get(sid, [])
+                   if attempt.before.get(m.id) != m.status]
+        ok = [m for m in changed if m.status in SUCCEEDED]
+        if ok:
+            self.done(attempt, ok[-1].dest_host)
+            return
+        bad = [m for m in changed if m.status in FAILED]
+        if bad:
+            if self._failed(attempt, bad):
+                return
+        dest = next((m.dest_host for m in changed
+                     if m.status in IN_FLIGHT and m.dest_host), None)
+        via = "migration"
+        if dest is None:
+            dest = failures.destination_from_notification(
+                self.ctx.board.facts(sid), attempt.started)
+            via = "notification"
+        age = now - attempt.started
+        events = None
+        if dest is None and age >= self.conf.stall_timeout:
+            try:
+                events = self.ctx.compute.rebuild_events(sid)
+            except base.ComputeError as e:
+                LOG.warning("rebuild_events_unavailable", server=sid,
+                            reason=str(e))
+        verdict, waiting = failures.in_flight(
+            self.host, dest, via, {s.host: s for s in self.services},
+            attempt.candidates, events, age, self.conf.stall_timeout)
+        if waiting != attempt.waiting and waiting:
+            LOG.warning("evacuation_stalled", host=self.host, server=sid,
+                        reason=waiting)
+        attempt.waiting = waiting
+        if verdict is not None:
+            self.settle(attempt, verdict)
+        elif age > self.conf.server_timeout:
+            status = ", ".join(sorted({m.status for m in changed})) or "none"
+            reason = "migration still %s after %.0fs" % (
+                status, self.conf.server_timeout)
+            if waiting:
+                reason += " (%s)" % waiting
+            self.inflight.pop(sid, None)
+            self.outcome.failed[sid] = reason
+            self.finish(attempt, "timeout", detail=reason)
+
+    def _failed(self, attempt, bad):
+        """A migration of this server failed since the request. Believed
+        only if the server is not rebuilding any more: a returning host can
+        fail an old migration while a newer request still runs."""
+        sid = attempt.server_id
+        try:
+            server = self.ctx.compute.get_server(sid)
+        except base.NotFound:
+            self.settle(attempt, failures.Verdict("gone", "server deleted"))
+            return True
+        except base.ComputeError:
+            return False
+        if (server.task_state or "") in REBUILD_TASK_STATES:
+            for m in bad:
+                attempt.before[m.id] = m.status
+            return False
+        if server.host not in (None, self.host) and \
+                (server.vm_state or "") in ("active", "stopped"):
+            self.done(attempt, server.host, "rebuilt; an older migration "
+                                            "failed")
+            return True
+        dest = next((m.dest_host for m in bad if m.dest_host), None)
+        svc = next((s for s in self.services if s.host == dest), None)
+        fault = server.fault or "migration %s, server %s" % (
+            bad[-1].status, server.status)
+        self.settle(attempt, failures.rebuild_failed(fault, dest, svc))
+        return True
 
 
 def evacuate_host(ctx, record):
@@ -55,18 +305,19 @@ def evacuate_host(ctx, record):
     # Migrations first, then servers: an evacuation that finished before the
     # migration listing has already moved its server (Nova updates the
     # server's host before the migration's status), so a server still listed
-    # on the host with an in-flight migration is waited for, and one whose
-    # latest evacuation is older and finished is evacuated again.
-    latest = _latest(ctx.compute.list_evacuations(host))
+    # on the host with an in-flight migration is waited for.
+    migrations = _by_server(ctx.compute.list_evacuations(host))
     servers = ctx.compute.list_servers(host)
     outcome = Outcome(total=len(servers))
-    todo, inflight = collections.deque(), {}
+    run = _Run(ctx, record, outcome, migrations)
+    now = ctx.clock()
     for s in servers:
-        m = latest.get(s.id)
-        if m is not None and m.status in IN_FLIGHT:
-            inflight[s.id] = (ctx.clock(), None)      # resumed, not re-sent
+        migs = migrations.get(s.id, [])
+        if (s.task_state or "") in REBUILD_TASK_STATES \
+                or any(m.status in IN_FLIGHT for m in migs):
+            run.resume(s, now)
         elif (s.vm_state or "").lower() in EVACUABLE_VM_STATES:
-            todo.append(s)
+            run.todo.append((s.id, now, False))
         else:
             outcome.skipped[s.id] = "vm_state %s is not evacuable" % s.vm_state
     if outcome.skipped:
@@ -74,128 +325,101 @@ def evacuate_host(ctx, record):
                     count=len(outcome.skipped),
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
+    if run.inflight:
+        LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
     last_poll = ctx.clock()
-    send_errors = collections.Counter()
-    sent = 0
-    while todo or inflight:
-        ctx.running[record.id] = (
-            "%d of %d servers sent, %d in flight, %d done"
-            % (sent, outcome.total, len(inflight), len(outcome.done)))
-        if todo and ctx.preempted(record.id):
+    while run.todo or run.inflight:
+        waiting = sum(1 for a in run.inflight.values() if a.waiting)
+        text = ("%d of %d servers sent, %d in flight, %d done"
+                % (run.sent, outcome.total, len(run.inflight),
+                   len(outcome.done)))
+        if outcome.retried or waiting:
+            text += ", %d retried, %d waiting on a dead destination" % (
+                len(outcome.retried), waiting)
+        ctx.running[record.id] = text
+        if run.todo and ctx.preempted(record.id):
             # An operator suspended the host: send nothing more; what Nova
             # already has finishes and is waited for (and journalled).
-            outcome.stopped = len(todo)
-            LOG.warning("evacuation_stopped", host=host, left=len(todo),
-                        in_flight=len(inflight),
+            outcome.stopped = len(run.todo)
+            LOG.warning("evacuation_stopped", host=host, left=len(run.todo),
+                        in_flight=len(run.inflight),
                         reason="operator suspended the host: no more "
                                "servers sent, those in flight finish")
-            for s in todo:
-                outcome.failed[s.id] = "not evacuated: suspended by operator"
-            todo.clear()
-        if todo and _host_returned(ctx, record):
+            for sid, _, _ in run.todo:
+                outcome.failed[sid] = "not evacuated: suspended by operator"
+            run.todo.clear()
+        now = ctx.clock()
+        ready = [t for t in run.todo if t[1] <= now]
+        if run.todo:
+            run.services = ctx.compute.list_services()
+        if run.todo and _host_returned(record, run.services):
             # A host that reports in again (a kdump reboot, someone powering
             # it on) may be running the servers not yet sent: stop here.
             outcome.returned = True
-            for s in todo:
-                outcome.failed[s.id] = "not evacuated: the host reported back"
-            todo.clear()
-        while todo and len(inflight) < conf.concurrency:
-            s = todo.popleft()
-            now = ctx.clock()
-            evac_id = ctx.journal.evacuation_requested(record.id, host, s.id,
-                                                       now)
-            try:
-                ctx.compute.evacuate(s.id)
-            except base.NotFound:
-                ctx.journal.evacuation_finished(evac_id, now, "gone")
-                outcome.skipped[s.id] = "server deleted"
-                continue
-            except base.Conflict as e:
-                ctx.journal.evacuation_finished(evac_id, now, "refused",
-                                                detail=str(e))
-                outcome.failed[s.id] = str(e)
-                LOG.error("evacuation_refused", host=host, server=s.id,
-                          reason=str(e))
-                continue
-            except base.ComputeError as e:
-                # Trouble with this one request: try it again after the
-                # others, a few times, without holding them up.
-                ctx.journal.evacuation_finished(evac_id, now, "error",
-                                                detail=str(e))
-                send_errors[s.id] += 1
-                if send_errors[s.id] < SEND_ATTEMPTS:
-                    todo.append(s)
-                else:
-                    outcome.failed[s.id] = str(e)
-                LOG.warning("evacuation_request_failed", host=host,
-                            server=s.id, attempt=send_errors[s.id],
-                            reason=str(e))
-                continue
-            inflight[s.id] = (now, evac_id)
-            sent += 1
-        if not inflight:
-            break
+            for sid, _, _ in run.todo:
+                outcome.failed[sid] = "not evacuated: the host reported back"
+            run.todo.clear()
+            ready = []
+        busy = sum(1 for a in run.inflight.values() if not a.waiting)
+        if ready and busy < conf.concurrency:
+            if any(sid in outcome.retried for sid, _, _ in ready):
+                run.migs = _by_server(ctx.compute.list_evacuations(host))
+            for item in ready[:conf.concurrency - busy]:
+                run.todo.remove(item)
+                run.send(item[0], now, item[2])
+        if not run.inflight:
+            if not run.todo:
+                break
+            # Only retries waiting for their back-off.
+            wake = min(t[1] for t in run.todo)
+            ctx.board.wait(ctx.board.generation(),
+                           max(0.0, min(wake - ctx.clock(),
+                                        conf.poll_interval)))
+            continue
         gen = ctx.board.generation()
         ctx.board.wait(gen, conf.poll_interval)
         now = ctx.clock()
         # Notifications first: a server Nova reports active on another host
         # is rebuilt. Nova's migration list is read every poll_interval
-        # without events, and only every event_fallback_interval while the
-        # notification stream is healthy (the safety net for lost events).
-        by_event = _rebuilt_by_event(ctx, host, inflight)
-        for sid, dest in by_event.items():
-            outcome.done[sid] = dest
-            _finish(ctx, inflight.pop(sid)[1], now, "done", dest,
-                    "seen in notifications")
-            ctx.progress(record, len(outcome.done), outcome.total)
-        if not inflight or (ctx.events_healthy() and now - last_poll
-                            < conf.event_fallback_interval):
+        # without events (or while a destination is in doubt), and only
+        # every event_fallback_interval while the notification stream is
+        # healthy (the safety net for lost events).
+        for sid, dest in _rebuilt_by_event(ctx, host, run.inflight).items():
+            run.done(run.inflight[sid], dest, "seen in notifications")
+        if not run.inflight:
+            continue
+        doubtful = any(a.waiting or now - a.started >= conf.stall_timeout
+                       for a in run.inflight.values())
+        if (ctx.events_healthy() and not doubtful
+                and now - last_poll < conf.event_fallback_interval):
             continue
         last_poll = now
-        latest = _latest(ctx.compute.list_evacuations(host))
-        for sid, (started, evac_id) in list(inflight.items()):
-            m = latest.get(sid)
-            status = m.status if m else None
-            if status in SUCCEEDED:
-                outcome.done[sid] = m.dest_host
-                _finish(ctx, evac_id, now, "done", m.dest_host)
-            elif status in FAILED:
-                reason = _failure_reason(ctx, sid, status)
-                if any(k in reason.lower() for k in NO_CAPACITY_MARKERS):
-                    outcome.no_capacity[sid] = reason
-                    _finish(ctx, evac_id, now, "no_capacity", None, reason)
-                else:
-                    outcome.failed[sid] = reason
-                    _finish(ctx, evac_id, now, "failed", None, reason)
-            elif now - started > conf.server_timeout:
-                reason = ("migration still %s after %.0fs"
-                          % (status, conf.server_timeout))
-                outcome.failed[sid] = reason
-                _finish(ctx, evac_id, now, "timeout", None, reason)
-            else:
-                continue
-            del inflight[sid]
-            ctx.progress(record, len(outcome.done), outcome.total)
+        run.migs = _by_server(ctx.compute.list_evacuations(host))
+        run.services = ctx.compute.list_services()
+        for attempt in list(run.inflight.values()):
+            run.judge(attempt, now)
     return outcome
 
 
-def _host_returned(ctx, record):
+def _host_returned(record, services):
     """The compute service reported after it was fenced and isolated (on
     Nova's clock: compared with the updated_at of our own write)."""
     floor = fsm_machine.returned_floor(record)
     if floor == float("-inf"):
         return False
-    svc = next((s for s in ctx.compute.list_services()
-                if s.id == record.id), None)
+    svc = next((s for s in services if s.id == record.id), None)
     return bool(svc and svc.updated_at and svc.updated_at > floor)
 
 
 def _rebuilt_by_event(ctx, host, inflight):
     """{server_id: dest} for in-flight servers that notifications show
     rebuilt: on another host, active or stopped, no task in progress, and
-    recorded after the evacuation was requested."""
+    recorded after the evacuation was requested (``inflight``: server id
+    -> its _Attempt, or a tuple starting with the request time)."""
     done = {}
-    for sid, (started, _) in inflight.items():
+    for sid, attempt in inflight.items():
+        started = attempt.started if isinstance(attempt, _Attempt) \
+            else attempt[0]
         f = ctx.board.facts(sid)
         if (f.get("host") and f["host"] != host
                 and f.get("state") in ("active", "stopped")
@@ -203,16 +427,3 @@ def _rebuilt_by_event(ctx, host, inflight):
                 and f.get("at", 0) >= started):
             done[sid] = f["host"]
     return done
-
-
-def _finish(ctx, evac_id, at, status, dest, detail=""):
-    if evac_id is not None:
-        ctx.journal.evacuation_finished(evac_id, at, status, dest, detail)
-
-
-def _failure_reason(ctx, server_id, status):
-    try:
-        server = ctx.compute.get_server(server_id)
-    except base.ComputeError:
-        return "migration %s" % status
-    return server.fault or "migration %s, server %s" % (status, server.status)

@@ -27,6 +27,10 @@ class FakeCompute(cb.ComputeDriver):
         self.fail = {}               # method name -> [exceptions to raise]
         self.complete = True         # False: migrations stay 'accepted'
         self.on_evacuate = None      # hook(server_id, dest) after a request
+        #: [stage, count]: the next ``count`` destinations die at
+        #: "cast" (never take the rebuild) or "claim" (during it)
+        self.doomed = []
+        self.events = {}             # server_id -> latest request's events
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -95,7 +99,7 @@ class FakeCompute(cb.ComputeDriver):
         v = self.servers[server_id]
         return cb.Server(id=v["id"], name=v["id"], status=v["status"],
                          host=v["host"], vm_state=v["vm_state"],
-                         fault=v["fault"])
+                         fault=v["fault"], task_state=v.get("task_state"))
 
     def _targets(self, source):
         return [s for s in self.services.values()
@@ -113,9 +117,26 @@ class FakeCompute(cb.ComputeDriver):
                    if sum(1 for x in self.servers.values()
                           if x["host"] == t["host"]) < self.capacity]
         mig = dict(id="m%d" % len(self.migrations), server=server_id,
-                   source=v["host"], dest=None,
+                   source=v["host"], dest=None, status="accepted",
                    created_at=self.clock() + len(self.migrations) * 1e-6)
         self.migrations.append(mig)
+        # Like Nova's conductor: the oldest accepted migration is used.
+        mig = next(m for m in self.migrations
+                   if m["server"] == server_id and m["status"] == "accepted")
+        conductor = cb.ActionEvent("conductor_rebuild_server", "conductor",
+                                   True, "Success" if targets else "Error")
+        self.events[server_id] = [conductor]
+        doom = next((d for d in self.doomed if d[1] > 0), None)
+        if targets and doom is not None:
+            doom[1] -= 1
+            dest = min(targets, key=lambda t: t["host"])
+            self.kill(dest["host"])
+            v.update(task_state="rebuilding", status="REBUILD")
+            if doom[0] == "claim":
+                mig.update(status="pre-migrating", dest=dest["host"])
+                self.events[server_id].append(cb.ActionEvent(
+                    "compute_rebuild_instance", dest["host"], False))
+            return
         if not targets:
             mig["status"] = "error"
             v.update(status="ERROR", vm_state="error",
@@ -128,10 +149,18 @@ class FakeCompute(cb.ComputeDriver):
             v["task_state"] = "rebuilding"
         else:
             mig.update(status="done", dest=dest["host"])
-            v.update(host=dest["host"], status="ACTIVE", vm_state="active",
-                     fault=None)
+            stopped = v["vm_state"] == "stopped"
+            v.update(host=dest["host"], status="SHUTOFF" if stopped
+                     else "ACTIVE", vm_state="stopped" if stopped
+                     else "active", fault=None, task_state=None)
+            self.events[server_id].append(cb.ActionEvent(
+                "compute_rebuild_instance", dest["host"], True, "Success"))
         if self.on_evacuate:
             self.on_evacuate(server_id, dest["host"])
+
+    def rebuild_events(self, server_id):
+        self._maybe_fail()
+        return list(self.events.get(server_id, []))
 
     def list_evacuations(self, host):
         self._maybe_fail()

@@ -152,3 +152,338 @@ def test_sim_instance_actions_over_http():
     assert "host" not in old["instanceAction"]["events"][0]
     with pytest.raises(nova_api.ApiFault):
         api.instance_actions(sid, ["req-nope"], (2, 62))
+
+
+# -- classification (pure) ----------------------------------------------------
+
+from instanceha.drivers.compute import base as cb            # noqa: E402
+from instanceha.engine import actions, evacuator, failures   # noqa: E402
+from instanceha.engine.progress import ProgressBoard         # noqa: E402
+from instanceha.events import EventKind as E                 # noqa: E402
+from tests.unit.test_engine import World                     # noqa: E402
+
+
+def _svc(host, state="up", forced=False):
+    return cb.ComputeService(id="id-" + host, host=host, state=state,
+                             status="enabled", forced_down=forced,
+                             disabled_reason=None, updated_at=0.0)
+
+
+@pytest.mark.parametrize("error, status", [
+    (cb.NotFound("gone", 404), "gone"),
+    (cb.Conflict("Instance is locked", 409), "refused"),
+    (cb.Conflict("vm_state building", 409), "refused"),
+    (cb.ComputeError("HTTP 403: policy", 403), "refused"),
+    (cb.ComputeError("HTTP 503", 503), "retry"),
+    (cb.ComputeError("HTTP 500", 500), "retry"),
+    (cb.ComputeError("POST /servers: ConnectFailure"), "retry"),
+])
+def test_request_errors_classified(error, status):
+    assert failures.request_error(error).status == status
+
+
+def test_rebuild_failures_classified():
+    nvh = "No valid host was found. There are not enough hosts available."
+    assert failures.rebuild_failed(nvh).status == "no_capacity"
+    v = failures.rebuild_failed("Build aborted", "compute-7",
+                                _svc("compute-7", "down"))
+    assert v.retryable and "destination compute-7 went down" in v.reason
+    assert failures.rebuild_failed(
+        "MessagingTimeout: Timed out waiting for a reply").retryable
+    # A rebuild failing on a live host fails again: an operator looks.
+    v = failures.rebuild_failed("Image 42 could not be found", "compute-7",
+                                _svc("compute-7"))
+    assert v.status == "failed" and not v.retryable
+    assert failures.rebuild_failed(None).status == "failed"
+
+
+def _judge(dest=None, services=(), candidates=(), events=None, age=0.0,
+           stall=60.0, via="migration"):
+    return failures.in_flight("src", dest, via,
+                              {s.host: s for s in services},
+                              frozenset(candidates), events, age, stall)
+
+
+def test_in_flight_known_destination_retried_only_once_forced_down():
+    assert _judge("b", [_svc("b")]) == (None, None)            # rebuilding
+    verdict, waiting = _judge("b", [_svc("b", "down")])
+    assert verdict is None and "once that host is fenced" in waiting
+    verdict, waiting = _judge("b", [_svc("b", "down", forced=True)])
+    assert verdict.retryable and waiting is None
+    assert "destination b (from the migration)" in verdict.reason
+
+
+def test_in_flight_unknown_destination_needs_stall_conductor_and_fencing():
+    sent = [cb.ActionEvent("conductor_rebuild_server", "ctl", True,
+                           "Success")]
+    down_b = [_svc("b", "down"), _svc("c")]
+    fenced_b = [_svc("b", "down", forced=True), _svc("c")]
+    cands = ("b", "c")
+    # Before stall_timeout, or without instance actions: wait, silently.
+    assert _judge(None, fenced_b, cands, sent, age=30) == (None, None)
+    assert _judge(None, fenced_b, cands, None, age=300) == (None, None)
+    # The conductor has not sent it yet (or failed): wait.
+    pending = [cb.ActionEvent("conductor_rebuild_server", "ctl", False)]
+    assert _judge(None, fenced_b, cands, pending, age=300) == (None, None)
+    # Every host it could have gone to is up: a slow live one; wait.
+    verdict, waiting = _judge(None, [_svc("b"), _svc("c")], cands, sent, 300)
+    assert verdict is None and "is up" in waiting
+    # A candidate is down but not fenced yet: wait for it.
+    verdict, waiting = _judge(None, down_b, cands, sent, age=300)
+    assert verdict is None and "waiting for b" in waiting
+    # Down since it was sent, and fenced: send again.
+    verdict, _ = _judge(None, fenced_b, cands, sent, age=300)
+    assert verdict.retryable and "forced down: b" in verdict.reason
+    # A host already down when it was sent cannot have been chosen.
+    verdict, waiting = _judge(None, fenced_b, ("c",), sent, age=300)
+    assert verdict is None
+
+
+def test_in_flight_destination_from_a_compute_event():
+    events = [cb.ActionEvent("conductor_rebuild_server", "ctl", True,
+                             "Success"),
+              cb.ActionEvent("compute_rebuild_instance", "b", False)]
+    verdict, _ = _judge(None, [_svc("b", "down", forced=True)], (), events,
+                        age=1)
+    assert verdict.retryable and "instance action" in verdict.reason
+
+
+def test_destination_from_a_rebuild_scheduled_notification():
+    facts = {"event": "instance.rebuild_scheduled", "publisher_host": "b",
+             "at": 10.0}
+    assert failures.destination_from_notification(facts, 9.0) == "b"
+    assert failures.destination_from_notification(facts, 11.0) is None
+    assert failures.destination_from_notification(
+        dict(facts, event="instance.update"), 9.0) is None
+
+
+# -- the retry loop, on the fakes -----------------------------------------
+
+class _Board(ProgressBoard):
+    """Each wait lets one second of the world pass instead of sleeping."""
+
+    def __init__(self, tick):
+        super().__init__()
+        self._tick = tick
+
+    def wait(self, since_generation, timeout):
+        self._tick()
+        return self.generation()
+
+
+class _Storm:
+    """compute-1 dead and isolated; destinations that die are forced down
+    ``fence_after`` seconds later (their own recovery, which the engine
+    runs beside this evacuation). Records what each request found."""
+
+    def __init__(self, fence_after=10.0, servers=2, hosts=4, **conf):
+        self.w = World(hosts=hosts, servers=servers)
+        self.w.pass_()
+        for k, v in dict(dict(stall_timeout=30, server_retry_delay=2,
+                              server_timeout=600), **conf).items():
+            self.w.conf.set_override(k, v, "evacuation")
+        self.c = self.w.compute
+        self.fence_after = fence_after
+        self.died = {}
+        self.requests = []
+        self.w.ctx.board = _Board(self.tick)
+        real = self.c.evacuate
+
+        def evacuate(sid):
+            # What Nova had when the request came: the previous request's
+            # destination must be forced down by now (never two at once).
+            busy = [m["dest"] for m in self.c.migrations
+                    if m["server"] == sid and m["status"] in (
+                        "accepted", "pre-migrating") and m["dest"]]
+            self.requests.append((sid, [
+                self.c.services[d]["forced_down"] for d in busy]))
+            real(sid)
+        self.c.evacuate = evacuate
+        real_kill = self.c.kill
+
+        def kill(host):
+            self.died.setdefault(host, self.w.clock())
+            real_kill(host)
+        self.c.kill = kill
+        self.c.kill("compute-1")
+        svc = self.c.force_down("uuid-1", "instanceha: evacuating x")
+        rec = self.w.engine.find("compute-1")
+        self.rec = rec.__class__(**dict(
+            rec.__dict__, fenced_at=self.w.clock() - 1,
+            written_at=svc.updated_at))
+
+    def tick(self):
+        self.w.clock.advance(1.0)
+        self.c.heartbeat()
+        for host, at in self.died.items():
+            svc = self.c.services[host]
+            if self.w.clock() - at >= self.fence_after \
+                    and not svc["forced_down"]:
+                svc.update(forced_down=True, status="disabled")
+
+    def run(self):
+        return evacuator.evacuate_host(self.w.ctx, self.rec)
+
+    def rows(self, sid):
+        return [(r["status"], r["dest_host"])
+                for r in self.w.journal.evacuations() if r["server_id"] == sid]
+
+
+def test_destination_dying_during_rebuild_is_retried_once_fenced():
+    st = _Storm(fence_after=10)
+    st.c.doomed.append(["claim", 1])
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert not out.failed and out.retried == {"compute-1-vm-0": 1}
+    dest = out.done["compute-1-vm-0"]
+    assert dest not in ("compute-1", "compute-0") and \
+        st.c.services[dest]["alive"]
+    assert st.rows("compute-1-vm-0") == [("retry", None), ("done", dest)]
+    detail = [r["detail"] for r in st.w.journal.evacuations()
+              if r["status"] == "retry"][0]
+    assert "destination compute-0 (from the migration) went down" in detail
+    # Sent again only once the first destination was forced down, and
+    # not before the fencing delay.
+    assert [r for r in st.requests if r[0] == "compute-1-vm-0"] == [
+        ("compute-1-vm-0", []), ("compute-1-vm-0", [True])]
+    assert st.c.servers["compute-1-vm-0"]["task_state"] is None
+
+
+def test_destination_dead_when_sent_is_retried_after_stall_and_fencing():
+    st = _Storm(fence_after=5, stall_timeout=30)
+    st.c.doomed.append(["cast", 1])
+    start = st.w.clock()
+    out = st.run()
+    assert not out.failed and out.retried == {"compute-1-vm-0": 1}
+    # The migration never named a destination: the retry waited for
+    # stall_timeout, then for every possible destination to be fenced.
+    retry_at = [r["finished_at"] for r in st.w.journal.evacuations()
+                if r["status"] == "retry"][0]
+    assert retry_at - start >= 30
+    detail = [r["detail"] for r in st.w.journal.evacuations()
+              if r["status"] == "retry"][0]
+    assert "no compute took the rebuild" in detail and "compute-0" in detail
+    # Nova's conductor reused the first migration; the second stays
+    # accepted, and the server is done all the same.
+    statuses = [m["status"] for m in st.c.migrations
+                if m["server"] == "compute-1-vm-0"]
+    assert statuses == ["done", "accepted"]
+    assert out.done["compute-1-vm-0"] not in ("compute-0", "compute-1")
+
+
+def test_unknown_destination_without_instance_actions_is_not_retried():
+    st = _Storm(fence_after=5, stall_timeout=30, server_timeout=120)
+    st.c.rebuild_events = lambda sid: None       # a driver that cannot tell
+    st.c.doomed.append(["cast", 1])
+    out = st.run()
+    assert out.retried == {}
+    assert "migration still accepted after 120s" in \
+        out.failed["compute-1-vm-0"]
+    assert len([r for r in st.requests if r[0] == "compute-1-vm-0"]) == 1
+
+
+def test_retries_are_bounded_per_server():
+    st = _Storm(fence_after=3, hosts=6, servers=1, server_retries=2)
+    st.c.doomed.append(["claim", 3])
+    out = st.run()
+    # Its destination died three times: two retries, then it failed.
+    assert out.retried == {"compute-1-vm-0": 2}
+    assert out.failed["compute-1-vm-0"].startswith(
+        "gave up after 3 failed attempts ([evacuation] server_retries = 2)")
+    assert [s for s, _ in st.rows("compute-1-vm-0")] == [
+        "retry", "retry", "retry"]
+    # The budget is in the journal: the next attempt of the host (after
+    # a restart, say) does not send it again.
+    sent = len(st.requests)
+    result = actions.evacuate(st.w.ctx, st.rec)
+    assert result.kind == E.EVACUATE_FAILED and "gave up" in result.reason
+    assert len(st.requests) == sent
+
+
+def test_stopped_server_retried_ends_stopped():
+    st = _Storm(fence_after=3)
+    st.c.servers["compute-1-vm-0"].update(vm_state="stopped",
+                                          status="SHUTOFF")
+    st.c.doomed.append(["claim", 1])
+    out = st.run()
+    assert "compute-1-vm-0" in out.done
+    assert st.c.servers["compute-1-vm-0"]["status"] == "SHUTOFF"
+
+
+def test_failed_request_taken_by_nova_after_all_is_not_sent_twice():
+    st = _Storm()
+    real = st.c.evacuate
+
+    def flaky(sid):
+        real(sid)
+        if sid == "compute-1-vm-0" and len(st.requests) == 1:
+            raise cb.ComputeError("HTTP 504 from the proxy", 504)
+    st.c.complete = False
+    st.c.evacuate = flaky
+    st.c.on_evacuate = None
+
+    def finish_later():
+        # Nova completes what it took, a few seconds on.
+        for m in st.c.migrations:
+            if m["status"] == "accepted" and m["dest"] and \
+                    st.w.clock() - m["created_at"] > 3:
+                m["status"] = "done"
+                st.c.servers[m["server"]].update(host=m["dest"],
+                                                 task_state=None)
+    tick = st.tick
+    st.w.ctx.board._tick = lambda: (tick(), finish_later())
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len([r for r in st.requests if r[0] == "compute-1-vm-0"]) == 1
+
+
+def test_restart_resumes_a_stuck_server_without_sending_it_again():
+    st = _Storm(fence_after=10_000)              # never fenced: stays stuck
+    st.c.doomed.append(["claim", 1])
+    st.w.conf.set_override("server_timeout", 20, "evacuation")
+    first = st.run()
+    assert "compute-1-vm-0" in first.failed and first.retried == {}
+    # A new process: the server still rebuilding is waited for, not sent.
+    st.fence_after = 0
+    st.w.conf.set_override("server_timeout", 600, "evacuation")
+    sent_before = len(st.requests)
+    st.c.servers["compute-1-vm-0"]["task_state"] = "rebuilding"
+    out = st.run()
+    assert out.done.keys() == {"compute-1-vm-0"}
+    sends = st.requests[sent_before:]
+    assert sends == [("compute-1-vm-0", [True])]  # after its dest's fencing
+    assert out.retried == {"compute-1-vm-0": 1}
+
+
+def test_evacuate_action_succeeds_when_retries_save_every_server():
+    st = _Storm(fence_after=5)
+    st.c.doomed.append(["claim", 1])
+    result = actions.evacuate(st.w.ctx, st.rec)
+    assert result.kind == E.EVACUATE_OK, result.reason
+    assert "1 sent again after a failure" in result.reason
+    assert result.detail["retried"] == 1
+
+
+def test_nova_driver_reads_rebuild_events_from_instance_actions(tmp_path):
+    from instanceha import conf as conf_pkg
+    from instanceha.drivers.compute.nova import NovaDriver
+    from instanceha.sim import SimServer
+    cloud = SimCloud(hosts=3, servers_per_host=1, schedule_time=0.0,
+                     evacuation_time=0.0)
+    srv = SimServer(cloud).start()
+    try:
+        clouds, _ = srv.write_client_files(str(tmp_path))
+        nova = NovaDriver(conf_pkg.make({"DEFAULT": {
+            "cloud": "sim", "clouds_file": clouds}}))
+        sid = cloud.list_servers(host="compute-0")[0].id
+        assert nova.rebuild_events(sid) == []
+        _fence(cloud, "compute-0")
+        cloud.kill_next_destinations(1, stage="claim")
+        nova.evacuate(sid)
+        events = nova.rebuild_events(sid)
+        assert events == [
+            cb.ActionEvent("conductor_rebuild_server", "conductor", True,
+                           "Success"),
+            cb.ActionEvent("compute_rebuild_instance", "compute-1", False)]
+    finally:
+        srv.stop()

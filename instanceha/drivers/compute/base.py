@@ -45,6 +45,15 @@ class Migration:
     created_at: Optional[float] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ActionEvent:
+    """One event of a server's instance action (os-instance-actions)."""
+    event: str                  # conductor_rebuild_server, compute_rebuild_instance
+    host: Optional[str]         # where it ran (microversion >= 2.62)
+    finished: bool
+    result: Optional[str] = None  # Success | Error, once finished
+
+
 class ComputeError(Exception):
     """Nova answered with an error or could not be reached."""
 
@@ -103,6 +112,12 @@ class ComputeDriver(abc.ABC):
     @abc.abstractmethod
     def list_evacuations(self, host):
         """Evacuation migrations whose source is ``host``: [Migration]."""
+
+    def rebuild_events(self, server_id):
+        """Events of the server's latest evacuate request: [ActionEvent]
+        (which conductor and compute steps started and finished, on which
+        host), or None when the driver cannot tell."""
+        return None
 
     # -- the control plane a recovery needs (ControlPlaneMonitor) --------------
     def list_control_services(self):

@@ -20,6 +20,7 @@ LOG = structlog.get_logger("instanceha.nova")
 MIN_MICROVERSION = (2, 53)      # services addressed by UUID
 MIGRATIONS_MICROVERSION = (2, 59)  # migration uuid, pagination
 CONTROL_BINARIES = ("nova-scheduler", "nova-conductor")
+ACTIONS_MICROVERSION = (2, 62)  # instance action events name their host
 NOT_FINISHED = ("accepted", "pre-migrating", "migrating", "queued",
                 "preparing", "running", "post-migrating")
 
@@ -81,6 +82,8 @@ class NovaDriver(base.ComputeDriver):
         self._evacuate_mv = _fmt_mv(wanted)
         self._migrations_mv = _fmt_mv(min(MIGRATIONS_MICROVERSION,
                                           self.max_microversion))
+        self._actions_mv = _fmt_mv(min(ACTIONS_MICROVERSION,
+                                       self.max_microversion))
 
     def _negotiate(self):
         try:
@@ -216,6 +219,25 @@ class NovaDriver(base.ComputeDriver):
                           params={"migration_type": "evacuation",
                                   "source_compute": host})
         return [_migration(m) for m in body.get("migrations", [])]
+
+    def rebuild_events(self, server_id):
+        path = "/servers/%s/os-instance-actions" % server_id
+        body = self._call("get", path, self._actions_mv)
+        evacuations = [a for a in body.get("instanceActions") or []
+                       if a.get("action") == "evacuate" and a.get("request_id")]
+        if not evacuations:
+            return []
+        latest = max(evacuations, key=lambda a: a.get("start_time") or "")
+        body = self._call("get", "%s/%s" % (path, latest["request_id"]),
+                          self._actions_mv)
+        try:
+            events = body["instanceAction"].get("events") or []
+            return [base.ActionEvent(
+                event=e["event"], host=e.get("host"),
+                finished=e.get("finish_time") is not None,
+                result=e.get("result")) for e in events]
+        except (KeyError, TypeError, AttributeError) as e:
+            raise base.ComputeError("instance action answer lacks %s" % e)
 
 
 def _error_message(resp):
