@@ -554,11 +554,15 @@ class SimCloud:
             s.updated = self._now
             self._end_event(ev, False)
             return
-        busy = self.rebuilding.setdefault(s.id, set())
+        # A rebuild whose compute died is over: only live ones count.
+        busy = {d for d in self.rebuilding.get(s.id, ())
+                if self.hosts[d].alive}
         busy.add(dest)
+        self.rebuilding[s.id] = busy
         if len(busy) > 1:
             self.double_rebuilds.append((self._now, s.id, sorted(busy)))
         if self._doom("claim", h):
+            busy.discard(dest)
             return                      # died during the rebuild
         self._at(self._now + self.evacuation_time, self._rebuilt, m, dest,
                  stop, ev, s.vm_state, h.boot_generation)
