@@ -12,6 +12,8 @@ import dataclasses
 from typing import Optional
 
 NO_CAPACITY_MARKERS = ("no valid host",)
+#: The conductor's instance action event for an evacuation (Nova 34).
+CONDUCTOR_EVENTS = ("rebuild_server", "conductor_rebuild_server")
 #: Faults of a rebuild that failed for a reason of the moment.
 TRANSIENT_MARKERS = ("messagingtimeout", "timed out waiting for a reply",
                      "computehostnotfound", "compute host not found",
@@ -98,7 +100,9 @@ def in_flight(source, dest, via, services, candidates, events, age,
                                 % (dest, via)), None
     if events is None or age < stall_timeout:
         return None, None
-    conductor = [e for e in events if e.event.startswith("conductor_")]
+    # The conductor records its step as "rebuild_server" (EventReporter,
+    # no prefix); the compute's as "compute_rebuild_instance".
+    conductor = [e for e in events if e.event in CONDUCTOR_EVENTS]
     if not conductor or not conductor[-1].finished \
             or (conductor[-1].result or "").lower() != "success":
         return None, None     # not sent to a compute (yet), or it failed

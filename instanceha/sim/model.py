@@ -514,7 +514,7 @@ class SimCloud:
         m = next((x for x in self.migrations
                   if x.instance_uuid == s.id and x.status == "accepted"
                   and x.migration_type == "evacuation"), m)
-        ev = self._event(action, "conductor_rebuild_server", "conductor",
+        ev = self._event(action, "rebuild_server", "conductor",
                          self._now)
         dest = forced or self._pick_host(s, m.source_compute, requested)
         if dest is None:

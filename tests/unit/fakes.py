@@ -123,7 +123,7 @@ class FakeCompute(cb.ComputeDriver):
         # Like Nova's conductor: the oldest accepted migration is used.
         mig = next(m for m in self.migrations
                    if m["server"] == server_id and m["status"] == "accepted")
-        conductor = cb.ActionEvent("conductor_rebuild_server", "conductor",
+        conductor = cb.ActionEvent("rebuild_server", "conductor",
                                    True, "Success" if targets else "Error")
         self.events[server_id] = [conductor]
         doom = next((d for d in self.doomed if d[1] > 0), None)

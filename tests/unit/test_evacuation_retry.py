@@ -46,7 +46,7 @@ def test_sim_destination_dead_at_cast_never_takes_the_rebuild():
     assert [h.name for h in dead] == ["compute-0", "compute-1"]
     events = cloud.instance_actions(sid)[0]["events"]
     assert [(e["event"], e["result"]) for e in events] == [
-        ("conductor_rebuild_server", "Success")]
+        ("rebuild_server", "Success")]
 
 
 def test_sim_destination_dying_during_the_rebuild_stays_pre_migrating():
@@ -61,7 +61,7 @@ def test_sim_destination_dying_during_the_rebuild_stays_pre_migrating():
     assert _migs(cloud, sid) == [("pre-migrating", "compute-1")]
     events = cloud.instance_actions(sid)[0]["events"]
     assert [(e["event"], e["host"], e["result"]) for e in events] == [
-        ("conductor_rebuild_server", "conductor", "Success"),
+        ("rebuild_server", "conductor", "Success"),
         ("compute_rebuild_instance", "compute-1", None)]
 
 
@@ -214,7 +214,7 @@ def test_in_flight_known_destination_retried_only_once_forced_down():
 
 
 def test_in_flight_unknown_destination_needs_stall_conductor_and_fencing():
-    sent = [cb.ActionEvent("conductor_rebuild_server", "ctl", True,
+    sent = [cb.ActionEvent("rebuild_server", "ctl", True,
                            "Success")]
     down_b = [_svc("b", "down"), _svc("c")]
     fenced_b = [_svc("b", "down", forced=True), _svc("c")]
@@ -223,7 +223,7 @@ def test_in_flight_unknown_destination_needs_stall_conductor_and_fencing():
     assert _judge(None, fenced_b, cands, sent, age=30) == (None, None)
     assert _judge(None, fenced_b, cands, None, age=300) == (None, None)
     # The conductor has not sent it yet (or failed): wait.
-    pending = [cb.ActionEvent("conductor_rebuild_server", "ctl", False)]
+    pending = [cb.ActionEvent("rebuild_server", "ctl", False)]
     assert _judge(None, fenced_b, cands, pending, age=300) == (None, None)
     # Every host it could have gone to is up: a slow live one; wait.
     verdict, waiting = _judge(None, [_svc("b"), _svc("c")], cands, sent, 300)
@@ -240,7 +240,7 @@ def test_in_flight_unknown_destination_needs_stall_conductor_and_fencing():
 
 
 def test_in_flight_destination_from_a_compute_event():
-    events = [cb.ActionEvent("conductor_rebuild_server", "ctl", True,
+    events = [cb.ActionEvent("rebuild_server", "ctl", True,
                              "Success"),
               cb.ActionEvent("compute_rebuild_instance", "b", False)]
     verdict, _ = _judge(None, [_svc("b", "down", forced=True)], (), events,
@@ -482,7 +482,7 @@ def test_nova_driver_reads_rebuild_events_from_instance_actions(tmp_path):
         nova.evacuate(sid)
         events = nova.rebuild_events(sid)
         assert events == [
-            cb.ActionEvent("conductor_rebuild_server", "conductor", True,
+            cb.ActionEvent("rebuild_server", "conductor", True,
                            "Success"),
             cb.ActionEvent("compute_rebuild_instance", "compute-1", False)]
     finally:

@@ -48,7 +48,7 @@ class Migration:
 @dataclasses.dataclass(frozen=True)
 class ActionEvent:
     """One event of a server's instance action (os-instance-actions)."""
-    event: str                  # conductor_rebuild_server, compute_rebuild_instance
+    event: str          # rebuild_server (conductor), compute_rebuild_instance
     host: Optional[str]         # where it ran (microversion >= 2.62)
     finished: bool
     result: Optional[str] = None  # Success | Error, once finished
