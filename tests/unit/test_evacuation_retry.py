@@ -487,3 +487,29 @@ def test_nova_driver_reads_rebuild_events_from_instance_actions(tmp_path):
             cb.ActionEvent("compute_rebuild_instance", "compute-1", False)]
     finally:
         srv.stop()
+
+
+def test_destination_named_by_a_notification_needs_no_stall_timeout():
+    st = _Storm(fence_after=5, stall_timeout=3600)
+    st.c.doomed.append(["cast", 1])
+    board = st.w.ctx.board
+
+    def scheduled(sid, dest):
+        # What the conductor publishes: nova-conductor:<destination>.
+        board.record(sid, at=st.w.clock(), event="instance.rebuild_scheduled",
+                     publisher_host="compute-0", host="compute-1",
+                     state="active", task_state="rebuilding")
+    real = st.c.evacuate
+
+    def evacuate(sid):
+        real(sid)
+        if len(st.requests) == 1:
+            scheduled(sid, "compute-0")
+    st.c.evacuate = evacuate
+    start = st.w.clock()
+    out = st.run()
+    assert not out.failed and out.retried == {"compute-1-vm-0": 1}
+    retry = [r for r in st.w.journal.evacuations() if r["status"] == "retry"]
+    assert "destination compute-0 (from the notification)" in \
+        retry[0]["detail"]
+    assert retry[0]["finished_at"] - start < 60
