@@ -42,8 +42,17 @@ def live_sharers(ctx, record, bmc):
     service row, a copy-pasted inventory entry)."""
     if inventory.identity(bmc) is None:
         return []
-    services = ctx.compute.list_services()
-    newest = max((s.updated_at for s in services if s.updated_at), default=0)
+    # Only hosts whose inventory entry reaches the same BMC can be hurt:
+    # with none (the usual case) Nova need not be asked at all.
+    names = {name for name, other in ctx.inventory.items()
+             if name != record.name and inventory.same_bmc(bmc, other)}
+    if not names:
+        return []
+    everyone = ctx.compute.list_services()
+    # Nova's now: the newest heartbeat of a service Nova calls up.
+    newest = max((s.updated_at for s in everyone if s.updated_at
+                  and s.state == "up" and not s.forced_down), default=0)
+    services = [s for s in everyone if s.host in names]
     delta = ctx.conf.detection.delta
     out = []
     for s in services:
