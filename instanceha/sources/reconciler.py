@@ -40,6 +40,11 @@ def classify(service, now, delta):
     if service.state != "up":
         return E.HEARTBEAT_LOST, "Nova reports the service down" + (
             "" if age is None else " (last report %.0fs ago)" % age)
+    if age is None:
+        # A compute that has just started: Nova says up before its first
+        # heartbeat is written. Unknown is not lost.
+        return E.HEARTBEAT_OK, "Nova reports the service up (no heartbeat " \
+                               "recorded yet)"
     if not fresh:
         return E.HEARTBEAT_LOST, _lost_reason(age) + " (Nova still says up)"
     return E.HEARTBEAT_OK, "reporting"

@@ -219,16 +219,16 @@ def test_frozen_forced_down_service_goes_stale_while_others_report():
 
 def test_service_without_updated_at():
     r = Rig(-300.0)
-    r.nova.rows["c1"].update(alive=False, updated_at=None)
+    r.nova.rows["c1"].update(alive=False, updated_at=None, state="down")
     out = r.pass_()
-    assert out["c1"] == (E.HEARTBEAT_LOST, "never reported (Nova still says up)")
+    assert out["c1"] == (E.HEARTBEAT_LOST, "Nova reports the service down")
     assert out["c0"][0] is out["c2"][0] is E.HEARTBEAT_OK
 
 
 def test_no_service_with_updated_at():
     r = Rig(-300.0)
     for row in r.nova.rows.values():
-        row.update(alive=False, updated_at=None)
+        row.update(alive=False, updated_at=None, state="down")
     with capture_logs() as logs:
         assert set(r.kinds().values()) == {E.HEARTBEAT_LOST}
     assert r.rec.health()["clock_skew"] is None
@@ -277,3 +277,18 @@ def test_an_updated_at_from_the_future_on_a_down_row_ages_nobody():
         assert {kinds[h] for h in ("c0", "c1", "c2")} == {E.HEARTBEAT_OK}
     assert kinds["c3"] is E.HEARTBEAT_LOST
     assert abs(r.rec.health()["clock_skew"]) <= 1.5
+
+
+def test_up_before_its_first_heartbeat_is_not_lost():
+    """A compute that just started: Nova says up, updated_at still null
+    (seen on real Nova: the live host was powered off)."""
+    from instanceha.drivers.compute.base import ComputeService
+    svc = ComputeService(id="u", host="c", state="up", status="enabled",
+                         forced_down=False, disabled_reason=None,
+                         updated_at=None)
+    kind, reason = classify(svc, 1000.0, 10)
+    assert kind is E.HEARTBEAT_OK and "no heartbeat recorded yet" in reason
+    down = ComputeService(id="u", host="c", state="down", status="enabled",
+                          forced_down=False, disabled_reason=None,
+                          updated_at=None)
+    assert classify(down, 1000.0, 10)[0] is E.HEARTBEAT_LOST
