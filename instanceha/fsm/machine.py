@@ -364,7 +364,10 @@ def _enter(r, dst, ev, p):
             changes.update(heartbeat_ok=True, lost_at=None, kdump_at=None,
                            kdump_first_at=None,
                            hold_until=ev.at + p.resume_boot_time)
-    if dst is State.SUSPECT and r.state is State.ACTIVE:
+    if (dst is State.SUSPECT and r.state is State.ACTIVE
+            and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN)):
+        # Heartbeat losses only: kdump messages of a crashing host that
+        # still looks fresh must not make it a flapping one.
         changes["losses"] = tuple(t for t in r.losses
                                   if ev.at - t <= p.flap_window) + (ev.at,)
     if dst in ISOLATED_STATES:

@@ -224,3 +224,17 @@ def test_operator_api_lifts_the_storm_and_metrics_show_it():
                                             "compute-2"]
     text = api.handle("GET", "/metrics")[2].decode()
     assert 'instanceha_storm_hold{scope="global"} 0.0' in text
+
+
+def test_kdump_messages_before_the_loss_are_not_flapping():
+    """A crashing host sends fence_kdump every second while Nova still
+    sees its last heartbeat: suspect, back, suspect... is not a flap."""
+    p = machine.Policy(grace_period=10, flap_count=3, kdump_enabled=True,
+                       kdump_timeout=5)
+    events = []
+    for t in range(0, 8):
+        events += [ev(E.KDUMP, t), ev(E.HEARTBEAT_OK, t + 0.5)]
+    rec, _ = run(events, policy=p)
+    assert rec.loss_count == 0
+    rec, out = run([ev(E.HEARTBEAT_LOST, 9), ev(E.TICK, 20)], p, rec)
+    assert out[-1] == (S.FENCING, [A.FENCE])
