@@ -38,3 +38,13 @@ def engine(clean_bed, request):
     for e in engines:
         e.stop()
 
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The cascade scenario runs last on the shared bed: a rebuild Nova
+    cast to the destination it kills waits in that compute's queue and is
+    replayed when the bed restores it (a known gap, doc/safety.md rule 15),
+    which has left later boots with 'No valid host'."""
+    last = [i for i in items if "realnova/test_cascade.py" in i.nodeid]
+    if last:
+        items[:] = [i for i in items if i not in last] + last
