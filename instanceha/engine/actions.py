@@ -16,6 +16,7 @@ from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
+from instanceha.sources import reconciler
 
 LOG = structlog.get_logger("instanceha.actions")
 
@@ -50,8 +51,7 @@ def live_sharers(ctx, record, bmc):
         return []
     everyone = ctx.compute.list_services()
     # Nova's now: the newest heartbeat of a service Nova calls up.
-    newest = max((s.updated_at for s in everyone if s.updated_at
-                  and s.state == "up" and not s.forced_down), default=0)
+    newest = reconciler.newest_heartbeat(everyone) or 0
     services = [s for s in everyone if s.host in names]
     delta = ctx.conf.detection.delta
     out = []

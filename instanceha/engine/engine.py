@@ -33,7 +33,6 @@ _PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
 
 #: Observations where only the newest pending one matters.
 _COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
-_IGNORED_FOR_THRESHOLD = {State.MAINTENANCE, State.SUSPENDED}
 
 
 class _Retry(Exception):

@@ -56,6 +56,15 @@ def _lost_reason(age):
     return "last report %.0fs ago" % age
 
 
+def newest_heartbeat(services):
+    """The newest updated_at of a service Nova itself calls up (None if
+    none): the nearest reading of Nova's clock an os-services answer
+    gives."""
+    return max((s.updated_at for s in services
+                if s.updated_at is not None and s.state == "up"
+                and not s.forced_down), default=None)
+
+
 class NovaClock:
     """Nova's "now", estimated from the updated_at values Nova reports.
 
@@ -88,9 +97,7 @@ class NovaClock:
         # updated_at are near Nova's now. A row whose updated_at lies far in
         # the future (a retired compute written while some writer's clock
         # was fast) is down to Nova and must not age every live host.
-        newest = max((s.updated_at for s in services
-                      if s.updated_at is not None and s.state == "up"
-                      and not s.forced_down), default=None)
+        newest = newest_heartbeat(services)
         if newest is not None and newest != self._newest:
             self._newest, self._seen_at = newest, mono_now
         if self._newest is None:
