@@ -29,8 +29,7 @@ class StartupError(Exception):
 
 
 def load_inventory(conf):
-    known = set(fencing_pkg.DRIVERS)
-    inv = inventory_mod.load(conf.fencing.inventory, known)
+    inv = inventory_mod.load(conf.fencing.inventory, fencing_pkg.FIELDS)
     for bmc in inv.values():
         if bmc.driver == "noop" and not conf.fencing.allow_unfenced:
             raise ConfigError(

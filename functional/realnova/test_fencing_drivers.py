@@ -7,6 +7,7 @@ take that host's nova-compute down, as losing power would.
 import pytest
 
 from instanceha import conf as iha_conf
+from instanceha.drivers import fencing
 from instanceha.drivers.fencing import base, inventory, load_driver
 from functional.peers import procs
 
@@ -18,7 +19,7 @@ def conf():
 
 def entry(bed, host):
     data = {"hosts": {host: bed.bmc(host).inventory_entry()}}
-    return inventory.parse(data, {"ipmi", "redfish"})[host]
+    return inventory.parse(data, fencing.FIELDS)[host]
 
 
 @pytest.mark.parametrize("kind", ["ipmi", "redfish"])

@@ -5,7 +5,7 @@ from instanceha import service
 from instanceha.drivers.fencing import inventory, load_driver
 from instanceha.drivers.fencing.noop import NoopDriver
 
-KNOWN = {"redfish", "ipmi", "noop"}
+from instanceha.drivers.fencing import FIELDS as KNOWN
 
 
 def test_valid_inventory_with_defaults(tmp_path):
@@ -73,7 +73,7 @@ def test_entries_reaching_one_bmc_are_found():
         "other": {"driver": "redfish", "address": "https://10.0.0.5",
                   "system_id": "/redfish/v1/Systems/2"},
         "elsewhere": {"driver": "redfish", "address": "https://10.0.0.6"},
-        "test": {"driver": "noop"}}}, {"redfish", "noop"})
+        "test": {"driver": "noop"}}}, KNOWN)
     assert inv_mod.shared(inv) == [("HTTPS://10.0.0.5:443", ["new", "old"])]
 
 
@@ -87,7 +87,7 @@ def test_an_entry_without_system_reaches_every_system_of_its_bmc():
         "i1": {"driver": "ipmi", "address": "10.0.0.9"},
         "i2": {"driver": "ipmi", "address": "10.0.0.9", "port": 623},
         "i3": {"driver": "ipmi", "address": "10.0.0.9", "port": 6230}}},
-        {"redfish", "ipmi"})
+        KNOWN)
     assert inv_mod.same_bmc(inv["a"], inv["b"])
     assert not inv_mod.same_bmc(inv["a"], inv["c"])       # other port
     assert inv_mod.same_bmc(inv["i1"], inv["i2"])          # default port

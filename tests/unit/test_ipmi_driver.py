@@ -3,7 +3,7 @@
 import pytest
 
 from instanceha import conf as iha_conf
-from instanceha.drivers.fencing import base, inventory, load_driver
+from instanceha.drivers.fencing import FIELDS, base, inventory, load_driver
 from instanceha.drivers.fencing import ipmi
 
 PASSWORD = "s3cr3t-pw"
@@ -60,7 +60,7 @@ def conf():
 def bmc_entry():
     return inventory.parse({"hosts": {"compute-0": {
         "driver": "ipmi", "address": "192.0.2.10", "username": "admin",
-        "password": PASSWORD, "port": 6230}}}, {"ipmi"})["compute-0"]
+        "password": PASSWORD, "port": 6230}}}, FIELDS)["compute-0"]
 
 
 def make(conf, fake):
@@ -96,7 +96,7 @@ def test_inherited_ipmitool_password_is_not_passed_on(conf, bmc_entry, monkeypat
 def test_cipher_suite_and_interface_from_inventory(conf):
     entry = inventory.parse({"hosts": {"h": {
         "driver": "ipmi", "address": "a", "username": "u", "password": "p",
-        "cipher_suite": 17, "interface": "lan"}}}, {"ipmi"})["h"]
+        "cipher_suite": 17, "interface": "lan"}}}, FIELDS)["h"]
     fake = FakeBMC()
     make(conf, fake).power_state(entry)
     argv = fake.calls[0][0]

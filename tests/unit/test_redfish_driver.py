@@ -54,7 +54,7 @@ def world(clock, tmp_path):
         srv = SimServer(cloud).start()
         started.append(srv)
         _, bmc_yaml = srv.write_client_files(str(tmp_path))
-        return cloud, srv, inventory.load(bmc_yaml, set(fencing.DRIVERS))
+        return cloud, srv, inventory.load(bmc_yaml, fencing.FIELDS)
     started = []
     yield start
     for srv in started:

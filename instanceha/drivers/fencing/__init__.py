@@ -11,6 +11,19 @@ DRIVERS = {
     "redfish": "instanceha.drivers.fencing.redfish:RedfishDriver",
     "ipmi": "instanceha.drivers.fencing.ipmi:IPMIDriver",
     "noop": "instanceha.drivers.fencing.noop:NoopDriver",
+    "fence_agent": "instanceha.drivers.fencing.fence_agent:FenceAgentDriver",
+    "bmh": "instanceha.drivers.fencing.bmh:BareMetalHostDriver",
+}
+
+#: inventory fields each driver reads besides driver, address, username and
+#: password (the inventory refuses a field no driver reads). Each driver's
+#: module documents its own.
+FIELDS = {
+    "redfish": {"system_id", "verify", "timeout"},
+    "ipmi": {"port", "cipher_suite", "timeout", "interface"},
+    "noop": set(),
+    "fence_agent": set(),
+    "bmh": {"namespace", "name", "kubeconfig"},
 }
 
 

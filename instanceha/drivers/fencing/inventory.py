@@ -27,9 +27,9 @@ class InventoryError(ValueError):
     pass
 
 
-KNOWN_FIELDS = {"driver", "address", "username", "password", "system_id",
-                "verify", "port", "cipher_suite", "timeout", "interface",
-                "namespace", "name", "kubeconfig"}
+#: fields every entry may carry; a driver's own fields come from the
+#: ``known_drivers`` mapping given to :func:`parse`
+COMMON_FIELDS = {"driver", "address", "username", "password"}
 NEEDS_ADDRESS = {"redfish", "ipmi"}
 
 
@@ -95,7 +95,14 @@ def shared(inventory):
 
 
 def parse(data, known_drivers):
-    """Validate a loaded mapping and return {host: BMC}."""
+    """Validate a loaded mapping and return {host: BMC}.
+
+    ``known_drivers`` maps each driver name to the inventory fields it reads
+    (a plain collection of names means drivers with no fields of their own).
+    """
+    if not isinstance(known_drivers, Mapping):
+        known_drivers = {name: () for name in known_drivers}
+    known_fields = set(COMMON_FIELDS).union(*map(set, known_drivers.values()))
     if not isinstance(data, Mapping) or not isinstance(data.get("hosts"), Mapping):
         raise InventoryError("inventory: top level must be a mapping with a "
                              "'hosts' mapping")
@@ -112,7 +119,7 @@ def parse(data, known_drivers):
                                  % host)
         merged = dict(defaults)
         merged.update(entry)
-        unknown = sorted(set(merged) - KNOWN_FIELDS)
+        unknown = sorted(set(merged) - known_fields)
         if unknown:
             raise InventoryError("inventory: host %s: unknown field %s"
                                  % (host, unknown[0]))
