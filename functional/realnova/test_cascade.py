@@ -105,3 +105,27 @@ def test_destination_dying_mid_evacuation_ends_all_active_on_the_third(
                for d in details), details
     print("real-nova cascade: %s evacuated to %s in %.1fs after %s died "
           "under its evacuation" % (a, c, elapsed, b))
+
+    # compute-1 comes back. Its queue still holds the rebuilds cast to it
+    # as it died; its compute runs them, Nova fails them on the servers'
+    # changed task state and sets the servers to error, though they run on
+    # compute-2. Its cleanup check repairs that before it is put back.
+    bed.bmc(b).power_on()
+    state, reason = eng.wait_state(b, "active", timeout=180)
+    assert "%d server(s) an old rebuild set to error reset to active" \
+        % len(ids) in reason, reason
+    for sid in ids:
+        s = bed.cloud.server(sid)
+        assert (s["status"], s["OS-EXT-STS:vm_state"],
+                s["OS-EXT-STS:task_state"], s["OS-EXT-SRV-ATTR:host"]) == (
+                    "ACTIVE", "active", None, c), s
+    stale = [m for m in bed.cloud.migrations(a)
+             if m["instance_uuid"] in ids and m["dest_compute"] == b]
+    assert sorted(m["status"] for m in stale) == ["failed"] * len(ids), stale
+    rows = j.stale_rebuilds(unresolved=False)
+    assert sorted(r["server_id"] for r in rows
+                  if r["resolution"].startswith("repaired:")) == sorted(ids)
+    svc = bed.cloud.service(b)
+    assert not svc["forced_down"] and svc["status"] == "enabled", svc
+    print("real-nova cascade: %s came back, ran %d old rebuilds; servers "
+          "repaired and still on %s" % (b, len(ids), c))

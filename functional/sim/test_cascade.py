@@ -113,3 +113,56 @@ def test_restart_while_a_rebuild_is_stuck_on_a_dead_destination(make_cloud):
         m["instance_uuid"] for m in snap["migrations"]
         if m["instance_uuid"] in victims)
     assert sorted(per_server.values()) == [1] * (len(victims) - 1) + [2]
+
+
+def test_returning_destination_runs_its_old_rebuild_and_the_server_is_repaired(
+        make_cloud):
+    """A destination that died as the rebuild was cast to it keeps the
+    rebuild in its queue. The server is rebuilt elsewhere; when that host
+    comes back its compute runs the old rebuild, which fails on the changed
+    task state and sets the server to error while it runs elsewhere. The
+    host's cleanup check must repair that before putting it back."""
+    c = make_cloud(OVERRIDES, hosts=20, servers_per_host=4,
+                   evacuation_time=0.5)
+    c.start_engine()
+    victims = _servers_of(c, VICTIM)
+    c.sim.kill_next_destinations(2, stage="cast")
+    c.sim.kill(VICTIM)
+    state, reason = c.wait_state(VICTIM, "evacuated", timeout=90)
+    dead = _dead_hosts(c)
+    assert len(dead) == 2 and "2 sent again after a failure" in reason, \
+        (dead, reason)
+    for host in dead:
+        c.wait_state(host, "evacuated", timeout=60)
+    snap = c.sim.snapshot()
+    moved = {sid: snap["servers"][sid]["host"] for sid in victims}
+    assert all(h not in (VICTIM, *dead) for h in moved.values()), moved
+    # The two dead destinations come back: their old rebuilds run.
+    for host in dead:
+        c.sim.power(host, True)
+    reasons = [c.wait_state(host, "active", timeout=60)[1] for host in dead]
+    snap = c.sim.snapshot()
+    for sid in victims:
+        s = snap["servers"][sid]
+        assert (s["status"], s["vm_state"], s["task_state"]) == (
+            "ACTIVE", "active", None), s
+        assert s["host"] == moved[sid], s        # not moved by the repair
+    assert sum("reset to active" in r for r in reasons) == 2, reasons
+    # The old rebuilds did run, and failed: that is what was repaired.
+    stale = [m for m in snap["migrations"] if m["instance_uuid"] in victims
+             and m["dest_compute"] in dead]
+    assert len(stale) == 2 and all(m["status"] == "failed" for m in stale), \
+        stale
+    assert sorted(sid for _, sid, _ in c.sim.resets) == sorted(
+        m["instance_uuid"] for m in stale)
+    assert c.sim.double_rebuilds == []
+    # Nobody could know which of the two dead hosts had each rebuild: both
+    # were suspected; each repair was done once, by the host that ran it.
+    rows = c.journal().stale_rebuilds(unresolved=False)
+    repaired = sorted(r["server_id"] for r in rows
+                      if r["resolution"].startswith("repaired:"))
+    assert repaired == sorted(m["instance_uuid"] for m in stale), rows
+    assert all(r["resolved_at"] for r in rows), rows
+    for host in dead:
+        svc = snap["services"][host]
+        assert not svc["forced_down"] and svc["status"] == "enabled", svc

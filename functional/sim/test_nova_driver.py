@@ -72,3 +72,30 @@ def test_unreachable_nova_is_a_compute_error(sim, tmp_path):
     conf.set_override("api_timeout", 2)
     with pytest.raises(base.ComputeError):
         NovaDriver(conf)
+
+
+def test_aggregates_zones_and_reset_state(tmp_path):
+    cloud = SimCloud(hosts=3, servers_per_host=1, aggregates={
+        "rack-a": {"hosts": ["compute-0", "compute-1"],
+                   "availability_zone": "az1"}})
+    srv = SimServer(cloud).start()
+    try:
+        clouds, _ = srv.write_client_files(str(tmp_path))
+        nova = NovaDriver(conf_pkg.make({"DEFAULT": {
+            "cloud": "sim", "clouds_file": clouds}}))
+        assert nova.list_aggregates() == [base.Aggregate(
+            "rack-a", ("compute-0", "compute-1"), "az1")]
+        zones = {s.host: s.zone for s in nova.list_services()}
+        assert zones == {"compute-0": "az1", "compute-1": "az1",
+                         "compute-2": "nova"}
+        sid = nova.list_servers("compute-0")[0].id
+        nova.reset_state(sid, "error")
+        assert nova.get_server(sid).vm_state == "error"
+        nova.reset_state(sid, "active")
+        s = nova.get_server(sid)
+        assert (s.vm_state, s.task_state, s.status) == ("active", None,
+                                                        "ACTIVE")
+        with pytest.raises(base.ComputeError, match="400"):
+            nova.reset_state(sid, "stopped")
+    finally:
+        srv.stop()

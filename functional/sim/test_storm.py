@@ -106,3 +106,48 @@ def test_long_evacuations_do_not_delay_the_fencing_of_other_hosts(make_cloud):
     evacs = [a["finished_at"] - a["started_at"] for a in c.journal().actions()
              if a["kind"] == "evacuate"]
     assert len(evacs) == 4 and min(evacs) >= 8.0, evacs
+
+
+def test_zone_and_aggregate_storms_hold_only_their_own_hosts(make_cloud):
+    """24 hosts in two availability zones (aggregates with a zone), and a
+    rack modelled as an aggregate inside the second. A zone losing most of
+    its hosts, and a rack losing most of its hosts, hold fencing there;
+    the cloud as a whole is below the threshold, and a host dying
+    elsewhere is recovered as usual."""
+    names = ["compute-%d" % i for i in range(24)]
+    aggregates = {"az1-hosts": {"hosts": names[:12], "availability_zone":
+                                "az1"},
+                  "az2-hosts": {"hosts": names[12:], "availability_zone":
+                                "az2"},
+                  "rack-a": {"hosts": names[12:16]}}
+    c = make_cloud({"policy": {"threshold": 50, "threshold_per_zone": True,
+                               "threshold_per_aggregate": True}},
+                   hosts=24, servers_per_host=1, aggregates=aggregates)
+    c.start_engine()
+    zone_dead = names[:7]                # 7 of az1's 12: 58 %
+    rack_dead = names[12:15]             # 3 of rack-a's 4: 75 %
+    for name in zone_dead + rack_dead:   # 10 of 24 in all: 42 %
+        c.sim.kill(name)
+
+    def held(where):
+        return sorted(n for n, (_, r) in c.states().items()
+                      if "storm hold" in r and where in r)
+    c.engine.wait(lambda: held("in zone az1") == sorted(zone_dead)
+                  and held("in aggregate rack-a") == sorted(rack_dead), 40,
+                  "zone az1 and rack-a held")
+    # A host of az2 outside the rack dies: its scopes are calm.
+    c.sim.kill(names[20])
+    c.wait_state(names[20], "evacuated", timeout=40)
+    assert _off(c) == [names[20]]
+    status = c.cli("status").stdout
+    assert "in zone az1" in status and "in aggregate rack-a" in status
+    # The operator checked both: lift the holds; every host is recovered.
+    out = c.cli("resume", "--storm", "--reason", "az1 power, rack-a ToR")
+    assert out.returncode == 0, out.stderr
+    for name in zone_dead + rack_dead:
+        c.wait_state(name, "evacuated", timeout=60)
+    dead = set(zone_dead + rack_dead + [names[20]])
+    assert _off(c) == sorted(dead)
+    snap = c.sim.snapshot()
+    assert all(s["status"] == "ACTIVE" and s["host"] not in dead
+               for s in snap["servers"].values())

@@ -65,6 +65,15 @@ OPTS = [
     cfg.FloatOpt("cleanup_check_interval", default=5.0, min=0.1, max=3600,
                  help="Seconds between checks that a returned host's "
                       "evacuation migrations are all 'completed'."),
+    cfg.FloatOpt("stale_rebuild_wait", default=120.0, min=0, max=86400,
+                 help="A host that died with rebuilds cast to it (servers "
+                      "instanceha then sent elsewhere) runs them when its "
+                      "compute starts again; Nova then sets those servers "
+                      "to error although they run elsewhere. When such a "
+                      "host returns, instanceha waits up to this many "
+                      "seconds for each old rebuild to run, resets a "
+                      "server it put in error back to active, then puts "
+                      "the host back in service."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS, title="Evacuation")

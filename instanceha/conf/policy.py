@@ -26,6 +26,13 @@ OPTS = [
                      "zone (Nova's service zone): a zone losing more than "
                      "'threshold' percent of its hosts holds fencing there "
                      "even when the cloud as a whole is below it."),
+    cfg.BoolOpt("threshold_per_aggregate", default=False,
+                help="Also apply the threshold within each Nova host "
+                     "aggregate (a rack, a power domain, a top-of-rack "
+                     "switch modelled as an aggregate): an aggregate losing "
+                     "more than 'threshold' percent of its hosts holds "
+                     "fencing of its hosts. Needs read access to Nova's "
+                     "os-aggregates API; read once per reconcile pass."),
     cfg.IntOpt("fence_rate_hosts", default=20, min=1, max=100000,
                help="At most this many hosts are fenced per "
                     "fence_rate_interval (a token bucket, bursts up to "

@@ -13,7 +13,7 @@ import structlog
 from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import evacuator
+from instanceha.engine import evacuator, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
 from instanceha.sources import reconciler
@@ -153,6 +153,15 @@ def check_cleanup(ctx, record):
         return _result(record, E.CLEANUP_PENDING, ctx,
                        "%d of %d evacuation migrations not completed yet"
                        % (len(waiting), len(migrations)))
+    stale_rebuilds = stale.settle(ctx, record)
+    if stale_rebuilds.waiting:
+        return _result(record, E.CLEANUP_PENDING, ctx,
+                       "waiting up to %.0fs for %d rebuild(s) cast to this "
+                       "host while it was dead to run (the servers were "
+                       "rebuilt elsewhere; one such rebuild sets its server "
+                       "to error, which is then repaired)"
+                       % (ctx.conf.evacuation.stale_rebuild_wait,
+                          len(stale_rebuilds.waiting)))
     restore_reason = record.operator_disabled
     enable = not ctx.conf.evacuation.leave_disabled and restore_reason is None
     try:
@@ -172,6 +181,8 @@ def check_cleanup(ctx, record):
     else:
         text = ("%d evacuation migrations completed; forced_down unset, "
                 "service left disabled ([evacuation] leave_disabled)" % done)
+    if stale_rebuilds.text():
+        text += "; " + stale_rebuilds.text()
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
 
 

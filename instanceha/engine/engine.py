@@ -169,6 +169,7 @@ class Engine:
             data["state"] = State(data["state"])
             data["busy"] = False
             data["losses"] = tuple(data.get("losses") or ())
+            data["aggregates"] = tuple(data.get("aggregates") or ())
             rec = fsm.HostRecord(**data)
             # In memory only: start-up writes nothing before it finished
             # (the next change of the host is journalled as usual).

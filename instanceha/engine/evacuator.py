@@ -189,6 +189,12 @@ class _Run:
                       outcome=verdict.status, reason=verdict.reason)
             return
         self.finish(attempt, "retry", detail=verdict.reason)
+        if verdict.suspects:
+            # The given-up rebuild may wait in those hosts' queues and run
+            # when they return: checked then (actions.check_cleanup).
+            self.ctx.journal.stale_rebuild_suspected(
+                sid, self.record.id, self.host, verdict.suspects,
+                self.ctx.clock())
         self.retries[sid] += 1
         n = self.retries[sid]
         if n > self.conf.server_retries:

@@ -9,7 +9,7 @@ rebuilt on two hosts at once.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 NO_CAPACITY_MARKERS = ("no valid host",)
 #: The conductor's instance action event for an evacuation (Nova 34).
@@ -25,9 +25,11 @@ TRANSIENT_MARKERS = ("messagingtimeout", "timed out waiting for a reply",
 class Verdict:
     """status is what the journal records for the attempt: ``retry``,
     ``no_capacity`` (the host waits for capacity as a whole), ``failed``,
-    ``refused``, ``gone``."""
+    ``refused``, ``gone``. ``suspects``: hosts whose message queue may
+    still hold the rebuild being given up (it runs if they come back)."""
     status: str
     reason: str
+    suspects: Tuple[str, ...] = ()
 
     @property
     def retryable(self):
@@ -95,9 +97,13 @@ def in_flight(source, dest, via, services, candidates, events, age,
         if not svc.forced_down:
             return None, ("destination %s is down; its rebuild is sent "
                           "again once that host is fenced" % dest)
+        # Known from a migration it claimed or an instance action event it
+        # wrote, the destination took the rebuild: nothing waits in its
+        # queue. Known only from the conductor's notification, it may not.
+        suspects = (dest,) if via == "notification" else ()
         return Verdict("retry", "destination %s (from the %s) went down "
                                 "during the rebuild and is forced down now"
-                                % (dest, via)), None
+                                % (dest, via), suspects), None
     if events is None or age < stall_timeout:
         return None, None
     # The conductor records its step as "rebuild_server" (EventReporter,
@@ -119,7 +125,7 @@ def in_flight(source, dest, via, services, candidates, events, age,
                       "down now) to be fenced" % (waited, ", ".join(unfenced)))
     return Verdict("retry", "%s; every host it could have been sent to and "
                             "now down is forced down: %s"
-                   % (waited, ", ".join(suspects))), None
+                   % (waited, ", ".join(suspects)), tuple(suspects)), None
 
 
 def destination_from_notification(facts, since) -> Optional[str]:
@@ -130,3 +136,79 @@ def destination_from_notification(facts, since) -> Optional[str]:
             and facts.get("at", 0) >= since:
         return facts.get("publisher_host")
     return None
+
+
+#: What a check of one stale rebuild decides (see :func:`stale_rebuild`).
+STALE_REPAIR, STALE_WAIT, STALE_CLEAR, STALE_CONFLICT = (
+    "repair", "wait", "clear", "conflict")
+#: Migration statuses a rebuild that ran and failed ends in.
+_FAILED = ("failed", "error")
+
+
+def stale_rebuild(server, migrations, suspect, done_host, waited, wait_limit,
+                  other_suspects=()):
+    """A host that was sent a rebuild while dying has come back; its compute
+    runs what waited in its queue. Decide about one server sent again
+    elsewhere meanwhile. Returns ``(decision, reason)``:
+
+    * ``repair``: the old rebuild ran, found the server's task state
+      changed, failed, and set the server to error though it runs on
+      ``done_host`` (where instanceha rebuilt it): reset it to active;
+    * ``wait``: the old rebuild has not run yet (its migration is still
+      ``accepted``, or ``pre-migrating`` on this host), for at most
+      ``wait_limit`` seconds after the host came back;
+    * ``conflict``: the returning host rebuilt the server too: two copies
+      may run; an operator must look (nothing automatic is safe);
+    * ``clear``: nothing (left) to do.
+
+    ``server``: the Server now, None if deleted. ``migrations``: its
+    evacuation migrations. ``done_host``: where instanceha's journal says it
+    was rebuilt (None: not rebuilt by instanceha). ``other_suspects``: the
+    other hosts the same old rebuild may have been cast to (when the
+    destination was not known, every host that could have been it): once
+    it ran on one of them, it cannot run here.
+
+    Nova's conductor works on a server's oldest ``accepted`` migration, so
+    the retry reuses the old rebuild's migration and leaves its own
+    ``accepted`` for ever; the old rebuild, when it runs, marks that reused
+    migration ``failed`` with this host as destination.
+    """
+    if server is None:
+        return STALE_CLEAR, "server deleted"
+    if server.host == suspect:
+        if done_host and done_host != suspect:
+            return STALE_CONFLICT, (
+                "%s ran the old rebuild when it came back and Nova now puts "
+                "the server there, though instanceha rebuilt it on %s: a "
+                "second copy may run; check both hosts" % (suspect, done_host))
+        return STALE_CLEAR, "rebuilt on %s when it came back" % suspect
+    ran = [m for m in migrations if m.dest_host == suspect
+           and m.status in _FAILED]
+    if ran and (server.vm_state or "") == "error":
+        if done_host and server.host == done_host:
+            return STALE_REPAIR, (
+                "the rebuild queued for %s ran when it came back, failed on "
+                "the server's changed task state and set it to error; it "
+                "runs on %s, where instanceha rebuilt it" % (suspect,
+                                                             done_host))
+        return STALE_CLEAR, ("in error after the old rebuild ran on %s, but "
+                             "not rebuilt by instanceha elsewhere: left for "
+                             "an operator" % suspect)
+    elsewhere = [m.dest_host for m in migrations if m.status in _FAILED
+                 and m.dest_host in other_suspects]
+    if elsewhere and not ran:
+        return STALE_CLEAR, "the old rebuild ran on %s, not here" % \
+            elsewhere[0]
+    pending = [m for m in migrations if m.status == "accepted"
+               or (m.status == "pre-migrating"
+                   and m.dest_host in (None, suspect))]
+    if pending and not ran and waited < wait_limit:
+        return STALE_WAIT, ("its old rebuild may still run on %s (migration "
+                            "%s)" % (suspect, pending[0].status))
+    if ran:
+        return STALE_CLEAR, "the old rebuild ran on %s and did no harm" % \
+            suspect
+    if pending:
+        return STALE_CLEAR, ("the old rebuild did not run within %.0fs of %s "
+                             "coming back" % (wait_limit, suspect))
+    return STALE_CLEAR, "no old rebuild left for %s" % suspect

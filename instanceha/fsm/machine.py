@@ -88,6 +88,8 @@ class HostRecord:
     #: No fencing before this time: a resumed host may still be booting.
     hold_until: Optional[float] = None
     zone: Optional[str] = None           # availability zone, as Nova says
+    #: host aggregates it belongs to (read only with threshold_per_aggregate)
+    aggregates: Tuple[str, ...] = ()
     #: When the host was lost (left active), within [policy] flap_window.
     losses: Tuple[float, ...] = ()
 
@@ -326,6 +328,9 @@ def _observe(r, ev, p):
     zone = (ev.detail or {}).get("zone")
     if zone and zone != r.zone:
         changes["zone"] = zone
+    aggregates = (ev.detail or {}).get("aggregates")
+    if aggregates is not None and tuple(aggregates) != r.aggregates:
+        changes["aggregates"] = tuple(aggregates)
     return dataclasses.replace(r, **changes) if changes else r
 
 

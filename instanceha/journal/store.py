@@ -53,6 +53,22 @@ EVACUATIONS = sa.Table(
     sa.Column("detail", sa.Text),
 )
 
+#: Rebuilds that may still wait in a dead destination's message queue: the
+#: server was sent again elsewhere, and the host it was first cast to runs
+#: the old rebuild when its compute starts again. Checked (and repaired)
+#: when that host comes back; see engine/actions.py check_cleanup.
+STALE_REBUILDS = sa.Table(
+    "stale_rebuilds", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("server_id", sa.String(64), nullable=False),
+    sa.Column("source_id", sa.String(64), nullable=False),   # host record id
+    sa.Column("source_host", sa.String(255), nullable=False),
+    sa.Column("suspect_host", sa.String(255), nullable=False, index=True),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.Column("resolved_at", sa.Float),
+    sa.Column("resolution", sa.Text),
+)
+
 
 # Statements built once: executing them with a parameter dict reuses
 # SQLAlchemy's compiled form instead of building and caching a new one.
@@ -159,6 +175,35 @@ class Journal:
             c.execute(_FINISH_EVACUATION, dict(
                 evac_id=evac_id, finished_at=at, status=status,
                 dest_host=dest_host, detail=detail))
+
+    def stale_rebuild_suspected(self, server_id, source_id, source_host,
+                                suspect_hosts, at):
+        """``server_id`` is being sent again; its earlier rebuild may still
+        wait in the queue of each of ``suspect_hosts``."""
+        with self._write() as c:
+            for host in suspect_hosts:
+                c.execute(STALE_REBUILDS.insert(), dict(
+                    server_id=server_id, source_id=source_id,
+                    source_host=source_host, suspect_host=host,
+                    recorded_at=at))
+
+    def stale_rebuild_resolved(self, row_id, at, resolution):
+        with self._write() as c:
+            c.execute(STALE_REBUILDS.update().where(
+                STALE_REBUILDS.c.id == row_id).values(
+                    resolved_at=at, resolution=resolution))
+
+    def stale_rebuilds(self, suspect_host=None, unresolved=True,
+                       server_id=None):
+        q = sa.select(STALE_REBUILDS).order_by(STALE_REBUILDS.c.id)
+        if suspect_host is not None:
+            q = q.where(STALE_REBUILDS.c.suspect_host == suspect_host)
+        if server_id is not None:
+            q = q.where(STALE_REBUILDS.c.server_id == server_id)
+        if unresolved:
+            q = q.where(STALE_REBUILDS.c.resolved_at.is_(None))
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
 
     # -- reads ------------------------------------------------------------------
     def latest(self):

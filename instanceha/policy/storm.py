@@ -1,5 +1,5 @@
 """Storm decisions, pure: which hosts count as lost, when the threshold
-holds new fencing (globally and per availability zone), and how many hosts
+holds new fencing (globally, per availability zone and per host aggregate), and how many hosts
 may be fenced per interval. No I/O, no clock: ``now`` is an argument.
 
 A host counts as *lost* while it looks dead or is being recovered
@@ -20,6 +20,18 @@ _RECOVERING = {State.FENCING, State.FENCED, State.EVACUATING, State.PENDING}
 _ENDED = {State.EVACUATED, State.FAILED}
 _OPERATORS = {State.MAINTENANCE, State.SUSPENDED}
 GLOBAL = "global"
+#: scope names of host aggregates: "aggregate:<name>" (zones: the bare name)
+AGGREGATE = "aggregate:"
+
+
+def scopes_of(rec, s):
+    """The scope names ``rec`` counts in: global, its zone, its aggregates."""
+    keys = [GLOBAL]
+    if s.per_zone and rec.zone:
+        keys.append(rec.zone)
+    if s.per_aggregate:
+        keys.extend(AGGREGATE + name for name in rec.aggregates)
+    return keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +40,7 @@ class Settings:
     min_hosts: int = 2
     window: float = 600.0
     per_zone: bool = False
+    per_aggregate: bool = False
     recover_disabled: bool = False
 
     @classmethod
@@ -35,6 +48,7 @@ class Settings:
         p = conf.policy
         return cls(threshold=p.threshold, min_hosts=p.min_hosts_for_threshold,
                    window=p.storm_window, per_zone=p.threshold_per_zone,
+                   per_aggregate=p.threshold_per_aggregate,
                    recover_disabled=p.recover_disabled_hosts)
 
 
@@ -58,7 +72,7 @@ def lost(rec, now, s):
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-    name: str                        # "global" or the zone's name
+    name: str                        # "global", a zone, "aggregate:<name>"
     lost: Tuple[str, ...]            # host names, sorted
     total: int
     threshold: int
@@ -72,7 +86,12 @@ class Scope:
                 and self.pct > s.threshold)
 
     def describe(self):
-        where = "" if self.name == GLOBAL else " in zone %s" % self.name
+        if self.name == GLOBAL:
+            where = ""
+        elif self.name.startswith(AGGREGATE):
+            where = " in aggregate %s" % self.name[len(AGGREGATE):]
+        else:
+            where = " in zone %s" % self.name
         names = ", ".join(self.lost[:10])
         if len(self.lost) > 10:
             names += ", ... (%d more)" % (len(self.lost) - 10)
@@ -85,16 +104,13 @@ class Scope:
 
 def assess(records, now, s):
     """{scope name: Scope} for the global scope and, with per_zone, every
-    zone."""
+    zone; with per_aggregate, every host aggregate."""
     groups = {GLOBAL: ([], 0)}
     for rec in records:
         if not counted(rec, s):
             continue
-        keys = [GLOBAL]
-        if s.per_zone and rec.zone:
-            keys.append(rec.zone)
         is_lost = lost(rec, now, s)
-        for key in keys:
+        for key in scopes_of(rec, s):
             names, total = groups.get(key, ([], 0))
             if is_lost:
                 names = names + [rec.name or rec.id]
@@ -110,10 +126,7 @@ def holding(scopes, rec, s, acknowledged=None):
     with ``resume --storm``: the hold stays lifted while no more hosts are
     lost in that scope than when they did."""
     acknowledged = acknowledged or {}
-    keys = [GLOBAL]
-    if s.per_zone and rec.zone:
-        keys.append(rec.zone)
-    for key in keys:
+    for key in scopes_of(rec, s):
         scope = scopes.get(key)
         if scope is None or not scope.over(s):
             continue

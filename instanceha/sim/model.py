@@ -82,7 +82,7 @@ class SimCloud:
                  power_delay=0.0, api_latency=0.0, host_prefix="compute-",
                  seed=0, clock=time.time, username="admin",
                  password="secret", project="admin", region="RegionOne",
-                 evacuate_checks_task_state=False):
+                 evacuate_checks_task_state=False, aggregates=None):
         self.clock = clock
         #: True: refuse evacuate while a task is in progress (not Nova 34).
         self.evacuate_checks_task_state = bool(evacuate_checks_task_state)
@@ -117,6 +117,8 @@ class SimCloud:
         #: (time, server id, hosts) each time a server was rebuilt on two
         #: hosts at once: a double evacuation, which must never happen
         self.double_rebuilds = []
+        #: os-resetState calls: (time, server id, state)
+        self.resets = []
         #: [stage, count]: the next ``count`` destinations die at ``stage``
         self.doomed = []
         #: migration id -> the host the scheduler claimed for it
@@ -124,6 +126,19 @@ class SimCloud:
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
             self.hosts[name] = Host(name, i, seed, host_vcpus, now)
+        #: host aggregates: name -> {id, uuid, hosts, availability_zone,
+        #: created}; a host's zone is its aggregate's, else "nova"
+        self.aggregates = {}
+        for i, (aname, spec) in enumerate(sorted((aggregates or {}).items()),
+                                          1):
+            unknown = [h for h in spec.get("hosts", ()) if h not in self.hosts]
+            if unknown:
+                raise ValueError("aggregate %s: unknown host %s"
+                                 % (aname, unknown[0]))
+            self.aggregates[aname] = dict(
+                id=i, uuid=stable_uuid(seed, "aggregate", aname),
+                hosts=list(spec.get("hosts", ())),
+                availability_zone=spec.get("availability_zone"), created=now)
         for name in self.hosts:
             for j in range(servers_per_host):
                 sname = "%s-vm-%d" % (name, j)
@@ -410,6 +425,29 @@ class SimCloud:
             self._at(self._now + self.report_interval, self._schedule, *args)
             return True
         return not self._control_up(SCHEDULER)
+
+    def zone_of(self, host):
+        """Nova's availability zone of ``host``: that of an aggregate with
+        one that holds it, else the default zone."""
+        for agg in self.aggregates.values():
+            if host in agg["hosts"] and agg["availability_zone"]:
+                return agg["availability_zone"]
+        return "nova"
+
+    def list_aggregates(self):
+        with self.lock:
+            return [dict(a, name=n, hosts=list(a["hosts"]))
+                    for n, a in sorted(self.aggregates.items())]
+
+    def reset_state(self, server_id, state):
+        """os-resetState: vm_state ``state``, task state cleared."""
+        with self.lock:
+            self._advance()
+            s = self._server(server_id)
+            s.vm_state = ACTIVE if state == "active" else ERROR
+            s.task_state = None
+            s.updated = self._now
+            self.resets.append((self._now, server_id, state))
 
     # -- evacuation ----------------------------------------------------------
 

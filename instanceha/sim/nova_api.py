@@ -207,6 +207,9 @@ class NovaAPI:
         if len(parts) == 3 and parts[0] == "servers" \
                 and parts[2] == "action" and method == "POST":
             return self.server_action(req, parts[1], version)
+        if parts == ["os-aggregates"] and method == "GET":
+            return 200, {"aggregates": [self.aggregate_view(a, version)
+                                        for a in self.cloud.list_aggregates()]}
         if parts == ["os-migrations"] and method == "GET":
             return 200, self.list_migrations(req, version)
         if len(parts) in (3, 4) and parts[0] == "servers" \
@@ -243,7 +246,7 @@ class NovaAPI:
         c = self.cloud
         view = {"binary": "nova-compute", "host": h.name,
                 "id": h.service_uuid if version >= (2, 53) else h.service_id,
-                "zone": "nova",
+                "zone": c.zone_of(h.name),
                 "status": "disabled" if h.disabled else "enabled",
                 "state": "up" if c.service_up(h) else "down",
                 "updated_at": web.iso_micro(max(c.heartbeat(h),
@@ -251,6 +254,17 @@ class NovaAPI:
                 "disabled_reason": h.disabled_reason}
         if version >= (2, 11):
             view["forced_down"] = h.forced_down
+        return view
+
+    def aggregate_view(self, a, version):
+        zone = a["availability_zone"]
+        view = {"id": a["id"], "name": a["name"], "availability_zone": zone,
+                "hosts": a["hosts"],
+                "metadata": {"availability_zone": zone} if zone else {},
+                "created_at": web.iso_micro(a["created"]),
+                "updated_at": None, "deleted_at": None, "deleted": False}
+        if version >= (2, 41):
+            view["uuid"] = a["uuid"]
         return view
 
     def control_view(self, c, version):
@@ -361,7 +375,8 @@ class NovaAPI:
             "updated": web.iso_z(s.updated), "addresses": {},
             "accessIPv4": "", "accessIPv6": "", "links": links,
             "OS-DCF:diskConfig": "MANUAL", "progress": 0,
-            "OS-EXT-AZ:availability_zone": "nova", "config_drive": "",
+            "OS-EXT-AZ:availability_zone": self.cloud.zone_of(s.host),
+            "config_drive": "",
             "key_name": None,
             "OS-SRV-USG:launched_at": web.iso_micro(s.created),
             "OS-SRV-USG:terminated_at": None,
@@ -413,6 +428,14 @@ class NovaAPI:
         if not isinstance(body, dict) or len(body) != 1:
             raise ApiFault(400, "Malformed request body")
         action = next(iter(body))
+        if action == "os-resetState":
+            args = body[action]
+            check_keys(args, ["state"], ["state"])
+            if args["state"] not in ("active", "error"):
+                raise ApiFault(400, "Invalid input for field/attribute "
+                                    "state. Value: %s." % args["state"])
+            self.cloud.reset_state(server_id, args["state"])
+            return 202, None
         if action != "evacuate":
             raise ApiFault(404, "There is no such action: %s" % action)
         args = body["evacuate"]

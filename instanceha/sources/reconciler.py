@@ -16,6 +16,7 @@ import time
 
 import structlog
 
+from instanceha.drivers.compute import base
 from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -128,6 +129,7 @@ class Reconciler:
         self.last_error = None
         self.clock_skew = None      # local minus Nova's estimated now, s
         self._skew_warned = None    # skew last warned about, None: within
+        self._host_aggregates = None  # {host: aggregate names}, last read
 
     def run_once(self):
         """One pass: one API call, one event per compute host."""
@@ -138,19 +140,20 @@ class Reconciler:
         if nova_now is not None:
             self.clock_skew = now - nova_now
             self._check_skew(self.clock_skew, nova_now)
+        aggregates = self._aggregates()
         counts = {}
         # With no updated_at anywhere, every age is unknown anyway.
         ref = nova_now if nova_now is not None else now
         for svc in services:
             kind, reason = classify(svc, ref, self._conf.detection.delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
+            detail = {"forced_down": svc.forced_down, "zone": svc.zone,
+                      "updated_at": svc.updated_at, "status": svc.status,
+                      "disabled_reason": svc.disabled_reason}
+            if aggregates is not None:
+                detail["aggregates"] = aggregates.get(svc.host, ())
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
-                             source="reconciler",
-                             detail={"forced_down": svc.forced_down,
-                                     "zone": svc.zone,
-                                     "updated_at": svc.updated_at,
-                                     "status": svc.status,
-                                     "disabled_reason": svc.disabled_reason}))
+                             source="reconciler", detail=detail))
         self.passes += 1
         self.last_pass_at = now
         # CPU of this thread for the pass: the call, parsing, judging and
@@ -159,6 +162,30 @@ class Reconciler:
         LOG.debug("reconcile_pass", services=len(services),
                   clock_skew=_rounded(self.clock_skew), **counts)
         return len(services)
+
+    def _aggregates(self):
+        """{host: (aggregate name, ...)} when the threshold applies per
+        aggregate, else None. A failed read keeps the last one known (the
+        pass goes on: services matter more than aggregates)."""
+        if not self._conf.policy.threshold_per_aggregate:
+            return None
+        try:
+            found = self._compute.list_aggregates()
+        except (base.ComputeError, NotImplementedError) as e:
+            if self._host_aggregates is None:
+                LOG.warning("aggregates_unavailable", reason=str(e) or
+                            type(e).__name__, effect="the threshold is "
+                            "applied globally and per zone only until "
+                            "os-aggregates answers")
+                self._host_aggregates = {}
+            return self._host_aggregates
+        mapping = {}
+        for agg in found:
+            for host in agg.hosts:
+                mapping.setdefault(host, []).append(agg.name)
+        self._host_aggregates = {h: tuple(sorted(n))
+                                 for h, n in mapping.items()}
+        return self._host_aggregates
 
     def _check_skew(self, skew, nova_now):
         """Warn once when the skew passes the margin, again when it moves by

@@ -31,6 +31,7 @@ class FakeCompute(cb.ComputeDriver):
         #: "cast" (never take the rebuild) or "claim" (during it)
         self.doomed = []
         self.events = {}             # server_id -> latest request's events
+        self.resets = []             # (server_id, state) per os-resetState
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -161,6 +162,13 @@ class FakeCompute(cb.ComputeDriver):
     def rebuild_events(self, server_id):
         self._maybe_fail()
         return list(self.events.get(server_id, []))
+
+    def reset_state(self, server_id, state="active"):
+        self._maybe_fail()
+        v = self.servers[server_id]
+        v.update(vm_state=state, task_state=None,
+                 status="ACTIVE" if state == "active" else "ERROR")
+        self.resets.append((server_id, state))
 
     def list_evacuations(self, host):
         self._maybe_fail()

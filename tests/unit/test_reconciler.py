@@ -292,3 +292,42 @@ def test_up_before_its_first_heartbeat_is_not_lost():
                           forced_down=False, disabled_reason=None,
                           updated_at=None)
     assert classify(down, 1000.0, 10)[0] is E.HEARTBEAT_LOST
+
+
+def test_aggregates_read_only_when_the_threshold_needs_them():
+    from instanceha.drivers.compute.base import Aggregate, ComputeError
+    r = Rig(0)
+    calls = []
+
+    def list_aggregates():
+        calls.append(1)
+        if r.nova.broken:
+            raise ComputeError("os-aggregates: HTTP 503")
+        return [Aggregate("rack-a", ("c0", "c1")), Aggregate("gpu", ("c1",))]
+    r.nova.list_aggregates = list_aggregates
+    r.nova.broken = False
+    r.pass_()
+    assert calls == [] and all("aggregates" not in e.detail
+                               for e in r.events)
+    r.conf.set_override("threshold_per_aggregate", True, "policy")
+    r.pass_()
+    got = {e.name: e.detail["aggregates"] for e in r.events}
+    assert got == {"c0": ("rack-a",), "c1": ("gpu", "rack-a"), "c2": ()}
+    # A failed read keeps what was known; the pass goes on.
+    r.nova.broken = True
+    r.pass_()
+    assert {e.name: e.detail["aggregates"] for e in r.events} == got
+    assert len(r.events) == 3
+
+
+def test_aggregates_unreadable_from_the_start_warns_once():
+    from instanceha.drivers.compute.base import ComputeDriver
+    r = Rig(0)
+    r.nova.list_aggregates = lambda: ComputeDriver.list_aggregates(r.nova)
+    r.conf.set_override("threshold_per_aggregate", True, "policy")
+    with capture_logs() as logs:
+        r.pass_()
+        r.pass_()
+    lines = [x for x in logs if x["event"] == "aggregates_unavailable"]
+    assert len(lines) == 1 and "globally and per zone" in lines[0]["effect"]
+    assert {e.detail["aggregates"] for e in r.events} == {()}

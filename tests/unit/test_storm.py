@@ -51,6 +51,42 @@ def test_zone_threshold_holds_only_its_own_zone():
     assert "in zone az1" in scopes["az1"].describe()
 
 
+def test_aggregate_threshold_holds_only_its_members():
+    """A rack (host aggregate) losing most of its hosts holds fencing of
+    its members, while the cloud and the zone are below the threshold;
+    a host in two aggregates is held by either."""
+    s = storm.Settings(threshold=50, min_hosts=2, window=600,
+                       per_aggregate=True)
+    rack_a = ("rack-a",)
+    recs = [_rec(i, aggregates=rack_a) for i in range(4)]
+    recs += [_rec(i, aggregates=("rack-b",)) for i in range(4, 12)]
+    recs[0] = _rec(0, S.EVACUATED, since=0, aggregates=rack_a)
+    recs[1] = _rec(1, S.FENCING, ok=False, aggregates=rack_a)
+    recs[2] = _rec(2, S.SUSPECT, ok=False, aggregates=rack_a + ("gpu",))
+    scopes = storm.assess(recs, 10, s)
+    assert not scopes[storm.GLOBAL].over(s)            # 3 of 12
+    rack = scopes["aggregate:rack-a"]
+    assert rack.over(s) and rack.lost == ("c0", "c1", "c2")
+    assert storm.holding(scopes, recs[2], s) is rack
+    assert storm.holding(scopes, _rec(5, S.SUSPECT, ok=False,
+                                      aggregates=("rack-b",)), s) is None
+    assert "in aggregate rack-a" in rack.describe()
+    # Off by default: the same records hold nothing.
+    assert storm.holding(storm.assess(recs, 10, SET), recs[2], SET) is None
+
+
+def test_aggregates_come_from_the_reconciler_observation():
+    rec = HostRecord(id="u1", name="c1")
+    new, _ = machine.step(rec, Event(E.HEARTBEAT_OK, "u1", 1.0, name="c1",
+                                     detail={"aggregates": ["rack-a"]}),
+                          machine.Policy())
+    assert new.aggregates == ("rack-a",)
+    again, _ = machine.step(new, Event(E.HEARTBEAT_OK, "u1", 2.0, name="c1",
+                                       detail={"zone": "nova"}),
+                            machine.Policy())
+    assert again.aggregates == ("rack-a",)     # not read: kept
+
+
 def test_an_acknowledged_storm_holds_again_when_it_grows():
     recs = [_rec(i, S.SUSPECT, ok=False) for i in range(3)] + [_rec(3)]
     scopes = storm.assess(recs, 0, SET)

@@ -6,7 +6,7 @@ its subclasses; callers never see openstacksdk or keystoneauth exceptions.
 
 import abc
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,14 @@ class ActionEvent:
     host: Optional[str]         # where it ran (microversion >= 2.62)
     finished: bool
     result: Optional[str] = None  # Success | Error, once finished
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    """A Nova host aggregate (os-aggregates)."""
+    name: str
+    hosts: Tuple[str, ...]
+    zone: Optional[str] = None          # its availability_zone, if any
 
 
 class ComputeError(Exception):
@@ -112,6 +120,16 @@ class ComputeDriver(abc.ABC):
     @abc.abstractmethod
     def list_evacuations(self, host):
         """Evacuation migrations whose source is ``host``: [Migration]."""
+
+    def list_aggregates(self):
+        """Every host aggregate: [Aggregate]."""
+        raise NotImplementedError
+
+    def reset_state(self, server_id, state="active"):
+        """Nova's os-resetState: set the server's vm_state (``active`` or
+        ``error``) and clear its task state. Used only on a server that
+        runs where Nova places it and an old rebuild wrongly set to error."""
+        raise NotImplementedError
 
     def rebuild_events(self, server_id):
         """Events of the server's latest evacuate request: [ActionEvent]

@@ -214,6 +214,20 @@ class NovaDriver(base.ComputeDriver):
         self._call("post", "/servers/%s/action" % server_id,
                    self._evacuate_mv, json={"evacuate": {}})
 
+    def list_aggregates(self):
+        body = self._call("get", "/os-aggregates", "2.41")
+        try:
+            return [base.Aggregate(name=str(a["name"]),
+                                   hosts=tuple(a.get("hosts") or ()),
+                                   zone=a.get("availability_zone"))
+                    for a in body.get("aggregates") or []]
+        except (KeyError, TypeError, AttributeError) as e:
+            raise base.ComputeError("os-aggregates answer lacks %s" % e)
+
+    def reset_state(self, server_id, state="active"):
+        self._call("post", "/servers/%s/action" % server_id, "2.1",
+                   json={"os-resetState": {"state": state}})
+
     def list_evacuations(self, host):
         body = self._call("get", "/os-migrations", self._migrations_mv,
                           params={"migration_type": "evacuation",

@@ -1,0 +1,88 @@
+"""Old rebuilds a returning host runs: find them, repair what they broke.
+
+When an evacuation's destination dies before taking the rebuild, the
+rebuild waits in that host's message queue. instanceha sends the server
+again elsewhere (evacuator; the host is recorded in the journal's
+``stale_rebuilds``). When the dead host's compute starts again it runs the
+old rebuild; Nova fails it on the server's changed task state and sets the
+server to error, though it runs where instanceha rebuilt it. This module
+runs from the returning host's cleanup check, before the host is put back
+in service. The decisions are ``failures.stale_rebuild`` (pure).
+"""
+
+import structlog
+
+from instanceha.drivers.compute import base
+from instanceha.engine import failures
+
+LOG = structlog.get_logger("instanceha.stale")
+
+
+class Summary:
+    def __init__(self):
+        self.waiting = []
+        self.repaired = []
+        self.conflicts = []
+
+    def text(self):
+        parts = []
+        if self.repaired:
+            parts.append("%d server(s) an old rebuild set to error reset to "
+                         "active" % len(self.repaired))
+        if self.conflicts:
+            parts.append("%d server(s) rebuilt by this host's old rebuilds "
+                         "while running elsewhere (check by hand): %s"
+                         % (len(self.conflicts), ", ".join(self.conflicts)))
+        return "; ".join(parts)
+
+
+def settle(ctx, record):
+    """Check the old rebuilds that may wait in ``record``'s host's queue.
+    Returns a Summary; ``waiting`` lists the servers whose old rebuild has
+    not run yet (the caller checks again later)."""
+    summary = Summary()
+    rows = ctx.journal.stale_rebuilds(suspect_host=record.name)
+    if not rows:
+        return summary
+    waited = ctx.clock() - record.since
+    limit = ctx.conf.evacuation.stale_rebuild_wait
+    migrations, done = {}, {}
+    for row in rows:
+        sid, source = row["server_id"], row["source_host"]
+        try:
+            server = ctx.compute.get_server(sid)
+        except base.NotFound:
+            server = None
+        if source not in migrations:
+            migrations[source] = ctx.compute.list_evacuations(source)
+        if row["source_id"] not in done:
+            done[row["source_id"]] = {
+                e["server_id"]: e["dest_host"]
+                for e in ctx.journal.evacuations(row["source_id"])
+                if e["status"] == "done"}
+        others = {r["suspect_host"] for r in ctx.journal.stale_rebuilds(
+            server_id=sid, unresolved=False)} - {record.name}
+        decision, reason = failures.stale_rebuild(
+            server, [m for m in migrations[source] if m.server_id == sid],
+            record.name, done[row["source_id"]].get(sid), waited, limit,
+            others)
+        if decision == failures.STALE_WAIT:
+            summary.waiting.append(sid)
+            continue
+        if decision == failures.STALE_REPAIR:
+            ctx.compute.reset_state(sid, "active")
+            summary.repaired.append(sid)
+            LOG.warning("stale_rebuild_repaired", host=record.name,
+                        server=sid, reason=reason + ": reset to active")
+            resolution = "repaired: %s; reset to active" % reason
+        elif decision == failures.STALE_CONFLICT:
+            summary.conflicts.append(sid)
+            LOG.error("stale_rebuild_conflict", host=record.name, server=sid,
+                      reason=reason)
+            resolution = "conflict: %s" % reason
+        else:
+            LOG.info("stale_rebuild_cleared", host=record.name, server=sid,
+                     reason=reason)
+            resolution = "clear: %s" % reason
+        ctx.journal.stale_rebuild_resolved(row["id"], ctx.clock(), resolution)
+    return summary
