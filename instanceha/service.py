@@ -13,6 +13,7 @@ from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine.engine import Context, Engine
 from instanceha.engine.progress import ProgressBoard
 from instanceha.journal import Journal
+from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler
 
@@ -84,6 +85,15 @@ class Service:
         self.engine.health["control_plane"] = self.control_plane.health
         self.engine.control_plane = self.control_plane.status
         self.sources.append(self.control_plane)
+        self.audit = None
+        if conf.audit.enabled:
+            # Could each host be fenced now? Checked before any recovery
+            # could be needed, then every [audit] interval.
+            self.audit = FencingAudit(conf, compute, ctx.bmc_for,
+                                      ctx.fencer, clock)
+            self.engine.health["audit"] = self.audit.health
+            self.engine.unprotected = self.audit.unprotected
+            self.sources.append(self.audit)
         self.notifications = self.kdump = None
         self._add_event_sources()
         self.api = None

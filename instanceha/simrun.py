@@ -21,6 +21,7 @@ FAST = {
     # The simulator's hosts boot in 2 s.
     "policy": {"resume_boot_time": 3.0},
     "control_plane": {"poll_interval": 0.5},
+    "audit": {"interval": 2.0},
 }
 
 

@@ -93,8 +93,20 @@ class _Collector:
                 trans.add_metric([key[1]], n)
             elif key[0] == "action":
                 acts.add_metric([key[1], key[2]], n)
+        unprotected = snap.get("unprotected") or {}
+        per_host = GaugeMetricFamily(
+            "instanceha_host_unprotected",
+            "1 for a host the last fencing readiness audit found could not "
+            "be fenced now", labels=["host"])
+        for host in sorted(unprotected):
+            per_host.add_metric([host], 1)
+        count = GaugeMetricFamily(
+            "instanceha_unprotected_hosts",
+            "Hosts the last fencing readiness audit found could not be "
+            "fenced now")
+        count.add_metric([], len(unprotected))
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
-                    acts)
+                    acts, per_host, count)
         for name, health in sorted(snap["sources"].items()):
             for field, value in sorted(health.items()):
                 if isinstance(value, bool) or not isinstance(value,

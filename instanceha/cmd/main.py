@@ -249,6 +249,12 @@ def format_status(data, now=None):
     for r in rows:
         lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3))
                      + "  " + r[3])
+    unprotected = data.get("unprotected") or {}
+    if unprotected:
+        lines.append("UNPROTECTED: %d host(s) could not be fenced now:"
+                     % len(unprotected))
+        for host, why in sorted(unprotected.items()):
+            lines.append("  %s: %s" % (host, why))
     waiting = (data.get("rate_limit") or {}).get("waiting") or []
     if waiting:
         lines.append("fencing rate limit: waiting, in order of detection: "

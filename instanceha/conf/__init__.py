@@ -14,6 +14,7 @@ import warnings
 from oslo_config import cfg
 
 from instanceha.conf import api
+from instanceha.conf import audit
 from instanceha.conf import control_plane
 from instanceha.conf import default
 from instanceha.conf import detection
@@ -25,7 +26,7 @@ from instanceha.conf import notifications
 from instanceha.conf import policy
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
-           notifications, kdump, api, control_plane]
+           notifications, kdump, api, control_plane, audit]
 
 
 def new_conf():

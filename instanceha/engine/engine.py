@@ -106,6 +106,8 @@ class Engine:
         #: a fenced host whose servers cannot be rebuilt is the worst
         #: outcome. The service wires it to its control-plane monitor.
         self.control_plane = lambda: (True, "")
+        #: {host: why it could not be fenced now} (the readiness audit)
+        self.unprotected = dict
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -698,6 +700,7 @@ class Engine:
                        "operator_disabled": r.operator_disabled}
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
+            "unprotected": self.unprotected(),
         }
 
 

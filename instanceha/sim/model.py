@@ -298,10 +298,15 @@ class SimCloud:
             if not hold and h.alive:
                 self._cleanup(h)
 
-    def set_bmc(self, name, reachable=None, refuse_power_off=None):
+    def set_bmc(self, name, reachable=None, refuse_power_off=None,
+                password=None):
+        """``password``: the BMC's new password (rotated behind the
+        inventory's back)."""
         with self.lock:
             self._advance()
             h = self._host(name)
+            if password is not None:
+                h.bmc_password = str(password)
             if reachable is not None:
                 h.bmc_reachable = bool(reachable)
             if refuse_power_off is not None:

@@ -1,0 +1,195 @@
+"""The fencing readiness audit: could every compute host be fenced now?
+
+Nobody should find out on the day of a failure that a host's BMC password
+was rotated months ago. At start and every ``[audit] interval`` seconds
+(jittered), for every compute host Nova lists, the audit asks each fencing
+method of the host's inventory entry for its power state (a read, never an
+action) and judges with :func:`judge` (pure):
+
+* no inventory entry (and no ``[fencing] default_driver``), or the noop
+  driver: unprotected;
+* no method answers (BMC unreachable, credentials refused, agent missing):
+  unprotected, with each method's error;
+* every method that answers reports Off while Nova reports the compute up
+  and not forced down: unprotected: the entry most likely points at another
+  machine, and fencing it would "succeed" while the host runs on;
+* else protected (a method that fails while another answers is named in
+  ``degraded``).
+
+The result (``unprotected()``: {host: reason}) is shown in status, GET
+/status and /metrics; a host is logged when it becomes unprotected, when
+its reason changes, and when it is protected again, not on every pass.
+"""
+
+import concurrent.futures
+import random
+import threading
+import time
+
+import structlog
+
+from instanceha.drivers.fencing import base as fencing_base
+
+LOG = structlog.get_logger("instanceha.audit")
+
+
+def methods_of(bmc):
+    """The fencing methods of an inventory entry, in order."""
+    return tuple(getattr(bmc, "methods", None) or (bmc,))
+
+
+def label(method):
+    return "%s %s" % (method.driver, method.address) if method.address \
+        else method.driver
+
+
+def judge(service, bmc, readings):
+    """``(reason, degraded)``: reason is None when the host can be fenced.
+
+    ``service``: the host's ComputeService; ``bmc``: its inventory entry or
+    None; ``readings``: [(method label, PowerState or error text)] in the
+    entry's method order."""
+    if bmc is None:
+        return "no entry in the fencing inventory", []
+    if all(m.driver == "noop" for m in methods_of(bmc)):
+        return "fencing driver noop does not power anything off", []
+    answered = [(name, r) for name, r in readings
+                if isinstance(r, fencing_base.PowerState)]
+    failed = ["%s: %s" % (name, r) for name, r in readings
+              if not isinstance(r, fencing_base.PowerState)]
+    if not answered:
+        return "no fencing method answers a power-state read: %s" % (
+            "; ".join(failed) or "no method"), []
+    nova_up = service.state == "up" and not service.forced_down
+    if nova_up and all(r is fencing_base.PowerState.OFF
+                       for _, r in answered):
+        return ("BMC reports power Off while Nova reports the compute up: "
+                "the inventory entry may point at another machine (%s)"
+                % ", ".join(name for name, _ in answered)), failed
+    return None, failed
+
+
+class FencingAudit:
+    """Runs the audit in its own thread; ``unprotected()`` and
+    ``health()`` answer from the last audit without I/O."""
+
+    def __init__(self, conf, compute, bmc_for, fencer, clock=time.time,
+                 rng=None):
+        self._conf = conf.audit
+        self._compute = compute
+        self._bmc_for = bmc_for
+        self._fencer = fencer
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        self._unprotected = {}
+        self._degraded = {}
+        self.audits = 0
+        self.last_at = None
+        self.last_seconds = None
+        self.last_error = None
+        self.checked = 0
+
+    # -- one audit ------------------------------------------------------------
+    def _read(self, method):
+        try:
+            return self._fencer(method.driver).power_state(method)
+        except fencing_base.FenceError as e:
+            return str(e)
+        except Exception as e:   # noqa: BLE001 - a driver bug is reported
+            return "%s: %s" % (type(e).__name__, e)
+
+    def _check(self, service):
+        bmc = self._bmc_for(service.host)
+        readings = []
+        if bmc is not None:
+            readings = [(label(m), self._read(m)) for m in methods_of(bmc)
+                        if m.driver != "noop"]
+        return judge(service, bmc, readings)
+
+    def run_once(self):
+        """Audit every compute host; returns {host: reason} unprotected."""
+        started = time.monotonic()
+        try:
+            services = [s for s in self._compute.list_services()
+                        if s.binary == "nova-compute"]
+        except Exception as e:   # noqa: BLE001 - keep the last verdict
+            self.last_error = "cannot list compute services: %s" % e
+            LOG.warning("audit_skipped", reason=self.last_error)
+            return self.unprotected()
+        workers = max(1, min(self._conf.concurrency, len(services)))
+        with concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix="audit") as pool:
+            verdicts = dict(zip((s.host for s in services),
+                                pool.map(self._check, services)))
+        unprotected = {h: r for h, (r, _) in verdicts.items() if r}
+        degraded = {h: d for h, (r, d) in verdicts.items() if d and not r}
+        self._log_changes(unprotected, degraded)
+        with self._lock:
+            self._unprotected, self._degraded = unprotected, degraded
+            self.audits += 1
+            self.checked = len(services)
+            self.last_at = self._clock()
+            self.last_seconds = time.monotonic() - started
+            self.last_error = None
+        return dict(unprotected)
+
+    def _log_changes(self, unprotected, degraded):
+        with self._lock:
+            before, was_degraded = self._unprotected, self._degraded
+        for host, reason in sorted(unprotected.items()):
+            if before.get(host) != reason:
+                LOG.warning("host_unprotected", host=host, reason=reason)
+        for host in sorted(set(before) - set(unprotected)):
+            LOG.info("host_protected", host=host,
+                     reason="fencing readiness check passed again")
+        for host, failures in sorted(degraded.items()):
+            if was_degraded.get(host) != failures:
+                LOG.warning("host_fencing_degraded", host=host,
+                            reason="a fencing method fails while another "
+                                   "answers: " + "; ".join(failures))
+
+    # -- answers ---------------------------------------------------------------
+    def unprotected(self):
+        with self._lock:
+            return dict(self._unprotected)
+
+    def degraded(self):
+        with self._lock:
+            return {h: list(d) for h, d in self._degraded.items()}
+
+    def health(self):
+        with self._lock:
+            return {"audits": self.audits, "checked": self.checked,
+                    "unprotected": len(self._unprotected),
+                    "degraded": len(self._degraded),
+                    "last_at": self.last_at,
+                    "last_seconds": None if self.last_seconds is None
+                    else round(self.last_seconds, 3),
+                    "last_error": self.last_error}
+
+    # -- thread ----------------------------------------------------------------
+    def next_wait(self):
+        j = self._conf.jitter
+        return self._conf.interval * (1 + self._rng.uniform(-j, j))
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as e:   # noqa: BLE001 - the loop must live
+                LOG.exception("audit_failed", reason=str(e))
+            self._stop.wait(self.next_wait())
+
+    def start(self):
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="fencing-audit")
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)

@@ -1,0 +1,142 @@
+"""The fencing readiness audit: the pure judgement, then the audit over
+fake Nova and fake BMCs (no thread, no sleeping)."""
+
+import random
+
+from structlog.testing import capture_logs
+
+from instanceha import conf as conf_pkg
+from instanceha.api.server import OperatorAPI
+from instanceha.cmd.main import format_status
+from instanceha.drivers.compute.base import ComputeService
+from instanceha.drivers.fencing import base as fb
+from instanceha.drivers.fencing.inventory import BMC
+from instanceha.sources.audit import FencingAudit, judge
+from tests.unit.fakes import Clock, FakeCompute
+
+ON, OFF = fb.PowerState.ON, fb.PowerState.OFF
+
+
+def svc(state="up", forced_down=False):
+    return ComputeService(id="u1", host="c1", state=state, status="enabled",
+                          forced_down=forced_down, disabled_reason=None,
+                          updated_at=0.0)
+
+
+BMC1 = BMC(host="c1", driver="redfish", address="https://10.0.0.1")
+
+
+def test_judge():
+    assert judge(svc(), BMC1, [("redfish x", ON)]) == (None, [])
+    assert judge(svc(), None, [])[0] == "no entry in the fencing inventory"
+    assert "noop" in judge(svc(), BMC(host="c1", driver="noop"), [])[0]
+    why, _ = judge(svc(), BMC1, [("redfish x", "c1: credentials refused")])
+    assert why.startswith("no fencing method answers") and \
+        "credentials refused" in why
+    why, _ = judge(svc(), BMC1, [("redfish x", OFF)])
+    assert "another machine" in why
+    # Off is expected for a host Nova sees down, or that was fenced.
+    assert judge(svc("down"), BMC1, [("redfish x", OFF)]) == (None, [])
+    assert judge(svc(forced_down=True), BMC1, [("r", OFF)]) == (None, [])
+    # One method fails, another answers: protected, degraded.
+    why, degraded = judge(svc(), BMC1, [("redfish a", "timeout"),
+                                        ("ipmi b", ON)])
+    assert why is None and degraded == ["redfish a: timeout"]
+
+
+class Rig:
+    def __init__(self):
+        self.clock = Clock()
+        self.compute = FakeCompute(self.clock, hosts=4, servers_per_host=0)
+        self.inventory = {h: BMC(host=h, driver="fake", address="10.0.0.%d"
+                                 % i) for i, h in
+                          enumerate(sorted(self.compute.services))}
+        self.broken = {}
+        self.off = set()
+        rig = self
+
+        class Fencer(fb.FencingDriver):
+            name = "fake"
+
+            def power_off(self, bmc):
+                raise AssertionError("the audit never powers off")
+
+            def power_state(self, bmc):
+                if bmc.host in rig.broken:
+                    raise fb.FenceError(rig.broken[bmc.host])
+                return OFF if bmc.host in rig.off else ON
+        fencer = Fencer()
+        self.conf = conf_pkg.make({"audit": {"interval": 300,
+                                             "jitter": 0.1}})
+        self.audit = FencingAudit(self.conf, self.compute,
+                                  self.inventory.get, lambda name: fencer,
+                                  self.clock, rng=random.Random(1))
+
+
+def test_unprotected_hosts_are_found_logged_once_and_cleared():
+    r = Rig()
+    del r.inventory["compute-3"]
+    with capture_logs() as logs:
+        assert r.audit.run_once() == {
+            "compute-3": "no entry in the fencing inventory"}
+        r.broken["compute-1"] = "compute-1: BMC 10.0.0.1 refused the " \
+            "credentials (HTTP 401)"
+        r.off.add("compute-2")           # a copy-pasted address
+        first = r.audit.run_once()
+        again = r.audit.run_once()       # nothing changed: nothing logged
+    assert first == again and sorted(first) == [
+        "compute-1", "compute-2", "compute-3"]
+    assert "HTTP 401" in first["compute-1"]
+    assert "another machine" in first["compute-2"]
+    lines = [x for x in logs if x["event"] == "host_unprotected"]
+    assert sorted(x["host"] for x in lines) == [
+        "compute-1", "compute-2", "compute-3"]
+    # Fixed: protected again, said once.
+    del r.broken["compute-1"]
+    r.off.discard("compute-2")
+    with capture_logs() as logs:
+        assert r.audit.run_once() == {
+            "compute-3": "no entry in the fencing inventory"}
+    assert sorted(x["host"] for x in logs
+                  if x["event"] == "host_protected") == ["compute-1",
+                                                        "compute-2"]
+    h = r.audit.health()
+    assert (h["audits"], h["checked"], h["unprotected"]) == (4, 4, 1)
+
+
+def test_nova_unreadable_keeps_the_last_verdict():
+    r = Rig()
+    r.broken["compute-0"] = "timeout"
+    r.audit.run_once()
+    r.compute.fail["list_services"] = [RuntimeError("HTTP 503")]
+    assert list(r.audit.run_once()) == ["compute-0"]
+    assert "HTTP 503" in r.audit.health()["last_error"]
+
+
+def test_waits_are_jittered_within_bounds():
+    r = Rig()
+    waits = [r.audit.next_wait() for _ in range(200)]
+    assert min(waits) >= 270 and max(waits) <= 330
+    assert max(waits) - min(waits) > 30
+
+
+def test_status_and_metrics_show_unprotected_hosts():
+    r = Rig()
+    r.broken["compute-1"] = "compute-1: unreachable"
+    r.audit.run_once()
+
+    class Engine:
+        stats = {}
+
+        def snapshot(self):
+            return {"hosts": [], "cluster": {"ok": True, "reason": ""},
+                    "sources": {"audit": r.audit.health()},
+                    "unprotected": r.audit.unprotected(),
+                    "generated_at": 0, "started_at": 0}
+    text = format_status(Engine().snapshot(), now=0)
+    assert "UNPROTECTED: 1 host(s)" in text and "compute-1: " in text
+    api = OperatorAPI(conf_pkg.make({}), Engine(), r.clock)
+    body = api.handle("GET", "/metrics")[-1]
+    body = body.decode() if isinstance(body, bytes) else body
+    assert 'instanceha_host_unprotected{host="compute-1"} 1.0' in body
+    assert "instanceha_unprotected_hosts 1.0" in body
