@@ -23,6 +23,9 @@ class EventKind(str, enum.Enum):
     FORCED_DOWN = "forced_down"            # another actor forced the service down
     TICK = "tick"                          # time passed; carries cluster_ok
     KDUMP = "kdump"                        # fence_kdump message from the host
+    # A read of the host's BMC (not our action): its power state now.
+    POWER_OFF = "power_off"
+    POWER_ON = "power_on"
     # Results of actions (engine workers).
     FENCE_OK = "fence_ok"
     FENCE_FAILED = "fence_failed"

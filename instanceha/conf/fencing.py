@@ -26,6 +26,14 @@ OPTS = [
     cfg.IntOpt("retries", default=3, min=1, max=20,
                help="Attempts at a BMC request that fails to connect before "
                     "fencing counts as failed."),
+    cfg.BoolOpt("power_evidence", default=True,
+                help="When a host's heartbeat is lost, read its BMC's power "
+                     "state at once (a read, no action); a BMC reporting Off "
+                     "is the second witness of death and fencing starts "
+                     "without waiting for [detection] grace_period (or a "
+                     "kdump delay: a host that is Off dumps nothing). A BMC "
+                     "reporting Off alone, with Nova's heartbeat fresh, "
+                     "never starts fencing."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS, title="Fencing")

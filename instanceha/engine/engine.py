@@ -10,6 +10,7 @@ with per-host exponential back-off.
 """
 
 import collections
+import concurrent.futures
 import dataclasses
 import queue
 import threading
@@ -17,6 +18,7 @@ import time
 
 import structlog
 
+from instanceha.drivers.fencing.base import PowerState
 from instanceha.drivers.fencing.inventory import BMC
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.progress import ProgressBoard
@@ -117,6 +119,9 @@ class Engine:
         self._listeners = []
         self._threads = []
         self._slow = queue.Queue()   # evacuations, off the worker pool
+        #: BMC reads of hosts whose heartbeat was just lost
+        self._probes = concurrent.futures.ThreadPoolExecutor(
+            4, thread_name_prefix="instanceha-probe")
         self._evacuators = 0         # threads serving it (0: run inline)
         self._stop = threading.Event()
         self.health = {}             # name -> callable returning a dict
@@ -389,9 +394,43 @@ class Engine:
                 self._inbox[new.id].appendleft(_Pending(action, action_id))
             if due is not None:
                 self._inbox[new.id].appendleft(due)
+        if (self.policy.power_evidence and new.state is State.SUSPECT
+                and rec.heartbeat_ok and not new.heartbeat_ok):
+            if self._evacuators:
+                self._probes.submit(self._probe_power, new)
+            else:                       # not started (tests): inline
+                self._probe_power(new)
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
+
+    def _probe_power(self, rec):
+        """Read the BMC of a host whose heartbeat was just lost (a read, no
+        action): Off is the second witness of its death (Policy
+        power_evidence); On, unknown or no answer changes nothing."""
+        bmc = self.ctx.bmc_for(rec.name)
+        if bmc is None:
+            return
+        for method in tuple(getattr(bmc, "methods", None) or (bmc,)):
+            if method.driver == "noop":
+                continue
+            try:
+                state = self.ctx.fencer(method.driver).power_state(method)
+            except Exception as e:   # noqa: BLE001 - a read, nothing more
+                LOG.info("power_probe_failed", host=rec.name,
+                         driver=method.driver, reason=str(e))
+                continue
+            kind = {PowerState.OFF: E.POWER_OFF,
+                    PowerState.ON: E.POWER_ON}.get(state)
+            if kind is None:
+                continue
+            LOG.info("power_probe", host=rec.name, driver=method.driver,
+                     power=state.value, reason="heartbeat lost: reading the "
+                     "BMC; Off is the second witness of death")
+            self.submit(Event(kind, rec.id, self.clock(), name=rec.name,
+                              source="bmc", reason="BMC %s reports power %s"
+                              % (method.driver, state.value)))
+            return
 
     def _run(self, host_id, pending):
         action = pending.action
@@ -669,6 +708,7 @@ class Engine:
         self.queue.shut_down()
         for _ in range(self._evacuators):
             self._slow.put(None)
+        self._probes.shutdown(wait=False)
         for t in self._threads:
             t.join(timeout)
 

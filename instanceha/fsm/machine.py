@@ -37,6 +37,8 @@ class Policy:
     retry_backoff_max: float = 600.0
     max_attempts: int = 5
     cleanup_check_interval: float = 5.0
+    #: a BMC read reporting Off, with the heartbeat lost, skips the grace
+    power_evidence: bool = True
 
     @classmethod
     def from_conf(cls, conf):
@@ -51,6 +53,7 @@ class Policy:
             retry_backoff_max=conf.evacuation.retry_backoff_max,
             max_attempts=conf.evacuation.max_attempts,
             cleanup_check_interval=conf.evacuation.cleanup_check_interval,
+            power_evidence=conf.fencing.power_evidence,
         )
         if kdump is not None:
             action = kdump.action
@@ -92,6 +95,8 @@ class HostRecord:
     aggregates: Tuple[str, ...] = ()
     #: When the host was lost (left active), within [policy] flap_window.
     losses: Tuple[float, ...] = ()
+    #: A read of its BMC reported power Off (cleared by a read of On)
+    power_off_at: Optional[float] = None
 
     @property
     def loss_count(self):
@@ -120,6 +125,8 @@ def _fence_at(r, p):
     delay = p.grace_period
     if p.kdump_enabled:
         delay = max(delay, p.kdump_fence_delay)
+    if _power_proof(r, p):
+        delay = 0.0          # no late heartbeat, no dump from a host Off
     start = r.lost_at
     if r.hold_until is not None:
         start = max(start, r.hold_until)
@@ -162,11 +169,20 @@ def _kdump_proof(r, p, now):
             and now - r.kdump_at <= p.kdump_timeout)
 
 
+def _power_proof(r, p):
+    """Two independent witnesses of death: Nova's heartbeat is lost and
+    the host's BMC reports power Off. Either alone is not enough: a BMC
+    entry may point at another machine (the audit flags that), and a lost
+    heartbeat may come back within the grace period."""
+    return (p.power_evidence and r.power_off_at is not None
+            and not r.heartbeat_ok and r.lost_at is not None)
+
+
 def _fence_due(r, ev, p):
     due = _fence_at(r, p)
     if due is None or ev.at < due or r.heartbeat_ok:
         return False
-    return not _dump_holds(r, ev.at, p)
+    return _power_proof(r, p) or not _dump_holds(r, ev.at, p)
 
 
 def _flapping(r, ev, p):
@@ -231,6 +247,8 @@ GUARDS = {
     "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
                                      and _dumping(r, ev.at, p)),
     "fence_due": _fence_due,
+    "power_off_due": lambda r, ev, p: (_fence_due(r, ev, p)
+                                       and _power_proof(r, p)),
     "dump_overdue": lambda r, ev, p: (_fence_due(r, ev, p)
                                       and _dumping(r, ev.at, p)),
     "dump_over": lambda r, ev, p: (_fence_due(r, ev, p)
@@ -307,6 +325,12 @@ def _observe(r, ev, p):
         changes["returned"] = False
         if r.lost_at is None:
             changes["lost_at"] = ev.at
+    elif ev.kind is E.POWER_OFF:
+        if r.power_off_at is None:
+            changes["power_off_at"] = ev.at
+    elif ev.kind is E.POWER_ON:
+        if r.power_off_at is not None:
+            changes["power_off_at"] = None
     elif ev.kind is E.KDUMP:
         changes["kdump_at"] = ev.at
         if not _dumping(r, ev.at, p) or r.kdump_first_at is None:
@@ -360,7 +384,8 @@ def _enter(r, dst, ev, p):
     resumed = (r.state in _HANDS_OFF
                and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:
-        changes.update(isolated=False, attempts=0, returned=False)
+        changes.update(isolated=False, attempts=0, returned=False,
+                       power_off_at=None)
         if resumed:
             # A fresh observation: what was seen while hands were off (a
             # heartbeat lost during maintenance, an old dump) does not

@@ -53,6 +53,9 @@ RULES = [
      "kdump still running after [kdump] max_dump_time; powering off"),
     (S.SUSPECT, E.TICK, "dump_over", S.FENCING,
      "kdump messages stopped: the dump is over; powering off"),
+    (S.SUSPECT, E.TICK, "power_off_due", S.FENCING,
+     "heartbeat lost and the BMC reports power Off: fencing without "
+     "waiting for the grace period"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
@@ -166,7 +169,7 @@ def _ignored():
                 ignored.add((s, k))
             # Observations that change nothing for the state.
             elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
-                       E.KDUMP, E.TICK):
+                       E.KDUMP, E.TICK, E.POWER_OFF, E.POWER_ON):
                 ignored.add((s, k))
             # Operator commands that do not apply to the state.
             elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
