@@ -1,7 +1,8 @@
 #!/bin/bash
 # Install the real peers that functional/realnova and functional/conformance
 # start: Nova + Placement (venv of their own), sushy-tools (venv of its own),
-# and Debian's ipmitool / openipmi / mariadb-server when missing.
+# and Debian's ipmitool / openipmi / fence-agents / mariadb-server when
+# missing.
 #
 # Idempotent. The venvs live in a cache directory keyed by the pinned
 # versions, so a second run (and every test run) finds them ready:
@@ -27,6 +28,12 @@ log() { echo "realpeers-install: $*" >&2; }
 need_apt=()
 command -v ipmitool >/dev/null 2>&1 || need_apt+=(ipmitool)
 command -v ipmi_sim >/dev/null 2>&1 || need_apt+=(openipmi)
+# ClusterLabs fence agents (the fence_agent driver's functional tests run
+# the real fence_ipmilan and fence_redfish). Debian puts them in /usr/sbin,
+# which a non-root PATH may lack, hence the second look.
+if ! command -v fence_ipmilan >/dev/null 2>&1 && [ ! -x /usr/sbin/fence_ipmilan ]; then
+    need_apt+=(fence-agents)
+fi
 if ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1; then
     need_apt+=(mariadb-server)
 fi

@@ -22,7 +22,7 @@ FIELDS = {
     "redfish": {"system_id", "verify", "timeout"},
     "ipmi": {"port", "cipher_suite", "timeout", "interface"},
     "noop": set(),
-    "fence_agent": set(),
+    "fence_agent": {"agent", "params", "agent_timeout"},
     "bmh": {"namespace", "name", "kubeconfig"},
 }
 
