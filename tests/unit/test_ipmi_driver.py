@@ -1,5 +1,7 @@
 """IPMI driver against a scripted ipmitool: no process, no sleep."""
 
+import os
+
 import pytest
 
 from instanceha import conf as iha_conf
@@ -207,3 +209,145 @@ def test_missing_ipmitool_is_a_fence_error(conf, bmc_entry):
                           executable="/nonexistent/ipmitool")
     with pytest.raises(base.FenceError, match="compute-0"):
         drv.power_state(bmc_entry)
+
+
+# -- password through a file (-f) instead of the environment (-E) -----------
+
+def file_entry(**extra):
+    fields = {"driver": "ipmi", "address": "192.0.2.10", "username": "admin",
+              "password": PASSWORD, "password_via": "file"}
+    fields.update(extra)
+    return inventory.parse({"hosts": {"compute-0": fields}},
+                           FIELDS)["compute-0"]
+
+
+def test_password_via_file(conf, tmp_path):
+    import stat
+    seen = []
+    fake = FakeBMC()
+
+    def runner(argv, env, timeout):
+        path = argv[argv.index("-f") + 1]
+        seen.append((path, stat.S_IMODE(os.stat(path).st_mode),
+                     open(path).read()))
+        return fake(argv, env, timeout)
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=fake.sleep,
+                          clock=fake.clock, tmpdir=str(tmp_path))
+    drv.power_off(file_entry())
+    assert fake.power == "off"
+    for argv, env, _ in fake.calls:
+        assert "-E" not in argv and not any(PASSWORD in a for a in argv)
+        assert not set(ipmi.PASSWORD_VARS) & set(env)
+    assert len(seen) == len(fake.calls) >= 2
+    assert {mode for _, mode, _ in seen} == {0o600}
+    assert {text for _, _, text in seen} == {PASSWORD}
+    assert len({path for path, _, _ in seen}) == len(seen)   # one per run
+    assert list(tmp_path.iterdir()) == []                    # all removed
+
+
+def test_password_file_removed_when_ipmitool_fails(conf, tmp_path):
+    def runner(argv, env, timeout):
+        assert os.path.exists(argv[argv.index("-f") + 1])
+        return None, "", "timeout after 20 s"
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=lambda s: None,
+                          tmpdir=str(tmp_path))
+    with pytest.raises(base.FenceError, match="unreachable"):
+        drv.power_state(file_entry())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_password_file_removed_when_the_runner_raises(conf, tmp_path):
+    def runner(argv, env, timeout):
+        raise RuntimeError("boom")
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=lambda s: None,
+                          tmpdir=str(tmp_path))
+    with pytest.raises(RuntimeError):
+        drv.power_state(file_entry())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_password_file_cannot_be_created(conf, tmp_path):
+    drv = ipmi.IPMIDriver(conf, runner=FakeBMC(), sleep=lambda s: None,
+                          tmpdir=str(tmp_path / "missing"))
+    with pytest.raises(base.FenceError) as err:
+        drv.power_state(file_entry())
+    assert "compute-0" in str(err.value) and "password file" in str(err.value)
+    assert PASSWORD not in str(err.value)
+
+
+def test_password_via_env_is_the_default(conf, bmc_entry):
+    fake = FakeBMC()
+    make(conf, fake).power_state(bmc_entry)
+    argv, env, _ = fake.calls[0]
+    assert "-E" in argv and "-f" not in argv and env["IPMI_PASSWORD"] == PASSWORD
+
+
+def test_unknown_password_via_names_host_and_field(conf):
+    fake = FakeBMC()
+    with pytest.raises(base.FenceError) as err:
+        make(conf, fake).power_state(file_entry(password_via="argv"))
+    assert "compute-0" in str(err.value) and "password_via" in str(err.value)
+    assert fake.calls == []
+
+
+# -- a wrong password says so (ipmitool -v output, as from ipmi_sim) --------
+
+VERBOSE_NOISE = "Loading IANA PEN Registry...\n"
+
+
+@pytest.mark.parametrize("stderr", [
+    VERBOSE_NOISE + "> RAKP 2 HMAC is invalid\n"
+    "Error: Unable to establish IPMI v2 / RMCP+ session\n",
+    VERBOSE_NOISE + "RAKP 2 message indicates an error : unauthorized name\n"
+    "Error: Unable to establish IPMI v2 / RMCP+ session\n",
+])
+def test_wrong_credentials_are_refused_not_unreachable(conf, bmc_entry,
+                                                       stderr):
+    calls = []
+
+    def runner(argv, env, timeout):
+        calls.append(argv)
+        return 1, "", stderr
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=lambda s: None)
+    with pytest.raises(base.FenceError) as err:
+        drv.power_off(bmc_entry)
+    msg = str(err.value)
+    assert "compute-0" in msg and "refused the credentials of user admin" in msg
+    assert "unreachable" not in msg and PASSWORD not in msg
+    assert "Loading IANA" not in msg and "\n" not in msg
+    assert len(calls) == 1                  # not retried
+
+
+def test_no_answer_in_verbose_mode_is_unreachable(conf, bmc_entry):
+    calls = []
+
+    def runner(argv, env, timeout):
+        calls.append(argv)
+        return 1, "", (VERBOSE_NOISE + "Get Auth Capabilities error\n"
+                       "Error issuing Get Channel Authentication Capabilities "
+                       "request\nError: Unable to establish IPMI v2 / RMCP+ "
+                       "session\n")
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=lambda s: None)
+    with pytest.raises(base.FenceError) as err:
+        drv.power_state(bmc_entry)
+    assert "unreachable" in str(err.value) and len(calls) == 3
+
+
+def test_cipher_suite_mismatch_is_a_refusal_naming_the_option(conf, bmc_entry):
+    calls = []
+
+    def runner(argv, env, timeout):
+        calls.append(argv)
+        return 1, "", (VERBOSE_NOISE + "Error in open session response "
+                       "message : invalid authentication algorithm\n\n"
+                       "Error: Unable to establish IPMI v2 / RMCP+ session\n")
+    drv = ipmi.IPMIDriver(conf, runner=runner, sleep=lambda s: None)
+    with pytest.raises(base.FenceError) as err:
+        drv.power_state(bmc_entry)
+    assert "cipher_suite" in str(err.value) and len(calls) == 1
+
+
+def test_ipmitool_runs_verbose(conf, bmc_entry):
+    fake = FakeBMC()
+    make(conf, fake).power_state(bmc_entry)
+    assert "-v" in fake.calls[0][0]

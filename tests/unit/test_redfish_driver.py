@@ -224,8 +224,10 @@ def test_verify_garbage_is_a_fence_error():
 
 # -- TLS: the inventory's verify value wins over $REQUESTS_CA_BUNDLE ---------
 
-def _make_tls(tmp_path):
-    """A throwaway CA and a server certificate for 127.0.0.1."""
+def _make_tls(tmp_path, client=False):
+    """A throwaway CA and a server certificate for 127.0.0.1; with
+    ``client`` also a client certificate from the same CA, returned as
+    (cert path, key path, combined path)."""
     import datetime
     import ipaddress
     import ssl
@@ -261,15 +263,28 @@ def _make_tls(tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     leaf = cert("127.0.0.1", "sim test CA", key, ca_key, False)
     pem = serialization.Encoding.PEM
+
+    def key_bytes(k):
+        return k.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
     ca_path = tmp_path / "ca.pem"
     ca_path.write_bytes(ca.public_bytes(pem))
     chain = tmp_path / "server.pem"
-    chain.write_bytes(key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()) + leaf.public_bytes(pem))
+    chain.write_bytes(key_bytes(key) + leaf.public_bytes(pem))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(chain))
-    return ctx, str(ca_path)
+    if not client:
+        return ctx, str(ca_path)
+    ckey = ec.generate_private_key(ec.SECP256R1())
+    ccert = cert("instanceha", "sim test CA", ckey, ca_key, False)
+    paths = (tmp_path / "client.crt", tmp_path / "client.key",
+             tmp_path / "client.pem")
+    paths[0].write_bytes(ccert.public_bytes(pem))
+    paths[1].write_bytes(key_bytes(ckey))
+    paths[2].write_bytes(key_bytes(ckey) + ccert.public_bytes(pem))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(str(ca_path))
+    return ctx, str(ca_path), tuple(str(p) for p in paths)
 
 
 @pytest.fixture
@@ -315,3 +330,504 @@ def test_tls_unknown_ca_fails_without_retry(tls_bmc, clock):
     assert "TLS" in str(err.value)
     assert clock.sleeps == []
     assert power(cloud, "compute-0") == "on"
+
+
+# -- a Redfish BMC with what the simulator lacks: sessions, several systems,
+#    409 to a reset of a system that is off, client certificates ----------
+
+class FakeBMC:
+    """A small Redfish service on a loopback port (HTTP, or HTTPS with
+    ``ssl_context``). Power changes apply at once. Records what it saw."""
+
+    SESSIONS = "/redfish/v1/SessionService/Sessions"
+
+    def __init__(self, systems=("1",), sessions=True, ssl_context=None,
+                 user="admin", password="pw-1234"):
+        import http.server
+        import threading
+
+        self.user, self.password = user, password
+        self.power = {sid: "On" for sid in systems}
+        self.allowed = ["On", "ForceOff", "GracefulShutdown",
+                        "PushPowerButton", "ForceRestart"]
+        self.with_sessions = sessions
+        self.sessions = {}            # id -> token
+        self.created = self.deleted = 0
+        self.resets = []              # reset types received
+        self.auth_seen = []           # "token" / "basic" per request
+        self.off_conflict = None      # status for an off-reset when Off
+        self.off_race = False         # goes Off just before a reset
+        self.busy = False             # 409 to every reset, power unchanged
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                fake.handle(self, "GET")
+
+            def do_POST(self):
+                fake.handle(self, "POST")
+
+            def do_DELETE(self):
+                fake.handle(self, "DELETE")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        if ssl_context is not None:
+            self.httpd.socket = ssl_context.wrap_socket(self.httpd.socket,
+                                                        server_side=True)
+        scheme = "https" if ssl_context else "http"
+        self.url = "%s://127.0.0.1:%d" % (scheme, self.httpd.server_port)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.02},
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def expire_sessions(self):
+        with self.lock:
+            self.sessions.clear()
+
+    def entry(self, host="compute-0", password=None, **options):
+        options.setdefault("verify", False)
+        return inventory.BMC(host=host, driver="redfish", address=self.url,
+                             username=self.user,
+                             password=self.password if password is None
+                             else password, options=options)
+
+    # -- HTTP
+    def reply(self, h, status, body=None, headers=()):
+        import json
+        data = json.dumps(body).encode() if body is not None else b""
+        h.send_response(status)
+        for k, v in headers:
+            h.send_header(k, v)
+        if body is not None:
+            h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def error(self, h, status, message):
+        self.reply(h, status, {"error": {"code": "Base.1.8.GeneralError",
+                                         "message": message}})
+
+    def authenticated(self, h):
+        import base64
+        token = h.headers.get("X-Auth-Token")
+        with self.lock:
+            if token is not None:
+                self.auth_seen.append("token")
+                return token in self.sessions.values()
+            value = h.headers.get("Authorization") or ""
+            if not value.startswith("Basic "):
+                return False
+            self.auth_seen.append("basic")
+        user, _, pw = base64.b64decode(value[6:]).decode().partition(":")
+        return (user, pw) == (self.user, self.password)
+
+    def handle(self, h, method):
+        import json
+        import secrets
+        path = h.path.rstrip("/")
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length) or b"{}") if length else {}
+        if path == "/redfish/v1" and method == "GET":
+            root = {"@odata.id": "/redfish/v1/", "Id": "Root",
+                    "Name": "fake", "RedfishVersion": "1.6.0",
+                    "Systems": {"@odata.id": "/redfish/v1/Systems"}}
+            if self.with_sessions:
+                root["SessionService"] = {
+                    "@odata.id": "/redfish/v1/SessionService"}
+                root["Links"] = {"Sessions": {"@odata.id": self.SESSIONS}}
+            return self.reply(h, 200, root)
+        if path == self.SESSIONS and method == "POST" and self.with_sessions:
+            if (body.get("UserName"), body.get("Password")) != (
+                    self.user, self.password):
+                return self.error(h, 401, "bad credentials")
+            with self.lock:
+                self.created += 1
+                sid = "s%d" % self.created
+                token = secrets.token_hex(8)
+                self.sessions[sid] = token
+            return self.reply(h, 201, {"@odata.id": self.SESSIONS + "/" + sid,
+                                       "Id": sid},
+                              [("X-Auth-Token", token),
+                               ("Location", self.SESSIONS + "/" + sid)])
+        if not self.authenticated(h):
+            return self.error(h, 401, "unauthorized")
+        if path.startswith(self.SESSIONS + "/") and method == "DELETE":
+            with self.lock:
+                if self.sessions.pop(path.rsplit("/", 1)[1], None) is None:
+                    return self.error(h, 404, "no such session")
+                self.deleted += 1
+            return self.reply(h, 204)
+        if path == "/redfish/v1/Systems" and method == "GET":
+            return self.reply(h, 200, {
+                "@odata.id": "/redfish/v1/Systems", "Name": "Systems",
+                "Members@odata.count": len(self.power),
+                "Members": [{"@odata.id": "/redfish/v1/Systems/" + s}
+                            for s in self.power]})
+        parts = path.split("/")
+        sid = parts[4] if len(parts) > 4 else None
+        if sid not in self.power:
+            return self.error(h, 404, "not found")
+        if len(parts) == 5 and method == "GET":
+            target = path + "/Actions/ComputerSystem.Reset"
+            return self.reply(h, 200, {
+                "@odata.id": path, "Id": sid, "Name": sid,
+                "PowerState": self.power[sid],
+                "Actions": {"#ComputerSystem.Reset": {
+                    "target": target,
+                    "ResetType@Redfish.AllowableValues": self.allowed}}})
+        if parts[5:] == ["Actions", "ComputerSystem.Reset"] \
+                and method == "POST":
+            reset = body.get("ResetType")
+            with self.lock:
+                self.resets.append(reset)
+                if self.off_race:
+                    self.power[sid] = "Off"
+                if reset == "On":
+                    self.power[sid] = "On"
+                    return self.reply(h, 204)
+                if self.off_conflict and self.power[sid] == "Off":
+                    return self.error(h, self.off_conflict,
+                                      "already powered off")
+                if self.busy:
+                    return self.error(h, 409, "busy")
+                self.power[sid] = "Off"
+            return self.reply(h, 204)
+        return self.error(h, 405, "not allowed")
+
+
+@pytest.fixture
+def fake_bmc():
+    made = []
+
+    def make(**kwargs):
+        bmc = FakeBMC(**kwargs)
+        made.append(bmc)
+        return bmc
+    yield make
+    for bmc in made:
+        bmc.stop()
+
+
+def driver(clock, **conf):
+    return RedfishDriver(make_conf(**conf), sleep=clock.sleep)
+
+
+# -- auth: basic | session | auto
+
+def test_session_auth_opens_one_session_for_many_calls(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    entry = bmc.entry(auth="session")
+    assert drv.power_state(entry) == base.PowerState.ON
+    drv.power_off(entry)
+    assert drv.power_state(entry) == base.PowerState.OFF
+    assert bmc.power["1"] == "Off"
+    assert bmc.created == 1 and len(bmc.sessions) == 1
+    assert set(bmc.auth_seen) == {"token"}
+
+
+def test_one_session_however_the_address_is_spelt(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    drv.power_state(bmc.entry(auth="session"))
+    spelt = bmc.entry(auth="session")
+    spelt = inventory.BMC(host="compute-1", driver="redfish",
+                          address=bmc.url.upper() + "/",
+                          username=spelt.username, password=spelt.password,
+                          options=dict(spelt.options))
+    drv.power_state(spelt)
+    assert bmc.created == 1
+
+
+def test_basic_auth_is_the_default_and_opens_no_session(fake_bmc, clock):
+    bmc = fake_bmc()
+    driver(clock).power_off(bmc.entry())
+    assert bmc.power["1"] == "Off"
+    assert bmc.created == 0 and set(bmc.auth_seen) == {"basic"}
+
+
+def test_session_shared_by_threads_of_the_worker_pool(fake_bmc, clock):
+    import concurrent.futures
+    bmc = fake_bmc()
+    drv = driver(clock)
+    entry = bmc.entry(auth="session")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        states = list(pool.map(lambda _: drv.power_state(entry), range(32)))
+    assert states == [base.PowerState.ON] * 32
+    assert bmc.created == 1
+
+
+def test_expired_session_is_reestablished_once(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    entry = bmc.entry(auth="session")
+    drv.power_state(entry)
+    bmc.expire_sessions()
+    drv.power_off(entry)
+    assert bmc.power["1"] == "Off"
+    assert bmc.created == 2 and len(bmc.sessions) == 1
+
+
+def test_refused_reauthentication_discards_the_client(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    entry = bmc.entry(auth="session")
+    drv.power_state(entry)
+    bmc.expire_sessions()
+    bmc.password = "changed-on-the-bmc"
+    with pytest.raises(base.FenceError) as err:
+        drv.power_off(entry)
+    assert "compute-0" in str(err.value) and "credentials" in str(err.value)
+    assert entry.password not in str(err.value)
+    assert bmc.power["1"] == "On" and bmc.created == 1
+    assert all(c.root is None for c in drv._clients.values())
+    # fixed on the BMC: the next call opens a fresh session
+    bmc.password = entry.password
+    assert drv.power_state(entry) == base.PowerState.ON
+    assert bmc.created == 2
+
+
+def test_close_deletes_the_session(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    drv.power_state(bmc.entry(auth="session"))
+    drv.close()
+    assert bmc.deleted == 1 and bmc.sessions == {}
+    drv.close()                      # nothing left to close
+    assert bmc.deleted == 1
+
+
+def test_close_of_an_expired_session_opens_no_new_one(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    drv.power_state(bmc.entry(auth="session"))
+    bmc.expire_sessions()
+    drv.close()
+    assert bmc.created == 1 and bmc.sessions == {}
+
+
+def test_changed_password_replaces_the_session(fake_bmc, clock):
+    bmc = fake_bmc()
+    drv = driver(clock)
+    drv.power_state(bmc.entry(auth="session"))
+    bmc.password = "new-password"
+    drv.power_state(bmc.entry(auth="session", password="new-password"))
+    assert bmc.created == 2 and bmc.deleted == 1 and len(bmc.sessions) == 1
+
+
+def test_session_auth_wrong_password(fake_bmc, clock, capsys):
+    bmc = fake_bmc()
+    secret = "wrong-" + bmc.password
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry(auth="session", password=secret))
+    assert "compute-0" in str(err.value)
+    assert "rejected the credentials of user admin" in str(err.value)
+    assert secret not in str(err.value)
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err
+    assert bmc.power["1"] == "On" and clock.sleeps == []
+
+
+def test_auto_falls_back_to_basic_without_a_session_service(fake_bmc, clock):
+    bmc = fake_bmc(sessions=False)
+    driver(clock).power_off(bmc.entry(auth="auto"))
+    assert bmc.power["1"] == "Off" and bmc.created == 0
+
+
+def test_auto_uses_a_session_when_offered(fake_bmc, clock):
+    bmc = fake_bmc()
+    driver(clock).power_off(bmc.entry(auth="auto"))
+    assert bmc.created == 1 and "basic" not in bmc.auth_seen
+
+
+def test_session_auth_without_a_session_service_fails(fake_bmc, clock):
+    bmc = fake_bmc(sessions=False)
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry(auth="session"))
+    assert "compute-0" in str(err.value)
+    assert bmc.power["1"] == "On"
+
+
+def test_unknown_auth_mode_names_host_and_field(clock):
+    bmc = inventory.BMC(host="compute-7", driver="redfish",
+                        address="https://192.0.2.1", options={"auth": "digest"})
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc)
+    assert "compute-7" in str(err.value) and "auth" in str(err.value)
+    assert "basic, session, auto" in str(err.value)
+
+
+def test_inventory_accepts_the_new_fields():
+    bmcs = inventory.parse({"hosts": {"c0": {
+        "driver": "redfish", "address": "https://x", "auth": "session",
+        "cert_file": "/c.pem", "key_file": "/k.pem",
+        "reset_type": "GracefulShutdown", "system_id": "/redfish/v1/Systems/1",
+    }}}, fencing.FIELDS)
+    assert bmcs["c0"].options["auth"] == "session"
+
+
+# -- reset type
+
+def test_reset_type_is_sent(fake_bmc, clock):
+    bmc = fake_bmc()
+    driver(clock).power_off(bmc.entry(reset_type="gracefulshutdown"))
+    assert bmc.resets == ["GracefulShutdown"] and bmc.power["1"] == "Off"
+
+
+def test_default_reset_type_is_force_off(fake_bmc, clock):
+    bmc = fake_bmc()
+    driver(clock).power_off(bmc.entry())
+    assert bmc.resets == ["ForceOff"]
+
+
+@pytest.mark.parametrize("value, words", [
+    ("Bogus", "not a Redfish reset type"),
+    ("On", "does not power the system off"),
+    ("ForceRestart", "does not power the system off"),
+])
+def test_invalid_reset_type_names_host_and_field(fake_bmc, clock, value,
+                                                 words):
+    bmc = fake_bmc()
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry(reset_type=value))
+    assert "compute-0" in str(err.value) and "reset_type" in str(err.value)
+    assert words in str(err.value)
+    assert bmc.resets == [] and bmc.auth_seen == []   # nothing was asked
+
+
+def test_reset_type_the_system_does_not_offer(fake_bmc, clock):
+    bmc = fake_bmc()
+    bmc.allowed = ["On", "ForceOff"]
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry(reset_type="GracefulShutdown"))
+    assert "compute-0" in str(err.value) and "does not offer" in str(err.value)
+    assert bmc.resets == []
+
+
+# -- system choice
+
+def test_several_systems_and_no_id_lists_them(fake_bmc, clock):
+    bmc = fake_bmc(systems=("node-a", "node-b"))
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry())
+    msg = str(err.value)
+    assert "compute-0" in msg and "2 systems" in msg and "system_id" in msg
+    assert "/redfish/v1/Systems/node-a" in msg
+    assert "/redfish/v1/Systems/node-b" in msg
+    assert bmc.resets == []
+
+
+def test_several_systems_with_an_id(fake_bmc, clock):
+    bmc = fake_bmc(systems=("node-a", "node-b"))
+    driver(clock).power_off(bmc.entry(system_id="/redfish/v1/Systems/node-b"))
+    assert bmc.power == {"node-a": "On", "node-b": "Off"}
+
+
+def test_no_system_at_all(fake_bmc, clock):
+    bmc = fake_bmc(systems=())
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_state(bmc.entry())
+    assert "compute-0" in str(err.value) and "no system" in str(err.value)
+
+
+# -- a BMC answering 409 / 400 to a power-off of a system already off
+
+@pytest.mark.parametrize("status", [409, 400])
+def test_already_off_answering_conflict_is_success(fake_bmc, clock, status):
+    bmc = fake_bmc()
+    bmc.off_conflict, bmc.off_race = status, True
+    driver(clock).power_off(bmc.entry())
+    assert bmc.resets == ["ForceOff"] and bmc.power["1"] == "Off"
+    assert clock.sleeps == []
+
+
+def test_conflict_while_still_on_is_a_refusal(fake_bmc, clock):
+    bmc = fake_bmc()
+    bmc.busy = True
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry())
+    msg = str(err.value)
+    assert "compute-0" in msg and "refused" in msg and "409" in msg
+    assert "power on" in msg
+    assert bmc.power["1"] == "On" and clock.sleeps == []
+
+
+# -- TLS client certificate
+
+@pytest.fixture
+def mtls_bmc(fake_bmc, tmp_path, monkeypatch):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates"
+                                             ".crt")
+    ctx, ca_path, client = _make_tls(tmp_path, client=True)
+    return fake_bmc(ssl_context=ctx), ca_path, client
+
+
+def test_client_certificate_and_key(mtls_bmc, clock):
+    bmc, ca, (crt, key, _) = mtls_bmc
+    driver(clock).power_off(bmc.entry(verify=ca, cert_file=crt, key_file=key,
+                                      auth="session"))
+    assert bmc.power["1"] == "Off"
+
+
+def test_client_certificate_in_one_file(mtls_bmc, clock):
+    bmc, ca, (_, _, both) = mtls_bmc
+    driver(clock).power_off(bmc.entry(verify=ca, cert_file=both))
+    assert bmc.power["1"] == "Off"
+
+
+def test_without_the_client_certificate_tls_fails(mtls_bmc, clock):
+    bmc, ca, _ = mtls_bmc
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc.entry(verify=ca))
+    assert "compute-0" in str(err.value)
+    assert "TLS" in str(err.value) and clock.sleeps == []
+    assert bmc.power["1"] == "On"
+
+
+def test_key_file_without_cert_file(clock, tmp_path):
+    key = tmp_path / "k.pem"
+    key.write_text("x")
+    bmc = inventory.BMC(host="compute-3", driver="redfish",
+                        address="https://192.0.2.1",
+                        options={"key_file": str(key)})
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc)
+    assert "compute-3" in str(err.value) and "key_file" in str(err.value)
+
+
+def test_missing_cert_file(clock, tmp_path):
+    bmc = inventory.BMC(host="compute-3", driver="redfish",
+                        address="https://192.0.2.1",
+                        options={"cert_file": str(tmp_path / "nope.pem")})
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_off(bmc)
+    assert "compute-3" in str(err.value) and "cert_file" in str(err.value)
+
+
+def test_cert_is_passed_to_requests(fake_bmc, clock, tmp_path):
+    crt, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    crt.write_text("c")
+    key.write_text("k")
+    bmc = fake_bmc()
+    drv = driver(clock)
+    entry = bmc.entry(cert_file=str(crt), key_file=str(key))
+    assert drv.settings(entry).cert == (str(crt), str(key))
+
+
+def test_bad_request_timeout_option(clock):
+    bmc = inventory.BMC(host="compute-3", driver="redfish",
+                        address="https://192.0.2.1", options={"timeout": "x"})
+    with pytest.raises(base.FenceError) as err:
+        driver(clock).power_state(bmc)
+    assert "compute-3" in str(err.value) and "timeout" in str(err.value)

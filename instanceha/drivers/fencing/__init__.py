@@ -19,8 +19,9 @@ DRIVERS = {
 #: password (the inventory refuses a field no driver reads). Each driver's
 #: module documents its own.
 FIELDS = {
-    "redfish": {"system_id", "verify", "timeout"},
-    "ipmi": {"port", "cipher_suite", "timeout", "interface"},
+    "redfish": {"system_id", "verify", "timeout", "auth", "cert_file",
+                "key_file", "reset_type"},
+    "ipmi": {"port", "cipher_suite", "timeout", "interface", "password_via"},
     "noop": set(),
     "fence_agent": {"agent", "params", "agent_timeout"},
     "bmh": {"namespace", "name", "kubeconfig"},

@@ -1,24 +1,58 @@
 """Redfish fencing through sushy — the only module that imports sushy.
 
 Per host (an inventory.BMC): ``address`` is the BMC URL, ``username`` and
-``password`` its basic-auth credentials, ``options`` may hold ``system_id``
-(default: the only system in the Systems collection) and ``verify`` (TLS:
-true (default), false, or a CA bundle path).
+``password`` its credentials. ``options`` may hold:
 
-``power_off`` sends ForceOff unless the BMC already says Off, then polls
+``system_id``
+    the system's path (default: the only system in the Systems collection;
+    a BMC listing several is an error that lists their ids).
+``verify``
+    TLS: true (default), false, or a CA bundle path.
+``auth``
+    ``basic`` (default: HTTP basic auth on every request), ``session`` (a
+    Redfish session from the BMC's SessionService; the X-Auth-Token is used
+    until it expires, then a new session is opened once) or ``auto``
+    (a session when the BMC offers one, basic auth otherwise).
+``cert_file``, ``key_file``
+    a TLS client certificate (and its key, unless ``cert_file`` holds both)
+    for BMCs that authenticate clients by certificate.
+``reset_type``
+    the ComputerSystem.Reset type sent to power the system off: ``ForceOff``
+    (default), ``GracefulShutdown`` or ``PushPowerButton``.
+``timeout``
+    seconds for one HTTP request (default: ``[fencing] timeout``, at most 30).
+
+``power_off`` sends the reset unless the BMC already says Off, then polls
 PowerState every ``[fencing] poll_interval`` until Off or ``[fencing]
-timeout``. Requests that fail to connect are retried ``[fencing] retries``
-times; a BMC that answers with an error is not retried (it refused). Every
-failure becomes :class:`FenceError` naming the host and the reason, never
-the password.
+timeout``. A BMC answering 409 or 400 to the reset is asked again for the
+power state: Off is success (it was off already), anything else a refusal.
+Requests that fail to connect are retried ``[fencing] retries`` times; a
+BMC that answers with an error is not retried (it refused). Every failure
+becomes :class:`FenceError` naming the host and the reason, never the
+password.
+
+One sushy client is kept per BMC (address and user) and reused by every
+call, so a Redfish session is opened once, not per request. Calls through
+one client are serialised (fencing runs on a worker pool). A client is
+discarded, and its session deleted on the BMC, when the BMC refuses its
+credentials, when the host's settings change, and on :meth:`close` (also run
+when the driver is garbage collected or the process exits).
 """
 
+import dataclasses
+import hashlib
+import hmac
 import math
+import os
+import threading
 import time
+import urllib.parse
+import weakref
 
 import requests
 import structlog
 import sushy
+from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_exc
 import tenacity
 
@@ -29,9 +63,35 @@ LOG = structlog.get_logger("instanceha.fencing.redfish")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
+AUTH_MODES = ("basic", "session", "auto")
+_AUTH_CLASSES = {
+    "basic": sushy.auth.BasicAuth,
+    "session": sushy.auth.SessionAuth,
+    "auto": sushy.auth.SessionOrBasicAuth,
+}
+DEFAULT_RESET_TYPE = "ForceOff"
+#: reset types that leave a running system powered off; the others (On,
+#: restarts, Nmi, Pause...) would never prove it dead
+OFF_RESET_TYPES = tuple(t.value for t in (sushy.ResetType.FORCE_OFF,
+                                          sushy.ResetType.GRACEFUL_SHUTDOWN,
+                                          sushy.ResetType.PUSH_POWER_BUTTON))
+#: answers to a reset that may only mean "it is off already"
+_ALREADY_OFF_STATUSES = (400, 409)
+MAX_REQUEST_TIMEOUT = 30.0
+#: key of the password digests in Settings: random, per process
+_DIGEST_KEY = os.urandom(32)
+
 
 class _Transient(Exception):
     """A request that did not reach the BMC; worth another attempt."""
+
+
+class _Rejected(Exception):
+    """The BMC answered a tolerated error status (see ``_call``)."""
+
+    def __init__(self, status, reason):
+        super().__init__(reason)
+        self.status = status
 
 
 def _is_tls_error(exc):
@@ -44,6 +104,108 @@ def _is_tls_error(exc):
     return False
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A host's validated Redfish options. Holds no secret: the password
+    is represented by a keyed digest (the key lives in this process only),
+    so that a changed password is a change."""
+    address: str
+    username: str
+    password_digest: str
+    auth: str
+    verify: object
+    cert: object
+    reset_type: str
+    read_timeout: float
+    connect_timeout: float
+
+
+class _Client:
+    """One sushy root kept for one BMC and user, and the lock that
+    serialises every request made through it."""
+
+    def __init__(self, key):
+        self.key = key
+        self.lock = threading.RLock()
+        self.settings = None
+        self.root = None
+        self.auth = None
+        self.conn = None
+
+    def has_session(self):
+        return (isinstance(self.auth, sushy.auth.SessionAuth)
+                and self.auth.can_refresh_session())
+
+
+def _endpoint(address):
+    """(scheme, host, port) of a BMC URL, however it is spelt (case,
+    trailing slash, default port)."""
+    parts = urllib.parse.urlsplit(address.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return (scheme, (parts.hostname or "").lower(),
+            port or {"https": 443, "http": 80}.get(scheme))
+
+
+def _base_url(address):
+    """The BMC URL spelt one way: scheme://host:port, lower case, no
+    trailing slash (an address sushy cannot use is left as written)."""
+    scheme, host, port = _endpoint(address)
+    parts = urllib.parse.urlsplit(address.strip())
+    try:
+        parts.port
+    except ValueError:
+        return address
+    if not scheme or not host or port is None:
+        return address
+    if ":" in host:
+        host = "[%s]" % host
+    path = parts.path.rstrip("/")
+    return "%s://%s:%d%s" % (scheme, host, port, path)
+
+
+def _close_client(client, host, reason):
+    """Forget ``client``'s sushy root; delete its session on the BMC.
+    Never raises."""
+    with client.lock:
+        auth, conn, settings = client.auth, client.conn, client.settings
+        had_session = client.has_session()
+        client.root = client.auth = client.conn = client.settings = None
+        if had_session:
+            # Not auth.close(): on a 401 (the session expired) sushy would
+            # open a new session to retry the DELETE, and leak that one.
+            try:
+                conn.delete(auth.get_session_resource_id(),
+                            allow_reauth=False)
+                outcome = "deleted"
+            except sushy_exc.AccessError:
+                outcome = "expired already"
+            except Exception as e:   # noqa: BLE001 - unreachable BMC, TLS...
+                outcome = "not deleted: %s" % type(e).__name__
+            finally:
+                auth.reset_session_attrs()
+            LOG.info("redfish_session_closed", host=host, driver="redfish",
+                     bmc=settings.address if settings else None,
+                     reason=reason, session=outcome)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:        # noqa: BLE001
+                pass
+
+
+def _close_all(clients, lock, reason):
+    # The clients stay registered (empty): a call still under way on one
+    # reopens it there, where the next close finds it, instead of leaking.
+    with lock:
+        items = list(clients.values())
+    for client in items:
+        _close_client(client, host=None, reason=reason)
+
+
 class RedfishDriver(base.FencingDriver):
     name = "redfish"
 
@@ -53,45 +215,142 @@ class RedfishDriver(base.FencingDriver):
         self.retries = int(conf.fencing.retries)
         # Injectable so unit tests drive polls and retries without sleeping.
         self._sleep = sleep or time.sleep
+        self._clients = {}
+        self._clients_lock = threading.Lock()
+        # Sessions are deleted on the BMCs when the driver goes away, at the
+        # latest when the process exits.
+        self._finalizer = weakref.finalize(self, _close_all, self._clients,
+                                           self._clients_lock,
+                                           "driver discarded")
 
     # -- FencingDriver -------------------------------------------------------
 
     def power_state(self, bmc):
-        system = self._system(bmc)
-        return self._state(bmc, system, "read power state")
+        settings = self.settings(bmc)
+        client = self._client(bmc)
+        system = self._system(bmc, client, settings)
+        return self._state(bmc, client, system, "read power state")
 
     def power_off(self, bmc):
-        system = self._system(bmc)
-        state = self._state(bmc, system, "read power state")
+        settings = self.settings(bmc)
+        reset = settings.reset_type
+        client = self._client(bmc)
+        system = self._system(bmc, client, settings)
+        state = self._state(bmc, client, system, "read power state")
         if state == base.PowerState.OFF:
             LOG.info("fence_already_off", host=bmc.host, driver=self.name)
             return
-        self._call(bmc, "send ForceOff",
-                   lambda: system.reset_system(sushy.ResetType.FORCE_OFF))
+        what = "send %s" % reset
+        try:
+            self._call(bmc, what,
+                       lambda: system.reset_system(sushy.ResetType(reset)),
+                       client, tolerate=_ALREADY_OFF_STATUSES)
+        except _Rejected as e:
+            # Some BMCs answer a power-off of a system that is already off
+            # (here: went off since we read it) with 409 or 400.
+            state = self._state(bmc, client, system,
+                                "re-read power state after HTTP %s"
+                                % e.status, refresh=True)
+            if state == base.PowerState.OFF:
+                LOG.info("fence_already_off", host=bmc.host,
+                         driver=self.name, reset=reset, answer=e.status)
+                return
+            raise self._fail(bmc, what, "BMC refused the request (HTTP %s: "
+                             "%s) and reports power %s"
+                             % (e.status, e, state.value))
         LOG.info("fence_reset_sent", host=bmc.host, driver=self.name,
-                 reset="ForceOff", state=state.value)
-        state = self._wait_off(bmc, system)
+                 reset=reset, state=state.value)
+        state = self._wait_off(bmc, client, system)
         if state != base.PowerState.OFF:
             LOG.error("fence_timeout", host=bmc.host, driver=self.name,
                       timeout=self.timeout, state=state.value)
             raise base.FenceError(
                 "host %s: BMC did not report power Off within %gs after "
-                "ForceOff (last state: %s)" % (bmc.host, self.timeout,
-                                               state.value))
+                "%s (last state: %s)" % (bmc.host, self.timeout, reset,
+                                         state.value))
         LOG.info("fence_confirmed_off", host=bmc.host, driver=self.name)
 
     def power_on(self, bmc):
-        system = self._system(bmc)
-        state = self._state(bmc, system, "read power state")
+        settings = self.settings(bmc)
+        client = self._client(bmc)
+        system = self._system(bmc, client, settings)
+        state = self._state(bmc, client, system, "read power state")
         if state == base.PowerState.ON:
             LOG.info("power_on_skipped", host=bmc.host, driver=self.name,
                      reason="already on")
             return
         self._call(bmc, "send On",
-                   lambda: system.reset_system(sushy.ResetType.ON))
+                   lambda: system.reset_system(sushy.ResetType.ON), client)
         LOG.info("power_on_sent", host=bmc.host, driver=self.name)
 
-    # -- helpers -------------------------------------------------------------
+    def close(self):
+        """Forget every kept client and delete its session on its BMC."""
+        _close_all(self._clients, self._clients_lock, "driver closed")
+
+    # -- options -------------------------------------------------------------
+
+    def settings(self, bmc):
+        """The host's validated options (:class:`Settings`); an invalid one
+        is a FenceError naming the host and the field."""
+        auth = str(bmc.options.get("auth", "basic")).strip().lower()
+        if auth not in AUTH_MODES:
+            raise self._option_error(bmc, "auth", "%r is not one of %s"
+                                     % (bmc.options.get("auth"),
+                                        ", ".join(AUTH_MODES)))
+        read_timeout = min(self.timeout, MAX_REQUEST_TIMEOUT)
+        if bmc.options.get("timeout") is not None:
+            try:
+                read_timeout = float(bmc.options["timeout"])
+            except (TypeError, ValueError):
+                read_timeout = -1
+            if not read_timeout > 0:
+                raise self._option_error(bmc, "timeout", "%r is not a "
+                                         "positive number of seconds"
+                                         % (bmc.options["timeout"],))
+        return Settings(
+            address=_base_url(bmc.address), username=bmc.username,
+            password_digest=hmac.new(_DIGEST_KEY, (bmc.password or "")
+                                     .encode(), hashlib.sha256).hexdigest(),
+            auth=auth, verify=self._verify(bmc), cert=self._cert(bmc),
+            reset_type=self._reset_type(bmc), read_timeout=read_timeout,
+            connect_timeout=min(read_timeout, 10.0))
+
+    def _option_error(self, bmc, field, reason):
+        LOG.error("fence_error", host=bmc.host, driver=self.name,
+                  field=field, reason=reason)
+        return base.FenceError("host %s: option %s: %s"
+                               % (bmc.host, field, reason))
+
+    def _reset_type(self, bmc):
+        value = bmc.options.get("reset_type", DEFAULT_RESET_TYPE)
+        known = {t.value.lower(): t.value for t in sushy.ResetType}
+        canonical = known.get(str(value).strip().lower())
+        if canonical is None:
+            raise self._option_error(bmc, "reset_type", "%r is not a Redfish "
+                                     "reset type (known: %s)"
+                                     % (value, ", ".join(sorted(
+                                         known.values()))))
+        if canonical not in OFF_RESET_TYPES:
+            raise self._option_error(bmc, "reset_type", "%s does not power "
+                                     "the system off (use one of %s)"
+                                     % (canonical, ", ".join(OFF_RESET_TYPES)))
+        return canonical
+
+    def _cert(self, bmc):
+        """``cert=`` for requests: None, a path, or (cert, key)."""
+        cert = bmc.options.get("cert_file")
+        key = bmc.options.get("key_file")
+        if key and not cert:
+            raise self._option_error(bmc, "key_file", "set without cert_file")
+        if not cert:
+            return None
+        for field, path in (("cert_file", cert), ("key_file", key)):
+            if path is None:
+                continue
+            if not isinstance(path, str) or not os.path.isfile(path):
+                raise self._option_error(bmc, field, "no such file: %s"
+                                         % (path,))
+        return (cert, key) if key else cert
 
     def _verify(self, bmc):
         """The TLS verify value for requests.
@@ -115,30 +374,73 @@ class RedfishDriver(base.FencingDriver):
         raise base.FenceError("host %s: option verify must be true, false or "
                               "a CA bundle path" % bmc.host)
 
-    def _connect(self, bmc):
-        auth = sushy.auth.BasicAuth(username=bmc.username,
-                                    password=bmc.password)
-        return sushy.Sushy(bmc.address, auth=auth, verify=self._verify(bmc),
-                           # One attempt per call: retries are ours.
-                           server_side_retries=1,
-                           server_side_retries_delay=self.poll_interval,
-                           read_timeout=min(self.timeout, 30.0),
-                           connect_timeout=min(self.timeout, 10.0))
+    # -- kept clients --------------------------------------------------------
 
-    def _system(self, bmc):
+    def _client(self, bmc):
+        key = (_endpoint(bmc.address), bmc.username)
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = _Client(key)
+            return client
+
+    def _root(self, bmc, client, settings):
+        """The client's sushy root, made (and a session opened) on first
+        use or when the host's settings changed. Called under client.lock."""
+        if client.root is not None and client.settings == settings:
+            return client.root
+        if client.root is not None:
+            _close_client(client, bmc.host, "settings changed")
+        conn = sushy_connector.Connector(
+            settings.address, verify=settings.verify,
+            # One attempt per call: retries are ours.
+            server_side_retries=1,
+            server_side_retries_delay=self.poll_interval,
+            default_request_timeout=settings.read_timeout,
+            connect_timeout=settings.connect_timeout)
+        if settings.cert is not None:
+            conn._session.cert = settings.cert
+        auth = _AUTH_CLASSES[settings.auth](username=bmc.username,
+                                            password=bmc.password)
+        try:
+            root = sushy.Sushy(settings.address, auth=auth, connector=conn)
+        except BaseException:
+            conn.close()
+            raise
+        client.root, client.auth, client.conn = root, auth, conn
+        client.settings = settings
+        if client.has_session():
+            LOG.info("redfish_session_opened", host=bmc.host,
+                     driver=self.name, bmc=settings.address,
+                     user=bmc.username)
+        return root
+
+    def _system(self, bmc, client, settings):
         system_id = bmc.options.get("system_id")
+        if not system_id:
+            ids = self._call(
+                bmc, "list systems",
+                lambda: list(self._root(bmc, client, settings)
+                             .get_system_collection().members_identities),
+                client)
+            if len(ids) != 1:
+                raise self._fail(
+                    bmc, "choose a system", "no system_id set and the BMC "
+                    "lists %s" % ("no system" if not ids else
+                                  "%d systems (%s); set system_id to one of "
+                                  "them" % (len(ids), ", ".join(ids))))
+            system_id = ids[0]
+        return self._call(
+            bmc, "get system %s" % system_id,
+            lambda: self._root(bmc, client, settings).get_system(system_id),
+            client)
 
-        def get():
-            return self._connect(bmc).get_system(system_id)
-        return self._call(bmc, "get system %s" % (system_id or "(default)"),
-                          get)
-
-    def _state(self, bmc, system, what, refresh=False):
+    def _state(self, bmc, client, system, what, refresh=False):
         def read():
             if refresh:
                 system.refresh(force=True)
             return system.power_state
-        value = self._call(bmc, what, read)
+        value = self._call(bmc, what, read, client)
         if value == sushy.PowerState.OFF:
             return base.PowerState.OFF
         if value is None:
@@ -146,7 +448,7 @@ class RedfishDriver(base.FencingDriver):
         # On, PoweringOn, PoweringOff, Paused: not proven off.
         return base.PowerState.ON
 
-    def _wait_off(self, bmc, system):
+    def _wait_off(self, bmc, client, system):
         attempts = max(1, math.ceil(self.timeout / self.poll_interval)) + 1
         poll = tenacity.Retrying(
             retry=tenacity.retry_if_result(
@@ -157,15 +459,17 @@ class RedfishDriver(base.FencingDriver):
             sleep=self._sleep,
             retry_error_callback=lambda rs: rs.outcome.result(),
         )
-        return poll(self._state, bmc, system, "poll power state",
+        return poll(self._state, bmc, client, system, "poll power state",
                     refresh=True)
 
-    def _call(self, bmc, what, func):
-        """Run one BMC request; retry only failures to connect; translate
-        every library error into FenceError."""
+    def _call(self, bmc, what, func, client, tolerate=()):
+        """Run one BMC request under the client's lock; retry only failures
+        to connect; translate every library error into FenceError (an HTTP
+        status in ``tolerate`` into _Rejected, for the caller to judge)."""
         def attempt():
             try:
-                return func()
+                with client.lock:
+                    return func()
             except (sushy_exc.ConnectionError,
                     requests.exceptions.ConnectionError,
                     requests.exceptions.Timeout) as e:
@@ -190,21 +494,24 @@ class RedfishDriver(base.FencingDriver):
                              % (self.retries, e))
         except (sushy_exc.ConnectionError,
                 requests.exceptions.ConnectionError) as e:
-            raise self._fail(bmc, what, "TLS verification of the BMC failed "
-                             "(option verify): %s" % self._reason(bmc, e))
+            raise self._fail(bmc, what, "TLS with the BMC failed (options "
+                             "verify, cert_file, key_file): %s"
+                             % self._reason(bmc, e))
         except sushy_exc.AccessError as e:
+            _close_client(client, bmc.host, "credentials refused")
             raise self._fail(bmc, what, "BMC rejected the credentials of "
                              "user %s (HTTP %s)" % (bmc.username,
                                                     e.status_code))
         except sushy_exc.HTTPError as e:
+            if e.status_code in tolerate:
+                raise _Rejected(e.status_code, self._reason(bmc, e))
             raise self._fail(bmc, what, "BMC refused the request (HTTP %s: "
                              "%s)" % (e.status_code, self._reason(bmc, e)))
-        except sushy_exc.UnknownDefaultError as e:
-            raise self._fail(bmc, what, "no system_id set and the BMC does "
-                             "not list exactly one system (%s)"
-                             % self._reason(bmc, e))
+        except sushy_exc.InvalidParameterValueError as e:
+            raise self._fail(bmc, what, "the system does not offer this "
+                             "(%s)" % self._reason(bmc, e))
         except (sushy_exc.SushyError, requests.exceptions.RequestException,
-                ValueError, KeyError, TypeError) as e:
+                OSError, ValueError, KeyError, TypeError) as e:
             raise self._fail(bmc, what, "Redfish error: %s"
                              % self._reason(bmc, e))
 
