@@ -29,20 +29,30 @@ class StartupError(Exception):
     names the step (``operator API: cannot bind ...``)."""
 
 
-def load_inventory(conf):
-    inv = inventory_mod.load(conf.fencing.inventory, fencing_pkg.FIELDS)
+def check_inventory(conf, inv):
+    """Refuse what parsing allows but this service must not run with."""
     for bmc in inv.values():
-        if bmc.driver == "noop" and not conf.fencing.allow_unfenced:
+        if any(m.driver == "noop" for m in bmc.methods) \
+                and not conf.fencing.allow_unfenced:
             raise ConfigError(
                 "inventory: host %s: driver noop does not fence; set "
                 "[fencing] allow_unfenced = true to allow it (test clouds "
                 "only)" % bmc.host)
+
+
+def _warn_shared(inv):
     for address, hosts in inventory_mod.shared(inv):
         LOG.warning("bmc_shared", hosts=",".join(hosts), address=address,
                     reason="several inventory entries reach one BMC: "
                            "powering it off for one host kills the others; "
                            "refused while another of them is up. Remove "
                            "the entry of a renamed host's old name")
+
+
+def load_inventory(conf):
+    inv = inventory_mod.load(conf.fencing.inventory, fencing_pkg.FIELDS)
+    check_inventory(conf, inv)
+    _warn_shared(inv)
     return inv
 
 
@@ -227,6 +237,27 @@ class Service:
             raise StartupError("%s: %s" % (what, e))
         except Exception as e:   # noqa: BLE001 - one line, no traceback
             raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))
+
+    def reload_inventory(self):
+        """SIGHUP: read the BMC inventory again. A broken file (or one this
+        service must refuse) keeps the inventory in use, and says why."""
+        path = self.conf.fencing.inventory
+        r = inventory_mod.reload(path, fencing_pkg.FIELDS, self.inventory,
+                                 check=lambda inv: check_inventory(self.conf,
+                                                                   inv))
+        if not r.ok:
+            LOG.error("inventory_reload_failed", path=path, reason=r.error,
+                      effect="the previous inventory stays in use")
+            return r
+        self.inventory = r.inventory
+        self.engine.ctx.inventory = r.inventory
+        LOG.info("inventory_reloaded", path=path, hosts=len(r.inventory),
+                 added=",".join(r.added) or None,
+                 removed=",".join(r.removed) or None,
+                 changed=",".join(r.changed) or None,
+                 reason="SIGHUP")
+        _warn_shared(r.inventory)
+        return r
 
     def stop(self):
         self._status_stop.set()

@@ -66,9 +66,13 @@ def run(argv):
     except (service_mod.ConfigError, ComputeError) as e:
         print("instanceha: cannot start: %s" % e, file=sys.stderr)
         return 2
-    stop = threading.Event()
+    stop, reload, wake = threading.Event(), threading.Event(), \
+        threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *a: stop.set())
+        signal.signal(sig, lambda *a: (stop.set(), wake.set()))
+    # SIGHUP re-reads the BMC inventory; the handler only flags it (the
+    # reload logs and takes locks, which a signal handler must not).
+    signal.signal(signal.SIGHUP, lambda *a: (reload.set(), wake.set()))
     try:
         svc.start()
     except service_mod.StartupError as e:
@@ -77,7 +81,12 @@ def run(argv):
         return 2
     from instanceha import runtime
     runtime.freeze_startup_heap()
-    stop.wait()
+    while not stop.is_set():
+        wake.wait()
+        wake.clear()
+        if reload.is_set() and not stop.is_set():
+            reload.clear()
+            svc.reload_inventory()
     svc.stop()
     return 0
 

@@ -12,6 +12,7 @@ import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
+from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator, stale
 from instanceha.events import Event, EventKind as E
@@ -75,21 +76,23 @@ def fence(ctx, record):
     sharers = live_sharers(ctx, record, bmc)
     if sharers:
         other = sharers[0]
+        address = next((m.address for m in bmc.methods
+                        if inventory.same_bmc(m, ctx.bmc_for(other.host))),
+                       bmc.address)
         return _result(record, E.FENCE_FAILED, ctx,
                        "refusing to power off: BMC %s of %s is also the BMC "
                        "of compute service %s (%s), which is up; a renamed "
                        "host's old service row? Delete the stale service "
                        "and fix the inventory" % (
-                           bmc.address, record.name, other.host, other.id))
+                           address, record.name, other.host, other.id))
     try:
-        driver = ctx.fencer(bmc.driver)
-        driver.power_off(bmc)
+        # Each method of the entry in order (Redfish, then IPMI...): the
+        # first that confirms Off proves the host dead.
+        outcome = chain.fence(bmc, ctx.fencer)
     except fencing_base.FenceError as e:
         return _result(record, E.FENCE_FAILED, ctx, str(e))
-    except ValueError as e:       # driver refused to load (e.g. noop)
-        return _result(record, E.FENCE_FAILED, ctx, str(e))
-    return _result(record, E.FENCE_OK, ctx, "%s BMC %s reports power off"
-                   % (bmc.driver, bmc.address or bmc.host))
+    return _result(record, E.FENCE_OK, ctx, outcome.describe(),
+                   **outcome.detail())
 
 
 def isolate(ctx, record):
