@@ -100,7 +100,9 @@ class Service:
             # Could each host be fenced now? Checked before any recovery
             # could be needed, then every [audit] interval.
             self.audit = FencingAudit(conf, compute, ctx.bmc_for,
-                                      ctx.fencer, clock)
+                                      ctx.fencer, clock,
+                                      sink=self.engine.submit)
+            self.reconciler.powered_off = self.audit.powered_off
             self.engine.health["audit"] = self.audit.health
             self.engine.unprotected = self.audit.unprotected
             self.sources.append(self.audit)

@@ -26,6 +26,24 @@ OPTS = [
                       "randomly lengthened or shortened."),
     cfg.IntOpt("concurrency", default=8, min=1, max=256,
                help="BMCs read at once during an audit."),
+    cfg.FloatOpt("power_watch_interval", default=0.0, min=0, max=3600,
+                 help="0 (default): off. Else read every host's BMC power "
+                      "state this often (a read, no action). A host whose "
+                      "BMC goes from On to Off (power or PSU loss) has its "
+                      "heartbeat judged with power_off_delta instead of "
+                      "[detection] delta, and with the heartbeat lost it is "
+                      "fenced without the grace period ([fencing] "
+                      "power_evidence): recovery starts within about "
+                      "power_off_delta instead of delta + grace_period. "
+                      "Costs one BMC read per host per interval."),
+    cfg.FloatOpt("power_off_delta", default=20.0, min=1, max=86400,
+                 help="With power_watch_interval: a host whose BMC reports "
+                      "Off counts as lost once Nova has no heartbeat from "
+                      "it for this many seconds. Must stay above Nova's "
+                      "report_interval (10 s by default) with margin: a "
+                      "host whose inventory entry points at a machine that "
+                      "is off keeps heartbeating and must never look "
+                      "lost."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS,

@@ -29,6 +29,7 @@ import time
 import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
+from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.audit")
 
@@ -74,7 +75,10 @@ class FencingAudit:
     ``health()`` answer from the last audit without I/O."""
 
     def __init__(self, conf, compute, bmc_for, fencer, clock=time.time,
-                 rng=None):
+                 rng=None, sink=None, host_ids=None):
+        """``sink``: where the power watch sends POWER_OFF / POWER_ON
+        events (the engine's submit); ``host_ids``: {host name: service
+        id}, refreshed by each audit when not given."""
         self._conf = conf.audit
         self._compute = compute
         self._bmc_for = bmc_for
@@ -91,6 +95,11 @@ class FencingAudit:
         self.last_seconds = None
         self.last_error = None
         self.checked = 0
+        self._sink = sink
+        self._ids = dict(host_ids or {})
+        self._power = {}            # host -> last PowerState the watch read
+        self._lost_power = set()    # read On, then Off
+        self._watch_thread = None
 
     # -- one audit ------------------------------------------------------------
     def _read(self, method):
@@ -119,6 +128,8 @@ class FencingAudit:
             self.last_error = "cannot list compute services: %s" % e
             LOG.warning("audit_skipped", reason=self.last_error)
             return self.unprotected()
+        with self._lock:
+            self._ids = {s.host: s.id for s in services}
         workers = max(1, min(self._conf.concurrency, len(services)))
         with concurrent.futures.ThreadPoolExecutor(
                 workers, thread_name_prefix="audit") as pool:
@@ -150,6 +161,70 @@ class FencingAudit:
                 LOG.warning("host_fencing_degraded", host=host,
                             reason="a fencing method fails while another "
                                    "answers: " + "; ".join(failures))
+
+    # -- the power watch ---------------------------------------------------------
+    def _first_reading(self, host):
+        bmc = self._bmc_for(host)
+        if bmc is None:
+            return None
+        for method in methods_of(bmc):
+            if method.driver == "noop":
+                continue
+            state = self._read(method)
+            if isinstance(state, fencing_base.PowerState) \
+                    and state is not fencing_base.PowerState.UNKNOWN:
+                return state
+        return None
+
+    def watch_once(self):
+        """Read every known host's power state; send an event for each
+        change. Returns {host: PowerState} read."""
+        with self._lock:
+            ids = dict(self._ids)
+        if not ids:
+            return {}
+        workers = max(1, min(self._conf.concurrency, len(ids)))
+        with concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix="powerwatch") as pool:
+            states = dict(zip(ids, pool.map(self._first_reading, ids)))
+        now = self._clock()
+        for host, state in sorted(states.items()):
+            if state is None:
+                continue
+            before = self._power.get(host)
+            self._power[host] = state
+            if state is before:
+                continue
+            off = state is fencing_base.PowerState.OFF
+            with self._lock:
+                if off and before is fencing_base.PowerState.ON:
+                    self._lost_power.add(host)
+                elif not off:
+                    self._lost_power.discard(host)
+            if off and before is fencing_base.PowerState.ON:
+                LOG.warning("power_lost", host=host, reason="the BMC now "
+                            "reports power Off (it reported On): the "
+                            "heartbeat is judged with power_off_delta")
+            if self._sink is not None:
+                self._sink(Event(E.POWER_OFF if off else E.POWER_ON,
+                                 ids[host], now, name=host, source="bmc",
+                                 reason="BMC reports power %s" % state.value))
+        return states
+
+    def powered_off(self):
+        """Hosts whose BMC the watch last read Off after reading On (a
+        host Off since the first read may be an entry pointing at another
+        machine: the audit reports it; it gets no shorter delta)."""
+        with self._lock:
+            return set(self._lost_power)
+
+    def _watch_loop(self):
+        interval = self._conf.power_watch_interval
+        while not self._stop.wait(interval):
+            try:
+                self.watch_once()
+            except Exception as e:   # noqa: BLE001 - the loop must live
+                LOG.exception("power_watch_failed", reason=str(e))
 
     # -- answers ---------------------------------------------------------------
     def unprotected(self):
@@ -188,8 +263,13 @@ class FencingAudit:
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name="fencing-audit")
         self._thread.start()
+        if self._conf.power_watch_interval > 0:
+            self._watch_thread = threading.Thread(
+                target=self._watch_loop, daemon=True, name="power-watch")
+            self._watch_thread.start()
 
     def stop(self):
         self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        for t in (self._thread, self._watch_thread):
+            if t:
+                t.join(5)

@@ -130,6 +130,8 @@ class Reconciler:
         self.clock_skew = None      # local minus Nova's estimated now, s
         self._skew_warned = None    # skew last warned about, None: within
         self._host_aggregates = None  # {host: aggregate names}, last read
+        #: hosts whose BMC the power watch saw go Off (set by the service)
+        self.powered_off = set
 
     def run_once(self):
         """One pass: one API call, one event per compute host."""
@@ -144,8 +146,15 @@ class Reconciler:
         counts = {}
         # With no updated_at anywhere, every age is unknown anyway.
         ref = nova_now if nova_now is not None else now
+        unpowered = self.powered_off()
         for svc in services:
-            kind, reason = classify(svc, ref, self._conf.detection.delta)
+            delta = self._conf.detection.delta
+            if svc.host in unpowered:
+                # Its BMC went from On to Off: a second witness, so a
+                # shorter silence (still above Nova's report interval)
+                # proves the heartbeat lost.
+                delta = min(delta, self._conf.audit.power_off_delta)
+            kind, reason = classify(svc, ref, delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
             detail = {"forced_down": svc.forced_down, "zone": svc.zone,
                       "updated_at": svc.updated_at, "status": svc.status,

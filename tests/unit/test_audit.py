@@ -140,3 +140,31 @@ def test_status_and_metrics_show_unprotected_hosts():
     body = body.decode() if isinstance(body, bytes) else body
     assert 'instanceha_host_unprotected{host="compute-1"} 1.0' in body
     assert "instanceha_unprotected_hosts 1.0" in body
+
+
+def test_power_watch_sends_changes_and_marks_only_hosts_that_lost_power():
+    r = Rig()
+    events = []
+    r.audit._sink = events.append
+    r.off.add("compute-3")              # Off from the first read: suspicious,
+    r.audit.run_once()                  # not a power loss
+    r.audit.watch_once()
+    assert [(e.kind.value, e.name) for e in events
+            if e.kind.value == "power_off"] == [("power_off", "compute-3")]
+    assert r.audit.powered_off() == set()
+    del events[:]
+    r.audit.watch_once()                # nothing changed: no event
+    assert events == []
+    r.off.add("compute-1")              # On, then Off: power lost
+    with capture_logs() as logs:
+        r.audit.watch_once()
+    assert [(e.kind.value, e.name, e.host) for e in events] == [
+        ("power_off", "compute-1", "uuid-1")]
+    assert r.audit.powered_off() == {"compute-1"}
+    assert [x["host"] for x in logs if x["event"] == "power_lost"] == [
+        "compute-1"]
+    r.off.discard("compute-1")          # powered on again
+    r.audit.watch_once()
+    assert events[-1].kind.value == "power_on"
+    assert r.audit.powered_off() == set()
+

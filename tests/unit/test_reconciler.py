@@ -331,3 +331,22 @@ def test_aggregates_unreadable_from_the_start_warns_once():
     lines = [x for x in logs if x["event"] == "aggregates_unavailable"]
     assert len(lines) == 1 and "globally and per zone" in lines[0]["effect"]
     assert {e.detail["aggregates"] for e in r.events} == {()}
+
+
+def test_a_host_that_lost_power_is_judged_with_the_shorter_delta():
+    """The power watch saw c1's BMC go from On to Off: its heartbeat counts
+    as lost after [audit] power_off_delta (20 s), c2's after delta (30 s)."""
+    r = Rig(0, delta=30)
+    r.conf.set_override("power_off_delta", 20, "audit")
+    r.rec.powered_off = lambda: {"c1"}
+    r.pass_()
+    r.nova.rows["c1"]["alive"] = False
+    r.nova.rows["c2"]["alive"] = False
+    frozen = r.nova.rows["c1"]["updated_at"]
+    seen = {}
+    for _ in range(40):
+        out = r.pass_()
+        for host in ("c1", "c2"):
+            if out[host][0] is E.HEARTBEAT_LOST:
+                seen.setdefault(host, r.nova.nova_now() - frozen)
+    assert 20 < seen["c1"] <= 22 and 30 < seen["c2"] <= 32, seen
