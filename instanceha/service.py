@@ -270,6 +270,7 @@ class Service:
             except Exception as e:
                 LOG.warning("source_stop_failed", reason=str(e))
         self.engine.stop()
+        self.engine.ctx.close_fencers()
         if self.api is not None:
             self.api.stop()
         try:

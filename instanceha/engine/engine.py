@@ -84,6 +84,20 @@ class Context:
                 self._fencers[name] = self._fencer_factory(name)
             return self._fencers[name]
 
+    def close_fencers(self):
+        """Release what drivers hold open (Redfish sessions) at stop."""
+        with self._lock:
+            drivers = list(self._fencers.values())
+        for driver in drivers:
+            close = getattr(driver, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as e:   # noqa: BLE001 - best effort at stop
+                    LOG.warning("fencing_driver_close_failed",
+                                driver=getattr(driver, "name", "?"),
+                                reason=str(e))
+
     def progress(self, record, done, total):
         LOG.info("evacuation_progress", host=record.name, done=done,
                  total=total)
