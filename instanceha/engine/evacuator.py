@@ -30,11 +30,12 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
 from instanceha.fsm import machine as fsm_machine
+from instanceha.policy import power
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 #: vm_states Nova accepts for evacuate (check_instance_state in nova's API).
-EVACUABLE_VM_STATES = {"active", "stopped", "error"}
+EVACUABLE_VM_STATES = power.EVACUABLE_VM_STATES
 REBUILD_TASK_STATES = {"rebuilding", "rebuild_block_device_mapping",
                        "rebuild_spawning"}
 IN_FLIGHT = {"accepted", "pre-migrating", "migrating", "queued", "preparing",
@@ -98,6 +99,8 @@ class _Run:
         self.open_rows = {}                 # server_id -> (row id, at)
         self.sent = 0
         self.services = []
+        #: server_id -> power.Plan, from the listing (its power state)
+        self.plans = {}
         self._read_journal()
 
     # -- journal ------------------------------------------------------------
@@ -225,6 +228,8 @@ class _Run:
         self.finish(attempt, "done", dest, detail)
         self.ctx.progress(self.record, len(self.outcome.done),
                           self.outcome.total)
+        _keep_powered_off(self.ctx, self.host, attempt.server_id,
+                          self.plans.get(attempt.server_id))
 
     def judge(self, attempt, now):
         """Decide one in-flight attempt from Nova's migrations (read into
@@ -317,18 +322,21 @@ def evacuate_host(ctx, record):
     outcome = Outcome(total=len(servers))
     run = _Run(ctx, record, outcome, migrations)
     now = ctx.clock()
+    mv = power.parse_microversion(conf.microversion)
     for s in servers:
+        plan = run.plans[s.id] = power.plan(s.vm_state, s.power_state, mv,
+                                            s.status)
         migs = migrations.get(s.id, [])
         if (s.task_state or "") in REBUILD_TASK_STATES \
                 or any(m.status in IN_FLIGHT for m in migs):
             run.resume(s, now)
-        elif (s.vm_state or "").lower() in EVACUABLE_VM_STATES:
+        elif plan.evacuate:
             run.todo.append((s.id, now, False))
         else:
-            outcome.skipped[s.id] = "vm_state %s is not evacuable" % s.vm_state
+            outcome.skipped[s.id] = plan.reason
     if outcome.skipped:
         LOG.warning("servers_not_evacuable", host=host,
-                    count=len(outcome.skipped),
+                    count=len(outcome.skipped), servers=outcome.skipped,
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
     if run.inflight:
@@ -405,6 +413,26 @@ def evacuate_host(ctx, record):
         for attempt in list(run.inflight.values()):
             run.judge(attempt, now)
     return outcome
+
+
+def _keep_powered_off(ctx, host, sid, plan):
+    """A server that was powered off when its host was lost ends powered
+    off (instanceha.policy.power): read once it has arrived, stopped if
+    Nova started it. A failure is logged; the evacuation stands."""
+    if plan is None or not plan.keep_off:
+        return
+    try:
+        reason = power.stop_reason(plan, ctx.compute.get_server(sid), host)
+        if reason:
+            ctx.compute.stop_server(sid)
+            LOG.warning("evacuated_server_stopped", host=host, server=sid,
+                        reason=reason)
+    except base.NotFound:
+        return
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.error("evacuated_server_not_stopped", host=host, server=sid,
+                  reason="it was powered off before its evacuation and may "
+                         "be running now: %s" % (str(e) or type(e).__name__))
 
 
 def _host_returned(record, services):

@@ -459,7 +459,8 @@ class SimCloud:
     def evacuate(self, server_id, host=None, force=False, stop=False):
         """Start an evacuation like Nova's API; returns the Migration.
 
-        ``stop`` is Nova's target_state=stopped (microversion >= 2.95).
+        ``stop`` is Nova's target_state=stopped (microversion >= 2.95);
+        a server in error arrives ACTIVE all the same.
         """
         with self.lock:
             self._advance()
@@ -621,7 +622,10 @@ class SimCloud:
         s.host = dest.name
         s.task_state = None
         s.fault = None
-        if stop or orig_vm_state == STOPPED:
+        # Nova restores a stopped server's state at every microversion and
+        # ignores the target state (2.95) for a server in error, which
+        # comes up ACTIVE (compute/manager.py _do_rebuild_instance).
+        if orig_vm_state == STOPPED or (stop and orig_vm_state != ERROR):
             s.vm_state, s.power_state = STOPPED, POWER_SHUTDOWN
         else:
             s.vm_state, s.power_state = ACTIVE, POWER_RUNNING

@@ -107,9 +107,14 @@ class FakeCompute(cb.ComputeDriver):
                 if s["host"] != source and s["status"] == "enabled"
                 and not s["forced_down"] and s["alive"]]
 
-    def evacuate(self, server_id):
+    def evacuate(self, server_id, microversion=None):
+        """Like Nova: a stopped server arrives stopped, one in error
+        arrives ACTIVE, and from microversion 2.95 every other server
+        arrives stopped too (``microversion``: (major, minor), None as
+        2.94)."""
         self._maybe_fail()
         v = self.servers[server_id]
+        stop_all = tuple(microversion or (2, 94)) >= (2, 95)
         src = self.services[v["host"]]
         if not src["forced_down"]:
             raise cb.Conflict("Compute service of %s is still in use."
@@ -150,7 +155,8 @@ class FakeCompute(cb.ComputeDriver):
             v["task_state"] = "rebuilding"
         else:
             mig.update(status="done", dest=dest["host"])
-            stopped = v["vm_state"] == "stopped"
+            stopped = v["vm_state"] == "stopped" or (
+                stop_all and v["vm_state"] != "error")
             v.update(host=dest["host"], status="SHUTOFF" if stopped
                      else "ACTIVE", vm_state="stopped" if stopped
                      else "active", fault=None, task_state=None)

@@ -32,6 +32,7 @@ class Server:
     task_state: Optional[str] = None
     vm_state: Optional[str] = None
     fault: Optional[str] = None
+    power_state: Optional[int] = None  # Nova's: 1 running, 4 shutdown, ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +115,19 @@ class ComputeDriver(abc.ABC):
         """One Server; raises NotFound."""
 
     @abc.abstractmethod
-    def evacuate(self, server_id):
-        """Ask Nova to rebuild the server elsewhere (scheduler picks)."""
+    def evacuate(self, server_id, microversion=None):
+        """Ask Nova to rebuild the server elsewhere (scheduler picks).
+
+        ``microversion``: (major, minor) of the request, chosen per server
+        by :mod:`instanceha.policy.power` (it decides the power state the
+        server arrives in: from 2.95 Nova stops it); None: the configured
+        ``[evacuation] microversion``."""
+
+    def stop_server(self, server_id):
+        """Nova's os-stop: power the server off (it must be ACTIVE or in
+        error, with no task in progress). Used only on an evacuated server
+        that was powered off and that Nova started on its new host."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def list_evacuations(self, host):

@@ -2,9 +2,9 @@
 
 The only module that imports openstacksdk or keystoneauth. Every call names
 its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
-leaving servers ACTIVE, migration fields) changes between microversions, so
-"latest" is never used. At connect time the server's maximum is read from
-version discovery; below 2.53 instanceha refuses to start.
+keeping a server's power state below 2.95, migration fields) changes between
+microversions, so "latest" is never used. At connect time the server's maximum
+is read from version discovery; below 2.53 instanceha refuses to start.
 """
 
 import datetime
@@ -210,9 +210,21 @@ class NovaDriver(base.ComputeDriver):
         return _server(self._call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
-    def evacuate(self, server_id):
-        self._call("post", "/servers/%s/action" % server_id,
-                   self._evacuate_mv, json={"evacuate": {}})
+    def evacuate(self, server_id, microversion=None):
+        mv = self._evacuate_mv
+        if microversion is not None:
+            wanted = tuple(microversion)
+            if wanted > self.max_microversion:
+                raise base.ComputeError(
+                    "evacuate at microversion %s: Nova supports up to %s"
+                    % (_fmt_mv(wanted), _fmt_mv(self.max_microversion)), 400)
+            mv = _fmt_mv(wanted)
+        self._call("post", "/servers/%s/action" % server_id, mv,
+                   json={"evacuate": {}})
+
+    def stop_server(self, server_id):
+        self._call("post", "/servers/%s/action" % server_id, "2.1",
+                   json={"os-stop": None})
 
     def list_aggregates(self):
         body = self._call("get", "/os-aggregates", "2.41")
@@ -282,7 +294,8 @@ def _server(s):
         host=s.get("OS-EXT-SRV-ATTR:host"),
         task_state=s.get("OS-EXT-STS:task_state"),
         vm_state=s.get("OS-EXT-STS:vm_state"),
-        fault=fault.get("message"))
+        fault=fault.get("message"),
+        power_state=s.get("OS-EXT-STS:power_state"))
 
 
 def _migration(m):
