@@ -421,15 +421,16 @@ def _keep_powered_off(ctx, host, sid, plan):
     Nova started it. A failure is logged; the evacuation stands."""
     if plan is None or not plan.keep_off:
         return
+    reason = None
     try:
         reason = power.stop_reason(plan, ctx.compute.get_server(sid), host)
         if reason:
             ctx.compute.stop_server(sid)
             LOG.warning("evacuated_server_stopped", host=host, server=sid,
                         reason=reason)
-    except base.NotFound:
-        return
     except (base.ComputeError, NotImplementedError) as e:
+        if isinstance(e, base.NotFound) and reason is None:
+            return                      # deleted since it arrived
         LOG.error("evacuated_server_not_stopped", host=host, server=sid,
                   reason="it was powered off before its evacuation and may "
                          "be running now: %s" % (str(e) or type(e).__name__))

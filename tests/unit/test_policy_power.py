@@ -184,10 +184,13 @@ def test_error_server_with_power_off_is_stopped_on_its_new_host():
     assert "was powered off when compute-1 was lost" in stopped[0]["reason"]
 
 
-def test_a_failed_stop_is_logged_and_the_evacuation_stands():
+@pytest.mark.parametrize("error", [
+    cb.Conflict("Cannot 'stop' instance", 409),
+    cb.NotFound("There is no such action: os-stop", 404),
+    cb.ComputeError("HTTP 503", 503)])
+def test_a_failed_stop_is_logged_and_the_evacuation_stands(error):
     w, rec = _world(**{"compute-1-vm-0": "error"})
-    _Recorder(w, {"compute-1-vm-0": power.SHUTDOWN},
-              stop_error=cb.Conflict("Cannot 'stop' instance", 409))
+    _Recorder(w, {"compute-1-vm-0": power.SHUTDOWN}, stop_error=error)
     with capture_logs() as logs:
         out = evacuator.evacuate_host(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed
