@@ -59,8 +59,8 @@ _NOT_EVACUABLE = {
     "paused": "paused by its owner; its memory was lost with the host",
     "suspended": "suspended by its owner; its saved state is on the lost "
                  "host's disk",
-    "shelved": "shelved: unshelving it places it on a live host",
-    "shelved_offloaded": "shelved and offloaded: it runs nowhere",
+    "shelved": "shelved by its owner",
+    "shelved_offloaded": "shelved and offloaded: it runs on no host",
     "rescued": "in rescue mode",
     "resized": "waiting for its resize to be confirmed or reverted",
     "building": "still being built",
