@@ -24,7 +24,8 @@ FIELDS = {
     "ipmi": {"port", "cipher_suite", "timeout", "interface", "password_via"},
     "noop": set(),
     "fence_agent": {"agent", "params", "agent_timeout"},
-    "bmh": {"namespace", "name", "kubeconfig"},
+    "bmh": {"namespace", "name", "kubeconfig", "context", "api_url",
+            "ca_file", "insecure", "token_file", "in_cluster", "timeout"},
 }
 
 
