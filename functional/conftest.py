@@ -28,3 +28,13 @@ def vhost():
     from functional import events_fixtures as fx
     with fx.RabbitVhost() as v:
         yield v
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """With pytest-xdist (``./tools/test`` runs two workers), every test on
+    the shared real-peer bed goes to one worker (``--dist loadgroup``): one
+    bed, started once, its tests in their collection order."""
+    for item in items:
+        path = pathlib.Path(str(item.fspath)).resolve()
+        if any(suite in path.parents for suite in harness.SUITES):
+            item.add_marker(pytest.mark.xdist_group("realpeer-bed"))

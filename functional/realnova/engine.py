@@ -1,6 +1,7 @@
 """Run the real ``instanceha run`` process against the real-peer test bed."""
 
 import os
+import time
 
 import yaml
 
@@ -62,8 +63,21 @@ class Engine(EngineProcess):
 VICTIM_SERVERS = 2
 
 
-def boot_victims(bed, host):
-    """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there."""
-    ids = bed.cloud.boot(host, VICTIM_SERVERS)
-    bed.cloud.wait_servers(ids, host=host)
-    return ids
+def boot_victims(bed, host, attempts=4):
+    """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there.
+
+    Right after the bed (re)starts a compute, Placement may have no
+    allocation candidate for it yet (Nova's scheduler says so: "a temporary
+    occurrence as compute nodes start up"); a boot that ends in No valid
+    host is deleted and tried again a few seconds later."""
+    for attempt in range(1, attempts + 1):
+        ids = bed.cloud.boot(host, VICTIM_SERVERS)
+        try:
+            bed.cloud.wait_servers(ids, host=host)
+            return ids
+        except PeerError as e:
+            if "No valid host" not in str(e) or attempt == attempts:
+                raise
+            for sid in ids:
+                bed.cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
+            time.sleep(3)
