@@ -435,3 +435,26 @@ def test_password_file_that_is_a_directory_is_an_error(tmp_path):
                              ".*dir.pass: Is a directory"):
         _load(tmp_path, "hosts:\n  c0: {driver: ipmi, address: a,"
               " password_file: dir.pass}\n")
+
+
+def test_bmh_and_fence_agent_entries_have_identities():
+    """The shared-BMC safety check covers BareMetalHosts (API + namespace
+    + name) and fence agents (their own port parameter)."""
+    from instanceha.drivers.fencing import FIELDS
+    inv = inventory.parse({"hosts": {
+        "a": {"driver": "bmh", "api_url": "https://k8s:6443/",
+              "namespace": "metal", "name": "rack1-u3", "token_file": "/t"},
+        "b": {"driver": "bmh", "api_url": "https://K8S:6443",
+              "namespace": "metal", "name": "rack1-u3", "token_file": "/t"},
+        "c": {"driver": "bmh", "api_url": "https://k8s:6443",
+              "namespace": "metal", "token_file": "/t"},
+        "d": {"driver": "fence_agent", "agent": "fence_ipmilan",
+              "address": "10.0.0.9", "params": {"ipport": 6230}},
+        "e": {"driver": "fence_agent", "agent": "fence_ipmilan",
+              "address": "10.0.0.9", "params": {"ipport": 6231}},
+        "f": {"driver": "ipmi", "address": "10.0.0.9", "port": 6230},
+    }}, FIELDS)
+    assert inventory.same_bmc(inv["a"], inv["b"])
+    assert not inventory.same_bmc(inv["a"], inv["c"])      # name "c"
+    assert not inventory.same_bmc(inv["d"], inv["e"])
+    assert inventory.same_bmc(inv["d"], inv["f"])

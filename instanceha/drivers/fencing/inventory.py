@@ -98,6 +98,15 @@ _DEFAULT_PORTS = {"https": 443, "http": 80, "redfish": 443, "ipmi": 623}
 
 
 def _identity(bmc):
+    if bmc.driver == "bmh":
+        # A BareMetalHost: one Kubernetes API (URL, or the kubeconfig that
+        # names it), one namespace/name (the name defaults to the host's).
+        api = str(bmc.options.get("api_url") or bmc.options.get("kubeconfig")
+                  or ("in-cluster" if bmc.options.get("in_cluster") else ""))
+        api = api.strip().lower().rstrip("/")
+        name = "%s/%s" % (bmc.options.get("namespace") or "",
+                          bmc.options.get("name") or bmc.host)
+        return ("bmh:" + api, "", name.lower()) if api else None
     if not bmc.address:
         return None
     address = bmc.address.strip()
@@ -111,7 +120,13 @@ def _identity(bmc):
         port = port or _DEFAULT_PORTS.get(parts.scheme.lower())
     else:
         host = address.lower().strip("[]")
-        port = bmc.options.get("port") or _DEFAULT_PORTS.get(bmc.driver)
+        params = bmc.options.get("params") or {}
+        # fence_agent: the agent's own port parameter, if any
+        agent_port = next((params[k] for k in ("ipport", "port", "ip_port")
+                           if isinstance(params, Mapping) and k in params),
+                          None)
+        port = (bmc.options.get("port") or agent_port
+                or _DEFAULT_PORTS.get(bmc.driver))
     system = str(bmc.options.get("system_id") or "").strip().lower()
     return (host, str(port or ""), system.rstrip("/"))
 
