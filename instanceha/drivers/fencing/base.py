@@ -9,6 +9,8 @@ library's exceptions into :class:`FenceError`.
 import abc
 import enum
 
+import tenacity
+
 
 class PowerState(str, enum.Enum):
     ON = "on"
@@ -43,3 +45,39 @@ class FencingDriver(abc.ABC):
     def power_on(self, bmc):
         """Power the host on (used by operators and tests). Raises FenceError."""
         raise FenceError("%s: driver %s cannot power on" % (bmc.host, self.name))
+
+
+def wait_until_off(read, timeout, poll_interval, sleep, clock):
+    """Call ``read()`` (a PowerState) every ``poll_interval`` seconds until
+    it reports Off, for at most ``timeout`` seconds of ``clock``. Returns
+    None once Off, else the last state read (the caller's FenceError says
+    which)."""
+    start = clock()
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda s: s is not PowerState.OFF),
+        stop=lambda retry_state: clock() - start >= timeout,
+        wait=tenacity.wait_fixed(poll_interval),
+        sleep=sleep)
+    try:
+        retrying(read)
+    except tenacity.RetryError as e:
+        return e.last_attempt.result()
+    return None
+
+
+def retrying(attempt, transient, attempts, interval, sleep, log_fields):
+    """Run ``attempt()``; while it raises ``transient`` (the request did not
+    reach the BMC), log a ``bmc_retry`` line with ``log_fields`` and try
+    again, ``attempts`` tries in all, ``interval`` seconds apart. The last
+    ``transient`` error is raised; any other error at once."""
+    log = log_fields.pop("log")
+
+    def log_retry(rs):
+        log.warning("bmc_retry", attempt=rs.attempt_number,
+                    reason=str(rs.outcome.exception()), **log_fields)
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(transient),
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_fixed(interval),
+        sleep=sleep, before_sleep=log_retry, reraise=True)(attempt)

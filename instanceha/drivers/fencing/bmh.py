@@ -463,19 +463,11 @@ class BareMetalHostDriver(base.FencingDriver):
                 raise _Transient(_scrub("%s: %s" % (type(e).__name__, e),
                                         secrets)) from e
 
-        def log_retry(rs):
-            LOG.warning("bmc_retry", host=bmc.host, driver=self.name,
-                        action=what, bmh=_ref(settings),
-                        attempt=rs.attempt_number,
-                        reason=str(rs.outcome.exception()))
-
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(_Transient),
-            stop=tenacity.stop_after_attempt(self.retries),
-            wait=tenacity.wait_fixed(self.poll_interval),
-            sleep=self._sleep, before_sleep=log_retry, reraise=True)
         try:
-            return retrying(attempt)
+            return base.retrying(attempt, _Transient, self.retries,
+                                 self.poll_interval, self._sleep, dict(
+                                     log=LOG, host=bmc.host, driver=self.name,
+                                     action=what, bmh=_ref(settings)))
         except _Conflict as e:
             raise self._fail(bmc, settings, what, "the object kept changing "
                              "(HTTP 409 Conflict) after %d attempts: %s"

@@ -76,7 +76,6 @@ import time
 import urllib.parse
 
 import structlog
-import tenacity
 
 from instanceha.drivers.fencing import base
 
@@ -373,20 +372,12 @@ class FenceAgentDriver(base.FencingDriver):
                 raise _Unreachable(res.detail)
             return res
 
-        def log_retry(rs):
-            LOG.warning("bmc_retry", host=bmc.host, driver=self.name,
-                        agent=settings.agent, action=what,
-                        attempt=rs.attempt_number,
-                        reason=str(rs.outcome.exception()))
-
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(_Unreachable),
-            stop=tenacity.stop_after_attempt(self._attempts),
-            wait=tenacity.wait_fixed(self._poll_interval),
-            sleep=self._sleep, before_sleep=log_retry, reraise=True)
         where = self._where(bmc, settings)
         try:
-            res = retrying(attempt)
+            res = base.retrying(attempt, _Unreachable, self._attempts,
+                                self._poll_interval, self._sleep, dict(
+                                    log=LOG, host=bmc.host, driver=self.name,
+                                    agent=settings.agent, action=what))
         except _Unreachable as e:
             LOG.error("fence_error", host=bmc.host, driver=self.name,
                       agent=settings.agent, action=what, reason="unreachable")
@@ -441,20 +432,10 @@ class FenceAgentDriver(base.FencingDriver):
                  agent=settings.agent)
 
     def _wait_off(self, bmc, settings):
-        start = self._clock()
-
-        def timed_out(retry_state):
-            return self._clock() - start >= self._timeout
-
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_result(lambda s: s is not base.PowerState.OFF),
-            stop=timed_out,
-            wait=tenacity.wait_fixed(self._poll_interval),
-            sleep=self._sleep)
-        try:
-            retrying(self.power_state, bmc, settings)
-        except tenacity.RetryError as e:
-            last = e.last_attempt.result()
+        last = base.wait_until_off(lambda: self.power_state(bmc, settings),
+                                   self._timeout, self._poll_interval,
+                                   self._sleep, self._clock)
+        if last is not None:
             LOG.error("fence_timeout", host=bmc.host, driver=self.name,
                       agent=settings.agent, timeout=self._timeout,
                       state=last.value)

@@ -477,18 +477,11 @@ class RedfishDriver(base.FencingDriver):
                     raise    # a configuration problem: no retry
                 raise _Transient(self._reason(bmc, e)) from e
 
-        def log_retry(rs):
-            LOG.warning("bmc_retry", host=bmc.host, driver=self.name,
-                        action=what, attempt=rs.attempt_number,
-                        reason=str(rs.outcome.exception()))
-
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(_Transient),
-            stop=tenacity.stop_after_attempt(self.retries),
-            wait=tenacity.wait_fixed(self.poll_interval),
-            sleep=self._sleep, before_sleep=log_retry, reraise=True)
         try:
-            return retrying(attempt)
+            return base.retrying(attempt, _Transient, self.retries,
+                                 self.poll_interval, self._sleep, dict(
+                                     log=LOG, host=bmc.host, driver=self.name,
+                                     action=what))
         except _Transient as e:
             raise self._fail(bmc, what, "BMC unreachable after %d attempts: %s"
                              % (self.retries, e))
