@@ -31,10 +31,8 @@ import argparse
 import contextlib
 import logging
 import pathlib
-import statistics
 import sys
 import tempfile
-import time
 import types
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -46,6 +44,7 @@ import structlog  # noqa: E402
 from functional.peers import ipmi as ipmi_peer  # noqa: E402
 from functional.peers import procs  # noqa: E402
 from functional.peers import redfish as redfish_peer  # noqa: E402
+from benchmarks.fencing import measure, summary  # noqa: E402
 from instanceha import conf as iha_conf  # noqa: E402
 from instanceha.drivers import fencing  # noqa: E402
 from instanceha.drivers.fencing import fence_agent  # noqa: E402
@@ -111,28 +110,6 @@ def redfish_target(workdir, conf):
 def fencing_target(workdir, conf):
     """The hook benchmarks/fencing.py uses: fence_ipmilan vs ipmi_sim."""
     return ipmilan_target(workdir, conf)
-
-
-def measure(target, runs):
-    """Seconds from power_off() called to Off confirmed, one per run."""
-    times = []
-    for i in range(runs):
-        target.power_on()
-        t0 = time.perf_counter()
-        target.driver.power_off(target.bmc)
-        times.append(time.perf_counter() - t0)
-        state = target.peer_state()
-        if state != "off":
-            raise SystemExit("run %d: the driver returned but the peer says "
-                             "%r" % (i + 1, state))
-    return times
-
-
-def summary(times):
-    ms = sorted(t * 1000 for t in times)
-    p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
-    return {"runs": len(ms), "median": statistics.median(ms), "p90": p90,
-            "min": ms[0], "max": ms[-1]}
 
 
 def main(argv=None):
