@@ -30,6 +30,7 @@ def vhost():
         yield v
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """With pytest-xdist (``./tools/test`` runs two workers), every test on
     the shared real-peer bed goes to one worker (``--dist loadgroup``): one
