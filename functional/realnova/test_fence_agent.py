@@ -271,3 +271,22 @@ def _alive(pid):
         return False
     return state != "Z"
 
+
+
+@pytest.fixture(scope="module")
+def lazy_redfish_bmc(workdir):
+    """Accepts every power-off and never carries it out."""
+    bmc = started(lambda: redfish.RedfishBMC(
+        HOST + "-lazy", workdir, ignore_power_off=True).start())
+    yield bmc
+    bmc.stop()
+
+
+def test_bmc_accepting_but_never_off_is_fence_error(driver, request):
+    need_agent("fence_redfish")
+    peer = request.getfixturevalue("lazy_redfish_bmc")
+    with pytest.raises(base.FenceError) as err:
+        driver.power_off(redfish_entry(peer))
+    msg = assert_fence_error(err, peer.password)
+    assert "Timed out waiting to power OFF" in msg, msg
+    assert peer.power_state() == "on" and peer.stats()["ignored"] >= 1
