@@ -30,12 +30,21 @@ def vhost():
         yield v
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(session, config, items):
-    """With pytest-xdist (``./tools/test`` runs two workers), every test on
-    the shared real-peer bed goes to one worker (``--dist loadgroup``): one
-    bed, started once, its tests in their collection order."""
-    for item in items:
-        path = pathlib.Path(str(item.fspath)).resolve()
-        if any(suite in path.parents for suite in harness.SUITES):
-            item.add_marker(pytest.mark.xdist_group("realpeer-bed"))
+#: test directories on the shared real-peer bed (functional/peers/harness.py)
+BED_DIRS = tuple("functional/%s/" % suite.name for suite in harness.SUITES)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist (``./tools/test`` runs two workers): every test on
+    the shared real-peer bed in one work unit, so one worker runs them all,
+    in collection order, on one bed started once; every other test is a
+    unit of its own, spread over the workers. (xdist's own ``loadgroup``
+    marks no longer group anything under pytest 9: it renames nodeids
+    through an attribute pytest 9 does not read.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BedScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return "realpeer-bed" if nodeid.startswith(BED_DIRS) else nodeid
+
+    return BedScheduling(config, log)
