@@ -97,5 +97,10 @@ def test_aggregates_zones_and_reset_state(tmp_path):
                                                         "ACTIVE")
         with pytest.raises(base.ComputeError, match="400"):
             nova.reset_state(sid, "stopped")
+        nova.stop_server(sid)
+        s = nova.get_server(sid)
+        assert (s.vm_state, s.status) == ("stopped", "SHUTOFF")
+        with pytest.raises(base.Conflict):
+            nova.stop_server(sid)            # already stopped: 409
     finally:
         srv.stop()

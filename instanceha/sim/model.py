@@ -444,6 +444,23 @@ class SimCloud:
             return [dict(a, name=n, hosts=list(a["hosts"]))
                     for n, a in sorted(self.aggregates.items())]
 
+    def stop_server(self, server_id):
+        """os-stop: Nova's compute API refuses it (409) unless the server
+        is active (or in error) with no task running; the guest is then
+        powered off at once (the simulator does not time it)."""
+        with self.lock:
+            self._advance()
+            s = self._server(server_id)
+            if s.vm_state not in (ACTIVE, ERROR) or s.task_state is not None:
+                raise Conflict("Cannot 'stop' instance %s while it is in "
+                               "vm_state %s" % (server_id, s.vm_state))
+            host = self.hosts.get(s.host)
+            if host is None or not host.alive:
+                raise Conflict("Compute service of %s is unavailable at "
+                               "this time." % s.host)
+            s.vm_state, s.power_state = STOPPED, POWER_SHUTDOWN
+            s.updated = self._now
+
     def reset_state(self, server_id, state):
         """os-resetState: vm_state ``state``, task state cleared."""
         with self.lock:

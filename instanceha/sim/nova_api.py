@@ -428,6 +428,9 @@ class NovaAPI:
         if not isinstance(body, dict) or len(body) != 1:
             raise ApiFault(400, "Malformed request body")
         action = next(iter(body))
+        if action == "os-stop":
+            self.cloud.stop_server(server_id)
+            return 202, None
         if action == "os-resetState":
             args = body[action]
             check_keys(args, ["state"], ["state"])
