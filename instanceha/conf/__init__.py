@@ -24,9 +24,10 @@ from instanceha.conf import journal
 from instanceha.conf import kdump
 from instanceha.conf import notifications
 from instanceha.conf import policy
+from instanceha.conf import recovery
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
-           notifications, kdump, api, control_plane, audit]
+           notifications, kdump, api, control_plane, audit, recovery]
 
 
 def new_conf():

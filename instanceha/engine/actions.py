@@ -117,7 +117,10 @@ def evacuate(ctx, record):
     evacuable = out.total - len(out.skipped)
     summary = "%d/%d servers evacuated" % (len(out.done), evacuable)
     if out.skipped:
-        summary += ", %d not evacuable" % len(out.skipped)
+        sid, why = sorted(out.skipped.items())[0]
+        summary += ", %d not evacuable (%s: %s%s)" % (
+            len(out.skipped), sid, why,
+            "; the others in the journal" if len(out.skipped) > 1 else "")
     if out.retried:
         # Servers whose destination died (or whose request Nova failed)
         # and that were sent again: not a failure of this host.

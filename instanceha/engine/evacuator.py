@@ -28,7 +28,7 @@ from typing import Dict, Optional
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.engine import failures
+from instanceha.engine import failures, selection
 from instanceha.fsm import machine as fsm_machine
 from instanceha.policy import power
 
@@ -101,6 +101,7 @@ class _Run:
         self.services = []
         #: server_id -> power.Plan, from the listing (its power state)
         self.plans = {}
+        self.skips_recorded = set()
         self._read_journal()
 
     # -- journal ------------------------------------------------------------
@@ -112,12 +113,27 @@ class _Run:
             if since is not None and row["requested_at"] < since:
                 continue
             sid = row["server_id"]
+            if row["status"] == "skipped":
+                self.skips_recorded.add(sid)
             if row["status"] == "retry":
                 self.retries[sid] += 1
             if row["status"] == "requested":
                 self.open_rows[sid] = (row["id"], row["requested_at"])
             else:
                 self.open_rows.pop(sid, None)
+
+    def record_skips(self):
+        """Each server left on the host, and why, once per recovery in the
+        journal (evacuations, status ``skipped``)."""
+        now = self.ctx.clock()
+        for sid, why in sorted(self.outcome.skipped.items()):
+            if sid in self.skips_recorded:
+                continue
+            row = self.ctx.journal.evacuation_requested(
+                self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(row, now, "skipped",
+                                                 detail=why)
+            self.skips_recorded.add(sid)
 
     def finish(self, attempt, status, dest=None, detail=""):
         if attempt.evac_id is not None:
@@ -323,6 +339,7 @@ def evacuate_host(ctx, record):
     run = _Run(ctx, record, outcome, migrations)
     now = ctx.clock()
     mv = power.parse_microversion(conf.microversion)
+    candidates = []
     for s in servers:
         plan = run.plans[s.id] = power.plan(s.vm_state, s.power_state, mv,
                                             s.status)
@@ -331,12 +348,20 @@ def evacuate_host(ctx, record):
                 or any(m.status in IN_FLIGHT for m in migs):
             run.resume(s, now)
         elif plan.evacuate:
-            run.todo.append((s.id, now, False))
+            candidates.append(s)
         else:
             outcome.skipped[s.id] = plan.reason
-    if outcome.skipped:
+    # The recovery policies: which of them, in what order (priority).
+    chosen = selection.select(ctx, host, candidates, now)
+    for sid in chosen.ordered:
+        run.todo.append((sid, now, False))
+    outcome.skipped.update(chosen.skipped)
+    run.record_skips()
+    not_evacuable = {sid: why for sid, why in outcome.skipped.items()
+                     if sid not in chosen.skipped}
+    if not_evacuable:
         LOG.warning("servers_not_evacuable", host=host,
-                    count=len(outcome.skipped), servers=outcome.skipped,
+                    count=len(not_evacuable), servers=not_evacuable,
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
     if run.inflight:

@@ -119,6 +119,9 @@ class SimCloud:
         self.double_rebuilds = []
         #: os-resetState calls: (time, server id, state)
         self.resets = []
+        #: every server's flavor (its extra specs: a recovery policy's)
+        self.flavor_name = "m1.sim"
+        self.flavor_extra_specs = {}
         #: [stage, count]: the next ``count`` destinations die at ``stage``
         self.doomed = []
         #: migration id -> the host the scheduler claimed for it
@@ -460,6 +463,20 @@ class SimCloud:
                                "this time." % s.host)
             s.vm_state, s.power_state = STOPPED, POWER_SHUTDOWN
             s.updated = self._now
+
+    def set_metadata(self, server_id, metadata=None, tags=None):
+        """Server metadata and tags, as an owner or operator sets them."""
+        with self.lock:
+            s = self._server(server_id)
+            if metadata is not None:
+                s.metadata = dict(metadata)
+            if tags is not None:
+                s.tags = list(tags)
+            s.updated = self._now
+
+    def set_aggregate_metadata(self, name, metadata):
+        with self.lock:
+            self.aggregates[name]["metadata"] = dict(metadata)
 
     def reset_state(self, server_id, state):
         """os-resetState: vm_state ``state``, task state cleared."""

@@ -260,7 +260,9 @@ class NovaAPI:
         zone = a["availability_zone"]
         view = {"id": a["id"], "name": a["name"], "availability_zone": zone,
                 "hosts": a["hosts"],
-                "metadata": {"availability_zone": zone} if zone else {},
+                "metadata": dict(a.get("metadata") or {},
+                                 **({"availability_zone": zone}
+                                    if zone else {})),
                 "created_at": web.iso_micro(a["created"]),
                 "updated_at": None, "deleted_at": None, "deleted": False}
         if version >= (2, 41):
@@ -363,13 +365,15 @@ class NovaAPI:
         host_id = hashlib.sha224((s.project_id + s.host).encode()).hexdigest()
         if version >= (2, 47):
             flavor = {"vcpus": s.vcpus, "ram": 2048, "disk": 20,
-                      "ephemeral": 0, "swap": 0, "original_name": "m1.sim",
-                      "extra_specs": {}}
+                      "ephemeral": 0, "swap": 0,
+                      "original_name": self.cloud.flavor_name,
+                      "extra_specs": dict(self.cloud.flavor_extra_specs)}
         else:
             flavor = {"id": "1", "links": []}
         view = {
             "id": s.id, "name": s.name, "status": s.status,
-            "tenant_id": s.project_id, "user_id": s.user_id, "metadata": {},
+            "tenant_id": s.project_id, "user_id": s.user_id,
+            "metadata": dict(s.metadata),
             "hostId": host_id, "image": {"id": "sim-image", "links": []},
             "flavor": flavor, "created": web.iso_z(s.created),
             "updated": web.iso_z(s.updated), "addresses": {},
@@ -395,7 +399,7 @@ class NovaAPI:
         if version >= (2, 19):
             view["description"] = None
         if version >= (2, 26):
-            view["tags"] = []
+            view["tags"] = list(s.tags)
         if version >= (2, 73):
             view["locked_reason"] = None
         if version >= (2, 96):

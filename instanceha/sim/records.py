@@ -80,6 +80,8 @@ class Server:
         self.fault = None
         self.created = now
         self.updated = now
+        self.metadata = {}
+        self.tags = []
 
     @property
     def status(self):

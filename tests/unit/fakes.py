@@ -32,6 +32,7 @@ class FakeCompute(cb.ComputeDriver):
         self.doomed = []
         self.events = {}             # server_id -> latest request's events
         self.resets = []             # (server_id, state) per os-resetState
+        self.aggregates = []         # [cb.Aggregate]
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -100,7 +101,15 @@ class FakeCompute(cb.ComputeDriver):
         v = self.servers[server_id]
         return cb.Server(id=v["id"], name=v["id"], status=v["status"],
                          host=v["host"], vm_state=v["vm_state"],
-                         fault=v["fault"], task_state=v.get("task_state"))
+                         fault=v["fault"], task_state=v.get("task_state"),
+                         power_state=v.get("power_state"),
+                         raw={"metadata": dict(v.get("metadata") or {}),
+                              "tags": list(v.get("tags") or ()),
+                              "created": v.get("created")})
+
+    def list_aggregates(self):
+        self._maybe_fail()
+        return list(self.aggregates)
 
     def _targets(self, source):
         return [s for s in self.services.values()

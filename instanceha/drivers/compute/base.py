@@ -6,7 +6,7 @@ its subclasses; callers never see openstacksdk or keystoneauth exceptions.
 
 import abc
 import dataclasses
-from typing import Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,10 @@ class Server:
     vm_state: Optional[str] = None
     fault: Optional[str] = None
     power_state: Optional[int] = None  # Nova's: 1 running, 4 shutdown, ...
+    #: Nova's answer as given (metadata, tags, flavor with extra specs,
+    #: created): what the recovery policies read
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict,
+                                               repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,7 @@ class Aggregate:
     name: str
     hosts: Tuple[str, ...]
     zone: Optional[str] = None          # its availability_zone, if any
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class ComputeError(Exception):

@@ -231,7 +231,8 @@ class NovaDriver(base.ComputeDriver):
         try:
             return [base.Aggregate(name=str(a["name"]),
                                    hosts=tuple(a.get("hosts") or ()),
-                                   zone=a.get("availability_zone"))
+                                   zone=a.get("availability_zone"),
+                                   metadata=dict(a.get("metadata") or {}))
                     for a in body.get("aggregates") or []]
         except (KeyError, TypeError, AttributeError) as e:
             raise base.ComputeError("os-aggregates answer lacks %s" % e)
@@ -295,7 +296,7 @@ def _server(s):
         task_state=s.get("OS-EXT-STS:task_state"),
         vm_state=s.get("OS-EXT-STS:vm_state"),
         fault=fault.get("message"),
-        power_state=s.get("OS-EXT-STS:power_state"))
+        power_state=s.get("OS-EXT-STS:power_state"), raw=s)
 
 
 def _migration(m):
