@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from instanceha import conf as conf_pkg  # noqa: E402
 from instanceha import log, service, simrun  # noqa: E402
 from instanceha.sim import SimCloud, SimServer  # noqa: E402
+from benchmarks.storm import _wait  # noqa: E402
 
 VARIANTS = {
     "grace": {"fencing": {"power_evidence": False}},
@@ -38,15 +39,6 @@ VARIANTS = {
     "watch": {"audit": {"power_watch_interval": 1.0,
                         "power_off_delta": 5.0}},
 }
-
-
-def _wait(pred, timeout, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return time.monotonic()
-        time.sleep(step)
-    return None
 
 
 def measure(name, runs, hosts, workdir):
@@ -71,7 +63,8 @@ def measure(name, runs, hosts, workdir):
             t0 = time.monotonic()
             cloud.power(host, False)      # PSU failure: the host is Off
             t1 = _wait(lambda: any(m["source_compute"] == host for m in
-                                   cloud.snapshot()["migrations"]), 120)
+                                   cloud.snapshot()["migrations"]), 120,
+                       step=0.05)
             if t1 is None:
                 raise SystemExit("%s: %s never evacuated" % (name, host))
             times.append(t1 - t0)
