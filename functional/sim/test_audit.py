@@ -11,7 +11,8 @@ def _unprotected(c):
 
 
 def test_audit_reports_unprotected_hosts_and_clears_them(make_cloud):
-    c = make_cloud(hosts=20, servers_per_host=1)
+    c = make_cloud({"audit": {"interval": 2.0}}, hosts=20,
+                   servers_per_host=1)
     c.start_engine()
     # The first audit runs at start: every host protected.
     wait_for(lambda: ((c.status() or {}).get("sources", {}).get("audit")

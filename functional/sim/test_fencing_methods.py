@@ -28,7 +28,8 @@ def _log(c):
 
 def test_second_method_fences_when_the_first_fails_and_sighup_reloads(
         make_cloud):
-    c = make_cloud(hosts=20, servers_per_host=1)
+    c = make_cloud({"audit": {"interval": 2.0}}, hosts=20,
+                   servers_per_host=1)
     inv = _inventory(c)
     good = inv["hosts"]["compute-5"]
     # Method 1 holds a password rotated away; method 2 the right one.

@@ -84,7 +84,8 @@ def test_aggregates_zones_and_reset_state(tmp_path):
         nova = NovaDriver(conf_pkg.make({"DEFAULT": {
             "cloud": "sim", "clouds_file": clouds}}))
         assert nova.list_aggregates() == [base.Aggregate(
-            "rack-a", ("compute-0", "compute-1"), "az1")]
+            "rack-a", ("compute-0", "compute-1"), "az1",
+            metadata={"availability_zone": "az1"})]
         zones = {s.host: s.zone for s in nova.list_services()}
         assert zones == {"compute-0": "az1", "compute-1": "az1",
                          "compute-2": "nova"}
