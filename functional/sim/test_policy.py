@@ -36,3 +36,21 @@ def test_priority_tagging_and_repair_level_on_a_failed_host(make_cloud):
                if r["status"] == "skipped"}
     assert "says evacuable=false" in skipped[opted_out], skipped
     assert "none" in skipped[no_repair], skipped
+
+
+def test_policy_explain_prints_each_decision_and_its_source(make_cloud):
+    c = make_cloud({"recovery": {"evacuable_tagging": True}}, hosts=4,
+                   servers_per_host=2)
+    a, b = _victims(c)
+    c.sim.set_metadata(a, {"evacuable": "true", "instanceha:priority": "7"})
+    c.sim.set_metadata(b, {"instanceha:repair": "none"})
+    out = c.cli("policy", "explain", a)
+    assert out.returncode == 0, out.stderr
+    assert "evacuable tagging: yes: server" in out.stdout
+    assert "priority: 7 (server" in out.stdout
+    assert "decision: evacuated if its host is lost" in out.stdout
+    out = c.cli("policy", "explain", b)
+    assert out.returncode == 0, out.stderr
+    assert "decision: left on its host:" in out.stdout, out.stdout
+    missing = c.cli("policy", "explain", "no-such-server")
+    assert missing.returncode == 1 and "no server" in missing.stderr

@@ -12,6 +12,9 @@
                                           watch HOST again (or retry its recovery)
     instanceha resume --storm [--reason R] [--config-file F]
                                           lift the storm hold for the hosts lost now
+    instanceha policy explain SERVER [--config-file F]
+                                          what the recovery policies decide for
+                                          SERVER if its host is lost, and why
 """
 
 import argparse
@@ -37,12 +40,37 @@ def main(argv=None):
         return status(rest)
     if cmd in ("suspend", "maintenance", "resume"):
         return command(cmd, rest)
+    if cmd == "policy":
+        return policy(rest)
     if cmd == "demo":
         from instanceha.cmd import demo
         return demo.main(rest)
     print("instanceha: unknown command %r\n\n%s" % (cmd, USAGE.strip()),
           file=sys.stderr)
     return 2
+
+
+def policy(argv):
+    """``instanceha policy explain SERVER``: reads Nova, changes nothing."""
+    if len(argv) < 2 or argv[0] != "explain" or argv[1].startswith("-"):
+        print("usage: instanceha policy explain SERVER [--config-file F]",
+              file=sys.stderr)
+        return 2
+    server_id, conf = argv[1], _conf(argv[2:])
+    from instanceha.drivers.compute import base
+    from instanceha.drivers.compute.nova import NovaDriver
+    from instanceha.engine import selection
+    try:
+        lines = selection.explain(conf, NovaDriver(conf), server_id,
+                                  time.time())
+    except base.NotFound:
+        print("instanceha: no server %s" % server_id, file=sys.stderr)
+        return 1
+    except base.ComputeError as e:
+        print("instanceha: cannot read Nova: %s" % e, file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
 
 
 def _conf(argv):

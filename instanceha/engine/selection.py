@@ -93,3 +93,47 @@ def select(ctx, host, servers, now) -> Selection:
                     "them")
     return Selection(ranking.ids, skipped,
                      {r.id: r.priority for r in ranking.servers})
+
+
+def explain(ctx_conf, compute, server_id, now):
+    """``instanceha policy explain SERVER``: every recovery policy's
+    decision for one server and where it came from, as text lines. Reads
+    Nova (the server, the host aggregates); changes nothing."""
+    from instanceha.policy import power
+    server = compute.get_server(server_id)
+
+    class _Ctx:                     # what _aggregates needs
+        conf = ctx_conf
+    _Ctx.compute = compute
+    aggregates = _aggregates(_Ctx, server.host)
+    f = _facts(server, aggregates)
+    es = evacuable.Settings.from_conf(ctx_conf)
+    rs = repair.Settings.from_conf(ctx_conf)
+    global_scope = next((a for a in aggregates
+                         if a.name == rs.global_aggregate), None) \
+        if rs.global_aggregate else None
+    lines = ["server %s (%s) on host %s, vm_state %s"
+             % (server.name, server.id, server.host, server.vm_state)]
+    plan = power.plan(server.vm_state, server.power_state,
+                      power.parse_microversion(
+                          ctx_conf.evacuation.microversion), server.status)
+    lines.append("nova: evacuable" if plan.evacuate
+                 else "nova: not evacuable: %s" % plan.reason)
+    ev = evacuable.decide(f, es)
+    lines.append("evacuable tagging: %s: %s" % (
+        "yes" if ev.evacuable else "no", ev.reason))
+    lines.extend("  %s: %s" % (scope, said) for scope, said in ev.trail)
+    rep = repair.explain(f, now, rs, global_scope)
+    lines.append("repair: %s" % rep.decision.reason)
+    lines.extend("  " + line for line in rep.text().splitlines()[1:])
+    pr = order.priority_of(f, order.Settings.from_conf(ctx_conf))
+    lines.append("priority: %d (%s)" % (pr.value, pr.source))
+    for p in evacuable.unique(list(ev.problems) + list(pr.problems)):
+        lines.append("problem: %s" % p.message)
+    why = (None if plan.evacuate else plan.reason) or \
+        (None if ev.evacuable else ev.reason) or \
+        rep.decision.why_not(repair.Level.EVACUATE)
+    lines.append("decision: %s" % ("evacuated if its host is lost"
+                                   if why is None
+                                   else "left on its host: %s" % why))
+    return lines
