@@ -18,6 +18,7 @@ import time
 
 import structlog
 
+from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.drivers.fencing.inventory import BMC
 from instanceha.engine import actions as actions_mod
@@ -422,29 +423,17 @@ class Engine:
         """Read the BMC of a host whose heartbeat was just lost (a read, no
         action): Off is the second witness of its death (Policy
         power_evidence); On, unknown or no answer changes nothing."""
-        bmc = self.ctx.bmc_for(rec.name)
-        if bmc is None:
+        state = chain.known_power_state(self.ctx.bmc_for(rec.name),
+                                        self.ctx.fencer)
+        if state is None:
             return
-        for method in tuple(getattr(bmc, "methods", None) or (bmc,)):
-            if method.driver == "noop":
-                continue
-            try:
-                state = self.ctx.fencer(method.driver).power_state(method)
-            except Exception as e:   # noqa: BLE001 - a read, nothing more
-                LOG.info("power_probe_failed", host=rec.name,
-                         driver=method.driver, reason=str(e))
-                continue
-            kind = {PowerState.OFF: E.POWER_OFF,
-                    PowerState.ON: E.POWER_ON}.get(state)
-            if kind is None:
-                continue
-            LOG.info("power_probe", host=rec.name, driver=method.driver,
-                     power=state.value, reason="heartbeat lost: reading the "
-                     "BMC; Off is the second witness of death")
-            self.submit(Event(kind, rec.id, self.clock(), name=rec.name,
-                              source="bmc", reason="BMC %s reports power %s"
-                              % (method.driver, state.value)))
-            return
+        LOG.info("power_probe", host=rec.name, power=state.value,
+                 reason="heartbeat lost: reading the BMC; Off is the second "
+                        "witness of death")
+        kind = E.POWER_OFF if state is PowerState.OFF else E.POWER_ON
+        self.submit(Event(kind, rec.id, self.clock(), name=rec.name,
+                          source="bmc",
+                          reason="BMC reports power %s" % state.value))
 
     def _run(self, host_id, pending):
         action = pending.action

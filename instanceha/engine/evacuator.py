@@ -351,19 +351,17 @@ def evacuate_host(ctx, record):
             candidates.append(s)
         else:
             outcome.skipped[s.id] = plan.reason
+    if outcome.skipped:
+        LOG.warning("servers_not_evacuable", host=host,
+                    count=len(outcome.skipped), servers=dict(outcome.skipped),
+                    reason="Nova evacuates only active, stopped or error "
+                           "servers")
     # The recovery policies: which of them, in what order (priority).
     chosen = selection.select(ctx, host, candidates, now)
     for sid in chosen.ordered:
         run.todo.append((sid, now, False))
     outcome.skipped.update(chosen.skipped)
     run.record_skips()
-    not_evacuable = {sid: why for sid, why in outcome.skipped.items()
-                     if sid not in chosen.skipped}
-    if not_evacuable:
-        LOG.warning("servers_not_evacuable", host=host,
-                    count=len(not_evacuable), servers=not_evacuable,
-                    reason="Nova evacuates only active, stopped or error "
-                           "servers")
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
     last_poll = ctx.clock()

@@ -26,9 +26,9 @@ class Selection:
     priorities: Dict[str, int]
 
 
-def _aggregates(ctx, host):
+def _aggregates(compute, host):
     try:
-        found = ctx.compute.list_aggregates()
+        found = compute.list_aggregates()
     except (base.ComputeError, NotImplementedError) as e:
         LOG.warning("aggregates_unavailable", host=host,
                     reason=str(e) or type(e).__name__,
@@ -62,7 +62,7 @@ def select(ctx, host, servers, now) -> Selection:
     es = evacuable.Settings.from_conf(conf)
     rs = repair.Settings.from_conf(conf)
     os_ = order.Settings.from_conf(conf)
-    aggregates = _aggregates(ctx, host) if servers else ()
+    aggregates = _aggregates(ctx.compute, host) if servers else ()
     global_scope = None
     if rs.global_aggregate:
         global_scope = next((a for a in aggregates
@@ -101,11 +101,7 @@ def explain(ctx_conf, compute, server_id, now):
     Nova (the server, the host aggregates); changes nothing."""
     from instanceha.policy import power
     server = compute.get_server(server_id)
-
-    class _Ctx:                     # what _aggregates needs
-        conf = ctx_conf
-    _Ctx.compute = compute
-    aggregates = _aggregates(_Ctx, server.host)
+    aggregates = _aggregates(compute, server.host)
     f = _facts(server, aggregates)
     es = evacuable.Settings.from_conf(ctx_conf)
     rs = repair.Settings.from_conf(ctx_conf)

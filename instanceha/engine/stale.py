@@ -46,6 +46,10 @@ def settle(ctx, record):
         return summary
     waited = ctx.clock() - record.since
     limit = ctx.conf.evacuation.stale_rebuild_wait
+    # Every host each server's old rebuild may have been cast to.
+    suspects = {}
+    for r in ctx.journal.stale_rebuilds(unresolved=False):
+        suspects.setdefault(r["server_id"], set()).add(r["suspect_host"])
     migrations, done = {}, {}
     for row in rows:
         sid, source = row["server_id"], row["source_host"]
@@ -60,8 +64,7 @@ def settle(ctx, record):
                 e["server_id"]: e["dest_host"]
                 for e in ctx.journal.evacuations(row["source_id"])
                 if e["status"] == "done"}
-        others = {r["suspect_host"] for r in ctx.journal.stale_rebuilds(
-            server_id=sid, unresolved=False)} - {record.name}
+        others = suspects.get(sid, set()) - {record.name}
         decision, reason = failures.stale_rebuild(
             server, [m for m in migrations[source] if m.server_id == sid],
             record.name, done[row["source_id"]].get(sid), waited, limit,

@@ -193,13 +193,10 @@ class Journal:
                 STALE_REBUILDS.c.id == row_id).values(
                     resolved_at=at, resolution=resolution))
 
-    def stale_rebuilds(self, suspect_host=None, unresolved=True,
-                       server_id=None):
+    def stale_rebuilds(self, suspect_host=None, unresolved=True):
         q = sa.select(STALE_REBUILDS).order_by(STALE_REBUILDS.c.id)
         if suspect_host is not None:
             q = q.where(STALE_REBUILDS.c.suspect_host == suspect_host)
-        if server_id is not None:
-            q = q.where(STALE_REBUILDS.c.server_id == server_id)
         if unresolved:
             q = q.where(STALE_REBUILDS.c.resolved_at.is_(None))
         with self.engine.connect() as c:

@@ -29,14 +29,10 @@ import time
 import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
+from instanceha.drivers.fencing import chain
 from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.audit")
-
-
-def methods_of(bmc):
-    """The fencing methods of an inventory entry, in order."""
-    return tuple(getattr(bmc, "methods", None) or (bmc,))
 
 
 def label(method):
@@ -52,7 +48,7 @@ def judge(service, bmc, readings):
     entry's method order."""
     if bmc is None:
         return "no entry in the fencing inventory", []
-    if all(m.driver == "noop" for m in methods_of(bmc)):
+    if all(m.driver == "noop" for m in bmc.methods):
         return "fencing driver noop does not power anything off", []
     answered = [(name, r) for name, r in readings
                 if isinstance(r, fencing_base.PowerState)]
@@ -114,7 +110,7 @@ class FencingAudit:
         bmc = self._bmc_for(service.host)
         readings = []
         if bmc is not None:
-            readings = [(label(m), self._read(m)) for m in methods_of(bmc)
+            readings = [(label(m), self._read(m)) for m in bmc.methods
                         if m.driver != "noop"]
         return judge(service, bmc, readings)
 
@@ -164,17 +160,7 @@ class FencingAudit:
 
     # -- the power watch ---------------------------------------------------------
     def _first_reading(self, host):
-        bmc = self._bmc_for(host)
-        if bmc is None:
-            return None
-        for method in methods_of(bmc):
-            if method.driver == "noop":
-                continue
-            state = self._read(method)
-            if isinstance(state, fencing_base.PowerState) \
-                    and state is not fencing_base.PowerState.UNKNOWN:
-                return state
-        return None
+        return chain.known_power_state(self._bmc_for(host), self._fencer)
 
     def watch_once(self):
         """Read every known host's power state; send an event for each

@@ -185,3 +185,17 @@ def power_state(bmc, fencer, log=LOG):
         message = _summary(bmc, "no fencing method reports the power state",
                            attempts)
     raise FenceChainError(message, bmc.host, attempts)
+
+
+def known_power_state(bmc, fencer, log=LOG):
+    """ON or OFF as the first method that knows says, for reads that only
+    observe (the engine when a heartbeat is lost, the power watch); None
+    when no method says (no entry, noop, no answer, a driver error)."""
+    if bmc is None:
+        return None
+    try:
+        state = power_state(bmc, fencer, log)
+    except Exception as e:   # noqa: BLE001 - an observation, never fatal
+        log.info("power_state_unknown", host=bmc.host, reason=str(e))
+        return None
+    return None if state is base.PowerState.UNKNOWN else state
