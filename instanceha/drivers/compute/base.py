@@ -66,6 +66,22 @@ class Aggregate:
     hosts: Tuple[str, ...]
     zone: Optional[str] = None          # its availability_zone, if any
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    id: Optional[str] = None            # Nova's id, to change its metadata
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCapacity:
+    """What a compute host can still take, as Placement (or, without it,
+    os-hypervisors) counts it. Totals are usable amounts: (inventory total
+    - reserved) * allocation_ratio; ``*_used`` are the allocations."""
+    host: str
+    vcpus: int
+    vcpus_used: int
+    ram_mb: int
+    ram_mb_used: int
+    disk_gb: int
+    disk_gb_used: int
+    source: str = "placement"           # "placement" | "hypervisors"
 
 
 class ComputeError(Exception):
@@ -120,13 +136,14 @@ class ComputeDriver(abc.ABC):
         """One Server; raises NotFound."""
 
     @abc.abstractmethod
-    def evacuate(self, server_id, microversion=None):
+    def evacuate(self, server_id, microversion=None, host=None):
         """Ask Nova to rebuild the server elsewhere (scheduler picks).
 
         ``microversion``: (major, minor) of the request, chosen per server
         by :mod:`instanceha.policy.power` (it decides the power state the
         server arrives in: from 2.95 Nova stops it); None: the configured
-        ``[evacuation] microversion``."""
+        ``[evacuation] microversion``. ``host``: a target host (a reserved
+        host brought in); the scheduler still validates it (never forced)."""
 
     def stop_server(self, server_id):
         """Nova's os-stop: power the server off (it must be ACTIVE or in
@@ -140,6 +157,36 @@ class ComputeDriver(abc.ABC):
 
     def list_aggregates(self):
         """Every host aggregate: [Aggregate]."""
+        raise NotImplementedError
+
+    def get_image(self, image_id):
+        """The Glance v2 image as Glance answers it (custom properties are
+        top-level fields, ``tags`` a list): a dict. Raises NotFound,
+        NoEndpoint when no image endpoint is configured."""
+        raise NotImplementedError
+
+    def delete_server_metadata(self, server_id, key):
+        """Remove one metadata key of a server (an expired suspension
+        marker). Raises NotFound when the server or the key is gone."""
+        raise NotImplementedError
+
+    def unset_aggregate_metadata(self, aggregate_id, key):
+        """Remove one metadata key of a host aggregate (set_metadata with
+        the key set to null)."""
+        raise NotImplementedError
+
+    def host_capacities(self):
+        """{host: HostCapacity} for every compute host Placement (or
+        os-hypervisors when Placement cannot be read) knows."""
+        raise NotImplementedError
+
+    def enable_service(self, service_id):
+        """Enable a compute service (a reserved host brought in)."""
+        raise NotImplementedError
+
+    def disable_service(self, service_id, reason):
+        """Disable a compute service with ``reason`` (a reserved host
+        returned to the reserve)."""
         raise NotImplementedError
 
     def reset_state(self, server_id, state="active"):
