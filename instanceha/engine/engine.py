@@ -22,11 +22,12 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.drivers.fencing.inventory import BMC
 from instanceha.engine import actions as actions_mod
+from instanceha.engine import admission
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
 from instanceha import fsm
-from instanceha.policy import storm
+from instanceha.policy import order, storm
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
 
 LOG = structlog.get_logger("instanceha.engine")
@@ -72,6 +73,9 @@ class Context:
         self.preempted = lambda host_id: False
         #: host_id -> short text of the running action's progress.
         self.running = {}
+        #: which ready servers of every host being evacuated go now
+        #: ([evacuation] concurrency, [recovery] max_inflight, priority)
+        self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
 
     def bmc_for(self, host):
         bmc = self.inventory.get(host)

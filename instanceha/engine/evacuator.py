@@ -28,7 +28,7 @@ from typing import Dict, Optional
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.engine import failures, selection
+from instanceha.engine import admission, failures, selection
 from instanceha.fsm import machine as fsm_machine
 from instanceha.policy import power
 
@@ -102,6 +102,9 @@ class _Run:
         #: server_id -> power.Plan, from the listing (its power state)
         self.plans = {}
         self.skips_recorded = set()
+        #: server id -> order.sort_key, from the recovery policies
+        self.keys = {}
+        self.held_logged = 0
         self._read_journal()
 
     # -- journal ------------------------------------------------------------
@@ -139,6 +142,12 @@ class _Run:
         if attempt.evac_id is not None:
             self.ctx.journal.evacuation_finished(
                 attempt.evac_id, self.ctx.clock(), status, dest, detail)
+
+    def key(self, sid):
+        return self.keys.get(sid) or (0, True, 0.0, sid)
+
+    def priority(self, sid):
+        return -self.key(sid)[0]
 
     # -- sending --------------------------------------------------------------
     def resume(self, server, now):
@@ -360,11 +369,25 @@ def evacuate_host(ctx, record):
     chosen = selection.select(ctx, host, candidates, now)
     for sid in chosen.ordered:
         run.todo.append((sid, now, False))
+    run.keys = chosen.keys
     outcome.skipped.update(chosen.skipped)
     run.record_skips()
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
+    try:
+        _drive(ctx, record, run, outcome)
+    finally:
+        ctx.gate.release(host)
+    return outcome
+
+
+def _drive(ctx, record, run, outcome):
+    """Send the servers as the gate admits them and judge them until none
+    is left to send or in flight."""
+    conf = ctx.conf.evacuation
+    host = record.name
     last_poll = ctx.clock()
+    held = {}
     while run.todo or run.inflight:
         waiting = sum(1 for a in run.inflight.values() if a.waiting)
         text = ("%d of %d servers sent, %d in flight, %d done"
@@ -373,6 +396,8 @@ def evacuate_host(ctx, record):
         if outcome.retried or waiting:
             text += ", %d retried, %d waiting on a dead destination" % (
                 len(outcome.retried), waiting)
+        if held:
+            text += ", %d held (%s)" % (len(held), next(iter(held.values())))
         ctx.running[record.id] = text
         if run.todo and ctx.preempted(record.id):
             # An operator suspended the host: send nothing more; what Nova
@@ -398,17 +423,32 @@ def evacuate_host(ctx, record):
             run.todo.clear()
             ready = []
         busy = sum(1 for a in run.inflight.values() if not a.waiting)
-        if ready and busy < conf.concurrency:
-            if any(sid in outcome.retried for sid, _, _ in ready):
+        held = {}
+        if ready:
+            # The per-host limit, the cap across hosts and the priority
+            # order over every host being evacuated (engine.admission).
+            send, held = ctx.gate.request(host, [
+                admission.Item(sid, host, run.priority(sid), run.key(sid))
+                for sid, _, _ in ready], busy)
+            if held and len(held) != run.held_logged:
+                LOG.info("evacuations_held", host=host, count=len(held),
+                         reason=next(iter(held.values())))
+            run.held_logged = len(held)
+            if any(sid in outcome.retried for sid in send):
                 run.migs = _by_server(ctx.compute.list_evacuations(host))
-            for item in ready[:conf.concurrency - busy]:
+            by_id = {t[0]: t for t in ready}
+            for sid in send:
+                item = by_id[sid]
                 run.todo.remove(item)
-                run.send(item[0], now, item[2])
+                run.send(sid, now, item[2])
         if not run.inflight:
             if not run.todo:
                 break
-            # Only retries waiting for their back-off.
+            # Retries waiting for their back-off, or servers the gate
+            # holds for other hosts' evacuations.
             wake = min(t[1] for t in run.todo)
+            if held:
+                wake = max(wake, ctx.clock() + conf.poll_interval)
             ctx.board.wait(ctx.board.generation(),
                            max(0.0, min(wake - ctx.clock(),
                                         conf.poll_interval)))
@@ -435,7 +475,6 @@ def evacuate_host(ctx, record):
         run.services = ctx.compute.list_services()
         for attempt in list(run.inflight.values()):
             run.judge(attempt, now)
-    return outcome
 
 
 def _keep_powered_off(ctx, host, sid, plan):

@@ -116,7 +116,7 @@ class FakeCompute(cb.ComputeDriver):
                 if s["host"] != source and s["status"] == "enabled"
                 and not s["forced_down"] and s["alive"]]
 
-    def evacuate(self, server_id, microversion=None):
+    def evacuate(self, server_id, microversion=None, host=None):
         """Like Nova: a stopped server arrives stopped, one in error
         arrives ACTIVE, and from microversion 2.95 every other server
         arrives stopped too (``microversion``: (major, minor), None as
