@@ -85,7 +85,7 @@ def test_aggregates_zones_and_reset_state(tmp_path):
             "cloud": "sim", "clouds_file": clouds}}))
         assert nova.list_aggregates() == [base.Aggregate(
             "rack-a", ("compute-0", "compute-1"), "az1",
-            metadata={"availability_zone": "az1"})]
+            metadata={"availability_zone": "az1"}, id="1")]
         zones = {s.host: s.zone for s in nova.list_services()}
         assert zones == {"compute-0": "az1", "compute-1": "az1",
                          "compute-2": "nova"}
@@ -103,5 +103,38 @@ def test_aggregates_zones_and_reset_state(tmp_path):
         assert (s.vm_state, s.status) == ("stopped", "SHUTOFF")
         with pytest.raises(base.Conflict):
             nova.stop_server(sid)            # already stopped: 409
+    finally:
+        srv.stop()
+
+
+def _driver(cloud, tmp_path):
+    srv = SimServer(cloud).start()
+    clouds, _ = srv.write_client_files(str(tmp_path))
+    return srv, NovaDriver(conf_pkg.make({"DEFAULT": {
+        "cloud": "sim", "clouds_file": clouds}}))
+
+
+def test_lists_follow_novas_pages(tmp_path):
+    # Nova answers at most [api] max_limit items per page (1000 by default,
+    # 5 here) with a servers_links / migrations_links "next" link: a host
+    # with more servers or evacuations than one page must be seen whole.
+    cloud = SimCloud(hosts=2, servers_per_host=12, api_max_limit=5,
+                     evacuation_time=0.0, schedule_time=0.0)
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        servers = nova.list_servers("compute-0")
+        assert len(servers) == 12
+        assert len({s.id for s in servers}) == 12
+        assert {s.host for s in servers} == {"compute-0"}
+        cloud.kill("compute-0")
+        c0 = {s.host: s for s in nova.list_services()}["compute-0"]
+        nova.force_down(c0.id, "instanceha: test")
+        for s in servers:
+            nova.evacuate(s.id)
+        cloud.now()
+        migs = nova.list_evacuations("compute-0")
+        assert len(migs) == 12
+        assert {m.server_id for m in migs} == {s.id for s in servers}
+        assert len(nova.list_servers("compute-1")) == 24
     finally:
         srv.stop()

@@ -82,8 +82,14 @@ class SimCloud:
                  power_delay=0.0, api_latency=0.0, host_prefix="compute-",
                  seed=0, clock=time.time, username="admin",
                  password="secret", project="admin", region="RegionOne",
-                 evacuate_checks_task_state=False, aggregates=None):
+                 evacuate_checks_task_state=False, aggregates=None,
+                 api_max_limit=1000):
         self.clock = clock
+        #: Nova's [api] max_limit: the most items one page of a paged list
+        #: (servers, os-migrations from 2.59) carries
+        self.api_max_limit = int(api_max_limit)
+        if self.api_max_limit < 1:
+            raise ValueError("api_max_limit must be at least 1")
         #: True: refuse evacuate while a task is in progress (not Nova 34).
         self.evacuate_checks_task_state = bool(evacuate_checks_task_state)
         self.report_interval = float(report_interval)

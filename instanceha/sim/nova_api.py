@@ -123,11 +123,14 @@ def check_keys(body, allowed, required=()):
             raise ApiFault(400, "%r is a required property" % key)
 
 
-def paginate(req, items, key, not_found):
+def paginate(req, items, key, not_found, max_limit=1000):
     """Nova's limit/marker paging: items after ``marker``, at most
-    ``limit`` (capped at 1000, Nova's default [api] max_limit)."""
+    ``limit``, itself capped at ``max_limit`` (Nova's [api] max_limit,
+    1000 by default). Returns (page, next): ``next`` is true when the page
+    is full, even if nothing follows, as Nova's ``_get_collection_links``
+    decides (a client learns it is done from a short or empty page)."""
     raw_limit = req.arg("limit")
-    limit = 1000
+    limit = max_limit
     if raw_limit is not None:
         try:
             limit = int(raw_limit)
@@ -137,7 +140,7 @@ def paginate(req, items, key, not_found):
             raise ApiFault(400, "Invalid input for query parameters limit. "
                                 "Value: %s. %r is not a valid positive "
                                 "integer" % (raw_limit, raw_limit))
-        limit = min(limit, 1000)
+        limit = min(limit, max_limit)
     marker = req.arg("marker")
     if marker is not None:
         keys = [key(i) for i in items]
@@ -145,7 +148,16 @@ def paginate(req, items, key, not_found):
             raise ApiFault(400, not_found % marker)
         items = items[keys.index(marker) + 1:]
     page = items[:limit]
-    return page, bool(page) and len(page) == limit and len(items) > limit
+    return page, bool(page) and len(page) == limit
+
+
+def next_links(req, marker):
+    """Nova's ``*_links``: one "next" link, the request's own query
+    (sorted, as Nova's ``_get_next_link`` writes it) with ``marker``."""
+    query = {k: v[-1] for k, v in sorted(req.query.items())}
+    query["marker"] = marker
+    return [{"rel": "next", "href": "%s%s?%s" % (
+        req.base_url, req.path, urllib.parse.urlencode(query))}]
 
 
 class NovaAPI:
@@ -417,14 +429,12 @@ class NovaAPI:
                        if not status or s.status == status.upper()]
             servers.sort(key=lambda s: (-s.created, s.name))
             page, more = paginate(req, servers, lambda s: s.id,
-                                  "marker [%s] not found")
+                                  "marker [%s] not found",
+                                  self.cloud.api_max_limit)
             body = {"servers": [self.server_view(req, s, version, detail)
                                 for s in page]}
             if more:
-                query = {k: v[-1] for k, v in req.query.items()}
-                query["marker"] = page[-1].id
-                body["servers_links"] = [{"rel": "next", "href": "%s%s?%s" % (
-                    req.base_url, req.path, urllib.parse.urlencode(query))}]
+                body["servers_links"] = next_links(req, page[-1].id)
             return body
 
     def server_action(self, req, server_id, version):
@@ -542,8 +552,16 @@ class NovaAPI:
                                            "host", "status", "instance_uuid")}
         with self.cloud.lock:
             migrations = self.cloud.list_migrations(**filters)
+            more = False
             if version >= (2, 59):
-                migrations, _ = paginate(req, migrations, lambda m: m.uuid,
-                                         "Marker %s could not be found.")
-            return {"migrations": [self.migration_view(mig, version)
+                # Paged from 2.59 only (sorted created_at, id descending);
+                # below, Nova lists every row.
+                migrations, more = paginate(
+                    req, migrations, lambda m: m.uuid,
+                    "Marker %s could not be found.", self.cloud.api_max_limit)
+            body = {"migrations": [self.migration_view(mig, version)
                                    for mig in migrations]}
+            if more:
+                body["migrations_links"] = next_links(req,
+                                                      migrations[-1].uuid)
+            return body

@@ -11,6 +11,9 @@ import datetime
 
 import openstack
 from keystoneauth1 import exceptions as ks_exc
+from openstack.compute.v2 import aggregate as sdk_aggregate
+from openstack.compute.v2 import migration as sdk_migration
+from openstack.compute.v2 import server as sdk_server
 import structlog
 
 from instanceha.drivers.compute import base
@@ -48,6 +51,32 @@ def parse_time(value):
     else:
         raise base.ComputeError("unparseable timestamp from Nova: %r" % value)
     return dt.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+class _KeepsBody:
+    """Mixin for openstacksdk's typed resources: each listed item also
+    keeps Nova's answer as given (``nova_body``), because instanceha reads
+    Nova's own key names (``OS-EXT-SRV-ATTR:host``, ``flavor`` with its
+    ``extra_specs``, ...) where the SDK renames or drops them."""
+
+    @classmethod
+    def existing(cls, connection=None, **attrs):
+        body = {k: v for k, v in attrs.items() if k != "microversion"}
+        obj = super().existing(connection=connection, **attrs)
+        obj.nova_body = body
+        return obj
+
+
+class _Server(_KeepsBody, sdk_server.Server):
+    pass
+
+
+class _Migration(_KeepsBody, sdk_migration.Migration):
+    pass
+
+
+class _Aggregate(_KeepsBody, sdk_aggregate.Aggregate):
+    pass
 
 
 def connect(conf):
@@ -129,6 +158,29 @@ class NovaDriver(base.ComputeDriver):
             raise base.Conflict(text, resp.status_code)
         raise base.ComputeError(text, resp.status_code)
 
+    def _list(self, resource, what, microversion, **params):
+        """Every item of a typed openstacksdk list, all pages: the SDK
+        follows Nova's ``servers_links`` / ``migrations_links`` "next" links
+        (a page holds at most Nova's [api] max_limit items, 1000 by
+        default). Returns Nova's bodies; errors translated."""
+        try:
+            return [item.nova_body for item in resource.list(
+                self._compute, microversion=microversion, **params)]
+        except openstack.exceptions.HttpException as e:
+            status = e.status_code
+            message = (_error_message(e.response) if e.response is not None
+                       else e.details or str(e))
+            text = "GET %s: HTTP %s: %s" % (what, status, message)
+            if status == 404:
+                raise base.NotFound(text, status)
+            if status in (400, 409):
+                raise base.Conflict(text, status)
+            raise base.ComputeError(text, status)
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("GET %s: %s: %s" % (what,
+                                                        type(e).__name__, e))
+
     # -- services ----------------------------------------------------------------
     def list_services(self):
         body = self._call("get", "/os-services", "2.53",
@@ -194,17 +246,10 @@ class NovaDriver(base.ComputeDriver):
 
     # -- servers -------------------------------------------------------------------
     def list_servers(self, host):
-        servers, marker = [], None
-        while True:
-            params = {"all_tenants": "1", "host": host, "limit": 1000}
-            if marker:
-                params["marker"] = marker
-            body = self._call("get", "/servers/detail", "2.53", params=params)
-            page = [_server(s) for s in body.get("servers", [])]
-            servers.extend(page)
-            if len(page) < 1000:
-                return servers
-            marker = page[-1].id
+        bodies = self._list(_Server, "/servers/detail", "2.53",
+                            base_path="/servers/detail", all_projects=True,
+                            compute_host=host)
+        return [_server(s) for s in bodies]
 
     def get_server(self, server_id):
         return _server(self._call("get", "/servers/%s" % server_id,
@@ -227,14 +272,17 @@ class NovaDriver(base.ComputeDriver):
                    json={"os-stop": None})
 
     def list_aggregates(self):
-        body = self._call("get", "/os-aggregates", "2.41")
+        # os-aggregates is not paged by Nova: one page, no links.
+        bodies = self._list(_Aggregate, "/os-aggregates", "2.41")
         try:
             return [base.Aggregate(name=str(a["name"]),
                                    hosts=tuple(a.get("hosts") or ()),
                                    zone=a.get("availability_zone"),
-                                   metadata=dict(a.get("metadata") or {}))
-                    for a in body.get("aggregates") or []]
-        except (KeyError, TypeError, AttributeError) as e:
+                                   metadata=dict(a.get("metadata") or {}),
+                                   id=str(a["id"]) if a.get("id") is not None
+                                   else None)
+                    for a in bodies]
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise base.ComputeError("os-aggregates answer lacks %s" % e)
 
     def reset_state(self, server_id, state="active"):
@@ -242,10 +290,13 @@ class NovaDriver(base.ComputeDriver):
                    json={"os-resetState": {"state": state}})
 
     def list_evacuations(self, host):
-        body = self._call("get", "/os-migrations", self._migrations_mv,
-                          params={"migration_type": "evacuation",
-                                  "source_compute": host})
-        return [_migration(m) for m in body.get("migrations", [])]
+        # Paged from 2.59 (newest first); below 2.59 Nova lists every row.
+        bodies = self._list(_Migration, "/os-migrations", self._migrations_mv,
+                            migration_type="evacuation", source_compute=host)
+        try:
+            return [_migration(m) for m in bodies]
+        except (KeyError, TypeError) as e:
+            raise base.ComputeError("os-migrations answer lacks %s" % e)
 
     def rebuild_events(self, server_id):
         path = "/servers/%s/os-instance-actions" % server_id
