@@ -53,6 +53,14 @@ OPTS = [
                     "automatic repair: an ISO-8601 time (UTC unless it has "
                     "an offset) or 'forever'. Effective at any scope until "
                     "it expires; a malformed value suspends until fixed."),
+    cfg.BoolOpt("remove_expired_markers", default=True,
+                help="Remove a suspension marker (suspend_key) whose time "
+                     "has passed from the server or aggregate metadata "
+                     "where it was found, when a recovery consults it. The "
+                     "value is read again just before the removal and a "
+                     "marker changed since (renewed by an operator) is "
+                     "left alone. Off: expired markers stay, are ignored "
+                     "and reported at each recovery."),
     cfg.StrOpt("global_aggregate", default=None,
                help="Name of a host aggregate whose metadata (repair_key, "
                     "suspend_key) is the global scope: the farthest, "

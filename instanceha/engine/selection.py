@@ -4,8 +4,13 @@ all pure) applied to what Nova says, for the evacuator.
 
 Read from Nova: each server as listed (metadata, tags, flavor with its
 extra specs, created) and, once per evacuation of a host, the host
-aggregates with their metadata. Not read yet: Glance image properties (the
-image scope of evacuable tagging is consulted only when a caller fills it).
+aggregates with their metadata; from Glance, each distinct image of those
+servers when evacuable tagging consults the image scope. A volume-backed
+server has no image here (its volume's image metadata is not read).
+
+Expired suspension markers are removed where they were found
+(``[recovery] remove_expired_markers``), after reading the object again:
+a marker an operator renewed in the meantime is left alone.
 """
 
 import dataclasses
@@ -38,16 +43,94 @@ def _aggregates(compute, host):
                            "consulted for this evacuation")
         return ()
     return tuple(evacuable.AggregateFacts(
-        name=a.name, metadata=dict(a.metadata or {}), hosts=tuple(a.hosts))
-        for a in found)
+        name=a.name, id=str(a.id or ""), metadata=dict(a.metadata or {}),
+        hosts=tuple(a.hosts)) for a in found)
 
 
-def _facts(server, aggregates):
+def _image_id(server):
+    ref = (server.raw or {}).get("image")
+    if isinstance(ref, dict) and ref.get("id"):
+        return str(ref["id"])
+    return None
+
+
+def _images(compute, host, servers, settings):
+    """{image id: ImageFacts} of the servers' images, read from Glance
+    only when evacuable tagging consults the image scope. A deleted image
+    has no properties; no image endpoint means the image scope is not
+    consulted (said once per evacuation); any other failure raises
+    ComputeError, so the evacuation is retried rather than decided on a
+    scope that could not be read."""
+    if not settings.enabled or evacuable.IMAGE not in settings.sources:
+        return {}
+    found = {}
+    for iid in sorted({i for i in map(_image_id, servers) if i}):
+        try:
+            found[iid] = evacuable.image_from_glance(compute.get_image(iid))
+        except base.NotFound:
+            LOG.warning("image_not_found", host=host, image=iid,
+                        reason="the image is deleted: its properties and "
+                               "tags are not consulted")
+            found[iid] = evacuable.ImageFacts(id=iid)
+        except (base.NoEndpoint, NotImplementedError) as e:
+            LOG.warning("images_unavailable", host=host,
+                        reason=str(e) or type(e).__name__,
+                        effect="image-scope evacuable tagging is not "
+                               "consulted for this evacuation")
+            return {}
+    return found
+
+
+def _facts(server, aggregates, images=None):
     body = dict(server.raw or {})
     body.setdefault("id", server.id)
     body.setdefault("name", server.name)
     body.setdefault("OS-EXT-SRV-ATTR:host", server.host)
-    return evacuable.server_from_nova(body, aggregates=aggregates)
+    image = (images or {}).get(_image_id(server))
+    return evacuable.server_from_nova(body, image=image,
+                                      aggregates=aggregates)
+
+
+def remove_expired(compute, host, markers):
+    """Remove each expired suspension marker (repair.Marker) once, after
+    reading its object again: only a value still equal to the expired one
+    is removed. Failures are logged; nothing depends on the removal (an
+    expired marker has no effect)."""
+    seen = set()
+    for m in markers:
+        ident = (m.scope, m.object_id, m.key)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        where = "%s %s" % (m.scope, m.object_name or m.object_id)
+        try:
+            if m.scope == evacuable.SERVER:
+                now = (compute.get_server(m.object_id).raw or {}) \
+                    .get("metadata") or {}
+            else:
+                if not m.object_id:
+                    continue
+                now = compute.get_aggregate(m.object_id).metadata or {}
+            if str(now.get(m.key, "")).strip() != m.value:
+                LOG.info("suspension_marker_kept", host=host, object=where,
+                         key=m.key, reason="changed since it was read "
+                         "(now %r): not removed" % now.get(m.key))
+                continue
+            if m.scope == evacuable.SERVER:
+                compute.delete_server_metadata(m.object_id, m.key)
+            else:
+                compute.unset_aggregate_metadata(m.object_id, m.key)
+        except base.NotFound:
+            continue                    # gone already
+        except (base.ComputeError, NotImplementedError) as e:
+            LOG.warning("suspension_marker_not_removed", host=host,
+                        object=where, key=m.key, value=m.value,
+                        reason=str(e) or type(e).__name__)
+            continue
+        LOG.info("suspension_marker_removed", host=host, object=where,
+                 key=m.key, value=m.value,
+                 reason="expired at %s: it no longer suspends anything"
+                 % repair.format_time(m.until))
 
 
 def _log_problems(host, problems):
@@ -69,8 +152,9 @@ def select(ctx, host, servers, now) -> Selection:
     if rs.global_aggregate:
         global_scope = next((a for a in aggregates
                              if a.name == rs.global_aggregate), None)
-    facts = [_facts(s, aggregates) for s in servers]
-    skipped, problems = {}, []
+    images = _images(ctx.compute, host, servers, es)
+    facts = [_facts(s, aggregates, images) for s in servers]
+    skipped, problems, expired = {}, [], []
     verdicts = evacuable.decide_all(facts, es)
     problems.extend(verdicts.problems)
     skipped.update(verdicts.skipped)
@@ -80,6 +164,7 @@ def select(ctx, host, servers, now) -> Selection:
             continue
         decision = repair.decide(f, now, rs, global_scope)
         problems.extend(decision.problems)
+        expired.extend(decision.expired)
         why = decision.why_not(repair.Level.EVACUATE)
         if why:
             skipped[f.id] = why
@@ -87,6 +172,8 @@ def select(ctx, host, servers, now) -> Selection:
             kept.append(f)
     ranking = order.rank(kept, os_)
     problems.extend(ranking.problems)
+    if expired and conf.recovery.remove_expired_markers:
+        remove_expired(ctx.compute, host, expired)
     _log_problems(host, evacuable.unique(problems))
     if skipped:
         LOG.warning("servers_left_by_policy", host=host, count=len(skipped),
@@ -106,8 +193,9 @@ def explain(ctx_conf, compute, server_id, now):
     from instanceha.policy import power
     server = compute.get_server(server_id)
     aggregates = _aggregates(compute, server.host)
-    f = _facts(server, aggregates)
     es = evacuable.Settings.from_conf(ctx_conf)
+    f = _facts(server, aggregates, _images(compute, server.host, [server],
+                                           es))
     rs = repair.Settings.from_conf(ctx_conf)
     global_scope = next((a for a in aggregates
                          if a.name == rs.global_aggregate), None) \

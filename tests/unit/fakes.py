@@ -33,6 +33,7 @@ class FakeCompute(cb.ComputeDriver):
         self.events = {}             # server_id -> latest request's events
         self.resets = []             # (server_id, state) per os-resetState
         self.aggregates = []         # [cb.Aggregate]
+        self.images = {}             # image id -> Glance body
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -105,11 +106,42 @@ class FakeCompute(cb.ComputeDriver):
                          power_state=v.get("power_state"),
                          raw={"metadata": dict(v.get("metadata") or {}),
                               "tags": list(v.get("tags") or ()),
-                              "created": v.get("created")})
+                              "created": v.get("created"),
+                              "image": ({"id": v["image"]} if v.get("image")
+                                        else "")})
 
     def list_aggregates(self):
         self._maybe_fail()
         return list(self.aggregates)
+
+    def get_aggregate(self, aggregate_id):
+        self._maybe_fail()
+        for a in self.aggregates:
+            if a.id == aggregate_id:
+                return a
+        raise cb.NotFound("aggregate %s" % aggregate_id, 404)
+
+    def unset_aggregate_metadata(self, aggregate_id, key):
+        self._maybe_fail()
+        import dataclasses
+        a = self.get_aggregate(aggregate_id)
+        meta = {k: v for k, v in a.metadata.items() if k != key}
+        self.aggregates[self.aggregates.index(a)] = dataclasses.replace(
+            a, metadata=meta)
+
+    def delete_server_metadata(self, server_id, key):
+        self._maybe_fail()
+        meta = self.servers[server_id].get("metadata") or {}
+        if key not in meta:
+            raise cb.NotFound("metadata key %s" % key, 404)
+        del meta[key]
+
+    def get_image(self, image_id):
+        self._maybe_fail()
+        try:
+            return dict(self.images[image_id], id=image_id)
+        except KeyError:
+            raise cb.NotFound("image %s" % image_id, 404)
 
     def _targets(self, source):
         return [s for s in self.services.values()

@@ -80,3 +80,88 @@ def test_repair_level_none_and_suspension_keep_servers_on_the_host():
                if r["status"] == "skipped"}
     assert sorted(skipped) == vms[:2]
     assert all(skipped.values())
+
+
+def test_image_properties_and_tags_are_consulted():
+    """Evacuable tagging reads each server's Glance image: a property or
+    a tag on the image opts its servers in; the server's own metadata
+    still wins (nearest scope)."""
+    w = _world(servers=4, evacuable_tagging=True)
+    vms = ["compute-1-vm-%d" % i for i in range(4)]
+    w.compute.images = {"img-ha": {"name": "ha", "evacuable": "True"},
+                        "img-tag": {"name": "tagged", "tags": ["evacuable"]},
+                        "img-plain": {"name": "plain"}}
+    for vm, image in zip(vms, ("img-ha", "img-tag", "img-plain", "img-ha")):
+        w.compute.servers[vm]["image"] = image
+    w.compute.servers[vms[3]]["metadata"] = {"evacuable": "false"}
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    assert sorted(_sent(w)) == vms[:2]
+    skipped = {r["server_id"]: r["detail"] for r in w.journal.evacuations()
+               if r["status"] == "skipped"}
+    assert sorted(skipped) == vms[2:]
+    assert "evacuable=false" in skipped[vms[3]], skipped
+
+
+def test_a_deleted_image_counts_as_saying_nothing():
+    w = _world(servers=1, evacuable_tagging=True, evacuable_when_untagged=True)
+    w.compute.servers["compute-1-vm-0"]["image"] = "img-gone"
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    assert _sent(w) == ["compute-1-vm-0"]
+
+
+def test_image_scope_off_reads_no_image():
+    w = _world(servers=1, evacuable_tagging=True,
+               evacuable_sources=["server", "flavor", "aggregate"])
+    w.compute.servers["compute-1-vm-0"]["image"] = "img-ha"
+    w.compute.images = {"img-ha": {"evacuable": "true"}}
+    reads = []
+    w.compute.get_image = lambda iid: reads.append(iid) or {}
+    _recover(w)
+    assert reads == [] and _sent(w) == []      # untagged: left
+
+
+def test_expired_markers_are_removed_where_they_were_found():
+    w = _world(servers=2)
+    vms = ["compute-1-vm-0", "compute-1-vm-1"]
+    past = "1970-01-02T00:00:00Z"
+    w.compute.servers[vms[0]]["metadata"] = {
+        "instanceha:suspended_until": past, "keep": "me"}
+    w.compute.aggregates = [Aggregate(
+        "rack", ("compute-1",), id="7",
+        metadata={"instanceha:suspended_until": past, "other": "x"})]
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    assert sorted(_sent(w)) == vms          # expired: no effect
+    assert w.compute.servers[vms[0]]["metadata"] == {"keep": "me"}
+    assert dict(w.compute.aggregates[0].metadata) == {"other": "x"}
+
+
+def test_a_marker_renewed_since_it_was_read_is_kept():
+    w = _world(servers=1)
+    vm = "compute-1-vm-0"
+    w.compute.servers[vm]["metadata"] = {
+        "instanceha:suspended_until": "1970-01-02T00:00:00Z"}
+    real = w.compute.get_server
+    renewed = {"instanceha:suspended_until": "forever"}
+
+    def get_server(sid):
+        # The operator renews the marker between the listing and the
+        # re-read before the removal.
+        w.compute.servers[vm]["metadata"] = dict(renewed)
+        return real(sid)
+
+    w.compute.get_server = get_server
+    _recover(w)
+    assert w.compute.servers[vm]["metadata"] == renewed
+
+
+def test_markers_stay_when_removal_is_off():
+    w = _world(servers=1, remove_expired_markers=False)
+    vm = "compute-1-vm-0"
+    marker = {"instanceha:suspended_until": "1970-01-02T00:00:00Z"}
+    w.compute.servers[vm]["metadata"] = dict(marker)
+    state, _ = _recover(w)
+    assert state == "evacuated"
+    assert w.compute.servers[vm]["metadata"] == marker

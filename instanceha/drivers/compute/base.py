@@ -170,6 +170,11 @@ class ComputeDriver(abc.ABC):
         marker). Raises NotFound when the server or the key is gone."""
         raise NotImplementedError
 
+    def get_aggregate(self, aggregate_id):
+        """One host aggregate read now, never from a cache: Aggregate.
+        Raises NotFound."""
+        raise NotImplementedError
+
     def unset_aggregate_metadata(self, aggregate_id, key):
         """Remove one metadata key of a host aggregate (set_metadata with
         the key set to null)."""
