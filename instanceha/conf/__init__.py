@@ -15,6 +15,7 @@ from oslo_config import cfg
 
 from instanceha.conf import api
 from instanceha.conf import audit
+from instanceha.conf import capacity
 from instanceha.conf import control_plane
 from instanceha.conf import default
 from instanceha.conf import detection
@@ -25,9 +26,11 @@ from instanceha.conf import kdump
 from instanceha.conf import notifications
 from instanceha.conf import policy
 from instanceha.conf import recovery
+from instanceha.conf import reserved_hosts
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
-           notifications, kdump, api, control_plane, audit, recovery]
+           notifications, kdump, api, control_plane, audit, recovery,
+           capacity, reserved_hosts]
 
 
 def new_conf():
