@@ -1,0 +1,243 @@
+"""Recovery policies (doc/policy.md) on real Nova 34: the real engine
+process, real computes dying.
+
+1. Evacuable tagging and priority order, on one host death: the servers
+   tagged evacuable (metadata, or the server tag) are rebuilt elsewhere, one
+   at a time in priority order; the untagged one stays on the dead host,
+   with its reason in the journal and in ``instanceha status``.
+2. A full cluster: the dead host's servers find no valid host (the one live
+   compute is too full for them, the third is disabled as a spare), the host
+   waits ``pending``; the spare is enabled and the next retry rebuilds them
+   there.
+
+Every assertion reads Nova's API (servers, services, migrations) or what
+the engine must record (journal, status); never a sequence of calls.
+"""
+
+import contextlib
+import datetime
+import subprocess
+import sys
+import time
+
+from functional import waiting
+from functional.peers import nova as novapeer
+from functional.peers.errors import PeerError
+
+PRIORITY_KEY = "instanceha:priority"
+
+
+# -- helpers ------------------------------------------------------------------
+
+def _boot(bed, host, specs, name, attempts=4):
+    """One server per spec ({"flavor", "metadata", "tags"}) on ``host``,
+    ACTIVE there; ids in the order of ``specs``. As boot_victims: right
+    after the bed restarts a compute Placement may not offer it yet (No
+    valid host), so such a boot is deleted and tried again."""
+    for attempt in range(1, attempts + 1):
+        ids = []
+        for i, spec in enumerate(specs):
+            body = {"name": "%s-%s-%d" % (name, host, i),
+                    "imageRef": novapeer.IMAGE_ID,
+                    "flavorRef": spec.get("flavor", novapeer.FLAVOR_ID),
+                    "networks": "none", "host": host}
+            if spec.get("metadata"):
+                body["metadata"] = spec["metadata"]
+            if spec.get("tags"):
+                body["tags"] = spec["tags"]
+            resp = bed.cloud.call("POST", "/servers", {"server": body},
+                                  microversion="2.74")
+            ids.append(resp.json()["server"]["id"])
+        try:
+            bed.cloud.wait_servers(ids, host=host, timeout=120)
+            return ids
+        except PeerError as e:
+            if "No valid host" not in str(e) or attempt == attempts:
+                raise
+            for sid in ids:
+                bed.cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
+            time.sleep(3)
+
+
+def _set_service(bed, host, **body):
+    svc = bed.cloud.service(host)
+    bed.cloud.call("PUT", "/os-services/%s" % svc["id"], body,
+                   microversion="2.53")
+    return bed.cloud.service(host)
+
+
+def _flavor(bed, flavor_id, ram):
+    resp = bed.cloud.call("GET", "/flavors/%s" % flavor_id, ok=None)
+    if resp.status_code == 200:
+        if resp.json()["flavor"]["ram"] == ram:
+            return flavor_id
+        bed.cloud.call("DELETE", "/flavors/%s" % flavor_id)
+    bed.cloud.call("POST", "/flavors", {"flavor": {
+        "name": flavor_id, "id": flavor_id, "ram": ram, "vcpus": 1,
+        "disk": 1}})
+    return flavor_id
+
+
+@contextlib.contextmanager
+def _journal(eng):
+    j = eng.journal()
+    try:
+        yield j
+    finally:
+        j.close()
+
+
+def _status_cli(eng):
+    """``instanceha status`` as an operator runs it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "instanceha.cmd.main", "status",
+         "--config-file", eng.conf_path],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _status_line(text, host):
+    return next((line for line in text.splitlines()
+                 if line.split()[:1] == [host]), "")
+
+
+def _created(server):
+    """Nova's creation time of a server, as the engine orders ties."""
+    return datetime.datetime.strptime(
+        server["created"], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+
+
+# -- 1. tagging and priority ----------------------------------------------------
+
+def test_tagged_servers_evacuated_in_priority_order_untagged_left(bed,
+                                                                  engine):
+    host = bed.hosts[1]
+    live = [h for h in bed.hosts if h != host]
+    specs = [
+        {"metadata": {"evacuable": "true", PRIORITY_KEY: "5"}},
+        {"metadata": {"evacuable": "true", PRIORITY_KEY: "0"}},
+        {"tags": ["evacuable"]},                    # priority unset: 0
+        {"metadata": {"evacuable": "true", PRIORITY_KEY: "10"}},
+        {},                                         # not tagged
+    ]
+    p5, p0, unset, p10, untagged = _boot(bed, host, specs, "policy")
+    tagged = [p5, p0, unset, p10]
+    eng = engine({"recovery": {"evacuable_tagging": True},
+                  "evacuation": {"concurrency": 1}}).start()
+
+    bed.cloud.kill_compute(host)
+    state, reason = eng.wait_state(host, "evacuated", timeout=180)
+    assert "4/4 servers evacuated, 1 not evacuable" in reason, reason
+    assert untagged in reason and "not evacuable (evacuable tagging is on" \
+        in reason, reason
+
+    # Nova: the tagged ones ACTIVE on live hosts, the untagged one still on
+    # the dead host, never sent anywhere.
+    for s in bed.cloud.wait_servers(tagged, timeout=90):
+        assert s["OS-EXT-SRV-ATTR:host"] in live, s
+    assert bed.cloud.server(untagged)["OS-EXT-SRV-ATTR:host"] == host
+    migs = bed.cloud.migrations(host)
+    assert sorted(m["instance_uuid"] for m in migs) == sorted(tagged), migs
+    assert {m["status"] for m in migs} == {"done"}, migs
+    svc = bed.cloud.service(host)
+    assert svc["forced_down"] and svc["status"] == "disabled", svc
+
+    # Priority: 10, 5, then the two at 0, oldest first, then by id (Nova's
+    # creation times have one-second resolution: they may tie).
+    servers = {sid: bed.cloud.server(sid) for sid in tagged}
+    expected = [p10, p5] + sorted(
+        [p0, unset], key=lambda sid: (_created(servers[sid]), sid))
+    by_nova = [m["instance_uuid"] for m in
+               sorted(migs, key=lambda m: (m["created_at"], m["id"]))]
+    assert by_nova == expected, (by_nova, expected, servers)
+
+    with _journal(eng) as j:
+        rows = [r for r in j.evacuations() if r["host_name"] == host]
+    done = sorted((r for r in rows if r["status"] == "done"),
+                  key=lambda r: r["requested_at"])
+    assert [r["server_id"] for r in done] == expected, rows
+    # concurrency 1: each sent only once the one before it was rebuilt
+    for before, after in zip(done, done[1:]):
+        assert after["requested_at"] >= before["finished_at"], (before, after)
+    skipped = {r["server_id"]: r["detail"] for r in rows
+               if r["status"] == "skipped"}
+    assert list(skipped) == [untagged], rows
+    assert "no evacuable on server" in skipped[untagged], skipped
+    assert "not evacuable" in skipped[untagged], skipped
+
+    line = _status_line(_status_cli(eng), host)
+    assert "evacuated" in line.split()[:2], line
+    assert "1 not evacuable (%s: no evacuable on server" % untagged in line, \
+        line
+
+
+# -- 2. a full cluster, then capacity -------------------------------------------
+
+def test_no_valid_host_waits_pending_then_recovers_on_an_enabled_spare(
+        bed, engine):
+    host, full, spare = bed.hosts[1], bed.hosts[0], bed.hosts[2]
+    # The fake driver's computes are all the same size; read it rather than
+    # assume it. A "big" server takes 3/8 of a compute: two fit on one; the
+    # filler takes 3/4, so a big one no longer fits beside it.
+    hv = bed.cloud.get("/os-hypervisors/detail")["hypervisors"]
+    mem = min(h["memory_mb"] for h in hv)
+    big = _flavor(bed, "iha.policy.big", mem * 3 // 8)
+    filler = _flavor(bed, "iha.policy.filler", mem * 3 // 4)
+    (filler_id,) = _boot(bed, full, [{"flavor": filler}], "filler")
+    ids = _boot(bed, host, [{"flavor": big}] * 2, "full")
+    svc = _set_service(bed, spare, status="disabled",
+                       disabled_reason="spare, kept empty")
+    assert svc["status"] == "disabled", svc
+    eng = engine({"evacuation": {"retry_backoff": 5.0,
+                                 "max_attempts": 10}}).start()
+
+    bed.cloud.kill_compute(host)
+    state, reason = eng.wait_state(host, "pending", timeout=150)
+    assert "no capacity" in reason and "No valid host" in reason, reason
+    assert "0/2 servers evacuated; 2 found no host" in reason, reason
+    # The operator's view while it waits (the host goes back to pending
+    # after each retry that still finds no room).
+    line = waiting.wait_for(
+        lambda: (lambda ln: "pending" in ln.split()[:2] and ln)(
+            _status_line(_status_cli(eng), host)),
+        60, "instanceha status to show %s pending" % host, interval=0.5)
+    assert "No valid host" in line, line
+    with _journal(eng) as j:
+        rows = [r for r in j.evacuations() if r["host_name"] == host]
+    assert {r["server_id"] for r in rows if r["status"] == "no_capacity"} \
+        == set(ids), rows
+    assert all("No valid host" in r["detail"] for r in rows
+               if r["status"] == "no_capacity"), rows
+    for sid in ids:       # Nova: still on the dead host, its rebuild refused
+        s = bed.cloud.server(sid)
+        assert s["OS-EXT-SRV-ATTR:host"] == host, s
+        assert "No valid host" in (s.get("fault") or {}).get("message", ""), s
+    assert {m["status"] for m in bed.cloud.migrations(host)} == {"error"}
+
+    svc = _set_service(bed, spare, status="enabled")
+    assert svc["status"] == "enabled", svc
+    enabled_at = time.time()
+    state, reason = eng.wait_state(host, "evacuated", timeout=150)
+    assert "2/2 servers evacuated" in reason, reason
+
+    for s in bed.cloud.wait_servers(ids, timeout=90):
+        assert s["OS-EXT-SRV-ATTR:host"] == spare, s
+    migs = bed.cloud.migrations(host)
+    for sid in ids:
+        mine = [m for m in migs if m["instance_uuid"] == sid]
+        assert [m["dest_compute"] for m in mine if m["status"] == "done"] \
+            == [spare], mine
+    with _journal(eng) as j:
+        rows = [r for r in j.evacuations() if r["host_name"] == host]
+        steps = [t["dst"] for t in j.transitions() if t["host_name"] == host]
+    done = [r for r in rows if r["status"] == "done"]
+    assert sorted(r["server_id"] for r in done) == sorted(ids), rows
+    assert {r["dest_host"] for r in done} == {spare}, rows
+    assert all(r["requested_at"] >= enabled_at - 1 for r in done), rows
+    # re-proven dead before the retry that found room
+    last_wait = len(steps) - 1 - steps[::-1].index("pending")
+    assert steps[last_wait + 1:] == ["fencing", "fenced", "evacuating",
+                                     "evacuated"], steps
+    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
