@@ -26,6 +26,9 @@ class EventKind(str, enum.Enum):
     # A read of the host's BMC (not our action): its power state now.
     POWER_OFF = "power_off"
     POWER_ON = "power_on"
+    # A compute host became schedulable (enabled and up): a host waiting
+    # for capacity may try again now rather than at its back-off time.
+    CAPACITY = "capacity"
     # Results of actions (engine workers).
     FENCE_OK = "fence_ok"
     FENCE_FAILED = "fence_failed"

@@ -86,6 +86,7 @@ class Service:
                       fencer, clock, self.board, on_progress=on_progress)
         self.engine = Engine(conf, ctx, self.journal, clock=clock)
         self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
+        self.reconciler.on_capacity = self.engine.capacity_appeared
         self.engine.health["reconciler"] = self.reconciler.health
         self.engine.world_seen = lambda: self.reconciler.passes > 0
         self.sources = [self.reconciler]

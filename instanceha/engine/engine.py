@@ -606,6 +606,26 @@ class Engine:
                        % (p.fence_rate_hosts, p.fence_rate_interval,
                           position, waiting, max(0.0, next_at - at)))
 
+    def capacity_appeared(self, hosts):
+        """Compute hosts became schedulable: each host waiting for capacity
+        retries at the next tick instead of after its back-off."""
+        now = self.clock()
+        with self._lock:
+            waiting = [r for r in self._records.values()
+                       if r.state is State.PENDING and r.waits_for_capacity]
+        if not waiting:
+            return 0
+        text = "compute host(s) %s enabled and up" % ", ".join(hosts[:5])
+        if len(hosts) > 5:
+            text += " and %d more" % (len(hosts) - 5)
+        LOG.info("capacity_appeared", hosts=list(hosts),
+                 waiting=[r.name for r in waiting],
+                 reason="hosts waiting for capacity try again now")
+        for rec in waiting:
+            self.submit(Event(E.CAPACITY, rec.id, now, name=rec.name,
+                              source="reconciler", reason=text))
+        return len(waiting)
+
     def acknowledge_storm(self, reason=""):
         """Operator ``resume --storm``: lift the storm hold for the hosts
         lost now; more losses in a scope bring it back."""

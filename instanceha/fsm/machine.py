@@ -97,6 +97,8 @@ class HostRecord:
     losses: Tuple[float, ...] = ()
     #: A read of its BMC reported power Off (cleared by a read of On)
     power_off_at: Optional[float] = None
+    #: PENDING because servers found no capacity (not a resume's wait)
+    waits_for_capacity: bool = False
 
     @property
     def loss_count(self):
@@ -261,6 +263,9 @@ GUARDS = {
         _flapping(r, ev, p) and _decision_due(r, ev, p)),
     "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
     "retry_due": lambda r, ev, p: _retry_due(r, ev),
+    "waits_for_capacity": lambda r, ev, p: (
+        r.waits_for_capacity and not r.busy and r.retry_at is not None
+        and r.retry_at > ev.at),
     "retry_due_but_threshold": lambda r, ev, p: (not ev.cluster_ok
                                                  and _retry_due(r, ev)),
     "stopped_for_operator": lambda r, ev, p: bool(
@@ -380,7 +385,9 @@ _HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED)
 
 def _enter(r, dst, ev, p):
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False)
+    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False,
+                   waits_for_capacity=(dst is State.PENDING and ev.kind
+                                       is E.EVACUATE_NO_CAPACITY))
     resumed = (r.state in _HANDS_OFF
                and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:
@@ -449,6 +456,8 @@ def step(record, event, policy):
                 actions = [ENTRY_ACTION[dst]] if dst in ENTRY_ACTION else []
             elif kind is E.CLEANUP_PENDING:
                 changes["retry_at"] = event.at + policy.cleanup_check_interval
+            elif kind is E.CAPACITY:
+                changes["retry_at"] = event.at
             if actions:
                 changes["busy"] = True
             return dataclasses.replace(r, **changes), actions

@@ -88,6 +88,11 @@ RULES = [
     # left an isolated host to report first.
     (S.PENDING, E.TICK, "returned", S.RECOVERING,
      "host reported back while pending; checking cleanup"),
+    # Only a host that waits for capacity: never a resumed host given
+    # its boot time to report (that wait is a safety margin).
+    (S.PENDING, E.CAPACITY, "waits_for_capacity", S.PENDING,
+     "capacity may have appeared ({event.reason}): retrying at the next "
+     "tick instead of after the back-off"),
     (S.PENDING, E.TICK, "retry_due_but_threshold", S.PENDING,
      "not re-fencing: {event.reason}"),
     (S.PENDING, E.TICK, "retry_due", S.FENCING,
@@ -169,7 +174,8 @@ def _ignored():
                 ignored.add((s, k))
             # Observations that change nothing for the state.
             elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
-                       E.KDUMP, E.TICK, E.POWER_OFF, E.POWER_ON):
+                       E.KDUMP, E.TICK, E.POWER_OFF, E.POWER_ON,
+                       E.CAPACITY):
                 ignored.add((s, k))
             # Operator commands that do not apply to the state.
             elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,

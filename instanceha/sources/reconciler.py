@@ -132,6 +132,10 @@ class Reconciler:
         self._host_aggregates = None  # {host: aggregate names}, last read
         #: hosts whose BMC the power watch saw go Off (set by the service)
         self.powered_off = set
+        #: called with the hosts that became schedulable (enabled, up,
+        #: heartbeating) since the last pass: capacity may have appeared
+        self.on_capacity = lambda hosts: None
+        self._schedulable = None
 
     def run_once(self):
         """One pass: one API call, one event per compute host."""
@@ -163,6 +167,7 @@ class Reconciler:
                 detail["aggregates"] = aggregates.get(svc.host, ())
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
                              source="reconciler", detail=detail))
+        self._note_schedulable(services, ref)
         self.passes += 1
         self.last_pass_at = now
         # CPU of this thread for the pass: the call, parsing, judging and
@@ -171,6 +176,22 @@ class Reconciler:
         LOG.debug("reconcile_pass", services=len(services),
                   clock_skew=_rounded(self.clock_skew), **counts)
         return len(services)
+
+    def _note_schedulable(self, services, ref):
+        """Hosts enabled, up and heartbeating now that were not at the
+        last pass (none at the first pass): the scheduler can place
+        servers there, so hosts waiting for capacity are told."""
+        delta = self._conf.detection.delta
+        now = {s.host for s in services
+               if s.status == "enabled" and s.state == "up"
+               and not s.forced_down
+               and classify(s, ref, delta)[0] is E.HEARTBEAT_OK}
+        before, self._schedulable = self._schedulable, now
+        if before is not None and now - before:
+            try:
+                self.on_capacity(sorted(now - before))
+            except Exception:           # never stops a reconcile pass
+                LOG.exception("capacity_notice_failed")
 
     def _aggregates(self):
         """{host: (aggregate name, ...)} when the threshold applies per

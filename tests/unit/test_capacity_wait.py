@@ -1,0 +1,80 @@
+"""A host whose servers found no capacity waits in pending; a compute host
+becoming schedulable (enabled and up) makes it try again at once instead
+of after its back-off. A resumed host's boot wait is never shortened."""
+
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm import machine
+from instanceha.fsm.states import State
+from tests.unit.test_engine import World
+
+
+def _full_world():
+    """Every live host is full; compute-3 is a disabled spare."""
+    w = World(hosts=4, servers=2, capacity=2)
+    spare = w.compute.services["compute-3"]
+    spare.update(status="disabled", disabled_reason="spare")
+    for sid in [s for s, v in w.compute.servers.items()
+                if v["host"] == "compute-3"]:
+        del w.compute.servers[sid]
+    w.pass_()
+    return w
+
+
+def test_enabling_a_host_retries_a_host_waiting_for_capacity_at_once():
+    w = _full_world()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "pending")
+    rec = w.engine.find("compute-1")
+    assert rec.waits_for_capacity
+    assert rec.retry_at - w.clock() > 20        # retry_backoff 30 s
+    w.compute.services["compute-3"].update(status="enabled",
+                                           disabled_reason=None)
+    enabled_at = w.clock()
+    w.until("compute-1", "evacuated", passes=10)
+    assert w.clock() - enabled_at < 10, "waited for the back-off"
+    assert {v["host"] for sid, v in w.compute.servers.items()
+            if sid.startswith("compute-1-")} == {"compute-3"}
+
+
+def test_without_new_capacity_the_back_off_applies():
+    w = _full_world()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "pending")
+    for _ in range(10):
+        w.pass_()
+        assert w.state("compute-1")[0] == "pending"
+
+
+def test_capacity_never_shortens_a_resumed_hosts_boot_wait():
+    policy = machine.Policy()
+    rec = machine.HostRecord(id="h", name="h", state=State.PENDING,
+                             isolated=True, retry_at=500.0,
+                             waits_for_capacity=False)
+    new, actions = machine.step(rec, Event(E.CAPACITY, "h", 100.0,
+                                           reason="x up"), policy)
+    assert new.retry_at == 500.0 and actions == []
+    waiting = machine.HostRecord(id="h", name="h", state=State.PENDING,
+                                 isolated=True, retry_at=500.0,
+                                 waits_for_capacity=True)
+    new, actions = machine.step(waiting, Event(E.CAPACITY, "h", 100.0,
+                                               reason="x up"), policy)
+    assert new.retry_at == 100.0 and actions == []
+    assert "capacity may have appeared (x up)" in new.reason
+
+
+def test_capacity_flag_only_from_a_no_capacity_result():
+    policy = machine.Policy()
+    rec = machine.HostRecord(id="h", name="h", state=State.EVACUATING,
+                             isolated=True, attempts=1, busy=True)
+    new, _ = machine.step(rec, Event(E.EVACUATE_NO_CAPACITY, "h", 10.0,
+                                     reason="no host"), policy)
+    assert new.state is State.PENDING and new.waits_for_capacity
+    # Leaving pending clears it.
+    later, _ = machine.step(dataclass_replace(new, retry_at=10.0),
+                            Event(E.TICK, "h", 50.0), policy)
+    assert later.state is State.FENCING and not later.waits_for_capacity
+
+
+def dataclass_replace(rec, **kw):
+    import dataclasses
+    return dataclasses.replace(rec, **kw)
