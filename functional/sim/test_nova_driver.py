@@ -138,3 +138,148 @@ def test_lists_follow_novas_pages(tmp_path):
         assert len(nova.list_servers("compute-1")) == 24
     finally:
         srv.stop()
+
+
+def test_evacuate_to_a_named_host_goes_through_the_scheduler(tmp_path):
+    cloud = SimCloud(hosts=3, servers_per_host=2, evacuation_time=0.0,
+                     schedule_time=0.0)
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        services = {s.host: s for s in nova.list_services()}
+        cloud.kill("compute-0")
+        nova.force_down(services["compute-0"].id, "instanceha: test")
+        a, b = nova.list_servers("compute-0")
+        with pytest.raises(base.NotFound, match="Compute host nowhere"):
+            nova.evacuate(a.id, host="nowhere")
+        # A disabled target: the scheduler refuses it (never forced).
+        nova.disable_service(services["compute-2"].id, "reserve")
+        nova.evacuate(a.id, host="compute-2")
+        cloud.now()
+        assert nova.get_server(a.id).status == "ERROR"
+        assert "No valid host" in nova.get_server(a.id).fault
+        nova.enable_service(services["compute-2"].id)
+        svc = {s.host: s for s in nova.list_services()}["compute-2"]
+        assert (svc.status, svc.disabled_reason) == ("enabled", None)
+        nova.reset_state(a.id, "active")
+        for s in (a, b):
+            nova.evacuate(s.id, host="compute-2")
+        cloud.now()
+        assert {nova.get_server(s.id).host for s in (a, b)} == {"compute-2"}
+        # Below 2.29 Nova forces a named host: the driver refuses.
+        with pytest.raises(base.ComputeError, match="2.29"):
+            nova.evacuate(a.id, microversion=(2, 14), host="compute-1")
+    finally:
+        srv.stop()
+
+
+def test_images_and_server_metadata(tmp_path):
+    cloud = SimCloud(hosts=2, servers_per_host=1)
+    image = cloud.set_image(name="rhel", properties={
+        "instanceha:evacuable": "true", "hw_qemu_guest_agent": "yes"},
+        tags=["critical"])
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        server = nova.list_servers("compute-0")[0]
+        cloud.set_server_image(server.id, image)
+        raw = nova.get_server(server.id).raw
+        assert raw["image"]["id"] == image
+        assert raw["flavor"]["vcpus"] == 2 and raw["flavor"]["ram"] == 2048
+        assert raw["flavor"]["disk"] == 20
+        assert raw["flavor"]["extra_specs"] == {}
+        body = nova.get_image(image)
+        assert body["id"] == image and body["name"] == "rhel"
+        assert body["instanceha:evacuable"] == "true"
+        assert body["hw_qemu_guest_agent"] == "yes"
+        assert body["tags"] == ["critical"] and body["status"] == "active"
+        default = nova.get_image(cloud.default_image)
+        assert default["tags"] == []
+        with pytest.raises(base.NotFound):
+            nova.get_image("00000000-0000-0000-0000-000000000000")
+        cloud.set_metadata(server.id, {"instanceha:suspend": "x", "k": "v"})
+        nova.delete_server_metadata(server.id, "instanceha:suspend")
+        assert nova.get_server(server.id).raw["metadata"] == {"k": "v"}
+        with pytest.raises(base.NotFound):
+            nova.delete_server_metadata(server.id, "instanceha:suspend")
+        with pytest.raises(base.NotFound):
+            nova.delete_server_metadata(
+                "00000000-0000-0000-0000-000000000000", "k")
+    finally:
+        srv.stop()
+
+
+def test_no_image_endpoint(tmp_path):
+    cloud = SimCloud(hosts=1, servers_per_host=1)
+    cloud.image_endpoint = False
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        with pytest.raises(base.NoEndpoint):
+            nova.get_image(cloud.default_image)
+    finally:
+        srv.stop()
+
+
+def test_unset_aggregate_metadata(tmp_path):
+    cloud = SimCloud(hosts=2, servers_per_host=0, aggregates={
+        "rack-a": {"hosts": ["compute-0"], "availability_zone": "az1"},
+        "rack-b": {"hosts": ["compute-1"]}})
+    cloud.set_aggregate_metadata("rack-b", {"instanceha:suspend": "2026",
+                                            "keep": "1"})
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        aggs = {a.name: a for a in nova.list_aggregates()}
+        assert aggs["rack-b"].id == "2"
+        assert aggs["rack-b"].metadata == {"instanceha:suspend": "2026",
+                                           "keep": "1"}
+        nova.unset_aggregate_metadata(aggs["rack-b"].id,
+                                      "instanceha:suspend")
+        # Our own write is seen at once, cache or not.
+        aggs = {a.name: a for a in nova.list_aggregates()}
+        assert aggs["rack-b"].metadata == {"keep": "1"}
+        assert aggs["rack-a"].metadata == {"availability_zone": "az1"}
+        nova.unset_aggregate_metadata(aggs["rack-b"].id, "absent")
+        with pytest.raises(base.NotFound):
+            nova.unset_aggregate_metadata("99", "keep")
+    finally:
+        srv.stop()
+
+
+def test_host_capacities_placement_then_hypervisors(tmp_path):
+    cloud = SimCloud(hosts=3, servers_per_host=2, host_vcpus=16,
+                     host_ram_mb=32768, host_disk_gb=500, server_vcpus=4,
+                     server_ram_mb=4096, server_disk_gb=40,
+                     allocation_ratios={"VCPU": 4.0, "MEMORY_MB": 1.5},
+                     reserved={"MEMORY_MB": 512, "DISK_GB": 10},
+                     api_max_limit=2)
+    srv, nova = _driver(cloud, tmp_path)
+    try:
+        caps = nova.host_capacities()
+        assert set(caps) == {"compute-0", "compute-1", "compute-2"}
+        assert caps["compute-1"] == base.HostCapacity(
+            "compute-1", vcpus=64, vcpus_used=8,
+            ram_mb=int((32768 - 512) * 1.5), ram_mb_used=8192,
+            disk_gb=490, disk_gb_used=80, source="placement")
+        # Placement gone: os-hypervisors (paged, 2 a page here), physical
+        # totals.
+        cloud.set_placement(False)
+        caps = nova.host_capacities()
+        assert set(caps) == {"compute-0", "compute-1", "compute-2"}
+        assert caps["compute-2"] == base.HostCapacity(
+            "compute-2", vcpus=16, vcpus_used=8, ram_mb=32768,
+            ram_mb_used=8192, disk_gb=500, disk_gb_used=80,
+            source="hypervisors")
+        cloud.fail_api("database gone")
+        with pytest.raises(base.ComputeError, match="neither"):
+            nova.host_capacities()
+    finally:
+        srv.stop()
+
+
+def test_nova_errors_on_paged_reads_are_compute_errors(sim):
+    cloud, conf = sim
+    nova = NovaDriver(conf)
+    cloud.fail_api("database gone")
+    for read in (lambda: nova.list_servers("compute-0"),
+                 lambda: nova.list_evacuations("compute-0"),
+                 nova.list_aggregates):
+        with pytest.raises(base.ComputeError, match="database gone"):
+            read()

@@ -23,6 +23,14 @@ OPTS = [
                     "back-off doubling up to 60 s, before its host goes to "
                     "'failed' for an operator (a cleanup check keeps "
                     "waiting). Bounds retry loops."),
+    cfg.FloatOpt("nova_cache_ttl", default=60.0, min=0, max=86400,
+                 help="Seconds the Nova driver keeps what changes rarely "
+                      "(host aggregates and their metadata, Glance images and "
+                      "their properties) before reading it again; 0 reads "
+                      "it on every use. instanceha's own changes (an "
+                      "aggregate metadata key it removes) are seen at once; "
+                      "an operator's change may take this long to be "
+                      "seen."),
     cfg.IntOpt("workers", default=8, min=1, max=256,
                help="Size of the worker pool that runs fencing, isolation, "
                     "evacuation and cleanup checks. Each host is handled by at "

@@ -1,6 +1,7 @@
 """Keystone v3, just enough for keystoneauth password auth: version
 documents, ``POST /identity/v3/auth/tokens`` and a service catalog pointing
-at the simulator's own Nova."""
+at the simulator's own Nova, Placement and Glance (the image service only
+while ``SimCloud.image_endpoint``)."""
 
 import datetime
 import secrets
@@ -120,6 +121,9 @@ class Keystone:
                  "interface": i, "region": self.cloud.region,
                  "region_id": self.cloud.region, "url": url}
                 for i in ("public", "internal", "admin")]}
-        return [service("compute", "nova", base + "/compute/v2.1"),
-                service("placement", "placement", base + "/placement"),
-                service("identity", "keystone", base + PREFIX)]
+        catalog = [service("compute", "nova", base + "/compute/v2.1"),
+                   service("placement", "placement", base + "/placement"),
+                   service("identity", "keystone", base + PREFIX)]
+        if self.cloud.image_endpoint:
+            catalog.append(service("image", "glance", base + "/image"))
+        return catalog

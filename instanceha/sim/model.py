@@ -48,8 +48,8 @@ import time
 
 from instanceha.sim.records import (  # noqa: F401  (re-exported)
     ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, Migration,
-    NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, STOPPED, Server,
-    SimError, stable_uuid)
+    NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, RESOURCES, STOPPED,
+    Server, SimError, stable_uuid)
 
 SCHEDULER, CONDUCTOR = "nova-scheduler", "nova-conductor"
 
@@ -83,7 +83,9 @@ class SimCloud:
                  seed=0, clock=time.time, username="admin",
                  password="secret", project="admin", region="RegionOne",
                  evacuate_checks_task_state=False, aggregates=None,
-                 api_max_limit=1000):
+                 api_max_limit=1000, host_ram_mb=262144, host_disk_gb=4000,
+                 server_ram_mb=2048, server_disk_gb=20,
+                 allocation_ratios=None, reserved=None):
         self.clock = clock
         #: Nova's [api] max_limit: the most items one page of a paged list
         #: (servers, os-migrations from 2.59) carries
@@ -125,6 +127,20 @@ class SimCloud:
         self.double_rebuilds = []
         #: os-resetState calls: (time, server id, state)
         self.resets = []
+        #: Placement inventory per host: {resource class: ratio / reserved}
+        #: (Nova's defaults there are 1.0 and 0 once the initial ratios
+        #: are set; the scheduler counts (total - reserved) * ratio)
+        self.allocation_ratios = dict.fromkeys(RESOURCES, 1.0)
+        self.allocation_ratios.update(allocation_ratios or {})
+        self.reserved = dict.fromkeys(RESOURCES, 0)
+        self.reserved.update(reserved or {})
+        #: Glance images: id -> {name, properties, tags, created, updated};
+        #: every server boots from the default one unless set_server_image
+        self.images = {}
+        self.default_image = self._new_image(
+            stable_uuid(seed, "image", "cirros"), "cirros-sim", now)
+        #: False: the Keystone catalog names no image service
+        self.image_endpoint = True
         #: every server's flavor (its extra specs: a recovery policy's)
         self.flavor_name = "m1.sim"
         self.flavor_extra_specs = {}
@@ -134,7 +150,8 @@ class SimCloud:
         self._placed = {}
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
-            self.hosts[name] = Host(name, i, seed, host_vcpus, now)
+            self.hosts[name] = Host(name, i, seed, host_vcpus, now,
+                                    int(host_ram_mb), int(host_disk_gb))
         #: host aggregates: name -> {id, uuid, hosts, availability_zone,
         #: created}; a host's zone is its aggregate's, else "nova"
         self.aggregates = {}
@@ -152,8 +169,10 @@ class SimCloud:
             for j in range(servers_per_host):
                 sname = "%s-vm-%d" % (name, j)
                 sid = stable_uuid(seed, "server", sname)
-                self.servers[sid] = Server(sid, sname, name, self.project_id,
-                                           self.user_id, server_vcpus, now)
+                self.servers[sid] = Server(
+                    sid, sname, name, self.project_id, self.user_id,
+                    server_vcpus, now, int(server_ram_mb),
+                    int(server_disk_gb), self.default_image)
         # Nova's control plane: a scheduler and a conductor with their own
         # heartbeats (add_control_service for more), Placement, the API
         # itself. See kill_service, set_placement, fail_api.
@@ -215,12 +234,63 @@ class SimCloud:
         return abs(self._now - self.heartbeat(h)) <= self.service_down_time
 
     def _used_vcpus(self, name):
-        used = sum(s.vcpus for s in self.servers.values() if s.host == name)
+        return self.usage(name)["VCPU"]
+
+    def usage(self, name):
+        """Placement's usages of host ``name``: {resource class: amount}.
+
+        The instance's allocation stays on its source after an evacuation
+        until that compute starts and cleans up (``done`` migrations: Nova
+        removes it in ``_destroy_evacuated_instances``); the scheduler's
+        claim on a destination holds from its choice until the rebuild
+        ends."""
+        used = dict.fromkeys(RESOURCES, 0)
+
+        def add(server):
+            for rc, amount in server.resources().items():
+                used[rc] += amount
+
+        for s in self.servers.values():
+            if s.host == name:
+                add(s)
         for m in self.migrations:
+            if m.migration_type != "evacuation":
+                continue
+            s = self.servers[m.instance_uuid]
             if m.status in ("accepted", "pre-migrating") \
-                    and self._placed.get(m.id) == name:
-                used += self.servers[m.instance_uuid].vcpus
+                    and self._placed.get(m.id) == name and s.host != name:
+                add(s)
+            elif m.status == "done" and m.source_compute == name \
+                    and s.host != name:
+                add(s)
         return used
+
+    def capacity(self, h):
+        """Placement's usable amounts of host ``h``: (total - reserved) *
+        allocation_ratio per resource class."""
+        totals = {"VCPU": h.vcpus, "MEMORY_MB": h.ram_mb,
+                  "DISK_GB": h.disk_gb}
+        return {rc: int((totals[rc] - self.reserved[rc])
+                        * self.allocation_ratios[rc]) for rc in RESOURCES}
+
+    def inventories(self, name):
+        """Placement's inventories of host ``name``."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            totals = {"VCPU": h.vcpus, "MEMORY_MB": h.ram_mb,
+                      "DISK_GB": h.disk_gb}
+            return {rc: {"total": totals[rc], "reserved": self.reserved[rc],
+                         "min_unit": 1, "max_unit": totals[rc],
+                         "step_size": 1,
+                         "allocation_ratio": self.allocation_ratios[rc]}
+                    for rc in RESOURCES}
+
+    def usages(self, name):
+        with self.lock:
+            self._advance()
+            self._host(name)
+            return self.usage(name)
 
     # -- compute process and power -------------------------------------------
 
@@ -484,6 +554,89 @@ class SimCloud:
         with self.lock:
             self.aggregates[name]["metadata"] = dict(metadata)
 
+    def _aggregate_by_id(self, aggregate_id):
+        for name, agg in self.aggregates.items():
+            if str(agg["id"]) == str(aggregate_id):
+                return name, agg
+        raise NotFound("Aggregate %s could not be found." % aggregate_id)
+
+    def update_aggregate_metadata(self, aggregate_id, changes):
+        """os-aggregates set_metadata: each key set to its value, or
+        removed when the value is None (a missing key removed is no
+        error, as in Nova); ``availability_zone`` is the zone. Returns the
+        aggregate as list_aggregates shows it."""
+        with self.lock:
+            self._advance()
+            name, agg = self._aggregate_by_id(aggregate_id)
+            metadata = dict(agg.get("metadata") or {})
+            for key, value in changes.items():
+                if key == "availability_zone":
+                    agg["availability_zone"] = value
+                elif value is None:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+            agg["metadata"] = metadata
+            agg["updated"] = self._now
+            return dict(agg, name=name, hosts=list(agg["hosts"]))
+
+    def delete_server_metadata(self, server_id, key):
+        """DELETE /servers/{id}/metadata/{key}: 404 when the key is not
+        there."""
+        with self.lock:
+            self._advance()
+            s = self._server(server_id)
+            if key not in s.metadata:
+                raise NotFound("Metadata item was not found")
+            del s.metadata[key]
+            s.updated = self._now
+
+    # -- Glance ----------------------------------------------------------------
+
+    def _new_image(self, image_id, name, now):
+        self.images[image_id] = {"id": image_id, "name": name,
+                                 "properties": {}, "tags": [],
+                                 "created": now, "updated": now}
+        return image_id
+
+    def set_image(self, image_id=None, name=None, properties=None,
+                  tags=None):
+        """Create an image (``image_id`` None or unknown) or update one:
+        ``properties`` replaces its custom properties, ``tags`` its tags.
+        Returns its id."""
+        with self.lock:
+            now = self._advance()
+            if image_id is None:
+                image_id = stable_uuid(self.seed, "image",
+                                       str(len(self.images)))
+            if image_id not in self.images:
+                self._new_image(image_id, name or "image-%s" % image_id[:8],
+                                now)
+            img = self.images[image_id]
+            if name is not None:
+                img["name"] = name
+            if properties is not None:
+                img["properties"] = dict(properties)
+            if tags is not None:
+                img["tags"] = list(tags)
+            img["updated"] = now
+            return image_id
+
+    def get_image(self, image_id):
+        with self.lock:
+            try:
+                img = self.images[image_id]
+            except KeyError:
+                raise NotFound("No image found with ID %s" % image_id)
+            return dict(img, properties=dict(img["properties"]),
+                        tags=list(img["tags"]))
+
+    def set_server_image(self, server_id, image_id):
+        """The image the server was booted from (it need not exist in
+        Glance any more: Nova keeps the id)."""
+        with self.lock:
+            self._server(server_id).image_id = image_id
+
     def reset_state(self, server_id, state):
         """os-resetState: vm_state ``state``, task state cleared."""
         with self.lock:
@@ -578,17 +731,22 @@ class SimCloud:
         m.updated_at = self._now
 
     def _pick_host(self, server, source, requested):
+        # Placement's allocation candidates (every resource class fits),
+        # then the filters (enabled, up) and the least used host; a
+        # requested host (evacuate with a host, not forced) goes through
+        # the same checks.
         if not self.placement_reachable:
             return None     # no allocation candidates: NoValidHost
         candidates = []
+        need = server.resources()
         for h in self.hosts.values():
             if h.name == source or h.disabled or not self.service_up(h):
                 continue
             if requested is not None and h.name != requested:
                 continue
-            used = self._used_vcpus(h.name)
-            if h.vcpus - used >= server.vcpus:
-                candidates.append((used, h.name))
+            used, usable = self.usage(h.name), self.capacity(h)
+            if all(usable[rc] - used[rc] >= need[rc] for rc in RESOURCES):
+                candidates.append((used["VCPU"], h.name))
         return min(candidates)[1] if candidates else None
 
     def _schedule(self, m, forced, requested, stop, action):
@@ -718,6 +876,8 @@ class SimCloud:
                     "bmc": {"reachable": h.bmc_reachable,
                             "refuse_power_off": h.bmc_refuse_power_off},
                     "vcpus": h.vcpus, "used_vcpus": self._used_vcpus(h.name),
+                    "ram_mb": h.ram_mb, "disk_gb": h.disk_gb,
+                    "usage": self.usage(h.name),
                 }
                 services[h.name] = {
                     "id": h.service_uuid, "host": h.name,

@@ -219,6 +219,15 @@ class NovaAPI:
         if len(parts) == 3 and parts[0] == "servers" \
                 and parts[2] == "action" and method == "POST":
             return self.server_action(req, parts[1], version)
+        if len(parts) == 4 and parts[0] == "servers" \
+                and parts[2] == "metadata" and method == "DELETE":
+            self.cloud.delete_server_metadata(parts[1], parts[3])
+            return 204, None
+        if len(parts) == 3 and parts[0] == "os-aggregates" \
+                and parts[2] == "action" and method == "POST":
+            return 200, self.aggregate_action(req, parts[1], version)
+        if parts == ["os-hypervisors", "detail"] and method == "GET":
+            return 200, self.list_hypervisors(req, version)
         if parts == ["os-aggregates"] and method == "GET":
             return 200, {"aggregates": [self.aggregate_view(a, version)
                                         for a in self.cloud.list_aggregates()]}
@@ -276,10 +285,88 @@ class NovaAPI:
                                  **({"availability_zone": zone}
                                     if zone else {})),
                 "created_at": web.iso_micro(a["created"]),
-                "updated_at": None, "deleted_at": None, "deleted": False}
+                "updated_at": web.iso_micro(a.get("updated")), "deleted_at": None, "deleted": False}
         if version >= (2, 41):
             view["uuid"] = a["uuid"]
         return view
+
+    def aggregate_action(self, req, aggregate_id, version):
+        """Only ``set_metadata`` (a null value removes the key), with
+        Nova's schema: metadata keys 1-255 characters, values strings of
+        at most 255 characters or null."""
+        body = self._body(req)
+        if not isinstance(body, dict) or len(body) != 1:
+            raise ApiFault(400, "Malformed request body")
+        action = next(iter(body))
+        if action != "set_metadata":
+            raise ApiFault(400, "Additional properties are not allowed "
+                                "(%r was unexpected)" % action)
+        args = body[action]
+        check_keys(args, ["metadata"], ["metadata"])
+        metadata = args["metadata"]
+        if not isinstance(metadata, dict):
+            _invalid("metadata", metadata, "%r is not of type 'object'"
+                     % (metadata,))
+        for key, value in metadata.items():
+            if not 1 <= len(key) <= 255:
+                _invalid("metadata", key, "%r does not match any of the "
+                                          "regexes" % key)
+            if value is not None:
+                check_string(key, value)
+        agg = self.cloud.update_aggregate_metadata(aggregate_id, metadata)
+        return {"aggregate": self.aggregate_view(agg, version)}
+
+    def hypervisor_view(self, h, version):
+        """A compute node as os-hypervisors/detail shows it: its sizes and
+        usage up to 2.87 (Nova 2.88 removed them: read Placement)."""
+        c = self.cloud
+        view = {"id": h.node_uuid if version >= (2, 53) else h.service_id,
+                "hypervisor_hostname": h.name,
+                "state": "up" if c.service_up(h) else "down",
+                "status": "disabled" if h.disabled else "enabled",
+                "hypervisor_type": "QEMU", "hypervisor_version": 8002000,
+                "host_ip": "192.0.2.%d" % (h.service_id % 250 + 1),
+                "service": {"host": h.name,
+                            "id": h.service_uuid if version >= (2, 53)
+                            else h.service_id,
+                            "disabled_reason": h.disabled_reason}}
+        if version < (2, 88):
+            used = c.usage(h.name)
+            view.update(
+                vcpus=h.vcpus, vcpus_used=used["VCPU"],
+                memory_mb=h.ram_mb, memory_mb_used=used["MEMORY_MB"],
+                local_gb=h.disk_gb, local_gb_used=used["DISK_GB"],
+                free_ram_mb=h.ram_mb - used["MEMORY_MB"],
+                free_disk_gb=h.disk_gb - used["DISK_GB"],
+                disk_available_least=h.disk_gb - used["DISK_GB"],
+                current_workload=0,
+                running_vms=sum(1 for s in c.servers.values()
+                                if s.host == h.name),
+                cpu_info="{}")
+        else:
+            view["uptime"] = None
+        return view
+
+    def list_hypervisors(self, req, version):
+        """os-hypervisors/detail, paged from 2.33 like Nova (limit,
+        marker, hypervisors_links)."""
+        with self.cloud.lock:
+            self.cloud.now()
+            hosts = sorted(self.cloud.hosts.values(),
+                           key=lambda h: h.service_id)
+            more = False
+            if version >= (2, 33):
+                hosts, more = paginate(
+                    req, hosts,
+                    lambda h: h.node_uuid if version >= (2, 53)
+                    else str(h.service_id),
+                    "marker [%s] not found", self.cloud.api_max_limit)
+            body = {"hypervisors": [self.hypervisor_view(h, version)
+                                    for h in hosts]}
+            if more:
+                body["hypervisors_links"] = next_links(
+                    req, body["hypervisors"][-1]["id"])
+            return body
 
     def control_view(self, c, version):
         """A nova-scheduler or nova-conductor row (zone internal)."""
@@ -376,7 +463,7 @@ class NovaAPI:
             return {"id": s.id, "name": s.name, "links": links}
         host_id = hashlib.sha224((s.project_id + s.host).encode()).hexdigest()
         if version >= (2, 47):
-            flavor = {"vcpus": s.vcpus, "ram": 2048, "disk": 20,
+            flavor = {"vcpus": s.vcpus, "ram": s.ram_mb, "disk": s.disk_gb,
                       "ephemeral": 0, "swap": 0,
                       "original_name": self.cloud.flavor_name,
                       "extra_specs": dict(self.cloud.flavor_extra_specs)}
@@ -386,7 +473,10 @@ class NovaAPI:
             "id": s.id, "name": s.name, "status": s.status,
             "tenant_id": s.project_id, "user_id": s.user_id,
             "metadata": dict(s.metadata),
-            "hostId": host_id, "image": {"id": "sim-image", "links": []},
+            "hostId": host_id, "image": {"id": s.image_id, "links": [{
+                "rel": "bookmark",
+                "href": "%s/images/%s" % (base, s.image_id)}]}
+            if s.image_id else "",
             "flavor": flavor, "created": web.iso_z(s.created),
             "updated": web.iso_z(s.updated), "addresses": {},
             "accessIPv4": "", "accessIPv6": "", "links": links,
@@ -479,6 +569,10 @@ class NovaAPI:
         if version < (2, 14) and shared and "adminPass" in args:
             raise ApiFault(400, "admin password can't be changed on existing "
                                 "disk")
+        if host and version < (2, 29):
+            # Before 2.29 a named host bypasses the scheduler (Nova's
+            # conductor rebuilds there without a requested destination).
+            force = True
         password = args.get("adminPass") or "sim-%s" % server_id[:8]
         self.cloud.evacuate(server_id, host=host, force=force,
                             stop=version >= (2, 95))

@@ -1,13 +1,14 @@
-"""Placement, just enough for a reachability check: the version document
-and ``GET /resource_providers`` (one provider per compute host, filtered
-by ``name`` or ``uuid``).
+"""Placement, just enough for a reachability check and capacity: the
+version document, ``GET /resource_providers`` (one provider per compute
+host, named after it, its UUID the compute node's; filtered by ``name`` or
+``uuid``), and each provider's ``inventories`` (VCPU, MEMORY_MB, DISK_GB
+with reserved and allocation_ratio) and ``usages``.
 
 ``SimCloud.set_placement(False)`` makes it unreachable: every connection
 is closed without an answer, as when no Placement backend is left behind
 the load balancer; the scheduler then finds no allocation candidates.
 """
 
-from instanceha.sim import model
 from instanceha.sim import web
 
 PREFIX = "/placement"
@@ -40,11 +41,31 @@ class Placement:
                                                "requires authentication.")
         if parts == ["resource_providers"] and req.method == "GET":
             resp = web.Response(200, self.resource_providers(req))
+        elif len(parts) == 3 and parts[0] == "resource_providers" \
+                and parts[2] in ("inventories", "usages") \
+                and req.method == "GET":
+            resp = self.provider_detail(parts[1], parts[2])
         else:
             resp = _error(404, "Not Found", "The resource could not be "
                                             "found.")
         resp.headers[HEADER] = "placement " + MIN_VERSION
         return resp
+
+    def provider_detail(self, rp_uuid, what):
+        c = self.cloud
+        with c.lock:
+            c.now()
+            host = next((h for h in c.hosts.values()
+                         if h.node_uuid == rp_uuid), None)
+            if host is None:
+                return _error(404, "Not Found", "No resource provider with "
+                                                "uuid %s found" % rp_uuid)
+            if what == "inventories":
+                return web.Response(200, {
+                    "resource_provider_generation": 1,
+                    "inventories": c.inventories(host.name)})
+            return web.Response(200, {"resource_provider_generation": 1,
+                                      "usages": c.usages(host.name)})
 
     def resource_providers(self, req):
         name, uuid = req.arg("name"), req.arg("uuid")
@@ -53,7 +74,7 @@ class Placement:
             hosts = list(self.cloud.hosts.values())
         providers = []
         for h in hosts:
-            rp_uuid = model.stable_uuid(self.cloud.seed, "provider", h.name)
+            rp_uuid = h.node_uuid
             if name not in (None, h.name) or uuid not in (None, rp_uuid):
                 continue
             providers.append({

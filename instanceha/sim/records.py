@@ -42,12 +42,21 @@ def stable_uuid(seed, *parts):
     return str(uuid.UUID(bytes=digest[:16], version=4))
 
 
+#: Placement resource classes the simulator keeps per host and server
+RESOURCES = ("VCPU", "MEMORY_MB", "DISK_GB")
+
+
 class Host:
-    def __init__(self, name, index, seed, vcpus, now):
+    def __init__(self, name, index, seed, vcpus, now, ram_mb=262144,
+                 disk_gb=4000):
         self.name = name
         self.service_id = index + 1
         self.service_uuid = stable_uuid(seed, "service", name)
+        #: the compute node's UUID, which is also its resource provider's
+        self.node_uuid = stable_uuid(seed, "provider", name)
         self.vcpus = vcpus
+        self.ram_mb = ram_mb
+        self.disk_gb = disk_gb
         self.power_on = True
         self.alive = True
         self.started_at = now
@@ -67,13 +76,17 @@ class Host:
 
 
 class Server:
-    def __init__(self, sid, name, host, project_id, user_id, vcpus, now):
+    def __init__(self, sid, name, host, project_id, user_id, vcpus, now,
+                 ram_mb=2048, disk_gb=20, image_id=None):
         self.id = sid
         self.name = name
         self.host = host
         self.project_id = project_id
         self.user_id = user_id
         self.vcpus = vcpus
+        self.ram_mb = ram_mb
+        self.disk_gb = disk_gb
+        self.image_id = image_id
         self.vm_state = ACTIVE
         self.task_state = None
         self.power_state = POWER_RUNNING
@@ -82,6 +95,11 @@ class Server:
         self.updated = now
         self.metadata = {}
         self.tags = []
+
+    def resources(self):
+        """What the server's flavor asks of Placement."""
+        return {"VCPU": self.vcpus, "MEMORY_MB": self.ram_mb,
+                "DISK_GB": self.disk_gb}
 
     @property
     def status(self):

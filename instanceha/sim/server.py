@@ -1,6 +1,6 @@
 """One threaded HTTP server on one loopback port for the whole simulated
-cloud: ``/identity`` (Keystone), ``/compute`` (Nova), ``/redfish/v1``
-(the BMCs) and ``/sim`` (control)."""
+cloud: ``/identity`` (Keystone), ``/compute`` (Nova), ``/placement``,
+``/image`` (Glance), ``/redfish/v1`` (the BMCs) and ``/sim`` (control)."""
 
 import http.server
 import os
@@ -11,6 +11,7 @@ import time
 import yaml
 
 from instanceha.sim import control
+from instanceha.sim import glance
 from instanceha.sim import keystone
 from instanceha.sim import nova_api
 from instanceha.sim import placement
@@ -84,6 +85,7 @@ class SimServer:
         self.keystone = keystone.Keystone(cloud)
         self.nova = nova_api.NovaAPI(cloud, self.keystone)
         self.placement = placement.Placement(cloud, self.keystone)
+        self.glance = glance.Glance(cloud, self.keystone)
         self.redfish = redfish.Redfish(cloud)
         self.control = control.Control(cloud)
         self._httpd = _HTTPServer((host, port), _Handler)
@@ -102,6 +104,7 @@ class SimServer:
         for prefix, front in ((keystone.PREFIX, self.keystone),
                               (nova_api.PREFIX, self.nova),
                               (placement.PREFIX, self.placement),
+                              (glance.PREFIX, self.glance),
                               (redfish.PREFIX, self.redfish),
                               (control.PREFIX, self.control)):
             if path == prefix or path.startswith(prefix + "/"):

@@ -56,9 +56,10 @@ DROP = object()
 
 
 def split(path, prefix):
-    """Path segments after ``prefix`` ('' segments removed)."""
+    """Path segments after ``prefix`` ('' segments removed), each
+    percent-decoded as a WSGI server decodes PATH_INFO."""
     rest = path[len(prefix):]
-    return [p for p in rest.split("/") if p]
+    return [urllib.parse.unquote(p) for p in rest.split("/") if p]
 
 
 def utc(ts):

@@ -8,10 +8,14 @@ is read from version discovery; below 2.53 instanceha refuses to start.
 """
 
 import datetime
+import threading
+import time
+import urllib.parse
 
 import openstack
 from keystoneauth1 import exceptions as ks_exc
 from openstack.compute.v2 import aggregate as sdk_aggregate
+from openstack.compute.v2 import hypervisor as sdk_hypervisor
 from openstack.compute.v2 import migration as sdk_migration
 from openstack.compute.v2 import server as sdk_server
 import structlog
@@ -24,6 +28,10 @@ MIN_MICROVERSION = (2, 53)      # services addressed by UUID
 MIGRATIONS_MICROVERSION = (2, 59)  # migration uuid, pagination
 CONTROL_BINARIES = ("nova-scheduler", "nova-conductor")
 ACTIONS_MICROVERSION = (2, 62)  # instance action events name their host
+EVACUATE_HOST_MICROVERSION = (2, 29)  # below, a named host is forced
+HYPERVISORS_MICROVERSION = "2.53"  # sizes and *_used until 2.87
+PLACEMENT_MICROVERSION = "1.0"
+CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 NOT_FINISHED = ("accepted", "pre-migrating", "migrating", "queued",
                 "preparing", "running", "post-migrating")
 
@@ -53,6 +61,46 @@ def parse_time(value):
     return dt.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
+class TTLCache:
+    """Values kept for ``ttl`` seconds of ``clock`` (0: nothing is kept).
+
+    Thread-safe: several workers share one driver. A loader runs outside
+    the lock (two threads may both load a missing key; both answers are
+    Nova's); a value loaded while ``invalidate`` ran is not stored, so an
+    answer read before our own write never outlives it.
+    """
+
+    def __init__(self, ttl, clock=time.monotonic):
+        self.ttl = float(ttl)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._values = {}           # key -> (expiry, value)
+        self._generation = 0
+
+    def get(self, key, loader):
+        if self.ttl <= 0:
+            return loader()
+        with self._lock:
+            hit = self._values.get(key)
+            if hit is not None and self._clock() < hit[0]:
+                return hit[1]
+            generation = self._generation
+        value = loader()            # errors are not kept
+        with self._lock:
+            if generation == self._generation:
+                self._values[key] = (self._clock() + self.ttl, value)
+        return value
+
+    def invalidate(self, key=None):
+        """Forget ``key`` (None: everything)."""
+        with self._lock:
+            self._generation += 1
+            if key is None:
+                self._values.clear()
+            else:
+                self._values.pop(key, None)
+
+
 class _KeepsBody:
     """Mixin for openstacksdk's typed resources: each listed item also
     keeps Nova's answer as given (``nova_body``), because instanceha reads
@@ -79,6 +127,10 @@ class _Aggregate(_KeepsBody, sdk_aggregate.Aggregate):
     pass
 
 
+class _Hypervisor(_KeepsBody, sdk_hypervisor.Hypervisor):
+    pass
+
+
 def connect(conf):
     """An openstacksdk Connection from clouds.yaml ([DEFAULT] cloud)."""
     kwargs = {"api_timeout": conf.api_timeout}
@@ -92,8 +144,10 @@ def connect(conf):
 
 class NovaDriver(base.ComputeDriver):
 
-    def __init__(self, conf, connection=None):
+    def __init__(self, conf, connection=None, clock=time.monotonic):
         self._conf = conf
+        #: aggregates and Glance images: [DEFAULT] nova_cache_ttl
+        self._cache = TTLCache(conf.nova_cache_ttl, clock)
         try:
             self._conn = connection or connect(conf)
             self._compute = self._conn.compute
@@ -255,7 +309,7 @@ class NovaDriver(base.ComputeDriver):
         return _server(self._call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
-    def evacuate(self, server_id, microversion=None):
+    def evacuate(self, server_id, microversion=None, host=None):
         mv = self._evacuate_mv
         if microversion is not None:
             wanted = tuple(microversion)
@@ -264,14 +318,27 @@ class NovaDriver(base.ComputeDriver):
                     "evacuate at microversion %s: Nova supports up to %s"
                     % (_fmt_mv(wanted), _fmt_mv(self.max_microversion)), 400)
             mv = _fmt_mv(wanted)
+        args = {}
+        if host is not None:
+            # Never "force": the scheduler must validate the target. Below
+            # 2.29 Nova would bypass the scheduler for a named host.
+            if _parse_mv(mv) < EVACUATE_HOST_MICROVERSION:
+                raise base.ComputeError(
+                    "evacuate to host %s at microversion %s: Nova forces a "
+                    "named host below %s, bypassing the scheduler"
+                    % (host, mv, _fmt_mv(EVACUATE_HOST_MICROVERSION)), 400)
+            args["host"] = host
         self._call("post", "/servers/%s/action" % server_id, mv,
-                   json={"evacuate": {}})
+                   json={"evacuate": args})
 
     def stop_server(self, server_id):
         self._call("post", "/servers/%s/action" % server_id, "2.1",
                    json={"os-stop": None})
 
     def list_aggregates(self):
+        return list(self._cache.get("aggregates", self._read_aggregates))
+
+    def _read_aggregates(self):
         # os-aggregates is not paged by Nova: one page, no links.
         bodies = self._list(_Aggregate, "/os-aggregates", "2.41")
         try:
@@ -284,6 +351,157 @@ class NovaDriver(base.ComputeDriver):
                     for a in bodies]
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise base.ComputeError("os-aggregates answer lacks %s" % e)
+
+    def unset_aggregate_metadata(self, aggregate_id, key):
+        try:
+            self._call("post", "/os-aggregates/%s/action" % aggregate_id,
+                       "2.41", json={"set_metadata": {"metadata": {
+                           key: None}}})
+        finally:
+            # Our own write: the next read must see it (even after an
+            # error, which may have been applied).
+            self._cache.invalidate("aggregates")
+
+    def delete_server_metadata(self, server_id, key):
+        self._call("delete", "/servers/%s/metadata/%s" % (
+            server_id, urllib.parse.quote(key, safe="")), "2.1")
+
+    def get_image(self, image_id):
+        return self._cache.get(("image", image_id),
+                               lambda: self._read_image(image_id))
+
+    def _read_image(self, image_id):
+        path = "/images/%s" % urllib.parse.quote(str(image_id), safe="")
+        try:
+            if not self._conn.endpoint_for("image"):
+                raise base.NoEndpoint("no image (Glance) endpoint in the "
+                                      "service catalog or clouds.yaml")
+            # The SDK's image proxy (Glance v2 from version discovery); a
+            # plain GET keeps Glance's body as it is (custom properties as
+            # top-level fields), which the typed Image resource reshapes.
+            resp = self._conn.image.get(path, raise_exc=False)
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("GET image %s: %s: %s"
+                                    % (image_id, type(e).__name__, e))
+        if resp.status_code == 404:
+            raise base.NotFound("GET image %s: HTTP 404: %s" % (
+                image_id, _error_message(resp)), 404)
+        if resp.status_code >= 400:
+            raise base.ComputeError("GET image %s: HTTP %d: %s" % (
+                image_id, resp.status_code, _error_message(resp)),
+                resp.status_code)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise base.ComputeError("GET image %s: answer is not JSON"
+                                    % image_id)
+        if not isinstance(body, dict) or "id" not in body:
+            raise base.ComputeError("GET image %s: answer is not an image"
+                                    % image_id)
+        return body
+
+    def enable_service(self, service_id):
+        self._put_service(service_id, {"status": "enabled"})
+
+    def disable_service(self, service_id, reason):
+        self._put_service(service_id, {"status": "disabled",
+                                       "disabled_reason": reason})
+
+    # -- capacity ------------------------------------------------------------
+    def host_capacities(self):
+        try:
+            return self._placement_capacities()
+        except base.ComputeError as e:
+            placement_error = e
+        LOG.warning("placement_unreadable_using_hypervisors",
+                    error=str(placement_error))
+        try:
+            return self._hypervisor_capacities()
+        except base.ComputeError as e:
+            raise base.ComputeError(
+                "host capacities: Placement cannot be read (%s) and neither "
+                "can os-hypervisors (%s)" % (placement_error, e),
+                getattr(e, "status", None))
+
+    def _placement_get(self, path):
+        try:
+            resp = self._conn.placement.get(
+                path, microversion=PLACEMENT_MICROVERSION, raise_exc=False)
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("Placement GET %s: %s: %s"
+                                    % (path, type(e).__name__, e))
+        if resp.status_code >= 400:
+            raise base.ComputeError("Placement GET %s: HTTP %d: %s" % (
+                path, resp.status_code, _error_message(resp)),
+                resp.status_code)
+        try:
+            return resp.json()
+        except ValueError:
+            raise base.ComputeError("Placement GET %s: answer is not JSON"
+                                    % path)
+
+    def _placement_capacities(self):
+        try:
+            if not self._conn.endpoint_for("placement"):
+                raise base.NoEndpoint("no Placement endpoint in the service "
+                                      "catalog or clouds.yaml")
+        except (ks_exc.ClientException,
+                openstack.exceptions.SDKException) as e:
+            raise base.ComputeError("%s: %s" % (type(e).__name__, e))
+        # Placement's /resource_providers is not paged. A compute node's
+        # provider is named after its node name, which is the compute
+        # host's name for libvirt; providers without VCPU (nested or
+        # sharing ones) are not compute hosts.
+        body = self._placement_get("/resource_providers")
+        result = {}
+        try:
+            for rp in body["resource_providers"]:
+                path = "/resource_providers/%s" % rp["uuid"]
+                inv = self._placement_get(path + "/inventories")["inventories"]
+                if "VCPU" not in inv:
+                    continue
+                usages = self._placement_get(path + "/usages")["usages"]
+                usable, used = {}, {}
+                for rc in CAPACITY_CLASSES:
+                    i = inv.get(rc) or {}
+                    usable[rc] = int((i.get("total", 0) - i.get("reserved", 0))
+                                     * float(i.get("allocation_ratio", 1.0)))
+                    used[rc] = int(usages.get(rc, 0))
+                result[rp["name"]] = base.HostCapacity(
+                    host=rp["name"], vcpus=usable["VCPU"],
+                    vcpus_used=used["VCPU"], ram_mb=usable["MEMORY_MB"],
+                    ram_mb_used=used["MEMORY_MB"], disk_gb=usable["DISK_GB"],
+                    disk_gb_used=used["DISK_GB"], source="placement")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise base.ComputeError("Placement answer lacks %s" % e)
+        return result
+
+    def _hypervisor_capacities(self):
+        # 2.53: hypervisors by UUID, still with vcpus/memory_mb/local_gb and
+        # their *_used (removed at 2.88). Physical totals: os-hypervisors
+        # knows no allocation ratio or reserved amount. Typed and paged
+        # (hypervisors_links) through the SDK.
+        bodies = self._list(_Hypervisor, "/os-hypervisors/detail",
+                            HYPERVISORS_MICROVERSION,
+                            base_path="/os-hypervisors/detail")
+        result = {}
+        try:
+            for h in bodies:
+                host = (h.get("service") or {}).get("host") \
+                    or h["hypervisor_hostname"]
+                result[host] = base.HostCapacity(
+                    host=host, vcpus=int(h["vcpus"]),
+                    vcpus_used=int(h["vcpus_used"]),
+                    ram_mb=int(h["memory_mb"]),
+                    ram_mb_used=int(h["memory_mb_used"]),
+                    disk_gb=int(h["local_gb"]),
+                    disk_gb_used=int(h["local_gb_used"]),
+                    source="hypervisors")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise base.ComputeError("os-hypervisors answer lacks %s" % e)
+        return result
 
     def reset_state(self, server_id, state="active"):
         self._call("post", "/servers/%s/action" % server_id, "2.1",
