@@ -146,9 +146,13 @@ def evacuate(ctx, record):
                        % (summary, len(out.failed), sid, why), **detail)
     if out.no_capacity:
         sid, why = next(iter(out.no_capacity.items()))
-        return _result(record, E.EVACUATE_NO_CAPACITY, ctx,
-                       "%s; %d found no host (%s)"
-                       % (summary, len(out.no_capacity), why), **detail)
+        if out.capacity:
+            text = "%s; %s (server %s %s)" % (summary, out.capacity, sid,
+                                              why)
+        else:
+            text = "%s; %d found no host (%s)" % (
+                summary, len(out.no_capacity), why)
+        return _result(record, E.EVACUATE_NO_CAPACITY, ctx, text, **detail)
     return _result(record, E.EVACUATE_OK, ctx, summary, **detail)
 
 

@@ -30,7 +30,7 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.engine import admission, failures, selection
 from instanceha.fsm import machine as fsm_machine
-from instanceha.policy import power
+from instanceha.policy import capacity, power
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -54,6 +54,8 @@ class Outcome:
         self.retried = {}       # server_id -> times sent again
         self.returned = False   # stopped: the host reported back
         self.stopped = 0        # servers not sent: an operator suspended
+        #: the capacity preflight's line when it held servers back
+        self.capacity = ""
 
 
 @dataclasses.dataclass
@@ -137,6 +139,16 @@ class _Run:
             self.ctx.journal.evacuation_finished(row, now, "skipped",
                                                  detail=why)
             self.skips_recorded.add(sid)
+
+    def record_waiting(self, held):
+        """Each server the capacity preflight held back, and why: a
+        journal row (status ``no_capacity``) per server and attempt."""
+        now = self.ctx.clock()
+        for sid, why in held.items():
+            row = self.ctx.journal.evacuation_requested(
+                self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(row, now, "no_capacity",
+                                                 detail="preflight: " + why)
 
     def finish(self, attempt, status, dest=None, detail=""):
         if attempt.evac_id is not None:
@@ -367,11 +379,16 @@ def evacuate_host(ctx, record):
                            "servers")
     # The recovery policies: which of them, in what order (priority).
     chosen = selection.select(ctx, host, candidates, now)
-    for sid in chosen.ordered:
-        run.todo.append((sid, now, False))
-    run.keys = chosen.keys
     outcome.skipped.update(chosen.skipped)
     run.record_skips()
+    # The capacity preflight: servers no destination has room for wait
+    # (the host goes pending) instead of being sent into NoValidHost.
+    send, held = _preflight(ctx, host, {s.id: s for s in candidates},
+                            chosen.ordered, outcome)
+    for sid in send:
+        run.todo.append((sid, now, False))
+    run.keys = chosen.keys
+    run.record_waiting(held)
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
     try:
@@ -475,6 +492,55 @@ def _drive(ctx, record, run, outcome):
         run.services = ctx.compute.list_services()
         for attempt in list(run.inflight.values()):
             run.judge(attempt, now)
+
+
+def _preflight(ctx, host, servers, ordered, outcome):
+    """(server ids to send, in order; {id: why it waits}) by the capacity
+    preflight (instanceha.policy.capacity) on Placement's counts. When the
+    counts cannot be read, every server is sent and the scheduler alone
+    decides (said in the log)."""
+    settings = capacity.Settings.from_conf(ctx.conf)
+    if not settings.enabled or not ordered:
+        return list(ordered), {}
+    try:
+        capacities = ctx.compute.host_capacities()
+        services = ctx.compute.list_services()
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.warning("capacity_unknown", host=host,
+                    reason=str(e) or type(e).__name__,
+                    effect="no capacity preflight: every server is sent and "
+                           "Nova's scheduler decides")
+        return list(ordered), {}
+    aggregates = ()
+    if settings.scope == capacity.AGGREGATE:
+        try:
+            aggregates = ctx.compute.list_aggregates()
+        except (base.ComputeError, NotImplementedError) as e:
+            LOG.warning("aggregates_unavailable", host=host,
+                        reason=str(e) or type(e).__name__,
+                        effect="capacity scope 'aggregate' falls back to "
+                               "the lost host's zone")
+    needs = []
+    for sid in ordered:
+        need, problem = capacity.need_of(servers[sid].raw or {})
+        if problem is not None:
+            LOG.warning("server_size_unknown", host=host, server=sid,
+                        reason=problem.message,
+                        effect="sent without a capacity check")
+        needs.append((sid, need))
+    dest, pre = capacity.check(host, needs, services, capacities,
+                               aggregates, settings)
+    if pre.pending:
+        outcome.capacity = pre.text
+        for sid, why in pre.pending.items():
+            outcome.no_capacity[sid] = why
+        LOG.warning("capacity_preflight", host=host, send=len(pre.fits),
+                    waiting=len(pre.pending), destinations=len(dest),
+                    reason=pre.text)
+    else:
+        LOG.info("capacity_preflight", host=host, send=len(pre.fits),
+                 destinations=len(dest), reason=pre.text)
+    return list(pre.fits), dict(pre.pending)
 
 
 def _keep_powered_off(ctx, host, sid, plan):

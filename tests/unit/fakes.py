@@ -34,6 +34,7 @@ class FakeCompute(cb.ComputeDriver):
         self.resets = []             # (server_id, state) per os-resetState
         self.aggregates = []         # [cb.Aggregate]
         self.images = {}             # image id -> Glance body
+        self.report_capacity = False  # host_capacities answers
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -107,6 +108,9 @@ class FakeCompute(cb.ComputeDriver):
                          raw={"metadata": dict(v.get("metadata") or {}),
                               "tags": list(v.get("tags") or ()),
                               "created": v.get("created"),
+                              "flavor": {"vcpus": 1, "ram": 1024,
+                                         "disk": 10, "ephemeral": 0,
+                                         "swap": 0, "extra_specs": {}},
                               "image": ({"id": v["image"]} if v.get("image")
                                         else "")})
 
@@ -135,6 +139,21 @@ class FakeCompute(cb.ComputeDriver):
         if key not in meta:
             raise cb.NotFound("metadata key %s" % key, 404)
         del meta[key]
+
+    def host_capacities(self):
+        """Placement's view: each server takes 1 vCPU, 1024 MB, 10 GB;
+        a host holds ``capacity`` of them. Only with ``report_capacity``
+        (else like a driver that cannot read Placement)."""
+        self._maybe_fail()
+        if not self.report_capacity:
+            raise NotImplementedError
+        out = {}
+        for name in self.services:
+            used = sum(1 for v in self.servers.values() if v["host"] == name)
+            out[name] = cb.HostCapacity(
+                name, self.capacity, used, self.capacity * 1024, used * 1024,
+                self.capacity * 10, used * 10)
+        return out
 
     def get_image(self, image_id):
         self._maybe_fail()

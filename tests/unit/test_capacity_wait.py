@@ -78,3 +78,38 @@ def test_capacity_flag_only_from_a_no_capacity_result():
 def dataclass_replace(rec, **kw):
     import dataclasses
     return dataclasses.replace(rec, **kw)
+
+
+def test_preflight_sends_what_fits_in_priority_order_and_holds_the_rest():
+    """Room for 2 of 4: the two of highest priority go, the other two wait
+    (journal rows 'no_capacity' saying why; the host's reason names the
+    shortfall) and are not sent into NoValidHost."""
+    w = World(hosts=3, servers=4, capacity=5)
+    w.compute.report_capacity = True
+    vms = ["compute-1-vm-%d" % i for i in range(4)]
+    for vm, prio in zip(vms, ("1", "9", "5", "0")):
+        w.compute.servers[vm]["metadata"] = {"instanceha:priority": prio}
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "pending")
+    sent = [m["server"] for m in w.compute.migrations]
+    assert sent == [vms[1], vms[2]]         # 9 then 5; nothing else tried
+    assert all(m["status"] == "done" for m in w.compute.migrations)
+    rows = {r["server_id"]: r for r in w.journal.evacuations()
+            if r["status"] == "no_capacity"}
+    assert sorted(rows) == sorted([vms[0], vms[3]])
+    assert all(r["detail"].startswith("preflight: needs 1 vCPU")
+               for r in rows.values()), rows
+    state, reason = w.state("compute-1")
+    assert "2 of 4 servers wait for capacity: short of" in reason, reason
+    assert w.compute.servers[vms[0]]["vm_state"] == "active"   # not errored
+
+
+def test_unknown_capacity_sends_everything():
+    w = World(hosts=3, servers=2, capacity=2)
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "pending")
+    # No preflight: both were sent and found no valid host.
+    assert len(w.compute.migrations) == 2
+    assert {m["status"] for m in w.compute.migrations} == {"error"}
