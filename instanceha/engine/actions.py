@@ -14,7 +14,7 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import evacuator, stale
+from instanceha.engine import evacuator, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
 from instanceha.sources import reconciler
@@ -121,6 +121,8 @@ def evacuate(ctx, record):
         summary += ", %d not evacuable (%s: %s%s)" % (
             len(out.skipped), sid, why,
             "; the others in the journal" if len(out.skipped) > 1 else "")
+    if out.reserved:
+        summary += "; " + out.reserved
     if out.retried:
         # Servers whose destination died (or whose request Nova failed)
         # and that were sent again: not a failure of this host.
@@ -180,6 +182,7 @@ def check_cleanup(ctx, record):
     except compute_base.Conflict as e:
         return _result(record, E.CLEANUP_PENDING, ctx,
                        "Nova refused to put the host back: %s" % e)
+    returned = reserve.give_back(ctx, record)
     done = sum(1 for m in migrations if m.status == "completed")
     if enable:
         text = ("%d evacuation migrations completed; forced_down unset and "
@@ -193,6 +196,8 @@ def check_cleanup(ctx, record):
                 "service left disabled ([evacuation] leave_disabled)" % done)
     if stale_rebuilds.text():
         text += "; " + stale_rebuilds.text()
+    if returned:
+        text += "; " + returned
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
 
 

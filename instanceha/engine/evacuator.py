@@ -28,9 +28,9 @@ from typing import Dict, Optional
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.engine import admission, failures, selection
+from instanceha.engine import admission, failures, reserve, selection
 from instanceha.fsm import machine as fsm_machine
-from instanceha.policy import capacity, power
+from instanceha.policy import capacity, power, reserved
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -56,6 +56,8 @@ class Outcome:
         self.stopped = 0        # servers not sent: an operator suspended
         #: the capacity preflight's line when it held servers back
         self.capacity = ""
+        #: reserved hosts brought in for the host, as a line (or "")
+        self.reserved = ""
 
 
 @dataclasses.dataclass
@@ -106,6 +108,8 @@ class _Run:
         self.skips_recorded = set()
         #: server id -> order.sort_key, from the recovery policies
         self.keys = {}
+        #: server id -> the reserved host its evacuation is aimed at
+        self.targets = {}
         self.held_logged = 0
         self._read_journal()
 
@@ -197,8 +201,13 @@ class _Run:
         attempt = _Attempt(sid, now, evac_id,
                            {m.id: m.status for m in self.migs.get(sid, [])},
                            _schedulable(self.services, self.host))
+        target = self.targets.get(sid)
         try:
-            ctx.compute.evacuate(sid)
+            if target:
+                # Nova's scheduler still validates the host (never forced).
+                ctx.compute.evacuate(sid, host=target)
+            else:
+                ctx.compute.evacuate(sid)
         except base.ComputeError as e:
             verdict = failures.request_error(e)
             LOG.warning("evacuation_request_failed", host=self.host,
@@ -229,6 +238,8 @@ class _Run:
                       outcome=verdict.status, reason=verdict.reason)
             return
         self.finish(attempt, "retry", detail=verdict.reason)
+        # Sent again without a target: the scheduler picks a live host.
+        self.targets.pop(sid, None)
         if verdict.suspects:
             # The given-up rebuild may wait in those hosts' queues and run
             # when they return: checked then (actions.check_cleanup).
@@ -383,8 +394,9 @@ def evacuate_host(ctx, record):
     run.record_skips()
     # The capacity preflight: servers no destination has room for wait
     # (the host goes pending) instead of being sent into NoValidHost.
-    send, held = _preflight(ctx, host, {s.id: s for s in candidates},
-                            chosen.ordered, outcome)
+    send, held, run.targets = _place(ctx, record,
+                                     {s.id: s for s in candidates},
+                                     chosen.ordered, outcome)
     for sid in send:
         run.todo.append((sid, now, False))
     run.keys = chosen.keys
@@ -494,32 +506,37 @@ def _drive(ctx, record, run, outcome):
             run.judge(attempt, now)
 
 
-def _preflight(ctx, host, servers, ordered, outcome):
-    """(server ids to send, in order; {id: why it waits}) by the capacity
-    preflight (instanceha.policy.capacity) on Placement's counts. When the
-    counts cannot be read, every server is sent and the scheduler alone
-    decides (said in the log)."""
-    settings = capacity.Settings.from_conf(ctx.conf)
-    if not settings.enabled or not ordered:
-        return list(ordered), {}
+def _place(ctx, record, servers, ordered, outcome):
+    """Where the servers may go, before any is sent: reserved hosts
+    brought in (engine.reserve), then the capacity preflight
+    (policy.capacity) on Placement's counts. Returns (server ids to send,
+    in order; {id: why it waits}; {id: target host} when evacuations are
+    aimed at reserved hosts). Counts that cannot be read hold nothing
+    back: the scheduler alone decides (said in the log)."""
+    host = record.name
+    cs = capacity.Settings.from_conf(ctx.conf)
+    rs = reserved.Settings.from_conf(ctx.conf)
+    if not ordered or not (cs.enabled or rs.enabled):
+        return list(ordered), {}, {}
+    services = ctx.compute.list_services()
     try:
         capacities = ctx.compute.host_capacities()
-        services = ctx.compute.list_services()
     except (base.ComputeError, NotImplementedError) as e:
+        capacities = None
         LOG.warning("capacity_unknown", host=host,
                     reason=str(e) or type(e).__name__,
                     effect="no capacity preflight: every server is sent and "
                            "Nova's scheduler decides")
-        return list(ordered), {}
     aggregates = ()
-    if settings.scope == capacity.AGGREGATE:
+    if cs.scope == capacity.AGGREGATE or (
+            rs.enabled and reserved.AGGREGATE in rs.match):
         try:
             aggregates = ctx.compute.list_aggregates()
         except (base.ComputeError, NotImplementedError) as e:
             LOG.warning("aggregates_unavailable", host=host,
                         reason=str(e) or type(e).__name__,
-                        effect="capacity scope 'aggregate' falls back to "
-                               "the lost host's zone")
+                        effect="the aggregate scope falls back to the lost "
+                               "host's zone")
     needs = []
     for sid in ordered:
         need, problem = capacity.need_of(servers[sid].raw or {})
@@ -528,19 +545,59 @@ def _preflight(ctx, host, servers, ordered, outcome):
                         reason=problem.message,
                         effect="sent without a capacity check")
         needs.append((sid, need))
-    dest, pre = capacity.check(host, needs, services, capacities,
-                               aggregates, settings)
+    preflight = cs.enabled and capacities is not None
+    pre = None
+    if preflight:
+        _, pre = capacity.check(host, needs, services, capacities,
+                                aggregates, cs)
+    targets = {}
+    if rs.enabled:
+        if rs.target:
+            # Aimed at the reserved hosts: size them for every server.
+            need = sum((n for _, n in needs if n is not None),
+                       capacity.Need())
+        else:
+            need = pre.pending_need if pre is not None else None
+        brought, text = reserve.bring_in(ctx, record, services, aggregates,
+                                         capacities, need)
+        outcome.reserved = text
+        if brought:
+            services = [dataclasses.replace(s, status="enabled",
+                                            disabled_reason=None)
+                        if s.host in brought else s for s in services]
+            if preflight:
+                _, pre = capacity.check(host, needs, services, capacities,
+                                        aggregates, cs)
+            if rs.target:
+                targets = _aim(needs, brought, capacities, cs)
+    if pre is None:
+        return list(ordered), {}, targets
     if pre.pending:
         outcome.capacity = pre.text
-        for sid, why in pre.pending.items():
-            outcome.no_capacity[sid] = why
+        outcome.no_capacity.update(pre.pending)
         LOG.warning("capacity_preflight", host=host, send=len(pre.fits),
-                    waiting=len(pre.pending), destinations=len(dest),
-                    reason=pre.text)
+                    waiting=len(pre.pending), reason=pre.text)
     else:
         LOG.info("capacity_preflight", host=host, send=len(pre.fits),
-                 destinations=len(dest), reason=pre.text)
-    return list(pre.fits), dict(pre.pending)
+                 reason=pre.text)
+    return list(pre.fits), dict(pre.pending), targets
+
+
+def _aim(needs, hosts, capacities, settings):
+    """{server id: reserved host} for evacuations aimed at the reserved
+    hosts: each server where the preflight's simulation on those hosts
+    alone puts it (sizes unknown: in turn). A server with no room there
+    gets no target (the scheduler picks)."""
+    if capacities is None:
+        return {sid: hosts[i % len(hosts)] for i, (sid, _) in
+                enumerate(needs)}
+    sim = capacity.preflight(
+        needs, capacity.free_on(hosts, capacities, settings),
+        dataclasses.replace(settings, enabled=True))
+    aimed = dict(sim.placed)
+    for i, sid in enumerate(sim.unknown):
+        aimed[sid] = hosts[i % len(hosts)]
+    return aimed
 
 
 def _keep_powered_off(ctx, host, sid, plan):

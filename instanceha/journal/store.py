@@ -69,6 +69,23 @@ STALE_REBUILDS = sa.Table(
     sa.Column("resolution", sa.Text),
 )
 
+#: Reserved hosts brought in for a lost host: written before the reserved
+#: host's compute service is enabled, so a restart neither forgets one in
+#: use (it is enabled again if the enable did not happen) nor gives it to
+#: a second lost host. ``returned_at`` is set when it goes back to the
+#: reserve (or stays in service for good: ``outcome`` says which).
+RESERVED = sa.Table(
+    "reserved_hosts", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("reserved_host", sa.String(255), nullable=False, index=True),
+    sa.Column("host_id", sa.String(64), nullable=False),     # the lost host
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("original_reason", sa.Text),
+    sa.Column("taken_at", sa.Float, nullable=False),
+    sa.Column("returned_at", sa.Float),
+    sa.Column("outcome", sa.Text),
+)
+
 
 # Statements built once: executing them with a parameter dict reuses
 # SQLAlchemy's compiled form instead of building and caching a new one.
@@ -199,6 +216,35 @@ class Journal:
             q = q.where(STALE_REBUILDS.c.suspect_host == suspect_host)
         if unresolved:
             q = q.where(STALE_REBUILDS.c.resolved_at.is_(None))
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
+    def reserved_taken(self, reserved_host, host_id, host_name,
+                       original_reason, at):
+        with self._write() as c:
+            c.execute(RESERVED.insert(), dict(
+                reserved_host=reserved_host, host_id=host_id,
+                host_name=host_name, original_reason=original_reason,
+                taken_at=at))
+
+    def reserved_returned(self, reserved_host, at, outcome):
+        """Close the open row of ``reserved_host``."""
+        with self._write() as c:
+            c.execute(RESERVED.update().where(sa.and_(
+                RESERVED.c.reserved_host == reserved_host,
+                RESERVED.c.returned_at.is_(None))).values(
+                    returned_at=at, outcome=outcome))
+
+    def reserved_in_use(self):
+        """Open rows: [{reserved_host, host_id, host_name,
+        original_reason, taken_at}], oldest first."""
+        q = sa.select(RESERVED).where(RESERVED.c.returned_at.is_(None)) \
+            .order_by(RESERVED.c.id)
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
+    def reserved_history(self):
+        q = sa.select(RESERVED).order_by(RESERVED.c.id)
         with self.engine.connect() as c:
             return [dict(r._mapping) for r in c.execute(q)]
 

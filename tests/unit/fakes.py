@@ -35,6 +35,7 @@ class FakeCompute(cb.ComputeDriver):
         self.aggregates = []         # [cb.Aggregate]
         self.images = {}             # image id -> Glance body
         self.report_capacity = False  # host_capacities answers
+        self.requested = {}          # server id -> host asked for (or None)
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -140,6 +141,15 @@ class FakeCompute(cb.ComputeDriver):
             raise cb.NotFound("metadata key %s" % key, 404)
         del meta[key]
 
+    def enable_service(self, service_id):
+        self._maybe_fail()
+        self.by_id(service_id).update(status="enabled", disabled_reason=None)
+
+    def disable_service(self, service_id, reason):
+        self._maybe_fail()
+        self.by_id(service_id).update(status="disabled",
+                                      disabled_reason=reason)
+
     def host_capacities(self):
         """Placement's view: each server takes 1 vCPU, 1024 MB, 10 GB;
         a host holds ``capacity`` of them. Only with ``report_capacity``
@@ -182,6 +192,12 @@ class FakeCompute(cb.ComputeDriver):
         targets = [t for t in self._targets(v["host"])
                    if sum(1 for x in self.servers.values()
                           if x["host"] == t["host"]) < self.capacity]
+        if host is not None:
+            # A requested host: the scheduler validates it like any other.
+            if host not in self.services:
+                raise cb.NotFound("Compute host %s not found." % host, 404)
+            targets = [t for t in targets if t["host"] == host]
+        self.requested[server_id] = host
         mig = dict(id="m%d" % len(self.migrations), server=server_id,
                    source=v["host"], dest=None, status="accepted",
                    created_at=self.clock() + len(self.migrations) * 1e-6)
