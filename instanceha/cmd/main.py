@@ -2,6 +2,10 @@
 
     instanceha run    [--config-file F]   run the service
     instanceha status [--config-file F]   print every host's state, since when, why
+    instanceha status HOST [--config-file F]
+                                          HOST's state and, from the journal,
+                                          what was decided for each of its
+                                          servers in its last recovery, and why
     instanceha demo   [--hosts N ...]     simulated cloud: kill a host, watch recovery
     instanceha suspend HOST (--seconds N | --forever) [--reason R] [--config-file F]
                                           hands off HOST until N seconds pass
@@ -302,8 +306,84 @@ def format_status(data, now=None):
     return "\n".join(lines)
 
 
+def server_decisions(journal, host):
+    """The last recovery of ``host`` (a name or service id) from the
+    journal: (host record dict or None, [row per server: its latest
+    evacuation row since the host was fenced], [reserved host rows])."""
+    latest = journal.latest()
+    host_id = host if host in latest else next(
+        (hid for hid, rec in latest.items() if rec.get("name") == host),
+        None)
+    if host_id is None:
+        return None, [], []
+    record = latest[host_id]
+    since = record.get("fenced_at")
+    last = {}
+    for row in journal.evacuations(host_id):
+        if since is not None and row["requested_at"] < since:
+            continue
+        last[row["server_id"]] = row
+    rows = sorted(last.values(), key=lambda r: (r["requested_at"], r["id"]))
+    reserved = [r for r in journal.reserved_history()
+                if r["host_id"] == host_id
+                and (since is None or r["taken_at"] >= since
+                     or r["returned_at"] is None)]
+    return record, rows, reserved
+
+
+def format_decisions(record, rows, reserved):
+    lines = ["host %s: %s: %s" % (record.get("name"), record.get("state"),
+                                  record.get("reason", ""))]
+    if not rows:
+        lines.append("no server decisions in its last recovery")
+    else:
+        lines.append("servers in its last recovery (%d):" % len(rows))
+        table = [("SERVER", "DECISION", "DESTINATION", "WHY")]
+        for r in rows:
+            table.append((r["server_id"], r["status"], r["dest_host"] or "-",
+                          r["detail"] or ""))
+        widths = [max(len(t[i]) for t in table) for i in range(3)]
+        for t in table:
+            lines.append("  " + "  ".join(t[i].ljust(widths[i])
+                                          for i in range(3)) + "  " + t[3])
+    for r in reserved:
+        lines.append("reserved host %s: %s" % (
+            r["reserved_host"], r["outcome"] or "in service for it"))
+    return "\n".join(lines)
+
+
+def _status_host(conf, host):
+    from instanceha.journal import Journal
+    try:
+        journal = Journal(conf.journal.connection)
+        record, rows, reserved = server_decisions(journal, host)
+        journal.close()
+    except Exception as e:      # noqa: BLE001 - a CLI says it and exits
+        print("instanceha: cannot read the journal %s: %s"
+              % (_masked(conf.journal.connection), _masked(e)),
+              file=sys.stderr)
+        return 1
+    if record is None:
+        print("instanceha: no host %r in the journal" % host,
+              file=sys.stderr)
+        return 1
+    print(format_decisions(record, rows, reserved))
+    return 0
+
+
+def _masked(text):
+    """Text (a database URL, an error) without the URL's password."""
+    from instanceha.log import URL_PASSWORD
+    return URL_PASSWORD.sub(r"\1***@", str(text))
+
+
 def status(argv):
+    host = None
+    if argv and not argv[0].startswith("-"):
+        host, argv = argv[0], argv[1:]
     conf = _conf(argv)
+    if host is not None:
+        return _status_host(conf, host)
     try:
         with open(conf.status_file) as f:
             data = json.load(f)

@@ -124,3 +124,36 @@ def test_without_capacities_one_per_lost_host():
     brought, text = reserve.bring_in(w.ctx, rec, rec_services, ())
     assert brought == ("compute-3",) and "compute-3" in text
     assert w.compute.services["compute-3"]["status"] == "enabled"
+
+
+def test_status_host_lists_every_servers_decision_and_why():
+    """instanceha status HOST, from the journal: each server of the last
+    recovery with its decision, destination and reason, and the reserved
+    hosts brought in for it."""
+    from instanceha.cmd import main
+    w = _world(servers=3)
+    w.compute.servers["compute-1-vm-2"]["metadata"] = {
+        "instanceha:repair": "none"}
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    record, rows, reserved = main.server_decisions(w.journal, "compute-1")
+    text = main.format_decisions(record, rows, reserved)
+    assert "host compute-1: evacuated:" in text
+    lines = {line.split()[0]: line for line in text.splitlines()
+             if line.startswith("  compute-1-vm")}
+    assert lines["compute-1-vm-0"].split()[1:3] == ["done", "compute-3"]
+    assert lines["compute-1-vm-2"].split()[1:3] == ["skipped", "-"]
+    assert "repair level none" in lines["compute-1-vm-2"] or \
+        "none" in lines["compute-1-vm-2"]
+    assert "reserved host compute-3: in service for it" in text
+    assert main.server_decisions(w.journal, "nope") == (None, [], [])
+
+
+def test_status_host_masks_the_database_password(capsys, tmp_path):
+    from instanceha.cmd import main
+    conf_file = tmp_path / "c.conf"
+    conf_file.write_text("[journal]\nconnection = "
+                         "mysql+pymysql://ha:s3cret@127.0.0.1:1/x\n")
+    rc = main.main(["status", "compute-1", "--config-file", str(conf_file)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "s3cret" not in err and "ha:***@" in err, err
