@@ -175,8 +175,12 @@ def test_tagged_servers_evacuated_in_priority_order_untagged_left(bed,
 
 # -- 2. a full cluster, then capacity -------------------------------------------
 
-def test_no_valid_host_waits_pending_then_recovers_on_an_enabled_spare(
+def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
         bed, engine):
+    """The capacity preflight ([capacity], on by default) reads Placement:
+    no enabled host has room, so nothing is sent into a certain NoValidHost;
+    the host waits pending, each server journalled with what it lacks. The
+    spare is enabled and the next retry rebuilds both there."""
     host, full, spare = bed.hosts[1], bed.hosts[0], bed.hosts[2]
     # The fake driver's computes are all the same size; read it rather than
     # assume it. A "big" server takes 3/8 of a compute: two fit on one; the
@@ -195,40 +199,46 @@ def test_no_valid_host_waits_pending_then_recovers_on_an_enabled_spare(
 
     bed.cloud.kill_compute(host)
     state, reason = eng.wait_state(host, "pending", timeout=150)
-    assert "no capacity" in reason and "No valid host" in reason, reason
-    assert "0/2 servers evacuated; 2 found no host" in reason, reason
-    # The operator's view while it waits (the host goes back to pending
-    # after each retry that still finds no room).
+    assert "no capacity" in reason and "0/2 servers evacuated" in reason, \
+        reason
+    assert "2 of 2 servers wait for capacity: short of" in reason, reason
+    assert "MB RAM" in reason, reason
+    # The operator's view while it waits (the host is pending again after
+    # each retry that still finds no room).
     line = waiting.wait_for(
         lambda: (lambda ln: "pending" in ln.split()[:2] and ln)(
             _status_line(_status_cli(eng), host)),
         60, "instanceha status to show %s pending" % host, interval=0.5)
-    assert "No valid host" in line, line
+    assert "wait for capacity" in line and "MB RAM" in line, line
     with _journal(eng) as j:
         rows = [r for r in j.evacuations() if r["host_name"] == host]
-    assert {r["server_id"] for r in rows if r["status"] == "no_capacity"} \
-        == set(ids), rows
-    assert all("No valid host" in r["detail"] for r in rows
-               if r["status"] == "no_capacity"), rows
-    for sid in ids:       # Nova: still on the dead host, its rebuild refused
+    waited = [r for r in rows if r["status"] == "no_capacity"]
+    assert {r["server_id"] for r in waited} == set(ids), rows
+    assert all(r["detail"].startswith("preflight: ") and "RAM" in r["detail"]
+               for r in waited), waited
+    # Nova: nothing was sent into a certain NoValidHost; the servers are
+    # untouched on the dead host.
+    assert bed.cloud.migrations(host) == []
+    for sid in ids:
         s = bed.cloud.server(sid)
         assert s["OS-EXT-SRV-ATTR:host"] == host, s
-        assert "No valid host" in (s.get("fault") or {}).get("message", ""), s
-    assert {m["status"] for m in bed.cloud.migrations(host)} == {"error"}
+        assert s["status"] == "ACTIVE" and "fault" not in s, s
+    svc = bed.cloud.service(host)
+    assert svc["forced_down"] and svc["status"] == "disabled", svc
 
     svc = _set_service(bed, spare, status="enabled")
     assert svc["status"] == "enabled", svc
     enabled_at = time.time()
     state, reason = eng.wait_state(host, "evacuated", timeout=150)
-    assert "2/2 servers evacuated" in reason, reason
+    assert reason.startswith("2/2 servers evacuated"), reason
 
     for s in bed.cloud.wait_servers(ids, timeout=90):
         assert s["OS-EXT-SRV-ATTR:host"] == spare, s
     migs = bed.cloud.migrations(host)
-    for sid in ids:
-        mine = [m for m in migs if m["instance_uuid"] == sid]
-        assert [m["dest_compute"] for m in mine if m["status"] == "done"] \
-            == [spare], mine
+    assert sorted(m["instance_uuid"] for m in migs) == sorted(ids), migs
+    assert {(m["status"], m["dest_compute"]) for m in migs} \
+        == {("done", spare)}, migs
+    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
     with _journal(eng) as j:
         rows = [r for r in j.evacuations() if r["host_name"] == host]
         steps = [t["dst"] for t in j.transitions() if t["host_name"] == host]
@@ -236,8 +246,7 @@ def test_no_valid_host_waits_pending_then_recovers_on_an_enabled_spare(
     assert sorted(r["server_id"] for r in done) == sorted(ids), rows
     assert {r["dest_host"] for r in done} == {spare}, rows
     assert all(r["requested_at"] >= enabled_at - 1 for r in done), rows
-    # re-proven dead before the retry that found room
+    # proven dead again before the retry that found room
     last_wait = len(steps) - 1 - steps[::-1].index("pending")
     assert steps[last_wait + 1:] == ["fencing", "fenced", "evacuating",
                                      "evacuated"], steps
-    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
