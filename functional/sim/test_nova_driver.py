@@ -239,6 +239,16 @@ def test_unset_aggregate_metadata(tmp_path):
         nova.unset_aggregate_metadata(aggs["rack-b"].id, "absent")
         with pytest.raises(base.NotFound):
             nova.unset_aggregate_metadata("99", "keep")
+        # get_aggregate never answers from the cache: a change made by
+        # someone else is seen at once.
+        nova.list_aggregates()                           # fills the cache
+        cloud.set_aggregate_metadata("rack-b", {"keep": "2"})
+        assert {a.name: a for a in nova.list_aggregates()}[
+            "rack-b"].metadata == {"keep": "1"}            # cached
+        assert nova.get_aggregate(aggs["rack-b"].id).metadata == {
+            "keep": "2"}
+        with pytest.raises(base.NotFound):
+            nova.get_aggregate("99")
     finally:
         srv.stop()
 

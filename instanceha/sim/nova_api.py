@@ -228,6 +228,15 @@ class NovaAPI:
             return 200, self.aggregate_action(req, parts[1], version)
         if parts == ["os-hypervisors", "detail"] and method == "GET":
             return 200, self.list_hypervisors(req, version)
+        if len(parts) == 2 and parts[0] == "os-aggregates" \
+                and method == "GET":
+            found = [a for a in self.cloud.list_aggregates()
+                     if str(a["id"]) == parts[1]]
+            if not found:
+                raise ApiFault(404, "Aggregate %s could not be found."
+                               % parts[1])
+            return 200, {"aggregate": self.aggregate_view(found[0],
+                                                          version)}
         if parts == ["os-aggregates"] and method == "GET":
             return 200, {"aggregates": [self.aggregate_view(a, version)
                                         for a in self.cloud.list_aggregates()]}

@@ -342,13 +342,15 @@ class NovaDriver(base.ComputeDriver):
         # os-aggregates is not paged by Nova: one page, no links.
         bodies = self._list(_Aggregate, "/os-aggregates", "2.41")
         try:
-            return [base.Aggregate(name=str(a["name"]),
-                                   hosts=tuple(a.get("hosts") or ()),
-                                   zone=a.get("availability_zone"),
-                                   metadata=dict(a.get("metadata") or {}),
-                                   id=str(a["id"]) if a.get("id") is not None
-                                   else None)
-                    for a in bodies]
+            return [_aggregate(a) for a in bodies]
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise base.ComputeError("os-aggregates answer lacks %s" % e)
+
+    def get_aggregate(self, aggregate_id):
+        # Never from the cache: read just before a change to its metadata.
+        body = self._call("get", "/os-aggregates/%s" % aggregate_id, "2.41")
+        try:
+            return _aggregate(body["aggregate"])
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise base.ComputeError("os-aggregates answer lacks %s" % e)
 
@@ -546,6 +548,15 @@ def _error_message(resp):
         if isinstance(inner, dict) and "message" in inner:
             return inner["message"]
     return str(body)[:200]
+
+
+def _aggregate(a):
+    return base.Aggregate(name=str(a["name"]),
+                          hosts=tuple(a.get("hosts") or ()),
+                          zone=a.get("availability_zone"),
+                          metadata=dict(a.get("metadata") or {}),
+                          id=str(a["id"]) if a.get("id") is not None
+                          else None)
 
 
 def _service(s):

@@ -133,7 +133,7 @@ def test_keystone_wrong_password(sim):
     assert r.status_code == 201
     assert r.headers["X-Subject-Token"]
     types = {s["type"] for s in r.json()["token"]["catalog"]}
-    assert types == {"compute", "identity", "placement"}
+    assert types == {"compute", "identity", "placement", "image"}
 
 
 def test_sdk_with_wrong_password_fails(sim, tmp_path, monkeypatch):

@@ -166,7 +166,7 @@ def test_api_latency_is_added_to_api_requests_only():
 
 
 def test_unknown_prefix_is_404(sim):
-    assert requests.get(sim.url + "/image/v2", timeout=10).status_code == 404
+    assert requests.get(sim.url + "/volume/v3", timeout=10).status_code == 404
 
 
 def test_control_cleanup_hold(sim):
