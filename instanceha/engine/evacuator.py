@@ -527,6 +527,18 @@ def _place(ctx, record, servers, ordered, outcome):
                     reason=str(e) or type(e).__name__,
                     effect="no capacity preflight: every server is sent and "
                            "Nova's scheduler decides")
+    if capacities and capacity.VCPUS in cs.resources and any(
+            c.source == "hypervisors" for c in capacities.values()):
+        # os-hypervisors counts physical CPUs and knows no allocation
+        # ratio: overcommitted hosts would look full. RAM and disk are
+        # still checked (their ratios are 1.0 unless an operator chose
+        # otherwise).
+        cs = dataclasses.replace(cs, resources=tuple(
+            r for r in cs.resources if r != capacity.VCPUS))
+        LOG.warning("capacity_from_hypervisors", host=host,
+                    reason="Placement cannot be read; os-hypervisors knows "
+                           "no CPU allocation ratio", effect="vCPU not "
+                           "checked by the capacity preflight")
     aggregates = ()
     if cs.scope == capacity.AGGREGATE or (
             rs.enabled and reserved.AGGREGATE in rs.match):

@@ -41,6 +41,8 @@ class Placement:
                                                "requires authentication.")
         if parts == ["resource_providers"] and req.method == "GET":
             resp = web.Response(200, self.resource_providers(req))
+        elif parts == ["allocation_candidates"] and req.method == "GET":
+            resp = self.allocation_candidates(req)
         elif len(parts) == 3 and parts[0] == "resource_providers" \
                 and parts[2] in ("inventories", "usages") \
                 and req.method == "GET":
@@ -66,6 +68,45 @@ class Placement:
                     "inventories": c.inventories(host.name)})
             return web.Response(200, {"resource_provider_generation": 1,
                                       "usages": c.usages(host.name)})
+
+    def allocation_candidates(self, req):
+        """``GET /allocation_candidates?resources=RC:N,...``: the providers
+        that can take the request, each with its provider summary of every
+        resource class (capacity = (total - reserved) * allocation_ratio,
+        and used), as Placement answers from microversion 1.27. Only
+        single-provider candidates (no nesting or sharing here)."""
+        wanted = {}
+        for item in (req.arg("resources") or "").split(","):
+            rc, _, amount = item.partition(":")
+            if not rc or not amount.isdigit():
+                return _error(400, "Bad Request", "Badly formed resources "
+                              "parameter. Expected resources query string "
+                              "parameter in form: ?resources=VCPU:2,"
+                              "MEMORY_MB:1024. Got: %s" % req.arg("resources"))
+            wanted[rc] = int(amount)
+        c = self.cloud
+        with c.lock:
+            c.now()
+            summaries, requests = {}, []
+            for h in c.hosts.values():
+                inv, used = c.inventories(h.name), c.usage(h.name)
+                res = {rc: {"capacity": int((i["total"] - i["reserved"])
+                                            * i["allocation_ratio"]),
+                            "used": used.get(rc, 0)}
+                       for rc, i in inv.items()}
+                if any(rc not in res or
+                       res[rc]["capacity"] - res[rc]["used"] < n
+                       for rc, n in wanted.items()):
+                    continue
+                summaries[h.node_uuid] = {
+                    "resources": res, "traits": [],
+                    "parent_provider_uuid": None,
+                    "root_provider_uuid": h.node_uuid}
+                requests.append({"allocations": {h.node_uuid: {
+                    "resources": dict(wanted)}}, "mappings": {
+                        "": [h.node_uuid]}})
+        return web.Response(200, {"allocation_requests": requests,
+                                  "provider_summaries": summaries})
 
     def resource_providers(self, req):
         name, uuid = req.arg("name"), req.arg("uuid")

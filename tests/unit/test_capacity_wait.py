@@ -113,3 +113,24 @@ def test_unknown_capacity_sends_everything():
     # No preflight: both were sent and found no valid host.
     assert len(w.compute.migrations) == 2
     assert {m["status"] for m in w.compute.migrations} == {"error"}
+
+
+def test_physical_cpu_counts_never_hold_servers_back():
+    """os-hypervisors (Placement unreadable) counts physical CPUs without
+    the allocation ratio: an overcommitted host is not taken for full."""
+    from instanceha.drivers.compute import base as cb
+    w = World(hosts=3, servers=2, capacity=5)
+    w.compute.report_capacity = True
+    real = w.compute.host_capacities
+
+    def hypervisors():
+        return {h: cb.HostCapacity(h, c.vcpus, c.vcpus + 10, c.ram_mb,
+                                   c.ram_mb_used, c.disk_gb, c.disk_gb_used,
+                                   source="hypervisors")
+                for h, c in real().items()}
+
+    w.compute.host_capacities = hypervisors
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    assert len(w.compute.migrations) == 2

@@ -31,6 +31,8 @@ ACTIONS_MICROVERSION = (2, 62)  # instance action events name their host
 EVACUATE_HOST_MICROVERSION = (2, 29)  # below, a named host is forced
 HYPERVISORS_MICROVERSION = "2.53"  # sizes and *_used until 2.87
 PLACEMENT_MICROVERSION = "1.0"
+#: provider summaries of allocation candidates carry every resource class
+SUMMARIES_MICROVERSION = "1.27"
 CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 NOT_FINISHED = ("accepted", "pre-migrating", "migrating", "queued",
                 "preparing", "running", "post-migrating")
@@ -426,10 +428,12 @@ class NovaDriver(base.ComputeDriver):
                 "can os-hypervisors (%s)" % (placement_error, e),
                 getattr(e, "status", None))
 
-    def _placement_get(self, path):
+    def _placement_get(self, path, microversion=PLACEMENT_MICROVERSION,
+                       params=None):
         try:
             resp = self._conn.placement.get(
-                path, microversion=PLACEMENT_MICROVERSION, raise_exc=False)
+                path, microversion=microversion, params=params,
+                raise_exc=False)
         except (ks_exc.ClientException,
                 openstack.exceptions.SDKException) as e:
             raise base.ComputeError("Placement GET %s: %s: %s"
@@ -457,6 +461,18 @@ class NovaDriver(base.ComputeDriver):
         # host's name for libvirt; providers without VCPU (nested or
         # sharing ones) are not compute hosts.
         body = self._placement_get("/resource_providers")
+        try:
+            names = {rp["uuid"]: rp["name"]
+                     for rp in body["resource_providers"]}
+        except (KeyError, TypeError) as e:
+            raise base.ComputeError("Placement answer lacks %s" % e)
+        try:
+            return self._summaries(names)
+        except base.ComputeError as e:
+            if e.status not in (400, 404, 406):
+                raise
+            LOG.warning("allocation_candidates_unavailable", reason=str(e),
+                        effect="capacities read provider by provider")
         result = {}
         try:
             for rp in body["resource_providers"]:
@@ -478,6 +494,36 @@ class NovaDriver(base.ComputeDriver):
                     disk_gb_used=used["DISK_GB"], source="placement")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise base.ComputeError("Placement answer lacks %s" % e)
+        return result
+
+    def _summaries(self, names):
+        """Every compute provider's capacity and usage in one request: the
+        provider summaries of ``GET /allocation_candidates`` (1.27: every
+        resource class of each provider, capacity = (total - reserved) *
+        allocation_ratio). A provider without one vCPU free is not a
+        candidate and is left out: it has room for no server."""
+        body = self._placement_get("/allocation_candidates",
+                                   SUMMARIES_MICROVERSION,
+                                   params={"resources": "VCPU:1"})
+        result = {}
+        try:
+            for uuid, summary in body["provider_summaries"].items():
+                name = names.get(uuid)
+                res = summary["resources"]
+                if name is None or "VCPU" not in res:
+                    continue
+                got = {rc: (int(res.get(rc, {}).get("capacity", 0)),
+                            int(res.get(rc, {}).get("used", 0)))
+                       for rc in CAPACITY_CLASSES}
+                result[name] = base.HostCapacity(
+                    host=name, vcpus=got["VCPU"][0],
+                    vcpus_used=got["VCPU"][1], ram_mb=got["MEMORY_MB"][0],
+                    ram_mb_used=got["MEMORY_MB"][1],
+                    disk_gb=got["DISK_GB"][0],
+                    disk_gb_used=got["DISK_GB"][1], source="placement")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise base.ComputeError("Placement allocation candidates lack "
+                                    "%s" % e)
         return result
 
     def _hypervisor_capacities(self):
