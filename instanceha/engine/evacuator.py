@@ -452,13 +452,14 @@ def _drive(ctx, record, run, outcome):
             run.todo.clear()
             ready = []
         busy = sum(1 for a in run.inflight.values() if not a.waiting)
-        held = {}
+        # The per-host limit, the cap across hosts and the priority order
+        # over every host being evacuated (engine.admission). Asked at
+        # every pass, even with nothing ready, so that the slots of
+        # evacuations finished since are given back at once.
+        send, held = ctx.gate.request(host, [
+            admission.Item(sid, host, run.priority(sid), run.key(sid))
+            for sid, _, _ in ready], busy)
         if ready:
-            # The per-host limit, the cap across hosts and the priority
-            # order over every host being evacuated (engine.admission).
-            send, held = ctx.gate.request(host, [
-                admission.Item(sid, host, run.priority(sid), run.key(sid))
-                for sid, _, _ in ready], busy)
             if held and len(held) != run.held_logged:
                 LOG.info("evacuations_held", host=host, count=len(held),
                          reason=next(iter(held.values())))

@@ -90,3 +90,15 @@ def test_an_evacuation_waits_for_a_slot_another_host_holds():
     # one at a time under the cap
     assert sent_at[1] > sent_at[0], sent_at
     assert w.ctx.gate.snapshot() == {}      # released at the end
+
+
+def test_a_finished_evacuation_gives_its_slot_back_before_its_run_ends():
+    """Host a sent 2 (cap 2) and one finished: its next pass, with nothing
+    left to send, reports 1 in flight, and b gets the freed slot."""
+    gate = _gate(total=2)
+    gate.request("a", [_item("a1", "a", 0), _item("a2", "a", 0)], busy=0)
+    send, _ = gate.request("b", [_item("b1", "b", 0)], busy=0)
+    assert send == []
+    gate.request("a", [], busy=1)           # a1 done, a2 still running
+    send, _ = gate.request("b", [_item("b1", "b", 0)], busy=0)
+    assert send == ["b1"]
