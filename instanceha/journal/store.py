@@ -216,8 +216,7 @@ class Journal:
             q = q.where(STALE_REBUILDS.c.suspect_host == suspect_host)
         if unresolved:
             q = q.where(STALE_REBUILDS.c.resolved_at.is_(None))
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._select(q)
 
     def reserved_taken(self, reserved_host, host_id, host_name,
                        original_reason, at):
@@ -238,15 +237,11 @@ class Journal:
     def reserved_in_use(self):
         """Open rows: [{reserved_host, host_id, host_name,
         original_reason, taken_at}], oldest first."""
-        q = sa.select(RESERVED).where(RESERVED.c.returned_at.is_(None)) \
-            .order_by(RESERVED.c.id)
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._select(sa.select(RESERVED).where(
+            RESERVED.c.returned_at.is_(None)).order_by(RESERVED.c.id))
 
     def reserved_history(self):
-        q = sa.select(RESERVED).order_by(RESERVED.c.id)
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._select(sa.select(RESERVED).order_by(RESERVED.c.id))
 
     # -- reads ------------------------------------------------------------------
     def latest(self):
@@ -259,12 +254,15 @@ class Journal:
         with self.engine.connect() as c:
             return {row.host_id: row.record for row in c.execute(q)}
 
+    def _select(self, q):
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(q)]
+
     def _rows(self, table, host_id):
         q = sa.select(table).order_by(table.c.id)
         if host_id:
             q = q.where(table.c.host_id == host_id)
-        with self.engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(q)]
+        return self._select(q)
 
     def transitions(self, host_id=None):
         return self._rows(TRANSITIONS, host_id)
