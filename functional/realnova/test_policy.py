@@ -22,19 +22,24 @@ import time
 
 from functional import waiting
 from functional.peers import nova as novapeer
-from functional.peers.errors import PeerError
 
 PRIORITY_KEY = "instanceha:priority"
 
 
 # -- helpers ------------------------------------------------------------------
 
-def _boot(bed, host, specs, name, attempts=4):
+def _boot(bed, host, specs, name, timeout=150):
     """One server per spec ({"flavor", "metadata", "tags"}) on ``host``,
-    ACTIVE there; ids in the order of ``specs``. As boot_victims: right
-    after the bed restarts a compute Placement may not offer it yet (No
-    valid host), so such a boot is deleted and tried again."""
-    for attempt in range(1, attempts + 1):
+    ACTIVE there; ids in the order of ``specs``.
+
+    As boot_victims: right after the bed restarts or re-enables a compute,
+    Placement may not offer it yet (No valid host: its disabled trait is
+    cleared by the compute's next resource update), so such a boot is
+    deleted and tried again, until ``timeout``. A server in ERROR ends the
+    wait at once (NovaCloud.wait_servers would poll it until its own
+    timeout: procs.wait_until retries the predicate's exception)."""
+    deadline = time.monotonic() + timeout
+    while True:
         ids = []
         for i, spec in enumerate(specs):
             body = {"name": "%s-%s-%d" % (name, host, i),
@@ -48,15 +53,29 @@ def _boot(bed, host, specs, name, attempts=4):
             resp = bed.cloud.call("POST", "/servers", {"server": body},
                                   microversion="2.74")
             ids.append(resp.json()["server"]["id"])
-        try:
-            bed.cloud.wait_servers(ids, host=host, timeout=120)
+
+        def settled():
+            servers = [bed.cloud.server(sid) for sid in ids]
+            if any(s["status"] == "ERROR" for s in servers):
+                return servers
+            return all(s["status"] == "ACTIVE"
+                       and s["OS-EXT-STS:task_state"] is None
+                       and s["OS-EXT-SRV-ATTR:host"] == host
+                       for s in servers) and servers
+        servers = waiting.wait_for(
+            settled, max(10, deadline - time.monotonic()),
+            "servers %s ACTIVE on %s" % (ids, host), interval=0.5)
+        errors = [s for s in servers if s["status"] == "ERROR"]
+        if not errors:
             return ids
-        except PeerError as e:
-            if "No valid host" not in str(e) or attempt == attempts:
-                raise
-            for sid in ids:
-                bed.cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
-            time.sleep(3)
+        # Nova sets the status before it writes the fault
+        fault = waiting.poll(lambda: (bed.cloud.server(errors[0]["id"]).get(
+            "fault") or {}).get("message"), 10, interval=0.5) or ""
+        assert "No valid host" in fault and time.monotonic() < deadline, \
+            errors[0]
+        for sid in ids:
+            bed.cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
+        time.sleep(3)
 
 
 def _set_service(bed, host, **body):
@@ -175,16 +194,17 @@ def test_tagged_servers_evacuated_in_priority_order_untagged_left(bed,
 
 # -- 2. a full cluster, then capacity -------------------------------------------
 
-def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
-        bed, engine):
-    """The capacity preflight ([capacity], on by default) reads Placement:
-    no enabled host has room, so nothing is sent into a certain NoValidHost;
-    the host waits pending, each server journalled with what it lacks. The
-    spare is enabled and the next retry rebuilds both there."""
-    host, full, spare = bed.hosts[1], bed.hosts[0], bed.hosts[2]
-    # The fake driver's computes are all the same size; read it rather than
-    # assume it. A "big" server takes 3/8 of a compute: two fit on one; the
-    # filler takes 3/4, so a big one no longer fits beside it.
+def _fill_cluster(bed, host, full, spare):
+    """``host`` (to be lost) carries two "big" servers (3/8 of a compute
+    each); ``full`` a filler (3/4), so neither fits there; ``spare`` is
+    empty and disabled. Returns (ids, filler_id). The fake driver's
+    computes are all the same size: read it rather than assume it.
+
+    Each test takes as its spare the host the test before it killed: a
+    compute the bed has just restored may get no allocation candidate from
+    Placement until its next periodic resource update (up to a minute of
+    boots retried on No valid host), while the spare is only asked to take
+    servers once it has been enabled through the API."""
     hv = bed.cloud.get("/os-hypervisors/detail")["hypervisors"]
     mem = min(h["memory_mb"] for h in hv)
     big = _flavor(bed, "iha.policy.big", mem * 3 // 8)
@@ -194,51 +214,47 @@ def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
     svc = _set_service(bed, spare, status="disabled",
                        disabled_reason="spare, kept empty")
     assert svc["status"] == "disabled", svc
-    eng = engine({"evacuation": {"retry_backoff": 5.0,
-                                 "max_attempts": 10}}).start()
+    return ids, filler_id
 
-    bed.cloud.kill_compute(host)
+
+def _wait_pending(bed, eng, host, ids, detail):
+    """The host waits pending; ``instanceha status`` and the journal (a
+    no_capacity row per server) say why, each naming ``detail``. Returns
+    the host's reason."""
     state, reason = eng.wait_state(host, "pending", timeout=150)
     assert "no capacity" in reason and "0/2 servers evacuated" in reason, \
         reason
-    assert "2 of 2 servers wait for capacity: short of" in reason, reason
-    assert "MB RAM" in reason, reason
     # The operator's view while it waits (the host is pending again after
     # each retry that still finds no room).
     line = waiting.wait_for(
         lambda: (lambda ln: "pending" in ln.split()[:2] and ln)(
             _status_line(_status_cli(eng), host)),
         60, "instanceha status to show %s pending" % host, interval=0.5)
-    assert "wait for capacity" in line and "MB RAM" in line, line
+    assert "no capacity" in line and detail in line, line
     with _journal(eng) as j:
         rows = [r for r in j.evacuations() if r["host_name"] == host]
     waited = [r for r in rows if r["status"] == "no_capacity"]
     assert {r["server_id"] for r in waited} == set(ids), rows
-    assert all(r["detail"].startswith("preflight: ") and "RAM" in r["detail"]
-               for r in waited), waited
-    # Nova: nothing was sent into a certain NoValidHost; the servers are
-    # untouched on the dead host.
-    assert bed.cloud.migrations(host) == []
-    for sid in ids:
-        s = bed.cloud.server(sid)
-        assert s["OS-EXT-SRV-ATTR:host"] == host, s
-        assert s["status"] == "ACTIVE" and "fault" not in s, s
+    assert all(detail in r["detail"] for r in waited), waited
     svc = bed.cloud.service(host)
     assert svc["forced_down"] and svc["status"] == "disabled", svc
+    return reason, waited
 
+
+def _recovers_on_spare(bed, eng, host, spare, ids):
+    """The spare enabled through Nova's API: the next retry rebuilds every
+    server there, after proving the host dead again."""
     svc = _set_service(bed, spare, status="enabled")
     assert svc["status"] == "enabled", svc
     enabled_at = time.time()
     state, reason = eng.wait_state(host, "evacuated", timeout=150)
     assert reason.startswith("2/2 servers evacuated"), reason
-
     for s in bed.cloud.wait_servers(ids, timeout=90):
         assert s["OS-EXT-SRV-ATTR:host"] == spare, s
     migs = bed.cloud.migrations(host)
-    assert sorted(m["instance_uuid"] for m in migs) == sorted(ids), migs
-    assert {(m["status"], m["dest_compute"]) for m in migs} \
-        == {("done", spare)}, migs
-    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
+    for sid in ids:
+        assert [m["dest_compute"] for m in migs if m["instance_uuid"] == sid
+                and m["status"] == "done"] == [spare], migs
     with _journal(eng) as j:
         rows = [r for r in j.evacuations() if r["host_name"] == host]
         steps = [t["dst"] for t in j.transitions() if t["host_name"] == host]
@@ -246,7 +262,62 @@ def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
     assert sorted(r["server_id"] for r in done) == sorted(ids), rows
     assert {r["dest_host"] for r in done} == {spare}, rows
     assert all(r["requested_at"] >= enabled_at - 1 for r in done), rows
-    # proven dead again before the retry that found room
     last_wait = len(steps) - 1 - steps[::-1].index("pending")
     assert steps[last_wait + 1:] == ["fencing", "fenced", "evacuating",
                                      "evacuated"], steps
+    return migs
+
+
+def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
+        bed, engine):
+    """The capacity preflight ([capacity], on by default) reads Placement:
+    no enabled host has room, so nothing is sent into a certain NoValidHost;
+    the host waits pending, each server journalled with what it lacks. The
+    spare is enabled and the next retry rebuilds both there."""
+    host, full, spare = bed.hosts[0], bed.hosts[2], bed.hosts[1]
+    ids, filler_id = _fill_cluster(bed, host, full, spare)
+    eng = engine({"evacuation": {"retry_backoff": 5.0,
+                                 "max_attempts": 10}}).start()
+    bed.cloud.kill_compute(host)
+    reason, waited = _wait_pending(bed, eng, host, ids, "MB RAM")
+    assert "2 of 2 servers wait for capacity: short of" in reason, reason
+    assert all(r["detail"].startswith("preflight: ") for r in waited), waited
+    # Nova: nothing was sent; the servers are untouched on the dead host.
+    assert bed.cloud.migrations(host) == []
+    for sid in ids:
+        s = bed.cloud.server(sid)
+        assert s["OS-EXT-SRV-ATTR:host"] == host, s
+        assert s["status"] == "ACTIVE" and "fault" not in s, s
+
+    migs = _recovers_on_spare(bed, eng, host, spare, ids)
+    assert sorted(m["instance_uuid"] for m in migs) == sorted(ids), migs
+    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
+
+
+def test_no_valid_host_from_nova_waits_pending_then_recovers(bed, engine):
+    """The same full cluster with the preflight off: every server is sent,
+    Nova's scheduler answers No valid host (the migration in error, the
+    server ERROR with that fault); the host waits pending with Nova's
+    reason, and the servers, in error now, are rebuilt ACTIVE on the spare
+    once it is enabled."""
+    host, full, spare = bed.hosts[2], bed.hosts[1], bed.hosts[0]
+    ids, filler_id = _fill_cluster(bed, host, full, spare)
+    eng = engine({"capacity": {"enabled": False},
+                  "evacuation": {"retry_backoff": 5.0,
+                                 "max_attempts": 10}}).start()
+    bed.cloud.kill_compute(host)
+    reason, waited = _wait_pending(bed, eng, host, ids, "No valid host")
+    assert "2 found no host" in reason, reason
+    for sid in ids:
+        s = bed.cloud.server(sid)
+        assert s["OS-EXT-SRV-ATTR:host"] == host, s
+        assert s["status"] == "ERROR", s
+        assert "No valid host" in s["fault"]["message"], s
+    assert {m["status"] for m in bed.cloud.migrations(host)} == {"error"}
+
+    migs = _recovers_on_spare(bed, eng, host, spare, ids)
+    # one refused evacuation (error) and one rebuilt (done) per server
+    assert sorted((m["instance_uuid"], m["status"]) for m in migs) == sorted(
+        [(sid, "error") for sid in ids] + [(sid, "done") for sid in ids]), \
+        migs
+    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
