@@ -10,6 +10,7 @@ import datetime
 
 import structlog
 
+from instanceha import failpoints
 from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
@@ -174,6 +175,7 @@ def check_cleanup(ctx, record):
                        "to error, which is then repaired)"
                        % (ctx.conf.evacuation.stale_rebuild_wait,
                           len(stale_rebuilds.waiting)))
+    failpoints.hit("before_restore")
     restore_reason = record.operator_disabled
     enable = not ctx.conf.evacuation.leave_disabled and restore_reason is None
     try:

@@ -26,6 +26,7 @@ from instanceha.engine import admission
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
+from instanceha import failpoints
 from instanceha import fsm
 from instanceha.policy import order, storm
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
@@ -73,6 +74,9 @@ class Context:
         self.preempted = lambda host_id: False
         #: host_id -> short text of the running action's progress.
         self.running = {}
+        #: None when this process may run actions now, else why not (set
+        #: by the service when it coordinates with other members)
+        self.may_act = lambda: None
         #: which ready servers of every host being evacuated go now
         #: ([evacuation] concurrency, [recovery] max_inflight, priority)
         self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
@@ -385,6 +389,7 @@ class Engine:
                         _Result(event, finish) if finish else event)
                 raise _Retry()
         if changed:
+            failpoints.hit("after_transition:" + new.state.value)
             LOG.info("transition", host=new.name, host_id=new.id,
                      src=rec.state.value, state=new.state.value,
                      trigger=event.kind.value, source=event.source,
@@ -451,6 +456,15 @@ class Engine:
                 self.journal.action_finished(pending.action_id, self.clock(),
                                              "dropped", "state changed")
             return
+        why = self.ctx.may_act()
+        if why is not None:
+            # Not ours to act on now (another member of the group acts, or
+            # this one lost its coordination lease): the action waits.
+            LOG.warning("action_deferred", host=rec.name,
+                        action=action.value, reason=why)
+            with self._lock:
+                self._inbox[host_id].appendleft(pending)
+            raise _Retry()
         started = self.clock()
         action_id = pending.action_id
         if action_id is None:      # a retry or a resume: a new attempt row
@@ -486,7 +500,9 @@ class Engine:
 
     def _execute_inline(self, host_id, rec, action, action_id, started):
         try:
+            failpoints.hit("before_action:" + action.value)
             result = actions_mod.RUN[action](self.ctx, rec)
+            failpoints.hit("after_action:" + action.value)
         except Exception as e:
             self.stats[("action", action.value, "error")] += 1
             error = "%s: %s" % (type(e).__name__, e)

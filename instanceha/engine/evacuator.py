@@ -27,6 +27,7 @@ from typing import Dict, Optional
 
 import structlog
 
+from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import admission, failures, reserve, selection
 from instanceha.fsm import machine as fsm_machine
@@ -202,6 +203,7 @@ class _Run:
                            {m.id: m.status for m in self.migs.get(sid, [])},
                            _schedulable(self.services, self.host))
         target = self.targets.get(sid)
+        failpoints.hit("before_evacuate_request")
         try:
             if target:
                 # Nova's scheduler still validates the host (never forced).
@@ -215,6 +217,7 @@ class _Run:
                         reason=verdict.reason)
             self.settle(attempt, verdict, request_failed=True)
             return
+        failpoints.hit("after_evacuate_request")
         self.inflight[sid] = attempt
         self.sent += 1
 
