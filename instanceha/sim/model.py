@@ -40,6 +40,7 @@ The rules follow Nova (read from its source, not copied):
   ``done`` (api/openstack/compute/services.py ``_check_for_evacuations``).
 """
 
+import collections
 import heapq
 import itertools
 import math
@@ -125,6 +126,9 @@ class SimCloud:
         #: (time, server id, hosts) each time a server was rebuilt on two
         #: hosts at once: a double evacuation, which must never happen
         self.double_rebuilds = []
+        #: server id -> evacuate requests Nova accepted for it (the
+        #: crash-safety tests count duplicates here, at Nova's side)
+        self.evacuate_calls = collections.Counter()
         #: os-resetState calls: (time, server id, state)
         self.resets = []
         #: Placement inventory per host: {resource class: ratio / reserved}
@@ -674,6 +678,7 @@ class SimCloud:
                                  % s.host)
             s.task_state = REBUILDING
             s.updated = self._now
+            self.evacuate_calls[s.id] += 1
             m = Migration(next(self._migration_ids),
                           stable_uuid(self.seed, "migration", s.id,
                                        str(len(self.migrations))),
@@ -910,5 +915,8 @@ class SimCloud:
             return {"now": now, "hosts": hosts, "services": services,
                     "servers": servers, "migrations": migrations,
                     "control_services": control,
+                    "evacuate_calls": dict(self.evacuate_calls),
+                    "double_rebuilds": [list(d) for d in
+                                        self.double_rebuilds],
                     "placement": {"reachable": self.placement_reachable},
                     "nova_api": {"failure": self.api_failure}}
