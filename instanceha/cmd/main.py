@@ -290,6 +290,8 @@ def format_status(data, now=None):
     for r in rows:
         lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3))
                      + "  " + r[3])
+    for what, why in sorted((data.get("degraded") or {}).items()):
+        lines.append("DEGRADED %s: %s" % (what, why))
     unprotected = data.get("unprotected") or {}
     if unprotected:
         lines.append("UNPROTECTED: %d host(s) could not be fenced now:"

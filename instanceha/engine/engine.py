@@ -139,6 +139,8 @@ class Engine:
         self._inbox = collections.defaultdict(collections.deque)
         self._backoff_until = {}
         self._last_error = {}        # host_id -> "action: error" while retrying
+        #: (since, error) while journal writes fail, else None
+        self._journal_down = None
         self._listeners = []
         self._threads = []
         self._slow = queue.Queue()   # evacuations, off the worker pool
@@ -384,10 +386,12 @@ class Engine:
             except Exception as e:
                 LOG.error("journal_write_failed", host=rec.name,
                           reason=str(e))
+                self._journal_health(e)
                 with self._lock:
                     self._inbox[event.host].appendleft(
                         _Result(event, finish) if finish else event)
                 raise _Retry()
+            self._journal_health(None)
         if changed:
             failpoints.hit("after_transition:" + new.state.value)
             LOG.info("transition", host=new.name, host_id=new.id,
@@ -427,6 +431,32 @@ class Engine:
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
+
+    def _journal_health(self, error):
+        """Note a journal write's outcome: while writes fail, status says
+        the journal is degraded (and since when); the first write that
+        succeeds clears it."""
+        with self._lock:
+            if error is None:
+                if self._journal_down is not None:
+                    LOG.warning("journal_recovered", reason="writes succeed "
+                                "again; held work resumes",
+                                down_for=round(self.clock()
+                                               - self._journal_down[0], 1))
+                self._journal_down = None
+            elif self._journal_down is None:
+                self._journal_down = (self.clock(), "%s: %s" % (
+                    type(error).__name__, error))
+
+    def degraded(self):
+        """{what: why} for what does not work now."""
+        with self._lock:
+            down = self._journal_down
+        if down is None:
+            return {}
+        return {"journal": "writes failing for %.0fs (%s); every decision "
+                           "waits for it" % (self.clock() - down[0],
+                                             down[1][:300])}
 
     def _probe_power(self, rec):
         """Read the BMC of a host whose heartbeat was just lost (a read, no
@@ -473,6 +503,7 @@ class Engine:
             except Exception as e:
                 LOG.error("journal_write_failed", host=rec.name,
                           action=action.value, reason=str(e))
+                self._journal_health(e)
                 with self._lock:
                     self._inbox[host_id].appendleft(pending)
                 raise _Retry()
@@ -512,6 +543,7 @@ class Engine:
             except Exception as je:
                 LOG.error("journal_write_failed", host=rec.name,
                           action=action.value, reason=str(je))
+                self._journal_health(je)
             if self.queue.failures(host_id) + 1 >= self.conf.action_retries:
                 # Bounded: give the state machine a definitive answer.
                 self.queue.forget(host_id)
@@ -784,6 +816,7 @@ class Engine:
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
             "unprotected": self.unprotected(),
+            "degraded": self.degraded(),
         }
 
 
