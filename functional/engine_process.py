@@ -52,6 +52,21 @@ class EngineProcess:
                 self.proc.wait()
         self.proc = None
 
+    def wait_exit(self, timeout):
+        """Wait up to ``timeout`` s for the process to end by itself (a
+        failpoint kills it); returns its return code (-9: SIGKILL) and
+        forgets it, so start() can run it again. A timeout is an
+        AssertionError, the process left running."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "timed out after %ss waiting for the engine to exit "
+                "(states: %s; log: %s)" % (timeout, self.states(),
+                                           self.log_path))
+        self.proc = None
+        return code
+
     def status(self):
         try:
             with open(self.status_path) as f:
