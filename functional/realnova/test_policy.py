@@ -11,6 +11,11 @@ process, real computes dying.
    the next retry rebuilds them there. Twice: with the capacity preflight
    (the default: nothing is sent, Placement's counts say why) and without
    it (Nova's scheduler answers No valid host).
+3. The same full cluster with a reserved host (disabled, reason
+   ``reserved: spares``) and ``[reserved_hosts]`` on: instanceha enables
+   it, the servers are rebuilt there; once the lost host is back it is
+   re-enabled and the reserved host disabled again with its own reason,
+   the servers staying on it (``return_to_reserve``).
 
 Every assertion reads Nova's API (servers, services, migrations) or what
 the engine must record (journal, status); never a sequence of calls.
@@ -123,6 +128,17 @@ def _status_cli(eng):
     return out.stdout
 
 
+def _status_cli_host(eng, host):
+    """``instanceha status HOST``: the host's last recovery, per server
+    and per reserved host."""
+    out = subprocess.run(
+        [sys.executable, "-m", "instanceha.cmd.main", "status", host,
+         "--config-file", eng.conf_path],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def _status_line(text, host):
     return next((line for line in text.splitlines()
                  if line.split()[:1] == [host]), "")
@@ -201,11 +217,12 @@ def test_tagged_servers_evacuated_in_priority_order_untagged_left(bed,
 
 # -- 2. a full cluster, then capacity -----------------------------------------
 
-def _fill_cluster(bed, host, full, spare):
+def _fill_cluster(bed, host, full, spare, reason="spare, kept empty"):
     """``host`` (to be lost) carries two "big" servers (3/8 of a compute
     each); ``full`` a filler (3/4), so neither fits there; ``spare`` is
-    empty and disabled. Returns (ids, filler_id). The fake driver's
-    computes are all the same size: read it rather than assume it.
+    empty and disabled with ``reason``. Returns (ids, filler_id). The fake
+    driver's computes are all the same size: read it rather than assume
+    it.
 
     Each test takes as its spare the host the test before it killed: a
     compute the bed has just restored may get no allocation candidate from
@@ -219,8 +236,9 @@ def _fill_cluster(bed, host, full, spare):
     (filler_id,) = _boot(bed, full, [{"flavor": filler}], "filler")
     ids = _boot(bed, host, [{"flavor": big}] * 2, "full")
     svc = _set_service(bed, spare, status="disabled",
-                       disabled_reason="spare, kept empty")
-    assert svc["status"] == "disabled", svc
+                       disabled_reason=reason)
+    assert (svc["status"], svc["disabled_reason"]) == ("disabled", reason), \
+        svc
     return ids, filler_id
 
 
@@ -328,3 +346,87 @@ def test_no_valid_host_from_nova_waits_pending_then_recovers(bed, engine):
         [(sid, "error") for sid in ids] + [(sid, "done") for sid in ids]), \
         migs
     assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
+
+
+# -- 3. a reserved host, brought in and returned ------------------------------
+
+RESERVED_REASON = "reserved: spares"
+
+
+def test_reserved_host_is_brought_in_and_returned_to_the_reserve(bed,
+                                                                 engine):
+    """The full cluster again, the empty third compute a reserved host
+    (disabled, reason ``reserved: spares``): instanceha enables it itself
+    (journalled first), the servers are rebuilt there with no wait. When the
+    lost host is back and Nova has cleaned it up, it is re-enabled and the
+    reserved host disabled again with the reason it had; the servers stay
+    on it."""
+    host, full, spare = bed.hosts[1], bed.hosts[0], bed.hosts[2]
+    ids, filler_id = _fill_cluster(bed, host, full, spare,
+                                   reason=RESERVED_REASON)
+    eng = engine({"reserved_hosts": {"enabled": True,
+                                     "return_to_reserve": True},
+                  "evacuation": {"max_attempts": 10}}).start()
+    brought = "reserved host(s) %s in service for it" % spare
+
+    bed.cloud.kill_compute(host)
+    state, reason = eng.wait_state(host, "evacuated", timeout=180)
+    assert reason.startswith("2/2 servers evacuated") and brought in reason, \
+        reason
+    # Nova: the reserved host enabled (by instanceha: nothing else touched
+    # it), every server ACTIVE there, one evacuation done each.
+    svc = bed.cloud.service(spare)
+    assert svc["status"] == "enabled" and not svc["forced_down"], svc
+    for s in bed.cloud.wait_servers(ids, timeout=90):
+        assert s["OS-EXT-SRV-ATTR:host"] == spare, s
+    migs = bed.cloud.migrations(host)
+    assert sorted((m["instance_uuid"], m["status"], m["dest_compute"])
+                  for m in migs) == sorted((sid, "done", spare)
+                                           for sid in ids), migs
+    svc = bed.cloud.service(host)
+    assert svc["forced_down"] and svc["status"] == "disabled", svc
+    assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
+
+    with _journal(eng) as j:
+        in_use = j.reserved_in_use()
+        done = [r for r in j.evacuations() if r["host_name"] == host
+                and r["status"] == "done"]
+    assert [(r["reserved_host"], r["host_name"], r["original_reason"])
+            for r in in_use] == [(spare, host, RESERVED_REASON)], in_use
+    assert sorted(r["server_id"] for r in done) == sorted(ids), done
+    # written before the enable, so before anything was sent
+    assert all(r["requested_at"] >= in_use[0]["taken_at"] for r in done), \
+        (in_use, done)
+    line = _status_line(_status_cli(eng), host)
+    assert "evacuated" in line.split()[:2] and brought in line, line
+    text = _status_cli_host(eng, host)
+    assert "reserved host %s: in service for it" % spare in text, text
+
+    # The lost host comes back: Nova cleans it up, instanceha puts it back
+    # and returns the reserved host to the reserve.
+    bed.bmc(host).power_on()
+    state, reason = eng.wait_state(host, "active", timeout=180)
+    assert "reserved host(s) %s returned to the reserve" % spare in reason, \
+        reason
+    svc = bed.cloud.service(host)
+    assert svc["status"] == "enabled" and not svc["forced_down"], svc
+    assert {m["status"] for m in bed.cloud.migrations(host)} == \
+        {"completed"}
+    svc = bed.cloud.service(spare)
+    assert (svc["status"], svc["disabled_reason"]) == (
+        "disabled", RESERVED_REASON), svc
+    for sid in ids:
+        s = bed.cloud.server(sid)
+        assert (s["status"], s["OS-EXT-SRV-ATTR:host"]) == ("ACTIVE",
+                                                            spare), s
+    with _journal(eng) as j:
+        assert j.reserved_in_use() == []
+        rows = j.reserved_history()
+    assert [(r["reserved_host"], r["host_name"]) for r in rows] == [
+        (spare, host)], rows
+    assert rows[0]["returned_at"] is not None and \
+        rows[0]["returned_at"] >= rows[0]["taken_at"], rows
+    assert rows[0]["outcome"] == ("returned to the reserve: disabled with "
+                                  "reason %r" % RESERVED_REASON), rows
+    text = _status_cli_host(eng, host)
+    assert "reserved host %s: returned to the reserve" % spare in text, text
