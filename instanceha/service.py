@@ -60,11 +60,16 @@ class Service:
     """The engine plus its sources, drivers, journal and status file."""
 
     def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
-                 fencer=None):
+                 fencer=None, on_lost=None):
         """``compute`` (a ComputeDriver) and ``fencer`` (driver name ->
-        FencingDriver) replace the real drivers, for tests."""
+        FencingDriver) replace the real drivers, for tests. ``on_lost``
+        (reason) runs when a leadership this member held lapses; by default
+        the process exits at once (see doc/replicas.md)."""
         self.conf = conf
         self.clock = clock
+        self._on_lost_hook = on_lost
+        self._acting = False
+        self.membership = None
         try:
             self.inventory = load_inventory(conf)
         except inventory_mod.InventoryError as e:
@@ -82,9 +87,15 @@ class Service:
         if fencer is None:
             def fencer(name):
                 return fencing_pkg.load_driver(name, conf)
-        ctx = Context(conf, compute, self.journal, self.inventory,
+        journal = self.journal
+        if conf.coordination.backend_url:
+            compute, fencer, journal = self._coordinate(compute, fencer)
+        self.compute = compute
+        ctx = Context(conf, compute, journal, self.inventory,
                       fencer, clock, self.board, on_progress=on_progress)
-        self.engine = Engine(conf, ctx, self.journal, clock=clock)
+        if self.membership is not None:
+            ctx.may_act = self.membership.may_act
+        self.engine = Engine(conf, ctx, journal, clock=clock)
         self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
         self.reconciler.on_capacity = self.engine.capacity_appeared
         self.engine.health["reconciler"] = self.reconciler.health
@@ -116,6 +127,75 @@ class Service:
         self._status_stop = threading.Event()
         self._status_dirty = threading.Event()
         self.engine.add_listener(lambda *a: self._status_dirty.set())
+        if self.membership is not None:
+            snapshot = self.engine.snapshot
+
+            def with_members():
+                data = snapshot()
+                data["coordination"] = self.membership.status()
+                return data
+            # The status file and GET /status both show the group.
+            self.engine.snapshot = with_members
+
+    def _coordinate(self, compute, fencer):
+        """Several replicas: join the group at start, act only while
+        elected. Every write to Nova, a BMC or the journal first asks
+        whether this member's leadership is provably current."""
+        from instanceha import coordination
+        c = self.conf.coordination
+        self.membership = coordination.Membership(
+            c.backend_url, group=c.group, lease=c.lease, margin=c.margin,
+            interval=c.heartbeat_interval, on_elected=self._on_elected,
+            on_lost=self._on_lost, clock=self.clock)
+        may_act = self.membership.may_act
+        if self.conf.journal.connection.startswith("sqlite"):
+            LOG.warning("journal_not_shared",
+                        reason="[coordination] backend_url is set but the "
+                               "journal is SQLite: a member elected on "
+                               "another host cannot resume from it; use "
+                               "MySQL or PostgreSQL")
+        return (coordination.guard_compute(compute, may_act),
+                coordination.guard_fencer(fencer, may_act),
+                coordination.guard_journal(self.journal, may_act))
+
+    def _on_elected(self):
+        """This member was elected: resume from the shared journal (what
+        the previous acting member recorded) and start acting."""
+        try:
+            resumed = self.engine.resume_from_journal()
+        except Exception as e:   # noqa: BLE001
+            self._on_lost("cannot resume from the journal: %s: %s"
+                          % (type(e).__name__, e))
+            return
+        LOG.warning("acting", member=self.membership.member,
+                    hosts_in_journal=resumed,
+                    reason="elected: resumed from the shared journal")
+        self._start_acting()
+
+    def _on_lost(self, reason):
+        if self._on_lost_hook is not None:
+            self._on_lost_hook(reason)
+            return
+        from instanceha import coordination
+        # No cleanup: every thread of this process must stop at once, and
+        # the service manager restarts it as a standby.
+        LOG.critical("exiting", member=self.membership.member,
+                     status=coordination.EXIT_LOST, reason=reason)
+        os._exit(coordination.EXIT_LOST)
+
+    def _start_acting(self):
+        self._acting = True
+        self.engine.start()
+        for src in self.sources:
+            if src is not self.kdump:
+                src.start()
+        self._status_dirty.set()
+
+    def _submit_if_acting(self, event):
+        """The kdump listener's sink on a coordinated member: a standby
+        binds the port but acts on nothing it hears."""
+        if self._acting:
+            self.engine.submit(event)
 
     def _add_event_sources(self):
         conf = self.conf
@@ -134,7 +214,9 @@ class Service:
             self.engine.ctx.events_healthy = healthy
         if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
             from instanceha.sources.kdump import KdumpSource
-            src = KdumpSource(conf, self.engine.submit, self.clock,
+            sink = self.engine.submit if self.membership is None \
+                else self._submit_if_acting
+            src = KdumpSource(conf, sink, self.clock,
                               self.engine.known_hosts)
             self.sources.append(src)
             self.kdump = src
@@ -192,14 +274,24 @@ class Service:
             if self.notifications is not None:
                 self._step("notifications", self.notifications.prepare)
                 started.append(self.notifications)
-            # Before the kdump socket so that its address map already knows
-            # the journalled hosts. Only reads: queued work waits for step 2.
-            resumed = self._step("journal", self.engine.resume_from_journal)
+            if self.membership is None:
+                # Before the kdump socket so that its address map already
+                # knows the journalled hosts. Only reads: queued work waits
+                # for step 2.
+                resumed = self._step("journal",
+                                     self.engine.resume_from_journal)
+            else:
+                # A standby reads the journal when elected (the acting
+                # member is writing it meanwhile); now only that it answers.
+                self._step("journal", self.journal.latest)
+                resumed = None
             if self.kdump is not None:
                 self._step("kdump listener", self.kdump.start,
                            bind=(self.conf.kdump.listen_address,
                                  self.conf.kdump.port))
                 started.append(self.kdump)
+            if self.membership is not None:
+                self._step("coordination", self._join)
         except StartupError:
             # The caller reports the error (one line); nothing to log twice.
             for part in reversed(started):
@@ -217,14 +309,25 @@ class Service:
                  grace_period=self.conf.detection.grace_period,
                  threshold=self.conf.policy.threshold,
                  reason="every socket bound and transport checked")
-        self.engine.start()
         if self.api is not None:
             self.api.start()
         threading.Thread(target=self._status_loop, daemon=True,
                          name="instanceha-status").start()
-        for src in self.sources:
-            if src is not self.kdump:
-                src.start()
+        if self.membership is None:
+            self._start_acting()
+        else:
+            # Hot standby: connected to the backend and the journal; the
+            # engine and the sources start when this member is elected.
+            self.membership.start()
+
+    def _join(self):
+        from instanceha import coordination
+        try:
+            self.membership.connect()
+        except coordination.CoordinationError as e:
+            raise StartupError("cannot reach [coordination] backend_url %s: "
+                               "%s" % (coordination.masked(
+                                   self.conf.coordination.backend_url), e))
 
     @staticmethod
     def _step(what, fn, bind=None):
@@ -265,13 +368,20 @@ class Service:
     def stop(self):
         self._status_stop.set()
         self._status_dirty.set()
-        for src in self.sources:
-            try:
-                src.stop()
-            except Exception as e:
-                LOG.warning("source_stop_failed", reason=str(e))
+        if self._acting or self.membership is None:
+            for src in self.sources:
+                try:
+                    src.stop()
+                except Exception as e:
+                    LOG.warning("source_stop_failed", reason=str(e))
+        elif self.kdump is not None:
+            self.kdump.stop()
         self.engine.stop()
         self.engine.ctx.close_fencers()
+        if self.membership is not None:
+            # After the engine stopped: the next member starts acting only
+            # once this one no longer does.
+            self.membership.stop()
         if self.api is not None:
             self.api.stop()
         try:

@@ -275,6 +275,8 @@ def format_status(data, now=None):
                       time.gmtime(data.get("generated_at", now))),
         _age(now - data.get("started_at", now)),
         "" if cluster.get("ok", True) else "  HOLD: " + cluster["reason"]))
+    if data.get("coordination"):
+        lines.extend(format_coordination(data["coordination"], now))
     rows = [("HOST", "STATE", "SINCE", "REASON")]
     for h in data.get("hosts", []):
         since = h.get("since") or now
@@ -306,6 +308,37 @@ def format_status(data, now=None):
         lines.append("source %s: %s" % (name, ", ".join(
             "%s=%s" % kv for kv in sorted(health.items()))))
     return "\n".join(lines)
+
+
+def format_coordination(c, now):
+    """The group of replicas: who acts for all hosts, and since when."""
+    acting = c.get("acting_member")
+    since = c.get("acting_since")
+    me = c.get("member")
+    if c.get("role") == "acting":
+        head = "this member ACTS for all hosts"
+        if c.get("lease_left") is not None:
+            head += " (lease %s s, %.1f s left)" % (c.get("lease"),
+                                                   c["lease_left"])
+    else:
+        head = "this member is %s (%s)" % (
+            (c.get("role") or "standby").upper(), c.get("reason") or "")
+    lines = ["coordination: group %s at %s; member %s: %s" % (
+        c.get("group"), c.get("backend"), me, head)]
+    if acting:
+        lines.append("acting for all hosts: %s%s" % (
+            acting, " since %s ago" % _age(now - since) if since else ""))
+    else:
+        lines.append("acting for all hosts: nobody known yet")
+    if c.get("backend_error"):
+        lines.append("coordination backend: %s" % c["backend_error"])
+    for m in c.get("members") or []:
+        role = "acting" if m.get("id") == acting else "standby"
+        lines.append("  member %s  host %s  pid %s  %s%s" % (
+            m.get("id"), m.get("host"), m.get("pid"), role,
+            " since %s ago" % _age(now - m["acting_since"])
+            if role == "acting" and m.get("acting_since") else ""))
+    return lines
 
 
 def server_decisions(journal, host):

@@ -17,6 +17,7 @@ from instanceha.conf import api
 from instanceha.conf import audit
 from instanceha.conf import capacity
 from instanceha.conf import control_plane
+from instanceha.conf import coordination
 from instanceha.conf import default
 from instanceha.conf import detection
 from instanceha.conf import evacuation
@@ -30,7 +31,7 @@ from instanceha.conf import reserved_hosts
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
-           capacity, reserved_hosts]
+           capacity, reserved_hosts, coordination]
 
 
 def new_conf():

@@ -1,0 +1,410 @@
+"""Several replicas: one elected member acts, the others stand by.
+
+See doc/replicas.md for why it is one leader and not a hash ring.
+
+The leadership is a tooz lock with a lease (``[coordination] lease``): the
+backend drops it when the holder stops renewing it. A member acts only
+while its leadership is *provably* current: :meth:`Membership.may_act`
+returns a reason (no action) once ``lease - margin`` seconds have passed,
+on this host's monotonic clock, since the start of the last renewal that
+succeeded. The start, not the end: the backend extended the lease at some
+moment after the request left, so the lease there ends no earlier than
+that start + lease. A member whose leadership lapsed never acts again:
+the first thread that notices calls ``on_lost`` (the service exits the
+process; its service manager restarts it as a standby).
+
+The writes of the compute and fencing drivers go through :class:`Guard`,
+which asks ``may_act`` right before each call, so a member that was frozen
+(SIGSTOP, a VM pause, a long GC) for longer than the lease does nothing
+when it wakes. What no guard can stop is a request already on the wire
+when the process froze: see doc/replicas.md, "Residual window".
+"""
+
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+
+import structlog
+
+from instanceha.drivers.compute.base import ComputeError
+from instanceha.drivers.fencing.base import FenceError
+
+LOG = structlog.get_logger("instanceha.coordination")
+
+#: Compute driver methods that change the cloud.
+COMPUTE_WRITES = frozenset({
+    "force_down", "restore", "evacuate", "stop_server", "reset_state",
+    "enable_service", "disable_service", "delete_server_metadata",
+    "unset_aggregate_metadata"})
+#: Fencing driver methods that change a host's power.
+FENCE_WRITES = frozenset({"power_off", "power_on"})
+#: Journal methods that record a decision (the acting member's alone).
+JOURNAL_WRITES = frozenset({
+    "record", "record_transition", "action_started", "action_finished",
+    "evacuation_requested", "evacuation_finished",
+    "stale_rebuild_suspected", "stale_rebuild_resolved", "reserved_taken",
+    "reserved_returned"})
+
+#: Exit status of a member whose leadership lapsed (its service manager
+#: restarts it; it joins again as a standby).
+EXIT_LOST = 3
+
+
+def monotonic():
+    """Seconds on a clock that keeps counting while the process is
+    stopped and, where the OS has one (Linux CLOCK_BOOTTIME), while the
+    machine is suspended: a suspended host's lease ran out all the same."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is not None:
+        try:
+            return time.clock_gettime(boottime)
+        except OSError:
+            pass
+    return time.monotonic()
+
+
+class NotActingCompute(ComputeError):
+    """A compute write refused: this member may not act now."""
+
+
+class NotActingFence(FenceError):
+    """A power action refused: this member may not act now."""
+
+
+class NotActingJournal(Exception):
+    """A journal write refused: this member may not act now."""
+
+
+class CoordinationError(Exception):
+    """The backend could not be reached or joined at start."""
+
+
+class Guard:
+    """Forward everything to ``target``; a method named in ``writes`` asks
+    ``may_act()`` right before the call and raises ``error`` with its
+    reason instead of calling."""
+
+    def __init__(self, target, may_act, writes, error):
+        self._target = target
+        self._may_act = may_act
+        self._writes = writes
+        self._error = error
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        if name not in self._writes or not callable(value):
+            return value
+        may_act, error = self._may_act, self._error
+
+        def guarded(*args, **kwargs):
+            why = may_act()
+            if why is not None:
+                raise error("%s refused: %s" % (name, why))
+            return value(*args, **kwargs)
+        guarded.__name__ = name
+        return guarded
+
+
+def guard_compute(compute, may_act):
+    return Guard(compute, may_act, COMPUTE_WRITES, NotActingCompute)
+
+
+def guard_fencer(factory, may_act):
+    """A fencer factory whose drivers' power actions are guarded."""
+    def make(name):
+        return Guard(factory(name), may_act, FENCE_WRITES, NotActingFence)
+    return make
+
+
+def guard_journal(journal, may_act):
+    return Guard(journal, may_act, JOURNAL_WRITES, NotActingJournal)
+
+
+def member_id():
+    return "%s:%d:%s" % (socket.gethostname(), os.getpid(),
+                         uuid.uuid4().hex[:6])
+
+
+class Membership:
+    """This process's membership of the group and its leadership.
+
+    ``on_elected()`` runs on a thread of its own when this member takes the
+    leadership (the service resumes from the journal and starts acting);
+    ``on_lost(reason)`` when a leadership it held lapses or is taken away
+    (the service exits). Both run at most once.
+    """
+
+    def __init__(self, url, group="instanceha", lease=15, margin=5.0,
+                 interval=2.0, on_elected=None, on_lost=None,
+                 clock=time.time, mono=monotonic, coordinator=None,
+                 member=None):
+        self.url = url
+        self.group = group
+        self.lease = int(lease)
+        self.margin = float(margin)
+        self.interval = float(interval)
+        self.on_elected = on_elected or (lambda: None)
+        self.on_lost = on_lost or (lambda reason: None)
+        self.clock = clock
+        self.mono = mono
+        self.member = member or member_id()
+        self._coord = coordinator
+        self._lock_obj = None
+        self._leader = False
+        self._lost = None            # why the leadership ended, once
+        self._last_renewal = None    # mono() at the start of the last renewal
+        self.acting_since = None     # wall clock, for status
+        self.started_at = clock()
+        self._members = {}
+        self._members_at = None
+        self._last_error = None
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+
+    # -- start -------------------------------------------------------------
+    def connect(self):
+        """Reach the backend and join the group. Raises
+        CoordinationError (one line) when it cannot."""
+        try:
+            with warnings.catch_warnings():
+                # futurist (under tooz) imports eventlet, which warns on
+                # stderr that it is deprecated: noise at every start.
+                warnings.filterwarnings("ignore", message=r"\s*Eventlet")
+                from tooz import coordination as tooz_coord
+            if self._coord is None:
+                self._coord = tooz_coord.get_coordinator(
+                    self.url, self.member.encode(),
+                    lock_timeout=str(self.lease),
+                    membership_timeout=str(self.lease),
+                    timeout=str(max(1, self.lease // 3)))
+            self._coord.start(start_heart=False)
+            group = self.group.encode()
+            try:
+                self._coord.create_group(group).get()
+            except tooz_coord.GroupAlreadyExist:
+                pass
+            self._coord.join_group(group, self._capabilities()).get()
+            self._lock_obj = self._coord.get_lock(
+                ("%s-leader" % self.group).encode())
+        except Exception as e:   # noqa: BLE001 - one line for the operator
+            raise CoordinationError("%s: %s" % (type(e).__name__, e))
+        self._refresh_members()
+        LOG.info("coordination_joined", member=self.member, group=self.group,
+                 lease=self.lease, margin=self.margin,
+                 reason="standing by until elected")
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="instanceha-coordination")
+        self._thread.start()
+
+    def stop(self):
+        """Leave cleanly (SIGTERM): release the leadership at once so a
+        standby takes over without waiting for the lease."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 5)
+        try:
+            if self._leader and self._lock_obj is not None:
+                self._lock_obj.release()
+            self._coord.leave_group(self.group.encode()).get()
+        except Exception as e:   # noqa: BLE001 - best effort at stop
+            LOG.warning("coordination_leave_failed", reason=str(e))
+        try:
+            self._coord.stop()
+        except Exception as e:   # noqa: BLE001
+            LOG.warning("coordination_stop_failed", reason=str(e))
+
+    # -- the rule ----------------------------------------------------------
+    def may_act(self):
+        """None while this member holds a leadership renewed less than
+        lease - margin seconds ago; else why not."""
+        with self._mu:
+            if self._lost is not None:
+                return "leadership lost: %s" % self._lost
+            if not self._leader:
+                return "standby: another member of group %s acts" \
+                    % self.group
+            age = self.mono() - self._last_renewal
+        limit = self.lease - self.margin
+        if age >= limit:
+            why = ("leadership not renewed for %.1f s (lease %d s, margin "
+                   "%.1f s): it may have passed to another member"
+                   % (age, self.lease, self.margin))
+            self._lose(why)
+            return "leadership lost: %s" % why
+        return None
+
+    def _lose(self, why):
+        with self._mu:
+            if self._lost is not None:
+                return
+            self._lost = why
+            self._leader = False
+        LOG.error("leadership_lost", member=self.member, reason=why,
+                  effect="no further action by this member")
+        self.on_lost(why)
+
+    # -- the loop ----------------------------------------------------------
+    def _loop(self):
+        while not self._stop.is_set():
+            self.beat()
+            self._stop.wait(self.interval)
+
+    def beat(self):
+        """One round: renew the membership (and the leadership), or try to
+        take the leadership."""
+        if self._lost is not None:
+            return
+        started = self.mono()
+        try:
+            self._coord.heartbeat()
+            if self._leader:
+                self._renew_leadership()
+                with self._mu:
+                    if self._lost is None:
+                        self._last_renewal = max(self._last_renewal, started)
+            elif self._lock_obj.acquire(blocking=False):
+                self._elected(started)
+            self._ok()
+        except _Lost as e:
+            self._lose(str(e))
+            return
+        except Exception as e:   # noqa: BLE001 - retried next round
+            self._failed(e)
+        if self._leader:
+            self.may_act()       # a lapse is noticed even with no action
+        if self._members_at is None \
+                or self.mono() - self._members_at >= max(self.interval, 2.0):
+            self._refresh_members()
+
+    def _renew_leadership(self):
+        """Extend the lock's lease, and prove it is still ours."""
+        try:
+            held = self._lock_obj.heartbeat()
+        except Exception as e:   # noqa: BLE001
+            from tooz import coordination as tooz_coord
+            if isinstance(e, (tooz_coord.ToozConnectionError,
+                              tooz_coord.OperationTimedOut, OSError,
+                              TimeoutError)) \
+                    or type(e).__name__ in ("ConnectionError",
+                                            "TimeoutError"):
+                raise    # unreachable backend: try again next round
+            # redis: LockNotOwnedError (the key expired or was lost)
+            raise _Lost("the backend no longer holds our leadership: "
+                        "%s: %s" % (type(e).__name__, e))
+        if held is False:
+            raise _Lost("the leadership lock is no longer held")
+        # etcd3gw: tooz ignores the answer of the lease keep-alive; an
+        # expired lease answers TTL -1 there.
+        lease = getattr(self._lock_obj, "_lease", None)
+        if lease is not None and hasattr(lease, "refresh"):
+            if int(lease.refresh()) < 0:
+                raise _Lost("the leadership lease expired at the backend")
+
+    def _elected(self, started):
+        with self._mu:
+            self._leader = True
+            self._last_renewal = started
+            self.acting_since = self.clock()
+        LOG.warning("leadership_taken", member=self.member, group=self.group,
+                    reason="elected: resuming from the journal and acting "
+                           "for every host")
+        try:
+            self._coord.update_capabilities(
+                self.group.encode(), self._capabilities()).get()
+        except Exception as e:   # noqa: BLE001 - status only
+            LOG.warning("coordination_capabilities_failed", reason=str(e))
+        threading.Thread(target=self.on_elected, daemon=True,
+                         name="instanceha-elected").start()
+
+    def _ok(self):
+        if self._last_error is not None:
+            LOG.info("coordination_recovered", member=self.member,
+                     reason="the backend answers again")
+            self._last_error = None
+
+    def _failed(self, e):
+        text = "%s: %s" % (type(e).__name__, e)
+        if self._last_error is None:
+            LOG.warning("coordination_unreachable", member=self.member,
+                        acting=self._leader, reason=text)
+        self._last_error = text
+
+    def _capabilities(self):
+        return {"host": socket.gethostname(), "pid": os.getpid(),
+                "started_at": self.started_at,
+                "acting_since": self.acting_since}
+
+    def _refresh_members(self):
+        try:
+            group = self.group.encode()
+            ids = self._coord.get_members(group).get()
+            members = {}
+            for m in ids:
+                try:
+                    caps = self._coord.get_member_capabilities(
+                        group, m).get()
+                except Exception:   # noqa: BLE001 - left meanwhile
+                    continue
+                key = m.decode() if isinstance(m, bytes) else str(m)
+                members[key] = caps if isinstance(caps, dict) else {}
+            with self._mu:
+                self._members = members
+                self._members_at = self.mono()
+        except Exception as e:   # noqa: BLE001 - status only
+            self._failed(e)
+            self._members_at = self.mono()
+
+    # -- status ------------------------------------------------------------
+    @property
+    def leader(self):
+        return self._leader and self._lost is None
+
+    def status(self):
+        """What ``instanceha status`` shows about the group."""
+        why = self.may_act()
+        with self._mu:
+            members = dict(self._members)
+            renewed = self._last_renewal
+        members.setdefault(self.member, self._capabilities())
+        members[self.member] = dict(members[self.member],
+                                    acting_since=self.acting_since)
+        acting = [(caps.get("acting_since"), m)
+                  for m, caps in members.items() if caps.get("acting_since")]
+        leader = max(acting)[1] if acting else None
+        if self.leader:
+            leader = self.member
+        return {
+            "backend": masked(self.url),
+            "group": self.group,
+            "member": self.member,
+            "role": "acting" if why is None
+            else "lost" if self._lost is not None else "standby",
+            "reason": why,
+            "acting_member": leader,
+            "acting_since": (members.get(leader) or {}).get("acting_since")
+            if leader else None,
+            "lease": self.lease,
+            "margin": self.margin,
+            "lease_left": None if renewed is None or not self.leader
+            else round(self.lease - (self.mono() - renewed), 2),
+            "backend_error": self._last_error,
+            "members": [{"id": m, "host": c.get("host"), "pid": c.get("pid"),
+                         "started_at": c.get("started_at"),
+                         "acting_since": c.get("acting_since")}
+                        for m, c in sorted(members.items())],
+        }
+
+
+class _Lost(Exception):
+    pass
+
+
+def masked(url):
+    from instanceha.log import URL_PASSWORD
+    return URL_PASSWORD.sub(r"\1***@", str(url))
