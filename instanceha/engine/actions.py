@@ -115,8 +115,11 @@ def evacuate(ctx, record):
         out = evacuator.evacuate_host(ctx, record)
     finally:
         ctx.running.pop(record.id, None)
-    evacuable = out.total - len(out.skipped)
-    summary = "%d/%d servers evacuated" % (len(out.done), evacuable)
+    # Servers rebuilt by an earlier attempt of this recovery (a retried
+    # action, a restart) count too: the summary is the recovery's.
+    evacuable = out.total - len(out.skipped) + out.earlier
+    summary = "%d/%d servers evacuated" % (len(out.done) + out.earlier,
+                                           evacuable)
     if out.skipped:
         sid, why = sorted(out.skipped.items())[0]
         summary += ", %d not evacuable (%s: %s%s)" % (
@@ -128,7 +131,8 @@ def evacuate(ctx, record):
         # Servers whose destination died (or whose request Nova failed)
         # and that were sent again: not a failure of this host.
         summary += ", %d sent again after a failure" % len(out.retried)
-    detail = dict(done=len(out.done), total=out.total,
+    detail = dict(done=len(out.done) + out.earlier,
+                  total=out.total + out.earlier,
                   skipped=len(out.skipped), failed=len(out.failed),
                   no_capacity=len(out.no_capacity),
                   retried=len(out.retried))

@@ -59,6 +59,9 @@ class Outcome:
         self.capacity = ""
         #: reserved hosts brought in for the host, as a line (or "")
         self.reserved = ""
+        #: servers an earlier attempt of this recovery (or an earlier
+        #: process) already rebuilt elsewhere: no longer listed on the host
+        self.earlier = 0
 
 
 @dataclasses.dataclass
@@ -107,6 +110,10 @@ class _Run:
         #: server_id -> power.Plan, from the listing (its power state)
         self.plans = {}
         self.skips_recorded = set()
+        #: servers rebuilt by earlier attempts of this recovery (journal)
+        self.done_before = set()
+        #: server id -> the status of its last journal row in it
+        self.last_status = {}
         #: server id -> order.sort_key, from the recovery policies
         self.keys = {}
         #: server id -> the reserved host its evacuation is aimed at
@@ -131,6 +138,9 @@ class _Run:
                 self.open_rows[sid] = (row["id"], row["requested_at"])
             else:
                 self.open_rows.pop(sid, None)
+            if row["status"] == "done":
+                self.done_before.add(sid)
+            self.last_status[sid] = row["status"]
 
     def record_skips(self):
         """Each server left on the host, and why, once per recovery in the
@@ -144,6 +154,28 @@ class _Run:
             self.ctx.journal.evacuation_finished(row, now, "skipped",
                                                  detail=why)
             self.skips_recorded.add(sid)
+
+    def close_finished(self, listed, migrations):
+        """Servers an earlier attempt (or process) of this recovery sent
+        and did not see finish (it stopped, or its request was answered
+        with an error Nova had applied anyway) that have left the host
+        with a ``done`` migration (this recovery's: an older one would be
+        ``completed``): journalled as done now."""
+        now = self.ctx.clock()
+        for sid, status in sorted(self.last_status.items()):
+            if sid in listed or status in ("done", "skipped"):
+                continue
+            ok = [m for m in migrations.get(sid, ()) if m.status == "done"]
+            if not ok:
+                continue
+            row = self.open_rows.pop(sid, (None, None))[0]
+            if row is None:
+                row = self.ctx.journal.evacuation_requested(
+                    self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(
+                row, now, "done", ok[-1].dest_host, "rebuilt; seen by a "
+                "later attempt of this recovery")
+            self.done_before.add(sid)
 
     def record_waiting(self, held):
         """Each server the capacity preflight held back, and why: a
@@ -372,6 +404,9 @@ def evacuate_host(ctx, record):
     servers = ctx.compute.list_servers(host)
     outcome = Outcome(total=len(servers))
     run = _Run(ctx, record, outcome, migrations)
+    listed = {s.id for s in servers}
+    run.close_finished(listed, migrations)
+    outcome.earlier = len(run.done_before - listed)
     now = ctx.clock()
     mv = power.parse_microversion(conf.microversion)
     candidates = []

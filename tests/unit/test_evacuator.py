@@ -51,3 +51,28 @@ def test_without_events_migrations_decide():
     w, rec = _isolated_world()
     out = evacuator.evacuate_host(w.ctx, rec)
     assert len(out.done) == 2
+
+
+def test_summary_counts_servers_rebuilt_by_an_earlier_attempt():
+    """The action fails after sending (Nova's migration list errors), is
+    retried, and finds the servers already gone from the host: the host's
+    reason still says 2/2, not 0/0."""
+    from instanceha.drivers.compute import base as cb
+    w = World(servers=2)
+    w.pass_()
+    calls = []
+    real = w.compute.list_evacuations
+
+    def flaky(host):
+        calls.append(host)
+        if len(calls) == 2:
+            raise cb.ComputeError("HTTP 503: injected", 503)
+        return real(host)
+
+    w.compute.list_evacuations = flaky
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    state, reason = w.state("compute-1")
+    assert reason.startswith("2/2 servers evacuated"), reason
+    rows = w.journal.evacuations()
+    assert sorted(r["status"] for r in rows) == ["done", "done"], rows
