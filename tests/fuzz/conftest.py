@@ -5,8 +5,6 @@ def pytest_terminal_summary(terminalreporter):
     counts = []
     for reports in terminalreporter.stats.values():
         for report in reports:
-            if getattr(report, "when", None) != "call":
-                continue
             for name, value in getattr(report, "user_properties", ()):
                 if name == "fuzz_inputs":
                     counts.append(value)

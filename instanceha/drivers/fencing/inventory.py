@@ -230,6 +230,9 @@ class _Secrets:
         except OSError as e:
             raise InventoryError("%s: field password_file: cannot read %s: %s"
                                  % (where, path, e.strerror or e))
+        except ValueError as e:     # a NUL in the path
+            raise InventoryError("%s: field password_file: cannot read %r: "
+                                 "%s" % (where, path, e))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -290,9 +293,10 @@ def _merge(levels):
 
 
 def _method(where, host, merged, known_drivers, known_fields, secrets):
-    unknown = sorted(set(merged) - known_fields)
+    # Keys are whatever YAML made of them (numbers too): sorted as text.
+    unknown = sorted(set(merged) - known_fields, key=repr)
     if unknown:
-        raise InventoryError("%s: unknown field %s" % (where, unknown[0]))
+        raise InventoryError("%s: unknown field %s" % (where, unknown[0],))
     driver = merged.get("driver")
     if not driver:
         raise InventoryError("%s: field driver is missing" % where)
@@ -408,6 +412,12 @@ def read(path, known_drivers, *, environ=None):
         raise InventoryError("inventory: %s is not UTF-8 text" % path)
     except yaml.YAMLError as e:
         raise InventoryError("inventory: %s is not valid YAML: %s" % (path, e))
+    except (ValueError, RecursionError) as e:
+        # PyYAML builds some values with Python's constructors (a date out
+        # of range, an integer past the digit limit raise ValueError) and
+        # nests recursively (a deep nesting exhausts the stack).
+        raise InventoryError("inventory: %s is not valid YAML: %s: %s"
+                             % (path, type(e).__name__, e))
     base_dir = os.path.dirname(os.path.abspath(path))
     inv, warnings, inline = _parse(data, known_drivers, base_dir, environ)
     if inline and _readable_by_others(mode):
