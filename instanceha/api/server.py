@@ -41,6 +41,10 @@ _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
                           "stops a recovery)",
           "resume": " (nothing to resume)"}
 _HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
+#: the largest request body read (commands are a few bytes of JSON)
+MAX_BODY = 64 * 1024
+#: seconds a request may take to arrive
+REQUEST_TIMEOUT = 30.0
 
 
 class _Collector:
@@ -171,9 +175,7 @@ class OperatorAPI:
         if rec is None:
             return _json(404, {"error": "unknown host %r" % host})
         try:
-            args = json.loads(body or b"{}", parse_constant=_no_constant)
-            if not isinstance(args, dict):
-                raise ValueError("body must be a JSON object")
+            args = _load_object(body)
             seconds = suspend_seconds(args, verb,
                                       self.conf.api.max_suspend_seconds)
         except ValueError as e:
@@ -206,9 +208,7 @@ class OperatorAPI:
         """Lift the storm hold for the hosts lost now (more losses hold
         again)."""
         try:
-            args = json.loads(body or b"{}", parse_constant=_no_constant)
-            if not isinstance(args, dict):
-                raise ValueError("body must be a JSON object")
+            args = _load_object(body)
         except ValueError as e:
             return _json(400, {"error": "bad request body: %s" % e})
         reason = str(args.get("reason") or "no reason given")
@@ -243,21 +243,69 @@ class OperatorAPI:
             def log_message(self, *args):
                 pass
 
+            # A client that stops sending mid-request frees its thread.
+            timeout = REQUEST_TIMEOUT
+
             def _serve(self, method):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                status, ctype, data = api.handle(method, self.path, body)
+                try:
+                    body, refused = self._body()
+                    if refused is not None:
+                        status, ctype, data = refused
+                    else:
+                        status, ctype, data = api.handle(method, self.path,
+                                                         body)
+                except Exception as e:   # noqa: BLE001 - answered, logged
+                    LOG.exception("api_request_failed", method=method,
+                                  path=self.path[:200],
+                                  reason="%s: %s" % (type(e).__name__, e))
+                    status, ctype, data = _json(
+                        500, {"error": "internal error; see the log"})
+                self._answer(status, ctype, data, method != "HEAD")
+
+            def _body(self):
+                """(body, None), or (b"", answer) for a body refused."""
+                text = (self.headers.get("Content-Length") or "0").strip()
+                if not (text.isascii() and text.isdigit()):
+                    return b"", _json(400, {"error": "bad Content-Length "
+                                            "%r" % text[:40]})
+                length = int(text)
+                if length > MAX_BODY:
+                    self.close_connection = True
+                    return b"", _json(413, {"error": "body of %d bytes; at "
+                                            "most %d" % (length, MAX_BODY)})
+                try:
+                    body = self.rfile.read(length) if length else b""
+                except TimeoutError:
+                    body = b""
+                if len(body) < length:
+                    self.close_connection = True
+                    return b"", _json(400, {"error": "body shorter than its "
+                                            "Content-Length"})
+                return body, None
+
+            def _answer(self, status, ctype, data, with_body=True):
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if with_body:
+                    self.wfile.write(data)
 
             def do_GET(self):
                 self._serve("GET")
 
             def do_POST(self):
                 self._serve("POST")
+
+            def __getattr__(self, name):
+                # http.server answers a method without do_<METHOD> with 501
+                # (and an HTML page): every other method is refused here.
+                if name.startswith("do_"):
+                    method = name[3:]
+                    return lambda: self._answer(*_json(
+                        405, {"error": "method %s not allowed: GET or POST"
+                              % method[:20]}), with_body=method != "HEAD")
+                raise AttributeError(name)
 
         self._server = http.server.ThreadingHTTPServer(
             (self.conf.api.listen_address, self.conf.api.port), Handler)
@@ -290,6 +338,17 @@ def _no_constant(name):
     raise ValueError("%s is not a number" % name)
 
 
+def _load_object(body):
+    """A request body's JSON object; ValueError saying what is wrong."""
+    try:
+        args = json.loads(body or b"{}", parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(args, dict):
+        raise ValueError("body must be a JSON object")
+    return args
+
+
 def suspend_seconds(args, verb, maximum):
     """How long a command's body asks to suspend: seconds (a positive,
     finite number up to ``maximum``) or None for ``"forever": true``. A
@@ -311,9 +370,11 @@ def suspend_seconds(args, verb, maximum):
         raise ValueError("say how long: give \"seconds\": N (at most %g) "
                          "or \"forever\": true" % maximum)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-            or not math.isfinite(seconds) or seconds <= 0:
+            or seconds <= 0 or (isinstance(seconds, float)
+                                and not math.isfinite(seconds)):
+        # (an int is finite, and may be too large for math.isfinite)
         raise ValueError("seconds must be a positive, finite number, not %s"
-                         % json.dumps(seconds))
+                         % json.dumps(seconds)[:40])
     if seconds > maximum:
         raise ValueError("seconds must be at most %g ([api] "
                          "max_suspend_seconds); for a suspension without "
