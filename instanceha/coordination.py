@@ -176,12 +176,14 @@ class Membership:
                 warnings.filterwarnings("ignore", message=r"\s*Eventlet")
                 from tooz import coordination as tooz_coord
             if self._coord is None:
+                _probe(self.url, max(1, self.lease // 3))
                 self._coord = tooz_coord.get_coordinator(
                     self.url, self.member.encode(),
                     lock_timeout=str(self.lease),
                     membership_timeout=str(self.lease),
                     timeout=str(max(1, self.lease // 3)))
             self._coord.start(start_heart=False)
+            _fail_fast(self._coord)
             group = self.group.encode()
             try:
                 self._coord.create_group(group).get()
@@ -399,6 +401,39 @@ class Membership:
                          "acting_since": c.get("acting_since")}
                         for m, c in sorted(members.items())],
         }
+
+
+#: Default ports of the URL schemes whose server is probed before tooz
+#: tries (and retries for a minute) to reach it.
+_PORTS = {"redis": 6379, "rediss": 6379, "etcd3+http": 2379,
+          "etcd3+https": 2379, "etcd3": 2379}
+
+
+def _probe(url, timeout):
+    """Fail at once (OSError) when the backend's port does not answer."""
+    import urllib.parse
+    parsed = urllib.parse.urlsplit(url)
+    port = parsed.port or _PORTS.get(parsed.scheme)
+    if not parsed.hostname or port is None:
+        return
+    socket.create_connection((parsed.hostname, port), timeout).close()
+
+
+def _fail_fast(coord):
+    """tooz's Redis driver retries a refused connection 15 times, and the
+    redis client retries each with back-off: a minute in all, longer than
+    any lease. One attempt per call is enough here: the loop calls again
+    every heartbeat_interval."""
+    client = getattr(coord, "_client", None)
+    set_retry = getattr(client, "set_retry", None)
+    if set_retry is None:
+        return
+    try:
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+        set_retry(Retry(NoBackoff(), 0))
+    except Exception as e:   # noqa: BLE001 - slower, not wrong
+        LOG.warning("coordination_retry_unchanged", reason=str(e))
 
 
 class _Lost(Exception):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -181,6 +182,11 @@ class Service:
         # the service manager restarts it as a standby.
         LOG.critical("exiting", member=self.membership.member,
                      status=coordination.EXIT_LOST, reason=reason)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:   # noqa: BLE001 - exiting anyway
+                pass
         os._exit(coordination.EXIT_LOST)
 
     def _start_acting(self):
