@@ -8,15 +8,69 @@ import structlog
 
 SECRET_KEYS = re.compile(r"(pass(word)?|secret|token|transport_url|"
                          r"credential|auth)", re.I)
-URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+MASK = "***"
+#: ``scheme://user:password@host``: the password (up to the last ``@``
+#: before the host; a password with ``@`` in it is masked whole)
+URL_PASSWORD = re.compile(r"(://[^:/@\s'\"]*:)[^\s'\"]*@")
+#: HTTP headers that carry credentials, as ``Name: value``, ``'Name':
+#: 'value'`` (a dict's repr) or ``Name=value``; a scheme word (Basic,
+#: Bearer) is kept, what follows it masked
+SECRET_HEADER = re.compile(
+    r"((?:authorization|proxy-authorization|x-auth-token|x-subject-token|"
+    r"x-storage-token|x-service-token|cookie|set-cookie)['\"]?\s*[:=]\s*"
+    r"['\"]?(?:(?:basic|bearer|digest|negotiate|token)\s+)?)"
+    r"[^'\"\s,;}\]]+", re.I)
+#: ``password=...``, ``'password': '...'``, ``"Password": "..."`` (Redfish
+#: session bodies), ``token=...`` and the like inside a text, e.g. the repr
+#: of an exception's arguments
+SECRET_FIELD = re.compile(
+    r"((?<![a-z])(?:[a-z_]*pass(?:word|wd)?|secret|[a-z_]*token|api_key|"
+    r"credentials?)['\"]?\s*[:=]\s*(?:b?['\"])?)"
+    r"(?!\*\*\*)[^'\"\s,;}&)\]]+", re.I)
+#: command lines: ``ipmitool -P secret``, ``fence_* --password=secret``
+#: (``-p`` is a port for ipmitool: not masked), ``sshpass -p secret``
+SECRET_FLAG = re.compile(r"((?:^|\s)(?:-P|--password|--passwd|-k)(?:=|\s+))"
+                         r"(?!\*\*\*)\S+")
+
+
+def mask_text(text):
+    """``text`` with every credential the patterns above know masked."""
+    if not text:
+        return text
+    text = URL_PASSWORD.sub(r"\1" + MASK + "@", text)
+    text = SECRET_HEADER.sub(r"\1" + MASK, text)
+    text = SECRET_FIELD.sub(r"\1" + MASK, text)
+    return SECRET_FLAG.sub(r"\1" + MASK, text)
+
+
+def _mask_value(value, depth=0):
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if isinstance(value, BaseException):
+        return mask_text("%s: %s" % (type(value).__name__, value))
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return type(value)(_mask_value(v, depth + 1) for v in value) \
+            if type(value) in (list, tuple) else value
+    if depth < 3 and isinstance(value, dict):
+        return {k: (MASK if isinstance(k, str) and SECRET_KEYS.search(k)
+                    else _mask_value(v, depth + 1))
+                for k, v in value.items()}
+    return value
 
 
 def _mask(_, __, event_dict):
+    """Mask secrets: the value of any field whose name says it holds one,
+    and credentials inside every text (the event, reasons, exception texts
+    and rendered tracebacks). Runs after ``format_exc_info``."""
     for key in list(event_dict):
-        if key != "event" and SECRET_KEYS.search(key):
-            event_dict[key] = "***"
-        elif isinstance(event_dict[key], str):
-            event_dict[key] = URL_PASSWORD.sub(r"\1***@", event_dict[key])
+        if key.startswith("_"):
+            continue          # structlog's own (the stdlib record)
+        if key != "event" and key != "exception" and SECRET_KEYS.search(key):
+            event_dict[key] = MASK
+        else:
+            event_dict[key] = _mask_value(event_dict[key])
     return event_dict
 
 
@@ -30,6 +84,8 @@ def setup(fmt="console", debug=False, stream=None):
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        # The traceback becomes text here, so that it is masked too.
+        structlog.processors.format_exc_info,
         _mask,
     ]
     structlog.configure(
@@ -44,7 +100,8 @@ def setup(fmt="console", debug=False, stream=None):
         foreign_pre_chain=[structlog.stdlib.add_log_level,
                            structlog.processors.TimeStamper(fmt="iso",
                                                             utc=True),
-                           structlog.stdlib.ExtraAdder(), _mask]))
+                           structlog.stdlib.ExtraAdder(),
+                           structlog.processors.format_exc_info, _mask]))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
