@@ -29,6 +29,19 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
+# etcd for functional/test_coordination.py (it starts a private one per run;
+# Debian's package starts none here: policy-rc.d keeps services down).
+# INSTANCEHA_SKIP_APT=1 skips it; without root or apt-get it is left to you.
+if ! command -v etcd >/dev/null 2>&1 && [ "${INSTANCEHA_SKIP_APT:-0}" != 1 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi
+  echo "bootstrap: installing etcd-server (for the coordination tests)" >&2
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        $SUDO apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }; then
+    echo "bootstrap: could not install etcd-server; the etcd tests will skip" >&2
+  fi
+fi
+
 stamp="$venv/.instanceha-stamp"
 want=$(cat "$top/requirements.txt" "$top/test-requirements.txt" "$top/setup.cfg" | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
