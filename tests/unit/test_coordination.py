@@ -1,0 +1,194 @@
+"""Coordination of several replicas: the leadership rule and the guards,
+with a fake tooz coordinator and a hand-driven clock."""
+
+import pytest
+from oslo_config import cfg
+
+from instanceha import conf as conf_pkg
+from instanceha import coordination as co
+from instanceha.cmd.main import format_status
+from instanceha.drivers.compute.base import ComputeError
+from instanceha.drivers.fencing.base import FenceError
+
+
+class _Result:
+    def __init__(self, value=None):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+class FakeLock:
+    def __init__(self, backend):
+        self.backend = backend
+
+    def acquire(self, blocking=False):
+        if self.backend.holder is None:
+            self.backend.holder = self
+            return True
+        return False
+
+    def heartbeat(self):
+        if self.backend.down:
+            raise OSError("backend down")
+        if self.backend.holder is not self:
+            raise RuntimeError("LockNotOwnedError")
+        return True
+
+    def release(self):
+        self.backend.holder = None
+
+
+class FakeCoordinator:
+    def __init__(self, backend):
+        self.backend = backend
+        self.lock = FakeLock(backend)
+
+    def start(self, start_heart=False):
+        pass
+
+    def stop(self):
+        pass
+
+    def create_group(self, group):
+        return _Result()
+
+    def join_group(self, group, caps):
+        return _Result()
+
+    def leave_group(self, group):
+        return _Result()
+
+    def update_capabilities(self, group, caps):
+        return _Result()
+
+    def get_members(self, group):
+        return _Result([])
+
+    def get_member_capabilities(self, group, member):
+        return _Result({})
+
+    def get_lock(self, name):
+        return self.lock
+
+    def heartbeat(self):
+        if self.backend.down:
+            raise OSError("backend down")
+
+
+class Backend:
+    holder = None
+    down = False
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def member(backend, clock, lost):
+    m = co.Membership("redis://x", lease=10, margin=3, interval=1,
+                      on_lost=lost.append, mono=clock,
+                      coordinator=FakeCoordinator(backend), member="m")
+    m.connect()
+    return m
+
+
+def test_standby_until_elected_then_acts_until_lease_minus_margin():
+    backend, clock, lost = Backend(), Clock(), []
+    a, b = member(backend, clock, lost), member(backend, clock, lost)
+    assert "standby" in a.may_act()
+    a.beat()
+    b.beat()
+    assert a.may_act() is None and "standby" in b.may_act()
+    clock.now += 6.9
+    assert a.may_act() is None
+    clock.now += 0.2             # 7.1 s >= lease 10 - margin 3
+    why = a.may_act()
+    assert why.startswith("leadership lost") and lost == [why[len(
+        "leadership lost: "):]]
+    # Never again, even if the backend answers.
+    a.beat()
+    assert a.may_act() is not None and len(lost) == 1
+
+
+def test_renewal_counts_from_its_start_and_failures_lapse():
+    backend, clock, lost = Backend(), Clock(), []
+    a = member(backend, clock, lost)
+    a.beat()
+    clock.now += 5
+    a.beat()                     # renewed at 105
+    clock.now += 6
+    assert a.may_act() is None
+    backend.down = True
+    a.beat()                     # failed: the lease runs on
+    assert a.status()["backend_error"]
+    clock.now += 1.5
+    assert a.may_act().startswith("leadership lost")
+
+
+def test_lock_taken_by_another_is_lost_at_the_next_renewal():
+    backend, clock, lost = Backend(), Clock(), []
+    a = member(backend, clock, lost)
+    a.beat()
+    backend.holder = "someone else"     # e.g. Redis restarted
+    a.beat()
+    assert len(lost) == 1 and "no longer holds" in lost[0]
+
+
+def test_guards_refuse_writes_and_pass_reads():
+    calls = []
+
+    class Compute:
+        def evacuate(self, server_id):
+            calls.append(("evacuate", server_id))
+
+        def list_services(self):
+            return ["svc"]
+
+    class Fence:
+        def power_off(self, bmc):
+            calls.append(("off", bmc))
+
+        def power_state(self, bmc):
+            return "on"
+
+    why = ["standby"]
+    compute = co.guard_compute(Compute(), lambda: why[0])
+    fencer = co.guard_fencer(lambda name: Fence(), lambda: why[0])("redfish")
+    assert compute.list_services() == ["svc"]
+    assert fencer.power_state("b") == "on"
+    with pytest.raises(ComputeError, match="evacuate refused: standby"):
+        compute.evacuate("s1")
+    with pytest.raises(FenceError, match="power_off refused"):
+        fencer.power_off("b")
+    assert calls == []
+    why[0] = None
+    compute.evacuate("s1")
+    fencer.power_off("b")
+    assert calls == [("evacuate", "s1"), ("off", "b")]
+
+
+def test_conf_margin_below_lease():
+    conf = conf_pkg.make({"coordination": {"lease": 4, "margin": 4}})
+    from instanceha.conf import coordination
+    with pytest.raises(cfg.Error, match="margin"):
+        coordination.validate(conf)
+    conf = conf_pkg.make({"coordination": {"lease": 4, "margin": 1.5,
+                                           "heartbeat_interval": 0.5}})
+    coordination.validate(conf)
+    assert conf.coordination.backend_url is None
+
+
+def test_status_names_the_acting_member():
+    backend, clock, lost = Backend(), Clock(), []
+    a = member(backend, clock, lost)
+    a.beat()
+    text = format_status({"generated_at": 1000, "started_at": 900,
+                          "hosts": [], "coordination": a.status()},
+                         now=1000)
+    assert "ACTS for all hosts" in text
+    assert "acting for all hosts: m" in text
