@@ -48,3 +48,139 @@ def pytest_xdist_make_scheduler(config, log):
             return "realpeer-bed" if nodeid.startswith(BED_DIRS) else nodeid
 
     return BedScheduling(config, log)
+
+
+# -- no secret in a log or status file -----------------------------------------
+#
+# Every functional test that runs instanceha writes its configuration into its
+# own directory (instanceha.conf, clouds.yaml, the BMC inventory, password
+# files, kubeconfigs): the secrets it configured are read back from there
+# (passwords, tokens, the passwords in transport and database URLs), and every
+# instanceha log (instanceha*.log) and status file (status*.json) in the same
+# tree must hold none of them. Per test over its tmp_path (after its fixtures
+# stopped the engine), and once at the end of the session over the whole
+# base temp directory (module-scoped beds). Reads only small text files.
+
+import functools  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+
+_SECRET_NAME = re.compile(r"pass(word|wd)?$|secret|token|credential", re.I)
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
+_CONFIG_FILE = re.compile(r".*\.(conf|ya?ml|pass|kubeconfig)$|kubeconfig$")
+_OUTPUT_FILE = re.compile(r"instanceha.*\.log$|status.*\.json$")
+_MAX_READ = 8 * 1024 * 1024
+
+
+def _walk_strings(value, name=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_strings(v, str(k))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk_strings(v, name)
+    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+        yield name, str(value)
+
+
+def _secrets_in(path):
+    """(secrets, plain values) a configuration file holds."""
+    import yaml
+    secrets, plain = set(), set()
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read(_MAX_READ)
+    except OSError:
+        return secrets, plain
+    secrets.update(_URL_PASSWORD.findall(text))
+    if path.endswith(".pass"):
+        secrets.add(text.strip())
+        return secrets, plain
+    if path.endswith(".conf"):
+        pairs = [line.split("=", 1) for line in text.splitlines()
+                 if "=" in line and not line.lstrip().startswith("#")]
+        pairs = [(k.strip(), v.strip()) for k, v in pairs]
+    else:
+        try:
+            pairs = list(_walk_strings(yaml.safe_load(text)))
+        except Exception:   # noqa: BLE001 - not ours to judge
+            pairs = []
+    for key, value in pairs:
+        if key == "password_file":
+            full = os.path.join(os.path.dirname(path), value)
+            try:
+                with open(full, errors="replace") as f:
+                    secrets.add(f.read(4096).strip())
+            except OSError:
+                pass
+        elif _SECRET_NAME.search(key) and not key.endswith(("_file",
+                                                            "_env")):
+            secrets.add(value)
+        else:
+            plain.add(value)
+    return secrets, plain
+
+
+def _files(top, pattern):
+    for dirpath, _, names in os.walk(top):
+        for name in names:
+            if pattern.match(name):
+                yield os.path.join(dirpath, name)
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(secret):
+    # A short secret ("secret", the simulator's default) only as a whole
+    # word, so that words such as secret_file_readable do not count.
+    if len(secret) >= 8:
+        return re.compile(re.escape(secret))
+    return re.compile(r"(?<![\w-])%s(?![\w-])" % re.escape(secret))
+
+
+def secret_leaks(top):
+    """[(file, secret)] for every configured secret found in an instanceha
+    log or status file under ``top``."""
+    secrets, plain = set(), set()
+    for path in _files(top, _CONFIG_FILE):
+        s, p = _secrets_in(path)
+        secrets |= s
+        plain |= p
+    # too short to tell, or also configured as a plain value (a user name)
+    secrets = {s for s in secrets if len(s) >= 4 and s not in plain}
+    leaks = []
+    for path in _files(top, _OUTPUT_FILE) if secrets else ():
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read(_MAX_READ)
+        except OSError:
+            continue
+        leaks += [(path, s) for s in sorted(secrets)
+                  if _pattern(s).search(text)]
+    return leaks
+
+
+def _fail_on_leaks(top, what):
+    leaks = secret_leaks(str(top))
+    if leaks:
+        pytest.fail("%s: a configured secret is in an instanceha log or "
+                    "status file: %s" % (what, "; ".join(
+                        "%s holds %s...%s" % (p, s[:2], s[-1:])
+                        for p, s in leaks)), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_test_output(request):
+    """After a test that has a tmp_path (and its fixtures stopped what they
+    started), no secret it configured is in its logs or status files."""
+    top = (request.getfixturevalue("tmp_path")
+           if "tmp_path" in request.fixturenames else None)
+    yield
+    if top is not None:
+        _fail_on_leaks(top, request.node.nodeid)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_session_output(tmp_path_factory):
+    """The same over every directory the session made (module beds too)."""
+    yield
+    _fail_on_leaks(tmp_path_factory.getbasetemp(), "session")
