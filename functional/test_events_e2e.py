@@ -280,3 +280,38 @@ def test_broker_restart_mid_run_detection_still_works(clouds, tmp_path):
             notifier.close()
     finally:
         broker.stop()
+
+
+def test_broker_restart_mid_recovery_the_recovery_completes(clouds,
+                                                            tmp_path):
+    """RabbitMQ restarted while a host's servers are being rebuilt: the
+    evacuation is followed through Nova's migrations meanwhile, and every
+    server ends ACTIVE once on a live host; the listener reconnects."""
+    broker = fx.PrivateRabbit(tmp_path / "rabbit").start()
+    try:
+        cloud = clouds({"notifications": notif_conf(broker.url, "e2e-mid"),
+                        "oslo_messaging_rabbit": FAST_RECONNECT,
+                        "evacuation": {"concurrency": 1}},
+                       evacuation_time=2.0, servers_per_host=3)
+        victims = sorted(sid for sid, s in cloud.sim.snapshot()["servers"]
+                         .items() if s["host"] == "compute-1")
+        cloud.start_engine()
+        assert fx.wait_for(
+            lambda: sources(cloud)["notifications"]["connected"], 20)
+        cloud.sim.kill("compute-1")
+        cloud.wait_state("compute-1", "evacuating", timeout=60)
+        broker.restart()
+        state, reason = cloud.wait_state("compute-1", "evacuated",
+                                         timeout=120)
+        assert "3/3 servers evacuated" in reason, reason
+        snap = cloud.sim.snapshot()
+        for sid in victims:
+            s = snap["servers"][sid]
+            assert s["host"] != "compute-1" and s["status"] == "ACTIVE", s
+        moved = [m["instance_uuid"] for m in snap["migrations"]
+                 if m["source_compute"] == "compute-1"]
+        assert sorted(moved) == victims          # one request each
+        assert fx.wait_for(
+            lambda: sources(cloud)["notifications"]["connected"], 60)
+    finally:
+        broker.stop()

@@ -130,3 +130,21 @@ def test_journal_database_cut_off_mid_recovery(make_cloud, mariadb_journal):
     done = {e["server_id"] for e in j.evacuations() if e["status"] == "done"}
     assert done == set(ids)
     assert proxy.cut > 0
+
+
+def test_bmc_unreachable_for_a_while_during_fencing(make_cloud):
+    """The BMC times out while the host is being fenced, then answers:
+    the power-off is retried until it is confirmed, and only then are the
+    servers evacuated."""
+    c = make_cloud(hosts=6, servers_per_host=2)
+    ids = _victims(c)
+    c.start_engine()
+    c.sim.set_bmc(VICTIM, reachable=False)
+    c.sim.kill(VICTIM)
+    c.wait_state(VICTIM, "fencing", timeout=60)
+    time.sleep(3.0)                     # the BMC stays silent a while
+    assert c.sim.snapshot()["migrations"] == []
+    c.sim.set_bmc(VICTIM, reachable=True)
+    state, reason = c.wait_state(VICTIM, "evacuated", timeout=90)
+    assert c.sim.snapshot()["hosts"][VICTIM]["power"] == "off"
+    _assert_recovered_once(c, ids)

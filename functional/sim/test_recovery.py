@@ -92,7 +92,10 @@ def test_more_hosts_down_than_threshold_fences_nothing(make_cloud):
 
 
 def test_unreachable_bmc_means_no_evacuation_and_failed(make_cloud):
-    c = make_cloud()
+    """A BMC that never answers: the fence action is retried with back-off
+    ([DEFAULT] action_retries bounds it), nothing is evacuated, and the
+    host ends failed for an operator."""
+    c = make_cloud({"DEFAULT": {"action_retries": 3}})
     c.start_engine()
     c.sim.set_bmc("compute-3", reachable=False)
     victims = _servers_of(c, "compute-3")

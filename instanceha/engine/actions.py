@@ -90,6 +90,11 @@ def fence(ctx, record):
         # Each method of the entry in order (Redfish, then IPMI...): the
         # first that confirms Off proves the host dead.
         outcome = chain.fence(bmc, ctx.fencer)
+    except fencing_base.BmcUnreachable:
+        # No BMC answered: nothing refused, and the host is not proven
+        # dead. Raised, so the engine retries with back-off ([DEFAULT]
+        # action_retries bounds it; then the host goes failed).
+        raise
     except fencing_base.FenceError as e:
         return _result(record, E.FENCE_FAILED, ctx, str(e))
     return _result(record, E.FENCE_OK, ctx, outcome.describe(),

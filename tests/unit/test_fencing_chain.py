@@ -177,3 +177,35 @@ def test_power_state_with_no_answer_names_every_method():
         "host compute-0: no fencing method reports the power state: "
         "method 1 (redfish https://10.0.0.5): no route; "
         "method 2 (ipmi 10.0.0.6): *** refused")
+
+
+def test_every_bmc_silent_is_unreachable_and_retried_by_the_engine():
+    """No method's BMC answered: BmcUnreachable (the fence action is
+    retried); one method that refused makes it a definitive failure."""
+    from instanceha.drivers.fencing.base import BmcUnreachable
+    silent = {"https://10.0.0.5": BmcUnreachable("redfish: no answer"),
+              "10.0.0.6": BmcUnreachable("ipmi: no answer")}
+    fencer, _ = _fencer(silent)
+    with pytest.raises(BmcUnreachable):
+        chain.fence(_entry(REDFISH, IPMI), fencer)
+    refused = dict(silent, **{"10.0.0.6": FenceError("ipmi: bad password")})
+    fencer, _ = _fencer(refused)
+    with pytest.raises(FenceError) as err:
+        chain.fence(_entry(REDFISH, IPMI), fencer)
+    assert not isinstance(err.value, BmcUnreachable)
+
+
+def test_fence_action_raises_on_silent_bmcs_so_it_is_retried():
+    from instanceha.drivers.fencing.base import BmcUnreachable
+    from instanceha.engine import actions
+    from tests.unit.test_engine import World
+    w = World()
+    w.pass_()
+
+    def silent(bmc):
+        raise BmcUnreachable("%s: no answer" % bmc.host)
+
+    w.fencer.power_off = silent
+    rec = w.engine.find("compute-1")
+    with pytest.raises(BmcUnreachable):
+        actions.fence(w.ctx, rec)

@@ -25,6 +25,13 @@ class FenceError(Exception):
     """
 
 
+class BmcUnreachable(FenceError):
+    """No answer from the BMC after the driver's own retries (connection
+    refused or timed out, name not resolved): nothing was refused, and a
+    later attempt may get through. The fence action is then retried with
+    the engine's back-off instead of failing the host at once."""
+
+
 class FencingDriver(abc.ABC):
     """Powers one kind of BMC. ``bmc`` is an inventory.BMC entry."""
 

@@ -480,7 +480,8 @@ class BareMetalHostDriver(base.FencingDriver):
                                          e))
             raise self._fail(bmc, settings, what, "Kubernetes API %s "
                              "unreachable after %d attempts: %s"
-                             % (client.url, self.retries, e))
+                             % (client.url, self.retries, e),
+                             base.BmcUnreachable)
         except urllib3.exceptions.SSLError as e:
             raise self._fail(bmc, settings, what, "TLS with the Kubernetes "
                              "API %s failed (options ca_file, insecure, or "
@@ -528,11 +529,11 @@ class BareMetalHostDriver(base.FencingDriver):
         configuration.api_key = {"authorization": token}
         configuration.api_key_prefix = {"authorization": "Bearer"}
 
-    def _fail(self, bmc, settings, what, reason):
+    def _fail(self, bmc, settings, what, reason, kind=base.FenceError):
         LOG.error("fence_error", host=bmc.host, driver=self.name,
                   action=what, bmh=_ref(settings), reason=reason)
-        return base.FenceError("host %s: cannot %s of %s: %s"
-                               % (bmc.host, what, settings.target, reason))
+        return kind("host %s: cannot %s of %s: %s"
+                    % (bmc.host, what, settings.target, reason))
 
 
 # -- helpers -----------------------------------------------------------------

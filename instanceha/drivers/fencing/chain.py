@@ -77,6 +77,11 @@ class FenceChainError(base.FenceError):
         self.attempts = tuple(attempts)
 
 
+class FenceChainUnreachable(FenceChainError, base.BmcUnreachable):
+    """Every method failed because its BMC did not answer: nothing was
+    refused; a later attempt may get through."""
+
+
 def _label(index, driver, address):
     return "method %d (%s)" % (index, "%s %s" % (driver, address)
                                if address else driver)
@@ -114,10 +119,12 @@ def fence(bmc, fencer, log=LOG):
     methods = _methods(bmc)
     attempts = []
     unexpected = None
+    unreachable = True
     for index, method in enumerate(methods, 1):
         try:
             fencer(method.driver).power_off(method)
         except (base.FenceError, ValueError) as e:
+            unreachable = unreachable and isinstance(e, base.BmcUnreachable)
             reason = _scrub(str(e), method) or type(e).__name__
         except Exception as e:   # noqa: BLE001 - try the next method first
             unexpected = unexpected or e
@@ -149,7 +156,8 @@ def fence(bmc, fencer, log=LOG):
     else:
         message = _summary(bmc, "no fencing method confirmed power off",
                            attempts)
-    raise FenceChainError(message, bmc.host, attempts)
+    kind = FenceChainUnreachable if unreachable else FenceChainError
+    raise kind(message, bmc.host, attempts)
 
 
 def power_state(bmc, fencer, log=LOG):

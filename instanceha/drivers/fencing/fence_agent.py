@@ -381,7 +381,7 @@ class FenceAgentDriver(base.FencingDriver):
         except _Unreachable as e:
             LOG.error("fence_error", host=bmc.host, driver=self.name,
                       agent=settings.agent, action=what, reason="unreachable")
-            raise base.FenceError("%s: %s could not reach the device during %s"
+            raise base.BmcUnreachable("%s: %s could not reach the device during %s"
                                   " after %d attempt(s): %s"
                                   % (bmc.host, where, what, self._attempts, e))
         if res.outcome is Outcome.TIMEOUT:

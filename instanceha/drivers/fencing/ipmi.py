@@ -224,7 +224,7 @@ class IPMIDriver(base.FencingDriver):
         except _Unreachable as e:
             LOG.error("fence_error", host=bmc.host, driver=self.name,
                       action=what, reason="unreachable")
-            raise base.FenceError("%s: BMC %s unreachable during %s after %d "
+            raise base.BmcUnreachable("%s: BMC %s unreachable during %s after %d "
                                   "attempt(s): %s" % (bmc.host, bmc.address, what,
                                                       self._attempts, e))
         if res.outcome is Outcome.CREDENTIALS:

@@ -484,7 +484,7 @@ class RedfishDriver(base.FencingDriver):
                                      action=what))
         except _Transient as e:
             raise self._fail(bmc, what, "BMC unreachable after %d attempts: %s"
-                             % (self.retries, e))
+                             % (self.retries, e), base.BmcUnreachable)
         except (sushy_exc.ConnectionError,
                 requests.exceptions.ConnectionError) as e:
             raise self._fail(bmc, what, "TLS with the BMC failed (options "
@@ -514,8 +514,7 @@ class RedfishDriver(base.FencingDriver):
             text = text.replace(bmc.password, "***")
         return text
 
-    def _fail(self, bmc, what, reason):
+    def _fail(self, bmc, what, reason, kind=base.FenceError):
         LOG.error("fence_error", host=bmc.host, driver=self.name,
                   action=what, reason=reason)
-        return base.FenceError("host %s: cannot %s: %s"
-                               % (bmc.host, what, reason))
+        return kind("host %s: cannot %s: %s" % (bmc.host, what, reason))
