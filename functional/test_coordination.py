@@ -155,6 +155,7 @@ class Group:
         self.sim = SimCloud(**sim_params)
         self.server = SimServer(self.sim).start()
         self.members = []
+        self._mu = threading.Lock()
         self.exited = {}          # member index -> (monotonic time, status)
         # At the simulator's side: (monotonic time, what, target).
         self.writes = []
@@ -174,7 +175,9 @@ class Group:
         setattr(obj, method, recorded)
 
     def add_member(self, env=None):
-        i = len(self.members)
+        with self._mu:
+            i = len(self.members)
+            self.members.append(None)
         workdir = os.path.join(self.workdir, "member%d" % i)
         conf = simrun.write_config(workdir, self.server, {
             "journal": {"connection": self.journal_url},
@@ -184,8 +187,8 @@ class Group:
                           self.journal_url)
         full = dict(os.environ, PYTHONUNBUFFERED="1")
         full.update(env or {})
+        self.members[i] = p
         p.start(0, timeout=60, env=full)
-        self.members.append(p)
         proc = p.proc
         threading.Thread(target=self._reap, args=(i, proc),
                          daemon=True).start()
@@ -194,6 +197,16 @@ class Group:
     def _reap(self, i, proc):
         status = proc.wait()
         self.exited[i] = (time.monotonic(), status)
+
+    def add_members(self, n, env=None):
+        """Start ``n`` members at once (each waits for its status file)."""
+        threads = [threading.Thread(target=self.add_member, args=(env,))
+                   for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(self.members) >= n
 
     def restart_member(self, i, env=None):
         """What systemd does for an exited member (Restart=on-failure)."""
@@ -208,9 +221,11 @@ class Group:
 
     def alive(self, i):
         p = self.members[i]
-        return p.proc is not None and p.proc.poll() is None
+        return p is not None and p.proc is not None and p.proc.poll() is None
 
     def coordination(self, i):
+        if self.members[i] is None:
+            return {}
         return self.members[i].status().get("coordination") or {}
 
     def acting(self):
@@ -243,6 +258,8 @@ class Group:
 
     def close(self):
         for p in self.members:
+            if p is None:
+                continue
             if p.proc is not None and p.proc.poll() is None:
                 try:
                     p.proc.send_signal(signal.SIGCONT)
@@ -296,8 +313,7 @@ def test_acting_member_killed_after_fencing_another_finishes(
     g = make_group(backend_url, journal_url)
     g.add_member(env={"INSTANCEHA_FAILPOINT": "after_action:fence"})
     assert g.wait_acting() == 0
-    g.add_member()
-    g.add_member()
+    g.add_members(2)
     waiting.wait_for(lambda: all(g.coordination(i).get("role") == "standby"
                                  for i in (1, 2)), 60, "two standbys")
     waiting.wait_for(lambda: len(g.coordination(0).get("members", [])) == 3,
@@ -347,7 +363,7 @@ def test_acting_member_killed_after_fencing_another_finishes(
 def test_member_frozen_longer_than_the_lease_does_not_act_when_woken(
         make_group, journal_url):
     """SIGSTOP the acting member while a host is dying, longer than the
-    lease: another takes over and recovers the host; SIGCONT: the woken
+    lease (lease + 2 s): another takes over and recovers the host; SIGCONT: the woken
     member refuses every write and exits (status 3) without acting."""
     g = make_group(shared_redis(), journal_url)
     g.add_member()
@@ -365,8 +381,8 @@ def test_member_frozen_longer_than_the_lease_does_not_act_when_woken(
     waiting.wait_for(lambda: g.state(1, "compute-2") == "evacuated", 90,
                      lambda: "compute-2 evacuated by member 1 (log %s)"
                      % g.members[1].log_path)
-    # Frozen at least twice the lease in all.
-    time.sleep(max(0.0, 2 * LEASE - (time.monotonic() - stopped_at)))
+    # Frozen longer than the lease, with margin.
+    time.sleep(max(0.0, LEASE + 2 - (time.monotonic() - stopped_at)))
     offset = os.path.getsize(frozen.log_path)
     writes_before = len(g.writes)
     woken_at = time.monotonic()
