@@ -107,12 +107,11 @@ UNREACHABLE[("retry", "after_transition:suspect")] = (
 
 CASES = [(s, p) for s, points in SCENARIOS.items() for p in points]
 
-#: what the CI run takes: the decision journalled but not acted on, the
-#: side effect done but not journalled, Nova's request taken but not
-#: looked at, the host back but not put back (about 15 s each)
+#: what the CI run takes (about 15-20 s each): Nova's request taken but
+#: not looked at, the host's cleanup confirmed but the host not put back,
+#: the second attempt after a wait for capacity decided but not started
 CI_CASES = [
     ("lost", "after_evacuate_request"),
-    ("lost", "after_action:isolate"),
     ("return", "before_restore"),
     ("retry", "after_transition:pending"),
 ]
@@ -240,6 +239,34 @@ def _check_put_back(c):
     assert not svc["disabled_reason"], svc
 
 
+class OpenJournalRow(AssertionError):
+    """An evacuation row of the lost host still ``requested`` once the
+    recovery is over: the journal says a request is in flight that Nova
+    never had or finished long ago."""
+
+
+def _check_journal_closed(c):
+    j = c.journal()
+    try:
+        left = [e for e in j.evacuations() if e["host_name"] == VICTIM
+                and e["finished_at"] is None]
+    finally:
+        j.close()
+    if left:
+        raise OpenJournalRow("evacuation rows left open: %s" % left)
+
+
+#: Defects found by the matrix and not fixed here (see doc/safety.md,
+#: "Resume anywhere"): (scenario, point) -> reason
+KNOWN_DEFECTS = {
+    (s, "before_evacuate_request"): (
+        "defect: a server's evacuation row journalled by a process killed "
+        "before it asked Nova stays 'requested' for ever; the restarted "
+        "engine sends the server with a new row and never closes the old "
+        "one (evacuator _Run.open_rows is only consumed by resume())")
+    for s in ("lost", "retry")}
+
+
 def _cloud(make_cloud, scenario):
     if scenario == "retry":
         # 4 hosts of 8 vCPU, each with 3 servers of 2: the two live
@@ -297,14 +324,20 @@ def _run_case(c, scenario, point):
     _wait(c, "active")
     _check_put_back(c)
     _check_evacuated(c, victims)
+    _check_journal_closed(c)
 
 
 def _params():
     for case in CASES:
-        marks = ()
+        marks = []
         if not LONG and case not in CI_CASES:
-            marks = pytest.mark.skip(
-                reason="full crash matrix: INSTANCEHA_LONG_TESTS=1")
+            marks.append(pytest.mark.skip(
+                reason="full crash matrix: INSTANCEHA_LONG_TESTS=1"))
+        if case in KNOWN_DEFECTS:
+            # Only that defect: a failed check of the world still fails.
+            marks.append(pytest.mark.xfail(
+                strict=True, raises=OpenJournalRow,
+                reason=KNOWN_DEFECTS[case]))
         yield pytest.param(*case, id="%s-%s" % case, marks=marks)
 
 
@@ -326,3 +359,4 @@ def test_matrix_covers_every_point():
             assert (point in pts) != ((scenario, point) in UNREACHABLE), \
                 (scenario, point)
     assert set(CI_CASES) <= set(CASES)
+    assert set(KNOWN_DEFECTS) <= set(CASES)
