@@ -102,7 +102,7 @@ def _replacement(rnd, old, keys, extra):
                            old if not isinstance(old, str)
                            else old + text(rnd, 3)])
     if extra and pick < 0.55:
-        return rnd.choice(extra)
+        return copy.deepcopy(rnd.choice(extra))   # never one object twice
     return json_like(rnd, keys, depth=2)
 
 

@@ -171,7 +171,9 @@ def test_random_and_mutated_files(counter, base_dir, text, rnd):
     {"hosts": {"a": {"driver": "noop", 1: "x", "zz": 2}}},
     # a NUL in a password file's path: open() raised ValueError
     {"hosts": {"a": {"driver": "noop", "password_file": "a\x00b"}}},
-], ids=["mixed_key_types", "nul_in_password_file"])
+    # accepted, then identity() (same-BMC checks) raised ValueError
+    {"hosts": {"a": {"driver": "redfish", "address": "https://[10.0.0.5"}}},
+], ids=["mixed_key_types", "nul_in_password_file", "bad_url"])
 def test_defect_mappings_raise_inventory_error(base_dir, data):
     with pytest.raises(inventory.InventoryError):
         inventory.parse(data, DRIVERS, base_dir=base_dir, environ=ENV)

@@ -310,6 +310,14 @@ def _method(where, host, merged, known_drivers, known_fields, secrets):
         if field in merged and not isinstance(merged[field], str):
             raise InventoryError("%s: field %s must be a string"
                                  % (where, field))
+    if "://" in merged.get("address", ""):
+        try:
+            # identity() splits it for the same-BMC checks: a URL it
+            # cannot split ("https://[10.0.0.5") is refused here.
+            urllib.parse.urlsplit(merged["address"].strip())
+        except ValueError as e:
+            raise InventoryError("%s: field address: not a valid URL: %s"
+                                 % (where, e))
     if "password_file" in merged:
         password = secrets.from_file(where, merged["password_file"])
     elif "password_env" in merged:
