@@ -113,6 +113,13 @@ class Served:
         raw += b"\r\n" + body
         answer = self.request(raw)
         assert not self.errors, self.errors[-1]
+        if len(raw.split(b"\r\n", 1)[0].split()) != 3 \
+                and not answer.startswith(b"HTTP/"):
+            # Not a method, a path and a version: http.server takes it for
+            # HTTP/0.9 and answers its 400 page without a status line.
+            assert b"Error code: 400" in answer, (raw[:300], answer[:300])
+            assert not self.engine.submitted[before:]
+            return 400
         assert answer.startswith(b"HTTP/1."), (raw[:300], answer[:300])
         status = int(answer.split(b" ", 2)[1])
         assert status < 500 or (status == 503 and path == "/healthz"), \
