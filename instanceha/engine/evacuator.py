@@ -229,6 +229,16 @@ class _Run:
                                      if m.status not in IN_FLIGHT},
                     _schedulable(self.services, self.host))
                 return
+        prior = self.open_rows.pop(sid, None)
+        if prior is not None:
+            # A previous process journalled a request of this server and
+            # stopped; Nova shows none of it in flight and the server is
+            # still here: that row is closed before the server is sent.
+            ctx.journal.evacuation_finished(
+                prior[0], now, "interrupted",
+                detail="instanceha stopped before Nova showed this request "
+                       "(no evacuation of the server in flight or done): "
+                       "sent again")
         evac_id = ctx.journal.evacuation_requested(self.record.id, self.host,
                                                    sid, now)
         attempt = _Attempt(sid, now, evac_id,
