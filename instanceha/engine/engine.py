@@ -196,6 +196,14 @@ class Engine:
         fields = {f.name for f in dataclasses.fields(fsm.HostRecord)}
         resumed = 0
         now = self.clock()
+        # Actions a stopped process left unfinished: each runs again (as a
+        # new attempt row) where its state still asks for it.
+        closed = self.journal.close_open_actions(
+            now, "interrupted: the process stopped before it finished; run "
+                 "again as a new attempt where still needed")
+        if closed:
+            LOG.warning("actions_interrupted", count=closed,
+                        reason="left unfinished by a stopped process")
         for host_id, data in self.journal.latest().items():
             data = {k: v for k, v in data.items() if k in fields}
             data["state"] = State(data["state"])

@@ -170,6 +170,15 @@ class Journal:
                 kind=kind.value, started_at=at))
             return res.inserted_primary_key[0]
 
+    def close_open_actions(self, at, detail):
+        """Give every action row without an outcome the outcome
+        ``interrupted``; returns how many."""
+        with self._write() as c:
+            return c.execute(ACTIONS.update().where(
+                ACTIONS.c.finished_at.is_(None)).values(
+                    finished_at=at, outcome="interrupted",
+                    detail=detail)).rowcount
+
     def action_finished(self, action_id, at, outcome, detail=""):
         with self._write() as c:
             self._finish(c, action_id, at, outcome, detail)

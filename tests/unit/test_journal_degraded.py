@@ -32,3 +32,18 @@ def test_a_journal_outage_holds_decisions_and_is_reported_until_it_ends():
             if t["host_name"] == "compute-1"]
     assert dsts[:5] == ["suspect", "fencing", "fenced", "evacuating",
                         "evacuated"], dsts
+
+
+def test_action_rows_left_open_by_a_stopped_process_are_closed_at_start():
+    from instanceha.fsm.states import Action
+    w = World()
+    w.pass_()
+    rec = w.engine.find("compute-1")
+    open_id = w.journal.action_started(rec, Action.FENCE, w.clock())
+    done_id = w.journal.action_started(rec, Action.ISOLATE, w.clock())
+    w.journal.action_finished(done_id, w.clock(), "isolate_ok", "x")
+    w.engine.resume_from_journal()
+    rows = {a["id"]: a for a in w.journal.actions()}
+    assert rows[open_id]["outcome"] == "interrupted"
+    assert rows[open_id]["finished_at"] is not None
+    assert rows[done_id]["outcome"] == "isolate_ok"
