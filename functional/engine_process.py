@@ -5,6 +5,7 @@ engine on a config file, read what it says about itself (status file,
 journal), wait for a host's state, stop it.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -93,6 +94,15 @@ class EngineProcess:
 
     def journal(self):
         return Journal(self.journal_url)
+
+    @contextlib.contextmanager
+    def reading_journal(self):
+        """The journal, closed again on leaving the block."""
+        j = self.journal()
+        try:
+            yield j
+        finally:
+            j.close()
 
     def log_text(self):
         try:

@@ -21,7 +21,6 @@ Every assertion reads Nova's API (servers, services, migrations) or what
 the engine must record (journal, status); never a sequence of calls.
 """
 
-import contextlib
 import datetime
 import subprocess
 import sys
@@ -109,13 +108,8 @@ def _flavor(bed, flavor_id, ram):
     return flavor_id
 
 
-@contextlib.contextmanager
 def _journal(eng):
-    j = eng.journal()
-    try:
-        yield j
-    finally:
-        j.close()
+    return eng.reading_journal()
 
 
 def _status_cli(eng):

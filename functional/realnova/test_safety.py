@@ -72,13 +72,8 @@ class Watch:
         return {s[2] for s in self.samples}
 
 
-@contextlib.contextmanager
 def _journal(eng):
-    j = eng.journal()
-    try:
-        yield j
-    finally:
-        j.close()
+    return eng.reading_journal()
 
 
 def _assert_all_elsewhere(bed, host, ids):

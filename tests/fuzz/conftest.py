@@ -1,4 +1,20 @@
-"""Print how many inputs each fuzz target ran (short and long variants)."""
+"""The fuzz targets' input counter, and how many inputs each ran (short
+and long variants), printed at the end."""
+
+import pytest
+
+from tests.fuzz import budget
+
+
+@pytest.fixture
+def counter(request):
+    """Counts a target's inputs; fails the test if a line logged at error
+    level (in production's logging set-up) came out of the run."""
+    c = budget.Counter()
+    with budget.production_logging() as failures:
+        yield c
+    assert not failures
+    c.finish(request, request.node.name)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -148,14 +148,6 @@ def teardown_module():
         s.api.stop()
 
 
-@pytest.fixture
-def counter(request):
-    c = budget.Counter()
-    with budget.production_logging() as failures:
-        yield c
-    assert not failures
-    c.finish(request, request.node.name)
-
 
 METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH",
            "TRACE", "CONNECT", "FOO", "get", "POST2"]

@@ -91,14 +91,6 @@ def base_dir(tmp_path_factory):
     return str(d)
 
 
-@pytest.fixture
-def counter(request):
-    c = budget.Counter()
-    with budget.production_logging() as failures:
-        yield c
-    assert not failures
-    c.finish(request, request.node.name)
-
 
 def test_valid_inventory_is_accepted(base_dir):
     result = check_text(VALID_TEXT, os.path.join(base_dir, "valid.yaml"))

@@ -74,14 +74,6 @@ SENDERS = st.tuples(
     st.integers(0, 65535))
 
 
-@pytest.fixture
-def counter(request):
-    c = budget.Counter()
-    with budget.production_logging() as failures:
-        yield c
-    assert not failures
-    c.finish(request, request.node.name)
-
 
 def _gen_packet(rnd, mutated):
     if mutated:

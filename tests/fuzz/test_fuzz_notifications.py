@@ -132,15 +132,6 @@ def harness():
     return _HARNESS[0]
 
 
-@pytest.fixture
-def counter(request):
-    c = budget.Counter()
-    with budget.production_logging() as failures:
-        yield c
-    assert not failures, "log lines that could not be written"
-    c.finish(request, request.node.name)
-
-
 KEY_LIST = sorted(KEYS)
 EXTRA = ("nova-compute", "ServiceStatusPayload", "InstanceUpdatePayload",
          "1.1", "x.1", "rebuilding", "instanceha:x", True, False,
