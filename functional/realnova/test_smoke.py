@@ -34,11 +34,14 @@ def test_power_off_evacuate_power_on_completes_migrations(clean_bed):
     for sid in ids:
         cloud.call("POST", "/servers/%s/action" % sid, {"evacuate": {}},
                    microversion="2.94")
-    servers = cloud.wait_servers(ids, timeout=120)
-    assert all(s["OS-EXT-SRV-ATTR:host"] != host for s in servers), (
-        [s["OS-EXT-SRV-ATTR:host"] for s in servers],
-        [(m["status"], m.get("dest_compute")) for m in cloud.migrations(host)],
-        {h: cloud.service(h)["state"] for h in bed.hosts})
+    cloud.wait_servers(ids, timeout=120)
+    # Right after the request a server can read ACTIVE on its old host
+    # while its rebuild still runs (migration pre-migrating): wait for the
+    # new host rather than reading it once.
+    procs.wait_until(lambda: all(cloud.server(sid)["OS-EXT-SRV-ATTR:host"]
+                                 != host for sid in ids), 120,
+                     "servers rebuilt on another host", "nova-conductor",
+                     cloud.log_of("nova-conductor"))
     procs.wait_until(lambda: {m["status"] for m in cloud.migrations(host)} == {"done"}
                      and len(cloud.migrations(host)) == 2, 60, "migrations done",
                      "nova-conductor", cloud.log_of("nova-conductor"))
