@@ -110,9 +110,8 @@ class _Run:
         #: server_id -> power.Plan, from the listing (its power state)
         self.plans = {}
         self.skips_recorded = set()
-        #: servers rebuilt by earlier attempts of this recovery (journal)
-        self.done_before = set()
-        #: server id -> the status of its last journal row in it
+        #: server id -> the status of its last journal row in this
+        #: recovery ("done": rebuilt by an earlier attempt or process)
         self.last_status = {}
         #: server id -> order.sort_key, from the recovery policies
         self.keys = {}
@@ -138,8 +137,6 @@ class _Run:
                 self.open_rows[sid] = (row["id"], row["requested_at"])
             else:
                 self.open_rows.pop(sid, None)
-            if row["status"] == "done":
-                self.done_before.add(sid)
             self.last_status[sid] = row["status"]
 
     def record_skips(self):
@@ -175,7 +172,7 @@ class _Run:
             self.ctx.journal.evacuation_finished(
                 row, now, "done", ok[-1].dest_host, "rebuilt; seen by a "
                 "later attempt of this recovery")
-            self.done_before.add(sid)
+            self.last_status[sid] = "done"
 
     def record_waiting(self, held):
         """Each server the capacity preflight held back, and why: a
@@ -416,7 +413,8 @@ def evacuate_host(ctx, record):
     run = _Run(ctx, record, outcome, migrations)
     listed = {s.id for s in servers}
     run.close_finished(listed, migrations)
-    outcome.earlier = len(run.done_before - listed)
+    outcome.earlier = sum(1 for sid, status in run.last_status.items()
+                          if status == "done" and sid not in listed)
     now = ctx.clock()
     mv = power.parse_microversion(conf.microversion)
     candidates = []

@@ -28,8 +28,8 @@ LOG = structlog.get_logger("instanceha.selection")
 class Selection:
     ordered: List[str]                  # server ids, evacuation order
     skipped: Dict[str, str]             # server id -> why not evacuated
-    priorities: Dict[str, int]
-    #: server id -> order.sort_key (the global order across hosts)
+    #: server id -> order.sort_key (its priority first; the global order
+    #: across hosts)
     keys: Dict[str, tuple] = dataclasses.field(default_factory=dict)
 
 
@@ -181,7 +181,6 @@ def select(ctx, host, servers, now) -> Selection:
                     "server/flavor/aggregate metadata) says not to evacuate "
                     "them")
     return Selection(ranking.ids, skipped,
-                     {r.id: r.priority for r in ranking.servers},
                      {r.id: order.sort_key(r.server, r.priority)
                       for r in ranking.servers})
 
