@@ -13,6 +13,14 @@ that start + lease. A member whose leadership lapsed never acts again:
 the first thread that notices calls ``on_lost`` (the service exits the
 process; its service manager restarts it as a standby).
 
+A newly elected member waits one whole lease before it acts
+(:meth:`Membership.wait_out`). A lock freed by expiry needs no wait, but a
+backend that loses its keys (Redis restarted without persistence, a
+failover to a replica that had not seen the last renewal) frees it early:
+the previous leader then still acts until its own ``lease - margin`` runs
+out, and a request it sent just before has up to ``margin`` to land. The
+lock cannot tell the two cases apart, so every election waits.
+
 The writes of the compute and fencing drivers go through :class:`Guard`,
 which asks ``may_act`` right before each call, so a member that was frozen
 (SIGSTOP, a VM pause, a long GC) for longer than the lease does nothing
@@ -140,7 +148,7 @@ class Membership:
     def __init__(self, url, group="instanceha", lease=15, margin=5.0,
                  interval=2.0, on_elected=None, on_lost=None,
                  clock=time.time, mono=monotonic, coordinator=None,
-                 member=None):
+                 member=None, sleep=None, spawn=None):
         self.url = url
         self.group = group
         self.lease = int(lease)
@@ -156,6 +164,7 @@ class Membership:
         self._leader = False
         self._lost = None            # why the leadership ended, once
         self._last_renewal = None    # mono() at the start of the last renewal
+        self._acts_from = None       # mono() when an elected member may act
         self.acting_since = None     # wall clock, for status
         self.started_at = clock()
         self._members = {}
@@ -163,6 +172,8 @@ class Membership:
         self._last_error = None
         self._mu = threading.Lock()
         self._stop = threading.Event()
+        self.sleep = sleep or self._stop.wait
+        self.spawn = spawn or _election_thread
         self._thread = None
 
     # -- start -------------------------------------------------------------
@@ -231,7 +242,9 @@ class Membership:
             if not self._leader:
                 return "standby: another member of group %s acts" \
                     % self.group
-            age = self.mono() - self._last_renewal
+            now = self.mono()
+            age = now - self._last_renewal
+            early = self._acts_from - now
         limit = self.lease - self.margin
         if age >= limit:
             why = ("leadership not renewed for %.1f s (lease %d s, margin "
@@ -239,7 +252,31 @@ class Membership:
                    % (age, self.lease, self.margin))
             self._lose(why)
             return "leadership lost: %s" % why
+        if early > 0:
+            return ("elected: waiting %.1f s more (one lease) in case the "
+                    "backend lost the previous leader's lease early"
+                    % early)
         return None
+
+    def wait_out(self):
+        """Run on the election thread: wait until the previous leader,
+        whatever the backend forgot, can no longer act; then call
+        ``on_elected``. Returns without calling it if the leadership
+        lapses or the member stops meanwhile."""
+        while not self._stop.is_set():
+            why = self.may_act()
+            if why is None:
+                LOG.warning("acting_after_wait", member=self.member,
+                            waited=self.lease,
+                            reason="one lease passed since the election: "
+                                   "no previous leader can still act")
+                self.on_elected()
+                return
+            with self._mu:
+                if self._lost is not None or not self._leader:
+                    return
+                left = self._acts_from - self.mono()
+            self.sleep(max(0.01, min(left, self.interval)))
 
     def _lose(self, why):
         with self._mu:
@@ -312,17 +349,19 @@ class Membership:
         with self._mu:
             self._leader = True
             self._last_renewal = started
+            self._acts_from = self.mono() + self.lease
             self.acting_since = self.clock()
         LOG.warning("leadership_taken", member=self.member, group=self.group,
-                    reason="elected: resuming from the journal and acting "
-                           "for every host")
+                    wait=self.lease,
+                    reason="elected: acting for every host after one lease, "
+                           "in case the backend lost the previous "
+                           "leader's lease early")
         try:
             self._coord.update_capabilities(
                 self.group.encode(), self._capabilities()).get()
         except Exception as e:   # noqa: BLE001 - status only
             LOG.warning("coordination_capabilities_failed", reason=str(e))
-        threading.Thread(target=self.on_elected, daemon=True,
-                         name="instanceha-elected").start()
+        self.spawn(self.wait_out)
 
     def _ok(self):
         if self._last_error is not None:
@@ -386,7 +425,8 @@ class Membership:
             "group": self.group,
             "member": self.member,
             "role": "acting" if why is None
-            else "lost" if self._lost is not None else "standby",
+            else "lost" if self._lost is not None
+            else "elected" if self.leader else "standby",
             "reason": why,
             "acting_member": leader,
             "acting_since": (members.get(leader) or {}).get("acting_since")
@@ -434,6 +474,11 @@ def _fail_fast(coord):
         set_retry(Retry(NoBackoff(), 0))
     except Exception as e:   # noqa: BLE001 - slower, not wrong
         LOG.warning("coordination_retry_unchanged", reason=str(e))
+
+
+def _election_thread(target):
+    threading.Thread(target=target, daemon=True,
+                     name="instanceha-elected").start()
 
 
 class _Lost(Exception):

@@ -25,10 +25,13 @@ OPTS = [
     cfg.IntOpt("lease", default=15, min=2, max=600,
                help="Seconds the acting member's leadership lasts at the "
                     "backend without a renewal. A member that dies (or "
-                    "freezes) is replaced about this long after its last "
-                    "renewal: shorter is a faster takeover, longer "
-                    "tolerates longer backend hiccups. Whole seconds: "
-                    "etcd leases are."),
+                    "freezes) is replaced about twice this long after its "
+                    "last renewal: the lock expires after one lease, and "
+                    "the newly elected member waits one more before it "
+                    "acts, in case the backend forgot the lease early "
+                    "(a Redis restart). Shorter is a faster takeover, "
+                    "longer tolerates longer backend hiccups. Whole "
+                    "seconds: etcd leases are."),
     cfg.FloatOpt("margin", default=5.0, min=0.5, max=300,
                  help="The acting member stops acting when this many "
                       "seconds of its lease are left without a renewal, "

@@ -94,14 +94,28 @@ def member(backend, clock, lost):
                       on_lost=lost.append, mono=clock,
                       coordinator=FakeCoordinator(backend), member="m")
     m.connect()
+
+    def sleep(seconds):            # the heartbeat thread keeps running
+        clock.now += seconds
+        m.beat()
+    m.sleep = sleep
+    m.spawn = lambda target: None  # the tests call wait_out themselves
     return m
+
+
+def elect(m):
+    """Take the free lock and wait out the election's lease."""
+    m.beat()
+    assert m.status()["role"] == "elected"
+    m.wait_out()
+    assert m.may_act() is None
 
 
 def test_standby_until_elected_then_acts_until_lease_minus_margin():
     backend, clock, lost = Backend(), Clock(), []
     a, b = member(backend, clock, lost), member(backend, clock, lost)
     assert "standby" in a.may_act()
-    a.beat()
+    elect(a)
     b.beat()
     assert a.may_act() is None and "standby" in b.may_act()
     clock.now += 6.9
@@ -118,9 +132,9 @@ def test_standby_until_elected_then_acts_until_lease_minus_margin():
 def test_renewal_counts_from_its_start_and_failures_lapse():
     backend, clock, lost = Backend(), Clock(), []
     a = member(backend, clock, lost)
-    a.beat()
+    elect(a)                     # renewed at 110
     clock.now += 5
-    a.beat()                     # renewed at 105
+    a.beat()                     # renewed at 115
     clock.now += 6
     assert a.may_act() is None
     backend.down = True
@@ -186,9 +200,41 @@ def test_conf_margin_below_lease():
 def test_status_names_the_acting_member():
     backend, clock, lost = Backend(), Clock(), []
     a = member(backend, clock, lost)
-    a.beat()
+    elect(a)
     text = format_status({"generated_at": 1000, "started_at": 900,
                           "hosts": [], "coordination": a.status()},
                          now=1000)
     assert "ACTS for all hosts" in text
     assert "acting for all hosts: m" in text
+
+
+def test_new_leader_waits_out_a_lease_the_backend_may_have_lost():
+    """A backend that loses its keys (Redis restarted without persistence)
+    frees the lock early: the old leader may still act until its own
+    lease - margin, and a request it sent has up to margin to land. The
+    new leader acts only one whole lease after it took the lock."""
+    backend, clock, lost, elected = Backend(), Clock(), [], []
+    a, b = member(backend, clock, lost), member(backend, clock, lost)
+    b.on_elected = lambda: elected.append(clock.now)
+    elect(a)
+    backend.holder = None          # the backend lost every key
+    b.beat()                       # b takes the lock at once
+    assert a.may_act() is None     # a does not know yet
+    why = b.may_act()
+    assert why is not None and "waiting" in why
+    assert b.status()["role"] == "elected"
+    b.wait_out()                   # what the election thread runs
+    assert b.may_act() is None and elected == [120.0]
+    # By then a's own rule had stopped it long ago.
+    assert a.may_act().startswith("leadership lost")
+
+
+def test_a_leader_that_lapses_while_waiting_never_acts():
+    backend, clock, lost, elected = Backend(), Clock(), [], []
+    b = member(backend, clock, lost)
+    b.on_elected = lambda: elected.append(clock.now)
+    b.beat()
+    backend.down = True            # no renewal from now on
+    b.wait_out()
+    assert elected == [] and b.may_act().startswith("leadership lost")
+    assert len(lost) == 1
