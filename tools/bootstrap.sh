@@ -29,16 +29,23 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
-# etcd for functional/test_coordination.py (it starts a private one per run;
-# Debian's package starts none here: policy-rc.d keeps services down).
-# INSTANCEHA_SKIP_APT=1 skips it; without root or apt-get it is left to you.
-if ! command -v etcd >/dev/null 2>&1 && [ "${INSTANCEHA_SKIP_APT:-0}" != 1 ] \
+# Debian packages the tests use: etcd-server for functional/test_coordination.py
+# (it starts a private one per run; Debian's package starts none here:
+# policy-rc.d keeps services down) and shellcheck for the DevStack plugin's
+# test. INSTANCEHA_SKIP_APT=1 skips them; without root or apt-get they are
+# left to you (those tests then skip, or fail under
+# INSTANCEHA_REQUIRE_SERVICES=1).
+pkgs=
+command -v etcd >/dev/null 2>&1 || pkgs="$pkgs etcd-server"
+command -v shellcheck >/dev/null 2>&1 || pkgs="$pkgs shellcheck"
+if [ -n "$pkgs" ] && [ "${INSTANCEHA_SKIP_APT:-0}" != 1 ] \
     && command -v apt-get >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi
-  echo "bootstrap: installing etcd-server (for the coordination tests)" >&2
+  echo "bootstrap: installing$pkgs (Debian packages the tests use)" >&2
+  # shellcheck disable=SC2086 # one word per package
   if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-        $SUDO apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }; then
-    echo "bootstrap: could not install etcd-server; the etcd tests will skip" >&2
+        $SUDO apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; }; then
+    echo "bootstrap: could not install$pkgs; the tests needing them will skip" >&2
   fi
 fi
 

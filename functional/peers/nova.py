@@ -362,9 +362,9 @@ class NovaCloud:
         def done():
             servers = [self.server(i) for i in ids]
             bad = [s for s in servers if s["status"] == "ERROR"]
-            if bad:
-                raise PeerError("nova", "server %s went ERROR: %s" % (
-                    bad[0]["id"], bad[0].get("fault")), self.log_of("nova-conductor"))
+            if bad:    # final: until now it waited out the whole timeout
+                raise procs.Final(PeerError("nova", "server %s went ERROR: %s" % (
+                    bad[0]["id"], bad[0].get("fault")), self.log_of("nova-conductor")))
             return all(s["status"] == status and s.get("OS-EXT-STS:task_state") is None
                        and (host is None or s["OS-EXT-SRV-ATTR:host"] == host)
                        for s in servers) and servers

@@ -100,12 +100,22 @@ class Proc:
             pass
 
 
+class Final(Exception):
+    """Raised by a ``wait_until`` predicate that saw an end no waiting can
+    change (a server in ERROR): ``error`` is raised at once, not after
+    the timeout."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 def wait_until(predicate, timeout, what, peer, log=None, interval=0.25,
                procs=()):
     """Poll ``predicate`` until truthy; fail naming ``peer`` and ``log``.
 
     ``procs`` are checked on every round so a crashed peer fails at once
-    instead of at the timeout.
+    instead of at the timeout; a predicate raising :class:`Final` too.
     """
     deadline = time.monotonic() + timeout
     last_exc = None
@@ -116,6 +126,8 @@ def wait_until(predicate, timeout, what, peer, log=None, interval=0.25,
             value = predicate()
             if value:
                 return value
+        except Final as f:
+            raise f.error
         except Exception as e:  # noqa: BLE001 - reported at the timeout
             last_exc = e
         if time.monotonic() > deadline:

@@ -51,13 +51,27 @@ class Engine(EngineProcess):
         return simrun.write_conf_file(
             os.path.join(self.workdir, "instanceha.conf"), groups)
 
-    def start(self):
-        env = dict(os.environ)
+    def start(self, env=None):
+        env = dict(os.environ if env is None else env)
         env.pop("OS_CLIENT_CONFIG_FILE", None)
         try:
             return super().start(len(self.bed.hosts), timeout=60, env=env)
         except AssertionError as e:
             raise PeerError("instanceha", str(e), self.log_path)
+
+
+    def compute_through(self, proxy):
+        """Send the engine's Nova requests through ``proxy`` (a
+        functional.peers.faultproxy.HttpFaultProxy in front of nova-api)."""
+        path = os.path.join(self.workdir, "clouds.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        cloud = doc["clouds"]["realnova"]
+        path_part = cloud["compute_endpoint_override"].split("/", 3)[3:]
+        cloud["compute_endpoint_override"] = "/".join(
+            [proxy.url] + path_part)
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f)
 
 
 VICTIM_SERVERS = 2
