@@ -49,6 +49,12 @@ def main(argv=None):
     if cmd == "demo":
         from instanceha.cmd import demo
         return demo.main(rest)
+    if cmd == "check":
+        from instanceha.cmd import check
+        return check.main(rest)
+    if cmd == "history":
+        from instanceha.cmd import history
+        return history.main(rest)
     print("instanceha: unknown command %r\n\n%s" % (cmd, USAGE.strip()),
           file=sys.stderr)
     return 2
