@@ -33,7 +33,6 @@ import socket
 import threading
 import time
 import uuid
-import warnings
 
 import structlog
 
@@ -181,11 +180,7 @@ class Membership:
         """Reach the backend and join the group. Raises
         CoordinationError (one line) when it cannot."""
         try:
-            with warnings.catch_warnings():
-                # futurist (under tooz) imports eventlet, which warns on
-                # stderr that it is deprecated: noise at every start.
-                warnings.filterwarnings("ignore", message=r"\s*Eventlet")
-                from tooz import coordination as tooz_coord
+            from tooz import coordination as tooz_coord
             if self._coord is None:
                 _probe(self.url, max(1, self.lease // 3))
                 self._coord = tooz_coord.get_coordinator(
