@@ -9,14 +9,20 @@ import time
 
 import structlog
 
+from instanceha import conf as conf_pkg
+from instanceha import sdnotify
+from instanceha.conf import reload as conf_reload
 from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine.engine import Context, Engine
 from instanceha.engine.progress import ProgressBoard
+from instanceha.fsm.machine import Policy
+from instanceha.policy import storm
 from instanceha.journal import Journal
 from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler
+from instanceha.watchdog import SystemdLink
 
 LOG = structlog.get_logger("instanceha.service")
 
@@ -61,11 +67,13 @@ class Service:
     """The engine plus its sources, drivers, journal and status file."""
 
     def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
-                 fencer=None, on_lost=None):
+                 fencer=None, on_lost=None, notifier=None):
         """``compute`` (a ComputeDriver) and ``fencer`` (driver name ->
         FencingDriver) replace the real drivers, for tests. ``on_lost``
         (reason) runs when a leadership this member held lapses; by default
-        the process exits at once (see doc/replicas.md)."""
+        the process exits at once (see doc/replicas.md). ``notifier`` (an
+        :class:`instanceha.sdnotify.Notifier`) talks to systemd; by default
+        the one ``NOTIFY_SOCKET`` names, if any."""
         self.conf = conf
         self.clock = clock
         self._on_lost_hook = on_lost
@@ -137,6 +145,9 @@ class Service:
                 return data
             # The status file and GET /status both show the group.
             self.engine.snapshot = with_members
+        self.notifier = notifier if notifier is not None \
+            else sdnotify.Notifier()
+        self.systemd = SystemdLink(self, self.notifier, clock=clock)
 
     def _coordinate(self, compute, fencer):
         """Several replicas: join the group at start, act only while
@@ -325,6 +336,8 @@ class Service:
             # Hot standby: connected to the backend and the journal; the
             # engine and the sources start when this member is elected.
             self.membership.start()
+        # READY=1 after the first reconcile pass, then the watchdog.
+        self.systemd.start()
 
     def _join(self):
         from instanceha import coordination
@@ -351,7 +364,58 @@ class Service:
             raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))
 
     def reload_inventory(self):
-        """SIGHUP: read the BMC inventory again. A broken file (or one this
+        """What ``instanceha run`` calls on SIGHUP: :meth:`reload`."""
+        return self.reload()
+
+    def reload(self):
+        """SIGHUP: re-read the configuration files (mutable options) and
+        the BMC inventory, telling systemd (RELOADING=1, then READY=1).
+        Returns (config Outcome, inventory reload result)."""
+        if self.systemd.ready:
+            self.notifier.reloading()
+        try:
+            config = self.reload_config()
+            inventory = self._reload_inventory()
+        finally:
+            if self.systemd.ready:
+                self.notifier.ready("reloaded the configuration")
+            else:
+                # READY=1 still waits for the first reconcile pass.
+                self.notifier.status("reloaded the configuration; starting")
+        return config, inventory
+
+    def reload_config(self):
+        """Apply the mutable options changed in the configuration files;
+        a changed immutable option keeps its value and is named in a
+        warning; a file that would not start the service changes
+        nothing. One log line per decision."""
+        files = ",".join(conf_pkg.config_files(self.conf)) or None
+        r = conf_reload.reload(self.conf)
+        if not r.ok:
+            LOG.error("config_reload_failed", files=files, reason=r.error,
+                      effect="the configuration in use stays, unchanged")
+            return r
+        if r.applied:
+            # The engine keeps what it derived from the options.
+            self.engine.policy = Policy.from_conf(self.conf)
+            self.engine.storm = storm.Settings.from_conf(self.conf)
+            LOG.info("config_reloaded", files=files,
+                     changed=conf_reload.describe(r.applied),
+                     reason="SIGHUP: mutable options applied")
+        if r.ignored:
+            LOG.warning("config_change_ignored", files=files,
+                        options=",".join("%s.%s" % (c[0], c[1])
+                                         for c in r.ignored),
+                        changed=conf_reload.describe(r.ignored),
+                        reason="not mutable: the value in use stays until "
+                               "a restart")
+        if not r.applied and not r.ignored:
+            LOG.info("config_reloaded", files=files, changed=None,
+                     reason="SIGHUP: no option changed")
+        return r
+
+    def _reload_inventory(self):
+        """Read the BMC inventory again. A broken file (or one this
         service must refuse) keeps the inventory in use, and says why."""
         path = self.conf.fencing.inventory
         r = inventory_mod.reload(path, fencing_pkg.FIELDS, self.inventory,
@@ -372,6 +436,7 @@ class Service:
         return r
 
     def stop(self):
+        self.systemd.stop()
         self._status_stop.set()
         self._status_dirty.set()
         if self._acting or self.membership is None:

@@ -43,6 +43,18 @@ OPTS = [
     cfg.StrOpt("log_format", default="console", choices=["console", "json"],
                help="Log rendering: key=value lines for a terminal or journald "
                     "(console), or one JSON object per line (json)."),
+    cfg.FloatOpt("watchdog_stall_timeout", default=300.0, min=10,
+                 max=86400,
+                 help="Seconds without a reconcile pass attempt (one that "
+                      "succeeds or one that fails, e.g. Nova unreachable) "
+                      "after which the engine counts as stuck. Under "
+                      "systemd with WatchdogSec (etc/systemd/"
+                      "instanceha.service) a stuck engine stops sending "
+                      "WATCHDOG=1 and systemd restarts it. Keep it well "
+                      "above [detection] poll_interval plus the time one "
+                      "os-services call may take with its retries "
+                      "(api_timeout); too low restarts a service that is "
+                      "only slow."),
     cfg.BoolOpt("debug", default=False,
                 help="Log ignored events and every API call at debug level."),
 ]

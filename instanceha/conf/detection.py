@@ -4,23 +4,25 @@ from instanceha.conf import _group
 
 GROUP = "detection"
 OPTS = [
-    cfg.FloatOpt("poll_interval", default=10.0, min=0.1, max=3600,
+    cfg.FloatOpt("poll_interval", mutable=True,
+                 default=10.0, min=0.1, max=3600,
                  help="Seconds between reconciler passes. Each pass is one "
                       "os-services call. Polling is the safety net for missed "
                       "events; a dead compute sends no notification, so this "
                       "plus 'delta' bounds detection time without events."),
-    cfg.FloatOpt("delta", default=30.0, min=1, max=86400,
+    cfg.FloatOpt("delta", mutable=True, default=30.0, min=1, max=86400,
                  help="A compute service whose updated_at is older than this "
                       "many seconds is suspect even if Nova still says up. "
                       "Age is measured on Nova's clock (against the newest "
                       "updated_at of any compute service), not this node's. "
                       "Keep it above Nova's report_interval; too low fences "
                       "hosts that are merely slow to report."),
-    cfg.FloatOpt("grace_period", default=10.0, min=0, max=3600,
+    cfg.FloatOpt("grace_period", mutable=True, default=10.0, min=0, max=3600,
                  help="Seconds a host stays suspect before it is fenced, so a "
                       "late heartbeat can clear it. Lower means faster "
                       "recovery and more risk of fencing a live host."),
-    cfg.FloatOpt("clock_skew_warning", default=60.0, min=1, max=86400,
+    cfg.FloatOpt("clock_skew_warning", mutable=True,
+                 default=60.0, min=1, max=86400,
                  help="Log a clock_skew warning when this node's clock and "
                       "Nova's differ by more than this many seconds "
                       "(estimated each pass as local time minus the newest "
@@ -32,7 +34,7 @@ OPTS = [
                       "with Nova's. Too low warns on normal report lag; too "
                       "high hides a broken NTP setup. Fix NTP rather than "
                       "raising it."),
-    cfg.FloatOpt("tick_interval", default=1.0, min=0.05, max=60,
+    cfg.FloatOpt("tick_interval", mutable=True, default=1.0, min=0.05, max=60,
                  help="How often the engine re-evaluates time-based decisions "
                       "(grace expiry, retry after back-off, cleanup re-check)."),
 ]

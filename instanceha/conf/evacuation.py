@@ -4,7 +4,7 @@ from instanceha.conf import _group
 
 GROUP = "evacuation"
 OPTS = [
-    cfg.IntOpt("concurrency", default=10, min=1, max=1000,
+    cfg.IntOpt("concurrency", mutable=True, default=10, min=1, max=1000,
                help="Evacuations of one host's servers in flight at once. "
                     "Higher is faster but loads the scheduler and the "
                     "destination hosts more."),
@@ -24,13 +24,15 @@ OPTS = [
                help="Compute API microversion used for the evacuate call. "
                     "From 2.95 Nova leaves evacuated servers SHUTOFF; 2.94 "
                     "keeps an ACTIVE server ACTIVE."),
-    cfg.FloatOpt("retry_backoff", default=30.0, min=0.1, max=86400,
+    cfg.FloatOpt("retry_backoff", mutable=True,
+                 default=30.0, min=0.1, max=86400,
                  help="Seconds before evacuation is retried when no host had "
                       "capacity; doubled after each attempt up to "
                       "retry_backoff_max."),
-    cfg.FloatOpt("retry_backoff_max", default=600.0, min=0.1, max=86400,
+    cfg.FloatOpt("retry_backoff_max", mutable=True,
+                 default=600.0, min=0.1, max=86400,
                  help="Upper bound of the no-capacity retry delay."),
-    cfg.IntOpt("max_attempts", default=5, min=1, max=1000,
+    cfg.IntOpt("max_attempts", mutable=True, default=5, min=1, max=1000,
                help="Evacuation attempts for a host (no capacity) before it "
                     "is left 'failed' for an operator. Bounds retry loops."),
     cfg.IntOpt("server_retries", default=3, min=0, max=100,
@@ -62,7 +64,8 @@ OPTS = [
                 help="When a fenced host returns and Nova has completed every "
                      "evacuation migration from it, unset forced_down but "
                      "leave the service disabled for an operator to enable."),
-    cfg.FloatOpt("cleanup_check_interval", default=5.0, min=0.1, max=3600,
+    cfg.FloatOpt("cleanup_check_interval", mutable=True,
+                 default=5.0, min=0.1, max=3600,
                  help="Seconds between checks that a returned host's "
                       "evacuation migrations are all 'completed'."),
     cfg.FloatOpt("stale_rebuild_wait", default=120.0, min=0, max=86400,

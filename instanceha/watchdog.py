@@ -1,0 +1,168 @@
+"""Tell systemd how the service is: READY=1, WATCHDOG=1, STATUS=.
+
+:class:`SystemdLink` runs one thread in a service started by systemd
+(``NOTIFY_SOCKET`` set; see etc/systemd/instanceha.service):
+
+- ``READY=1`` once the first reconcile pass completed (Nova's view of every
+  compute service was read), or at once on a standby replica, which acts on
+  nothing until elected;
+- ``WATCHDOG=1`` every half ``WatchdogSec`` while the engine is healthy:
+  its lock answers (the status snapshot is taken from this thread, so a
+  deadlocked engine blocks it and the watchdog pings stop), none of its
+  threads died, and the reconciler attempted a pass (successful or not)
+  within ``[DEFAULT] watchdog_stall_timeout``. Without pings systemd kills
+  and restarts the process; the restart resumes from the journal;
+- ``STATUS=`` what it is doing, for ``systemctl status``.
+"""
+
+import threading
+import time
+
+import structlog
+
+LOG = structlog.get_logger("instanceha.watchdog")
+
+#: seconds between STATUS= updates when systemd set no watchdog
+STATUS_INTERVAL = 10.0
+
+
+class Liveness:
+    """Is the reconciler still trying? Judged from its attempt count
+    (passes plus failed passes) changing, on a monotonic clock."""
+
+    def __init__(self, stall_after, monotonic=time.monotonic):
+        self.stall_after = stall_after
+        self._monotonic = monotonic
+        self._attempts = None
+        self._changed_at = None
+
+    def judge(self, attempts, dead_threads=()):
+        """(healthy, reason)."""
+        now = self._monotonic()
+        if attempts != self._attempts:
+            self._attempts, self._changed_at = attempts, now
+        if dead_threads:
+            return False, ("engine thread(s) stopped: %s"
+                           % ", ".join(sorted(dead_threads)))
+        idle = now - self._changed_at
+        if idle > self.stall_after:
+            return False, ("the reconciler attempted no pass for %.0fs "
+                           "(watchdog_stall_timeout %.0fs)"
+                           % (idle, self.stall_after))
+        return True, "reconciler attempted a pass %.0fs ago" % idle
+
+
+def summary(snapshot, now):
+    """One line for STATUS=: hosts per state, holds, the last pass."""
+    counts = {}
+    for h in snapshot.get("hosts", []):
+        counts[h["state"]] = counts.get(h["state"], 0) + 1
+    text = "watching %d compute host(s)" % sum(counts.values())
+    if counts:
+        text += " (%s)" % ", ".join("%d %s" % (n, s)
+                                    for s, n in sorted(counts.items()))
+    cluster = snapshot.get("cluster") or {}
+    if not cluster.get("ok", True):
+        text += "; HOLD: %s" % cluster.get("reason")
+    unprotected = snapshot.get("unprotected") or {}
+    if unprotected:
+        text += "; %d UNPROTECTED" % len(unprotected)
+    rec = (snapshot.get("sources") or {}).get("reconciler") or {}
+    if rec.get("last_pass_at") is not None:
+        text += "; last reconcile %.0fs ago" % max(
+            0.0, now - rec["last_pass_at"])
+    if rec.get("last_error"):
+        text += "; last reconcile failed: %s" % rec["last_error"]
+    return text
+
+
+class SystemdLink:
+    """Feeds systemd from a running :class:`instanceha.service.Service`."""
+
+    def __init__(self, service, notifier, clock=time.time,
+                 monotonic=time.monotonic):
+        self.service = service
+        self.notifier = notifier
+        self.clock = clock
+        self.liveness = Liveness(service.conf.watchdog_stall_timeout,
+                                 monotonic)
+        self.ready = False
+        self._healthy = True
+        self._stop = threading.Event()
+        self._thread = None
+
+    @property
+    def interval(self):
+        return self.notifier.watchdog_interval or STATUS_INTERVAL
+
+    def _acting(self):
+        svc = self.service
+        return svc.membership is None or svc._acting
+
+    def check(self):
+        """(healthy, ready to serve, STATUS= text)."""
+        svc = self.service
+        if not self._acting():
+            m = svc.membership.status() if svc.membership else {}
+            return True, True, "standby in group %s: %s" % (
+                m.get("group"), m.get("reason") or "not elected")
+        rec = svc.reconciler
+        threads = list(getattr(svc.engine, "_threads", ()))
+        if rec._thread is not None:
+            threads.append(rec._thread)
+        dead = [t.name for t in threads if not t.is_alive()]
+        ok, why = self.liveness.judge(rec.passes + rec.errors, dead)
+        # Takes the engine's lock: a deadlocked engine stops here.
+        text = summary(svc.engine.snapshot(), self.clock())
+        if not ok:
+            text = "UNHEALTHY: %s; %s" % (why, text)
+        elif rec.passes == 0:
+            text = "starting: waiting for the first reconcile pass; " + text
+        return ok, rec.passes > 0, text
+
+    def step(self):
+        """One round: READY=1 once, WATCHDOG=1 while healthy, STATUS=."""
+        ok, ready, text = self.check()
+        if ok != self._healthy:
+            self._healthy = ok
+            log = LOG.info if ok else LOG.error
+            log("watchdog", healthy=ok, reason=text,
+                effect=("WATCHDOG=1 sent again" if ok else
+                        "no WATCHDOG=1: systemd restarts the service when "
+                        "WatchdogSec runs out"))
+        if ready and ok and not self.ready:
+            self.ready = True
+            LOG.info("ready", reason="first reconcile pass completed"
+                     if self._acting() else "standby joined its group",
+                     effect="READY=1 sent to systemd")
+            self.notifier.ready(text)
+        if ok and self.notifier.watchdog_interval:
+            self.notifier.watchdog(text)
+        else:
+            self.notifier.status(text)
+        return ok
+
+    def _loop(self):
+        # Quickly until ready (READY=1 soon after the first pass), then
+        # every half watchdog period.
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:          # noqa: BLE001 - keep feeding
+                LOG.exception("watchdog_step_failed")
+            self._stop.wait(self.interval if self.ready
+                            else min(self.interval, 0.2))
+
+    def start(self):
+        if not self.notifier.enabled:
+            return
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="instanceha-systemd")
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self.notifier.enabled:
+            self.notifier.stopping()
