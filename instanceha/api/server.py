@@ -8,26 +8,36 @@
     POST /hosts/<host>/maintenance    {"reason": "..."}
     POST /hosts/<host>/resume         {"reason": "..."}
     POST /storm/resume                {"reason": "..."}  lift the storm hold
+    GET  /hosts/<host>/history        the host's journal, in time order
+                                      (?since=&until=&limit=&marker=)
 
 Commands become operator events; the state machine decides what they mean
 in the host's current state. A suspension says how long: seconds (positive,
 finite, at most ``[api] max_suspend_seconds``) or forever, never neither.
 The 202 answer is {"host", "command", "state" (before the command),
 "still_running" (the host's running work, or null)}, plus "until" (epoch
-seconds, null = forever) for suspend. Bound to loopback by default; no auth.
+seconds, null = forever) for suspend.
+
+Served by cheroot's threaded WSGI server; :mod:`instanceha.api.wsgi` checks
+the transport, authentication and policy before :meth:`OperatorAPI.handle`
+(which tests call directly). See doc/api.md.
 """
 
-import http.server
 import json
 import math
 import re
 import threading
 
+from cheroot import server as cheroot_server
+from cheroot import wsgi as cheroot_wsgi
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (CounterMetricFamily,
                                     GaugeMetricFamily)
 import structlog
 
+from instanceha.api import history as history_mod
+from instanceha.api import metrics as metrics_mod
+from instanceha.conf import api as api_conf
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm import machine
 from instanceha.fsm.states import State
@@ -41,10 +51,6 @@ _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
                           "stops a recovery)",
           "resume": " (nothing to resume)"}
 _HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
-#: the largest request body read (commands are a few bytes of JSON)
-MAX_BODY = 64 * 1024
-#: seconds a request may take to arrive
-REQUEST_TIMEOUT = 30.0
 
 
 class _Collector:
@@ -52,6 +58,7 @@ class _Collector:
         self._api = api
 
     def collect(self):
+        self._api.timings.read_evacuations()
         snap = self._api.engine.snapshot()
         state = GaugeMetricFamily("instanceha_host_state",
                                   "1 for the state each host is in",
@@ -111,6 +118,8 @@ class _Collector:
         count.add_metric([], len(unprotected))
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
                     acts, per_host, count)
+        yield from self._api.audit_ages.collect(self._api.engine, snap,
+                                                self._api.clock())
         for name, health in sorted(snap["sources"].items()):
             for field, value in sorted(health.items()):
                 if isinstance(value, bool) or not isinstance(value,
@@ -126,17 +135,39 @@ class _Collector:
 class OperatorAPI:
 
     def __init__(self, conf, engine, clock):
+        """Raises instanceha.service.ConfigError when the API must not
+        serve as configured (noauth off loopback, a broken policy file or
+        [keystone_authtoken])."""
         self.conf = conf
         self.engine = engine
         self.clock = clock
+        self.journal = getattr(engine, "journal", None)
         self.registry = CollectorRegistry()
+        self.timings = metrics_mod.Timings(self.registry, self.journal,
+                                           clock())
+        self.audit_ages = metrics_mod.AuditAges()
         self.registry.register(_Collector(self))
+        add_listener = getattr(engine, "add_listener", None)
+        if add_listener is not None:
+            add_listener(self.timings.on_change)
+        why = api_conf.check_listener(conf)
+        if why is not None:
+            from instanceha.service import ConfigError
+            raise ConfigError(why)
+        from instanceha.api import auth, wsgi
+        try:
+            self.app = wsgi.Application(self, conf)
+        except auth.AuthError as e:
+            from instanceha.service import ConfigError
+            raise ConfigError(str(e))
         self._server = None
         self._thread = None
+        self._port = None
 
     # -- request handling (also called directly by tests) ---------------------
-    def handle(self, method, path, body=b""):
-        """Return (status, content_type, bytes)."""
+    def handle(self, method, path, body=b"", query=None):
+        """Return (status, content_type, bytes). ``query``: the request's
+        query parameters ({name: text})."""
         if method == "GET" and path == "/status":
             return _json(200, self.engine.snapshot())
         if method == "GET" and path == "/healthz":
@@ -148,6 +179,8 @@ class OperatorAPI:
         if method == "POST" and path == "/storm/resume":
             return self.resume_storm(body)
         m = _HOST_PATH.match(path)
+        if m and method == "GET" and m.group(2) == "history":
+            return self.history(m.group(1), query or {})
         if m and method == "POST":
             return self.command(m.group(1), m.group(2), body)
         return _json(404, {"error": "no such endpoint: %s %s"
@@ -204,6 +237,35 @@ class OperatorAPI:
             answer["until"] = until
         return _json(202, answer)
 
+    def history(self, host, query):
+        """A page of ``host``'s journal (see instanceha.api.history)."""
+        if self.journal is None:
+            return _json(404, {"error": "no journal to read"})
+        now = self.clock()
+        try:
+            since, until = (
+                history_mod.parse_time(query[k], now, k)
+                if query.get(k) else None for k in ("since", "until"))
+            limit = history_mod.parse_limit(query.get("limit"),
+                                            self.conf.api.history_max_limit)
+            marker = history_mod.parse_marker(query.get("marker"))
+            found = history_mod.find_host(self.journal, self.engine, host)
+            if found is None:
+                return _json(404, {"error": "unknown host %r" % host})
+            host_id, name = found
+            entries, next_marker = history_mod.page(
+                self.journal, host_id, since=since, until=until,
+                marker=marker, limit=limit)
+        except history_mod.BadRequest as e:
+            return _json(400, {"error": str(e)})
+        except Exception as e:   # noqa: BLE001 - said, not raised
+            LOG.warning("history_unreadable", host=host[:100],
+                        reason="%s: %s" % (type(e).__name__, e))
+            return _json(503, {"error": "cannot read the journal: %s"
+                               % type(e).__name__})
+        return _json(200, {"host": name, "host_id": host_id,
+                           "entries": entries, "next_marker": next_marker})
+
     def resume_storm(self, body):
         """Lift the storm hold for the hosts lost now (more losses hold
         again)."""
@@ -237,101 +299,87 @@ class OperatorAPI:
         OSError (address in use, not ours, ...) before anything starts."""
         if self._server is not None:
             return
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            # A client that stops sending mid-request frees its thread.
-            timeout = REQUEST_TIMEOUT
-
-            def _serve(self, method):
-                try:
-                    body, refused = self._body()
-                    if refused is not None:
-                        status, ctype, data = refused
-                    else:
-                        status, ctype, data = api.handle(method, self.path,
-                                                         body)
-                except Exception as e:   # noqa: BLE001 - answered, logged
-                    LOG.exception("api_request_failed", method=method,
-                                  path=self.path[:200],
-                                  reason="%s: %s" % (type(e).__name__, e))
-                    status, ctype, data = _json(
-                        500, {"error": "internal error; see the log"})
-                self._answer(status, ctype, data, method != "HEAD")
-
-            def _body(self):
-                """(body, None), or (b"", answer) for a body refused."""
-                text = (self.headers.get("Content-Length") or "0").strip()
-                if not (text.isascii() and text.isdigit()):
-                    return b"", _json(400, {"error": "bad Content-Length "
-                                            "%r" % text[:40]})
-                length = int(text)
-                if length > MAX_BODY:
-                    self.close_connection = True
-                    return b"", _json(413, {"error": "body of %d bytes; at "
-                                            "most %d" % (length, MAX_BODY)})
-                try:
-                    body = self.rfile.read(length) if length else b""
-                except TimeoutError:
-                    body = b""
-                if len(body) < length:
-                    self.close_connection = True
-                    return b"", _json(400, {"error": "body shorter than its "
-                                            "Content-Length"})
-                return body, None
-
-            def _answer(self, status, ctype, data, with_body=True):
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if with_body:
-                    self.wfile.write(data)
-
-            def do_GET(self):
-                self._serve("GET")
-
-            def do_POST(self):
-                self._serve("POST")
-
-            def __getattr__(self, name):
-                # http.server answers a method without do_<METHOD> with 501
-                # (and an HTML page): every other method is refused here.
-                if name.startswith("do_"):
-                    method = name[3:]
-                    return lambda: self._answer(*_json(
-                        405, {"error": "method %s not allowed: GET or POST"
-                              % method[:20]}), with_body=method != "HEAD")
-                raise AttributeError(name)
-
-        self._server = http.server.ThreadingHTTPServer(
-            (self.conf.api.listen_address, self.conf.api.port), Handler)
-        self._server.daemon_threads = True
+        api = self.conf.api
+        server = _Server((api.listen_address, api.port), self.app,
+                         numthreads=api.threads,
+                         timeout=int(max(1, api.request_timeout)),
+                         shutdown_timeout=2)
+        server.max_request_body_size = api.max_request_body
+        server.max_request_header_size = api.max_request_header
+        server.server_name = "instanceha"
+        server.software = "instanceha"
+        try:
+            server.prepare()
+        except OSError as e:
+            # cheroot folds the cause into a sentence; say the cause.
+            raise (server.bind_error or e) from None
+        self._server = server
+        self._port = server.bind_addr[1]
 
     def start(self):
         """Serve requests (binding first if :meth:`bind` was not called)."""
         self.bind()
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        daemon=True, name="instanceha-api")
+        self._thread = threading.Thread(target=self._serve, daemon=True,
+                                        name="instanceha-api")
         self._thread.start()
         LOG.info("api_listening", address=self.conf.api.listen_address,
-                 port=self.port, reason="operator API serving")
+                 port=self.port, strategy=self.conf.api.auth_strategy,
+                 reason="operator API serving")
+
+    def _serve(self):
+        try:
+            self._server.serve()
+        except Exception as e:   # noqa: BLE001 - logged, the engine goes on
+            LOG.error("api_stopped", reason="%s: %s" % (type(e).__name__, e))
 
     @property
     def port(self):
-        return self._server.server_address[1] if self._server else None
+        """The bound port (still known after stop)."""
+        return self._port
 
     def stop(self):
-        if self._server is None:
+        server, self._server = self._server, None
+        if server is None:
             return
+        server.stop()
         if self._thread is not None:
-            # shutdown() waits for serve_forever(): only when it runs.
-            self._server.shutdown()
+            self._thread.join(5)
             self._thread = None
-        self._server.server_close()
+
+
+class _Request(cheroot_server.HTTPRequest):
+    """cheroot's own refusals (a CONNECT, a malformed request line) say
+    what they are, never with an empty body."""
+
+    def simple_response(self, status, msg=""):
+        return super().simple_response(status, msg or str(status))
+
+
+class _Connection(cheroot_server.HTTPConnection):
+    RequestHandlerClass = _Request
+
+
+class _Server(cheroot_wsgi.Server):
+    """cheroot's server, its errors logged through structlog and the cause
+    of a failed bind kept."""
+
+    ConnectionClass = _Connection
+    bind_error = None
+
+    def bind(self, family, type, proto=0):
+        try:
+            return super().bind(family, type, proto)
+        except OSError as e:
+            self.bind_error = e
+            raise
+
+    def error_log(self, msg="", level=20, traceback=False):
+        if level < 40:
+            return
+        if traceback:
+            LOG.exception("api_server_error", reason=str(msg)[:300])
+        else:
+            LOG.error("api_server_error", reason=str(msg)[:300])
 
 
 def _no_constant(name):

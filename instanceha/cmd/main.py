@@ -16,9 +16,17 @@
                                           watch HOST again (or retry its recovery)
     instanceha resume --storm [--reason R] [--config-file F]
                                           lift the storm hold for the hosts lost now
+    instanceha history HOST [--since TIME] [--until TIME] [--limit N] [--json]
+                                          HOST's journal: every transition,
+                                          action and evacuation, in time order
     instanceha policy explain SERVER [--config-file F]
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
+
+suspend, maintenance and resume talk to the service's API; with [api]
+auth_strategy = keystone they send a token for the clouds.yaml cloud the
+service uses ([DEFAULT] cloud). status and history read the status file and
+the journal.
 """
 
 import argparse
@@ -131,14 +139,8 @@ def run(argv):
 
 def _api_url(conf):
     """The running service's API: from its status file, else the config."""
-    try:
-        with open(conf.status_file) as f:
-            url = json.load(f).get("api")
-        if url:
-            return url
-    except (OSError, ValueError):
-        pass
-    return "http://%s:%d" % (conf.api.listen_address, conf.api.port)
+    from instanceha.api import client
+    return client.api_url(conf)
 
 
 def positive_seconds(text):
@@ -195,8 +197,7 @@ def _split_config_args(argv):
 
 
 def command(verb, argv):
-    import urllib.error
-    import urllib.request
+    import urllib.parse
     p = command_parser(verb)
     argv, rest = _split_config_args(argv)
     args, more = p.parse_known_args(argv)
@@ -217,23 +218,17 @@ def command(verb, argv):
                     % conf.api.max_suspend_seconds)
         else:
             body["seconds"] = args.seconds
-    if storm:
-        url = "%s/storm/resume" % _api_url(conf)
-    else:
-        url = "%s/hosts/%s/%s" % (_api_url(conf), args.host, verb)
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"},
-                                 method="POST")
+    from instanceha.api import client
+    path = "/storm/resume" if storm else "/hosts/%s/%s" % (
+        urllib.parse.quote(args.host, safe=""), verb)
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            answer = json.load(resp)
-    except urllib.error.HTTPError as e:
-        print("instanceha: %s refused: %s" % (verb, e.read().decode()),
-              file=sys.stderr)
+        code, answer = client.call(conf, "POST", path, body)
+    except client.ClientError as e:
+        print("instanceha: %s" % e, file=sys.stderr)
         return 1
-    except (urllib.error.URLError, OSError) as e:
-        print("instanceha: cannot reach the service at %s: %s" % (url, e),
-              file=sys.stderr)
+    if code != 202:
+        print("instanceha: %s refused (%d): %s" % (
+            verb, code, client.error_text(answer)), file=sys.stderr)
         return 1
     if storm:
         print("storm hold lifted for %s; more losses hold again" % ", ".join(

@@ -1,3 +1,6 @@
+import copy
+import ipaddress
+
 from oslo_config import cfg
 
 from instanceha.conf import _group
@@ -6,16 +9,62 @@ GROUP = "api"
 OPTS = [
     cfg.BoolOpt("enabled", default=True,
                 help="Serve the operator API: GET /status, /healthz, "
-                     "/metrics (Prometheus) and POST /hosts/<host>/suspend, "
-                     "/maintenance, /resume. It has no authentication: keep "
-                     "it on a loopback or management address."),
+                     "/metrics (Prometheus), /hosts/<host>/history and POST "
+                     "/hosts/<host>/suspend, /maintenance, /resume, "
+                     "/storm/resume. See doc/api.md."),
     cfg.HostAddressOpt("listen_address", default="127.0.0.1",
-                       help="Address the operator API binds to. Anyone who "
-                            "can reach it can suspend or resume recovery of "
-                            "a host."),
+                       help="Address the operator API binds to. With "
+                            "auth_strategy = noauth it must be a loopback "
+                            "address (the service refuses to start "
+                            "otherwise): anyone who can reach an "
+                            "unauthenticated API can suspend or resume "
+                            "recovery of a host."),
     cfg.PortOpt("port", default=7411,
                 help="TCP port of the operator API (0 picks a free port; "
                      "the chosen one is written to the status file)."),
+    cfg.StrOpt("auth_strategy", default="noauth",
+               choices=[("noauth", "no authentication; only allowed on a "
+                                   "loopback listen_address"),
+                        ("keystone", "every request except /healthz and "
+                                     "/metrics (see "
+                                     "public_health_and_metrics) needs a "
+                                     "Keystone token (X-Auth-Token), "
+                                     "validated by keystonemiddleware "
+                                     "([keystone_authtoken]) and checked "
+                                     "against the policy ([oslo_policy] "
+                                     "policy_file; default: admin role)")],
+               help="How the operator API authenticates requests. noauth "
+                    "lets anyone who reaches the port command the service, "
+                    "so it is refused on any address other than loopback; "
+                    "use keystone on a management network."),
+    cfg.BoolOpt("public_health_and_metrics", default=True,
+                help="With auth_strategy = keystone, GET /healthz and GET "
+                     "/metrics answer without a token (for load balancers "
+                     "and Prometheus). They show host names and states; "
+                     "set false to require a token and the "
+                     "instanceha:health:read / instanceha:metrics:read "
+                     "policy rules for them too."),
+    cfg.IntOpt("max_request_body", default=65536, min=1024, max=1048576,
+               help="Largest request body, in bytes, the API accepts "
+                    "(commands are a few bytes of JSON); a larger one is "
+                    "answered 413 without being read."),
+    cfg.IntOpt("max_request_header", default=16384, min=1024,
+               max=1048576,
+               help="Largest request line plus headers, in bytes (a "
+                    "Keystone token is a few hundred bytes); a larger "
+                    "request is refused."),
+    cfg.FloatOpt("request_timeout", default=30.0, min=1, max=600,
+                 help="Seconds a client may take to send a request before "
+                      "its connection is closed (a client that stops "
+                      "sending mid-request frees its thread)."),
+    cfg.IntOpt("threads", default=4, min=1, max=64,
+               help="Threads serving API requests at once. Commands and "
+                    "status are quick; more threads only help many slow "
+                    "clients."),
+    cfg.IntOpt("history_max_limit", default=1000, min=1, max=100000,
+               help="Largest page GET /hosts/<host>/history returns "
+                    "(its 'limit' parameter; the default page is 100 "
+                    "entries or this, whichever is smaller)."),
     cfg.FloatOpt("stale_after", default=120.0, min=1, max=86400,
                  help="/healthz answers 503 when the reconciler has not "
                       "completed a pass for this many seconds (Nova "
@@ -29,4 +78,74 @@ OPTS = [
                       "{\"forever\": true} ('--forever'). Default: 7 days."),
 ]
 
-register_opts, list_opts = _group.make(GROUP, OPTS, title="Operator API")
+_register_api, _list_api = _group.make(GROUP, OPTS, title="Operator API")
+
+
+def _auth_token_opts():
+    """keystonemiddleware's [keystone_authtoken] options with the password
+    plugin's, so that a config file may set them (they are checked like
+    ours) and the sample lists them. Copies: here none is required (noauth
+    needs none); instanceha.api.auth hands the values to the middleware."""
+    from keystoneauth1 import loading
+    from keystonemiddleware.auth_token import _opts
+    opts = []
+    for _group_name, group_opts in _opts.list_opts():
+        opts.extend(copy.copy(o) for o in group_opts)
+    names = {o.dest for o in opts}
+    for opt in loading.get_auth_plugin_conf_options("password"):
+        if opt.dest not in names:
+            opt = copy.copy(opt)
+            opt.required = False
+            opt.help = ("%s, of the account that validates tokens "
+                        "(auth_type = password)" % opt.help.rstrip("."))
+            opts.append(opt)
+    for opt in opts:
+        if len(opt.help or "") <= 20:
+            opt.help = ("%s (keystonemiddleware, with [api] auth_strategy "
+                        "= keystone)" % (opt.help or opt.name).rstrip("."))
+    return opts
+
+
+def _policy_opts():
+    from oslo_policy import opts
+    return [o for _group_name, group_opts in opts.list_opts()
+            for o in group_opts]
+
+
+def register_opts(conf):
+    _register_api(conf)
+    conf.register_opts(_auth_token_opts(), group="keystone_authtoken")
+    conf.register_opts(_policy_opts(), group="oslo_policy")
+
+
+def list_opts():
+    return dict(_list_api(), keystone_authtoken=_auth_token_opts(),
+                oslo_policy=_policy_opts())
+
+
+def is_loopback(address):
+    """True for a loopback IP address or the name localhost."""
+    if str(address).lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(str(address).strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listener(conf):
+    """A one-line reason the API must not start as configured, or None."""
+    api = conf[GROUP]
+    if api.enabled and api.auth_strategy == "noauth" \
+            and not is_loopback(api.listen_address):
+        return ("[api] auth_strategy = noauth is only allowed on a loopback "
+                "listen_address, not %s: set [api] auth_strategy = keystone "
+                "(and [keystone_authtoken]) or listen on 127.0.0.1"
+                % api.listen_address)
+    return None
+
+
+def validate(conf):
+    why = check_listener(conf)
+    if why is not None:
+        raise cfg.Error(why)

@@ -87,6 +87,15 @@ RESERVED = sa.Table(
 )
 
 
+#: kind -> (table, its time column, rank among entries at the same time)
+_HISTORY = {
+    "transition": (TRANSITIONS, TRANSITIONS.c.at, 0),
+    "action": (ACTIONS, ACTIONS.c.started_at, 1),
+    "evacuation": (EVACUATIONS, EVACUATIONS.c.requested_at, 2),
+}
+HISTORY_KINDS = tuple(_HISTORY)
+
+
 # Statements built once: executing them with a parameter dict reuses
 # SQLAlchemy's compiled form instead of building and caching a new one.
 _INSERT_TRANSITION = TRANSITIONS.insert()
@@ -281,6 +290,59 @@ class Journal:
 
     def evacuations(self, host_id=None):
         return self._rows(EVACUATIONS, host_id)
+
+    # -- history (read only) ----------------------------------------------------
+    def history(self, host_id, since=None, until=None, after=None,
+                limit=100):
+        """A host's transitions, actions and evacuations merged in time
+        order (ties: transitions, then actions, then evacuations, each by
+        id): at most ``limit`` entries at or after ``since`` and before
+        ``until`` (epoch seconds), after the entry ``after`` (a (kind, id)
+        pair from an earlier page, kind in HISTORY_KINDS). Each entry is
+        its row as a dict plus ``entry`` (its kind) and ``at`` (the row's
+        time).
+        Raises KeyError for an ``after`` that is no row of this host."""
+        position = None
+        if after is not None:
+            kind, row_id = after
+            table, column, rank = _HISTORY[kind]
+            q = sa.select(column).where(sa.and_(table.c.id == row_id,
+                                                table.c.host_id == host_id))
+            with self.engine.connect() as c:
+                at = c.execute(q).scalar()
+            if at is None:
+                raise KeyError(after)
+            position = (at, rank, row_id)
+        merged = []
+        for kind, (table, column, rank) in _HISTORY.items():
+            q = sa.select(table).where(table.c.host_id == host_id)
+            if since is not None:
+                q = q.where(column >= since)
+            if until is not None:
+                q = q.where(column < until)
+            if position is not None:
+                at, prank, pid = position
+                later = column > at
+                if rank > prank:
+                    later = sa.or_(later, column == at)
+                elif rank == prank:
+                    later = sa.or_(later, sa.and_(column == at,
+                                                  table.c.id > pid))
+                q = q.where(later)
+            q = q.order_by(column, table.c.id).limit(limit)
+            for row in self._select(q):
+                row["entry"] = kind
+                row["at"] = row[column.name]
+                merged.append((row["at"], rank, row["id"], row))
+        merged.sort(key=lambda t: t[:3])
+        return [t[3] for t in merged[:limit]]
+
+    def evacuations_finished(self, since):
+        """Evacuation rows finished at or after ``since`` (epoch
+        seconds), in finishing order."""
+        return self._select(sa.select(EVACUATIONS).where(
+            EVACUATIONS.c.finished_at >= since).order_by(
+                EVACUATIONS.c.finished_at, EVACUATIONS.c.id))
 
     def close(self):
         self.engine.dispose()

@@ -1,0 +1,85 @@
+"""The CLI's side of the operator API: where the service listens, a
+Keystone token when ``[api] auth_strategy = keystone``, one JSON request.
+
+The token comes through keystoneauth (openstacksdk's session) from the
+same clouds.yaml entry the service uses for Nova (``[DEFAULT] cloud`` and
+``clouds_file``). It is sent as X-Auth-Token and never printed.
+"""
+
+import json
+import urllib.error
+import urllib.request
+
+
+class ClientError(Exception):
+    """The request could not be made; the message is for the operator."""
+
+
+def api_url(conf):
+    """The running service's API: from its status file, else the config."""
+    try:
+        with open(conf.status_file) as f:
+            url = json.load(f).get("api")
+        if url:
+            return url
+    except (OSError, ValueError):
+        pass
+    address = conf.api.listen_address
+    if ":" in address:
+        address = "[%s]" % address
+    return "http://%s:%d" % (address, conf.api.port)
+
+
+def keystone_token(conf):
+    """A token for the clouds.yaml entry ``[DEFAULT] cloud``."""
+    from instanceha.drivers.compute import nova
+    from instanceha.log import URL_PASSWORD
+    try:
+        token = nova.connect(conf).auth_token
+    except Exception as e:   # noqa: BLE001 - keystoneauth's many errors
+        raise ClientError("cannot get a Keystone token for cloud %r: %s" % (
+            conf.cloud, URL_PASSWORD.sub(r"\1***@", str(e))))
+    if not token:
+        raise ClientError("cloud %r gave no Keystone token" % conf.cloud)
+    return token
+
+
+def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
+    """(HTTP status, decoded JSON answer or {"error": text}). Raises
+    ClientError when the service cannot be reached or no token had."""
+    url = api_url(conf) + path
+    headers = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if conf.api.auth_strategy == "keystone":
+        headers["X-Auth-Token"] = token(conf)
+    req = urllib.request.Request(url, data=data, headers=headers,
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, _decode(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, _decode(e.read())
+    except (urllib.error.URLError, OSError) as e:
+        raise ClientError("cannot reach the service at %s: %s" % (url, e))
+
+
+def _decode(raw):
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return {"error": raw[:300].decode("utf-8", "replace")}
+    if not isinstance(data, dict):
+        return {"error": str(data)[:300]}
+    return data
+
+
+def error_text(answer):
+    """The message of an error answer (ours, or keystonemiddleware's
+    {"error": {"message": ...}})."""
+    err = answer.get("error", answer)
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("title") or json.dumps(err)
+    return str(err)

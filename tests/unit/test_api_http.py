@@ -1,0 +1,200 @@
+"""The operator API over HTTP: cheroot's WSGI server on a loopback port,
+WebOb in front of the same handler the other tests call directly."""
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from oslo_config import cfg
+
+from instanceha import conf as conf_pkg
+from instanceha.api.server import OperatorAPI
+from instanceha.cmd import main as cli
+from instanceha import service as service_mod
+from tests.unit.test_engine import World
+
+
+@pytest.fixture
+def served():
+    w = World()
+    w.pass_()
+    w.conf.set_override("port", 0, "api")
+    api = OperatorAPI(w.conf, w.engine, w.clock)
+    api.start()
+    yield w, api
+    api.stop()
+
+
+def _call(api, method, path, body=None, ctype="application/json",
+          headers=None):
+    req = urllib.request.Request(
+        "http://127.0.0.1:%d%s" % (api.port, path), data=body,
+        method=method, headers=dict(headers or {}))
+    if ctype is not None:
+        req.add_header("Content-Type", ctype)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _raw(api, data):
+    with socket.create_connection(("127.0.0.1", api.port), timeout=5) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_command_over_http_acts(served):
+    w, api = served
+    status, headers, body = _call(api, "POST", "/hosts/compute-0/suspend",
+                                  b'{"reason": "bios", "forever": true}')
+    assert status == 202, body
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body)["until"] is None
+    w.drain()
+    assert w.state("compute-0") == ("suspended",
+                                    "suspended by operator: bios")
+
+
+def test_reads_answer_json_and_head_has_no_body(served):
+    w, api = served
+    status, _, body = _call(api, "GET", "/status", ctype=None)
+    assert status == 200 and len(json.loads(body)["hosts"]) == 3
+    status, headers, body = _call(api, "HEAD", "/status", ctype=None)
+    assert status == 200 and body == b""
+    assert int(headers["Content-Length"]) > 0
+    status, _, body = _call(api, "GET", "/metrics", ctype=None)
+    assert status == 200 and b"instanceha_hosts" in body
+
+
+@pytest.mark.parametrize("ctype", [
+    None, "text/plain", "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=xyz", "application/jsonp"])
+def test_a_command_not_declared_json_is_refused_415(served, ctype):
+    w, api = served
+    status, _, body = _call(api, "POST", "/hosts/compute-0/maintenance",
+                            b'{"reason": "x"}', ctype=ctype)
+    assert status == 415, body
+    assert b"application/json" in body
+    w.drain()
+    assert w.state("compute-0")[0] == "active"
+
+
+def test_json_with_a_charset_is_accepted(served):
+    w, api = served
+    status, _, body = _call(api, "POST", "/hosts/compute-1/maintenance",
+                            b'{"reason": "x"}',
+                            ctype="application/json; charset=utf-8")
+    assert status == 202, body
+
+
+def test_bad_requests_are_4xx_with_a_message_never_a_traceback(served):
+    w, api = served
+    head = (b"POST /hosts/compute-0/resume HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\n")
+    for length, body, code, text in [
+            (b"-1", b"{}", b"400", b"bad Content-Length"),
+            (b"\xd9\xa1", b"{}", b"400", b"Content-Length"),
+            (b"50", b"{}", b"400", b"shorter than its Content-Length"),
+            (b"99999999", b"{}", b"413", b"")]:
+        answer = _raw(api, head + b"Content-Length: " + length + b"\r\n\r\n"
+                      + body)
+        assert answer.split(b" ")[1] == code, answer
+        assert text in answer and b"Traceback" not in answer, answer
+    status, _, body = _call(api, "POST", "/hosts/nope/suspend",
+                            b'{"forever": true}')
+    assert status == 404 and b"unknown host 'nope'" in body
+    status, _, body = _call(api, "POST", "/hosts/compute-0/suspend", b"{x")
+    assert status == 400 and b"bad request body" in body
+    status, headers, body = _call(api, "DELETE", "/hosts/compute-0/suspend")
+    assert status == 405 and headers["Allow"] == "POST"
+    status, _, body = _call(api, "GET", "/nothing", ctype=None)
+    assert status == 404 and b"no such endpoint" in body
+    assert w.engine.snapshot()["hosts"][0]["state"] == "active"
+
+
+def test_a_body_over_the_limit_is_refused_unread(served):
+    w, api = served
+    big = b'{"reason": "' + b"x" * 70000 + b'"}'
+    status, _, body = _call(api, "POST", "/hosts/compute-0/maintenance", big)
+    assert status == 413
+
+
+def test_port_zero_is_chosen_and_known_after_stop():
+    w = World()
+    w.conf.set_override("port", 0, "api")
+    api = OperatorAPI(w.conf, w.engine, w.clock)
+    api.bind()
+    port = api.port
+    assert port > 0
+    api.stop()
+    assert api.port == port
+    again = socket.socket()
+    again.bind(("127.0.0.1", port))       # closed again
+    again.close()
+
+
+def test_a_taken_port_says_the_cause():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        w = World()
+        w.conf.set_override("port", taken.getsockname()[1], "api")
+        api = OperatorAPI(w.conf, w.engine, w.clock)
+        with pytest.raises(OSError) as err:
+            api.bind()
+        assert "Address already in use" in str(err.value)
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "10.0.0.5", "::",
+                                     "compute.example"])
+def test_noauth_off_loopback_refuses_to_start(address):
+    conf = conf_pkg.make({"api": {"listen_address": address}})
+    with pytest.raises(service_mod.ConfigError) as err:
+        OperatorAPI(conf, World().engine, lambda: 0.0)
+    assert str(err.value).startswith(
+        "[api] auth_strategy = noauth is only allowed on a loopback "
+        "listen_address, not %s" % address)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", "localhost",
+                                     "127.0.0.53"])
+def test_noauth_on_loopback_is_allowed(address):
+    conf = conf_pkg.make({"api": {"listen_address": address}})
+    OperatorAPI(conf, World().engine, lambda: 0.0)
+
+
+def test_noauth_off_loopback_stops_the_cli_with_one_line(tmp_path, capsys):
+    path = tmp_path / "instanceha.conf"
+    path.write_text("[api]\nlisten_address = 0.0.0.0\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--config-file", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["instanceha: configuration error: [api] auth_strategy = "
+                   "noauth is only allowed on a loopback listen_address, "
+                   "not 0.0.0.0: set [api] auth_strategy = keystone (and "
+                   "[keystone_authtoken]) or listen on 127.0.0.1"]
+
+
+def test_keystone_off_loopback_is_allowed_by_the_config_check():
+    conf = conf_pkg.make({"api": {"listen_address": "0.0.0.0",
+                                  "auth_strategy": "keystone"}})
+    from instanceha.conf import api as api_conf
+    assert api_conf.check_listener(conf) is None
+    with pytest.raises(cfg.Error):
+        api_conf.validate(conf_pkg.make({"api": {
+            "listen_address": "0.0.0.0"}}))
