@@ -58,7 +58,6 @@ class _Collector:
         self._api = api
 
     def collect(self):
-        self._api.timings.read_evacuations()
         snap = self._api.engine.snapshot()
         state = GaugeMetricFamily("instanceha_host_state",
                                   "1 for the state each host is in",
@@ -174,6 +173,9 @@ class OperatorAPI:
             ok, why = self.healthy()
             return _json(200 if ok else 503, {"ok": ok, "reason": why})
         if method == "GET" and path == "/metrics":
+            # Before the histograms are collected: the evacuations done
+            # since the last scrape.
+            self.timings.read_evacuations()
             return 200, "text/plain; version=0.0.4", generate_latest(
                 self.registry)
         if method == "POST" and path == "/storm/resume":
