@@ -1,7 +1,9 @@
 """The operator API as a WSGI application (WebOb), in front of
 :meth:`OperatorAPI.handle`.
 
-Per request, in this order: the method and path are known (405, 404);
+Per request, in this order: without authentication, the Host header names
+a loopback address (403: DNS rebinding); the method and path are known
+(405, 404);
 a protected endpoint goes through keystonemiddleware's auth_token (401)
 and its policy rule (403); a command's body must be declared JSON (415:
 a browser's cross-site form or no-cors post cannot send
@@ -17,6 +19,7 @@ import structlog
 import webob
 
 from instanceha.api import auth
+from instanceha.conf import api as api_conf
 
 LOG = structlog.get_logger("instanceha.api")
 
@@ -90,6 +93,16 @@ class Application:
         """A response for a request refused before authentication, or None
         to go on (through auth_token when it applies)."""
         method = environ.get("REQUEST_METHOD", "")
+        if not self.keystone and not _loopback_host(environ):
+            # noauth listens on loopback only; a page whose name was made
+            # to resolve to 127.0.0.1 (DNS rebinding) still sends its own
+            # name as Host.
+            return json_response(
+                403, {"error": "Host %r is not a loopback name: without "
+                      "authentication this API answers only requests to "
+                      "127.0.0.1, ::1 or localhost"
+                      % environ.get("HTTP_HOST", "")[:100]},
+                Connection="close")
         try:
             path = _path(environ)
         except UnicodeError:
@@ -186,6 +199,19 @@ class Application:
                                             "Content-Length"},
                                       Connection="close")
         return body, None
+
+
+def _loopback_host(environ):
+    """True when the request names a loopback host (or none: HTTP/1.0)."""
+    host = environ.get("HTTP_HOST")
+    if not host:
+        return True
+    host = host.strip()
+    if host.startswith("["):
+        name = host[1:].split("]", 1)[0]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return api_conf.is_loopback(name)
 
 
 def _path(environ):

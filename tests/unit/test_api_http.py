@@ -100,7 +100,7 @@ def test_json_with_a_charset_is_accepted(served):
 
 def test_bad_requests_are_4xx_with_a_message_never_a_traceback(served):
     w, api = served
-    head = (b"POST /hosts/compute-0/resume HTTP/1.1\r\nHost: x\r\n"
+    head = (b"POST /hosts/compute-0/resume HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/json\r\n")
     for length, body, code, text in [
             (b"-1", b"{}", b"400", b"bad Content-Length"),
@@ -198,3 +198,26 @@ def test_keystone_off_loopback_is_allowed_by_the_config_check():
     with pytest.raises(cfg.Error):
         api_conf.validate(conf_pkg.make({"api": {
             "listen_address": "0.0.0.0"}}))
+
+
+@pytest.mark.parametrize("host,code", [
+    (b"127.0.0.1", b"200"), (b"127.0.0.1:7411", b"200"),
+    (b"localhost:80", b"200"), (b"[::1]:7411", b"200"),
+    (b"evil.example", b"403"), (b"evil.example:7411", b"403"),
+    (b"10.0.0.1", b"403")])
+def test_without_auth_only_loopback_host_names_are_answered(served, host,
+                                                            code):
+    """DNS rebinding: a web page whose name resolves to 127.0.0.1 is
+    same-origin for the browser, but its Host header is its own name."""
+    w, api = served
+    body = b'{"forever": true}'
+    answer = _raw(api, b"POST /hosts/compute-0/suspend HTTP/1.1\r\nHost: "
+                  + host + b"\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    status = answer.split(b" ")[1]
+    assert status == (b"202" if code == b"200" else code), answer
+    answer = _raw(api, b"GET /status HTTP/1.1\r\nHost: " + host
+                  + b"\r\n\r\n")
+    assert answer.split(b" ")[1] == code, answer
+    w.drain()
+    assert (w.state("compute-0")[0] == "suspended") == (code == b"200")
