@@ -5,6 +5,14 @@ one Nova stack ever runs (about 1.7 GiB). It is started on first use and
 stopped by :func:`stop` (called from each suite's ``pytest_sessionfinish``)
 or at interpreter exit.
 
+Auth modes: the bed starts in ``noauth`` mode (Nova's API trusts every
+request; fast) unless the first test to use it asks for ``keystone``. A
+real Keystone (``peers/keystone.py``) joins the bed when a test asks for it
+(``testbed(keystone=True)``, ~15 s); ``testbed(auth="keystone")`` also
+restarts Nova's processes with keystonemiddleware in front of nova-api and
+placement (no new databases), and ``testbed()`` (``auth="noauth"``) puts
+them back. Suites keep the Keystone tests together so a run switches once.
+
 ``INSTANCEHA_REQUIRE_SERVICES=1``: a peer that is not installed or not
 reachable fails the test. Without it such a test is skipped with the reason.
 A peer that *is* there but fails to start is always an error.
@@ -17,7 +25,7 @@ import tempfile
 import time
 import uuid
 
-from functional.peers import bmclink, ipmi, nova, procs, redfish
+from functional.peers import bmclink, ipmi, keystone, nova, procs, redfish
 from functional.peers.errors import PeerError, PeerMissing
 
 REQUIRE = os.environ.get("INSTANCEHA_REQUIRE_SERVICES") == "1"
@@ -35,18 +43,29 @@ def handle_missing(exc):
 class TestBed:
     """Nova + one Redfish BMC per host, linked to the computes."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, auth="noauth"):
         self.workdir = pathlib.Path(workdir)
         self.run_id = uuid.uuid4().hex[:8]
-        self.cloud = nova.NovaCloud(self.workdir / "nova", run_id=self.run_id)
+        self.keystone = None
+        self.cloud = nova.NovaCloud(self.workdir / "nova", run_id=self.run_id,
+                                    auth="noauth")
+        self._start_auth = auth
         self.hosts = self.cloud.hosts
         self.redfish = {}
         self.ipmi = {}
         self.link = None
         self.timings = {}
 
+    @property
+    def auth(self):
+        """``noauth`` or ``keystone``: how nova-api and placement authenticate."""
+        return self.cloud.auth
+
     def start(self):
         t0 = time.monotonic()
+        if self._start_auth == "keystone":
+            self.ensure_keystone()
+            self.cloud.auth, self.cloud.keystone = "keystone", self.keystone
         self.cloud.start()
         self.redfish = redfish.start_bmcs(self.hosts, self.workdir / "bmc")
         self.link = bmclink.BMCLink(self.cloud, self.redfish).start()
@@ -59,6 +78,35 @@ class TestBed:
         for b in list(self.redfish.values()) + list(self.ipmi.values()):
             b.stop()
         self.cloud.stop()
+        if self.keystone is not None:
+            self.keystone.stop()
+
+    # -- Keystone and the auth mode
+    def ensure_keystone(self):
+        """Start the bed's Keystone unless it runs; Nova's mode is kept."""
+        if self.keystone is None:
+            ks = keystone.Keystone(self.workdir / "keystone", self.run_id)
+            try:
+                ks.start()
+            except BaseException:
+                ks.stop()
+                raise
+            self.keystone = ks
+            self.timings["keystone"] = ks.timings.get("ready")
+        elif not self.keystone.running:
+            self.keystone.restart()
+        return self.keystone
+
+    def use_auth(self, auth):
+        """Put nova-api and placement in ``auth`` mode (restarting Nova's
+        processes if it changes). Call on a clean cloud."""
+        if auth == "keystone":
+            self.ensure_keystone()
+        if auth != self.cloud.auth:
+            self.cloud.switch_auth(auth, self.keystone)
+            self.timings["switch_to_" + auth] = \
+                self.cloud.timings["switch_to_" + auth]
+        return self
 
     # -- per-host BMC choice
     def use_ipmi(self, host):
@@ -137,15 +185,19 @@ _BED = None
 _FAILED = None
 
 
-def testbed():
-    """The process's test bed, started on first use."""
+def testbed(auth="noauth", keystone=False):
+    """The process's test bed, started on first use.
+
+    ``auth``: the mode Nova must be in (``noauth``, ``keystone``; None:
+    whichever it is in). ``keystone=True``: the bed's Keystone must run
+    (``bed.keystone``), whatever Nova's mode."""
     global _BED, _FAILED
     if _FAILED is not None:
         raise _FAILED
     if _BED is None:
         base = pathlib.Path(os.environ.get("INSTANCEHA_PEER_DIR") or
                             tempfile.mkdtemp(prefix="instanceha-peers-"))
-        bed = TestBed(base)
+        bed = TestBed(base, auth=auth or "noauth")
         try:
             bed.start()
         except BaseException as e:
@@ -155,6 +207,21 @@ def testbed():
             raise _FAILED
         _BED = bed
         atexit.register(stop)
+    try:
+        if keystone:
+            _BED.ensure_keystone()
+        if auth is not None:
+            _BED.use_auth(auth)
+    except PeerMissing:
+        raise
+    except BaseException as e:
+        # a half-switched bed is no use to anyone after this test
+        bed, _BED = _BED, None
+        bed.stop()
+        _FAILED = e if isinstance(e, PeerError) else PeerError(
+            "testbed", "switching to %s failed: %r" % (auth, e),
+            bed.workdir / "nova" / "logs" / "setup.log")
+        raise _FAILED
     return _BED
 
 
@@ -164,11 +231,11 @@ SUITES = [pathlib.Path(__file__).resolve().parents[1] / d
           for d in ("realnova", "conformance")]
 
 
-def testbed_or_missing():
+def testbed_or_missing(auth="noauth", keystone=False):
     """The test bed for a fixture; a missing peer skips or fails the test
     (INSTANCEHA_REQUIRE_SERVICES=1) with its name."""
     try:
-        return testbed()
+        return testbed(auth=auth, keystone=keystone)
     except PeerMissing as e:
         handle_missing(e)
 

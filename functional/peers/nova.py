@@ -11,8 +11,14 @@
    killed and started again like a real one.
 
 Nova and Placement run from the venv ``tools/realpeers/install.sh`` builds;
-nothing of Nova is faked, only Keystone (an admin-context paste filter),
-the image service and the network service. Heartbeats are fast
+nothing of Nova is faked, only the image service and the network service,
+and, in the default ``noauth`` mode, Keystone (an admin-context paste
+filter). In ``keystone`` mode (``auth="keystone"`` with a running
+:class:`functional.peers.keystone.Keystone`, or :meth:`NovaCloud.switch_auth`
+on a running cloud) nova-api and placement keep their own paste pipelines
+with keystonemiddleware's ``auth_token`` against that Keystone, and every
+Nova service reaches placement and the network stub as the ``nova`` service
+user. Heartbeats are fast
 (``report_interval = 2``, ``service_down_time = 8``) so a killed compute is
 seen ``down`` after 6–8 s.
 
@@ -46,7 +52,14 @@ START_TIMEOUT = float(os.environ.get("INSTANCEHA_NOVA_START_TIMEOUT", "240"))
 class NovaCloud:
 
     def __init__(self, workdir, hosts=DEFAULT_HOSTS, run_id=None,
-                 report_interval=2, service_down_time=8):
+                 report_interval=2, service_down_time=8, auth="noauth",
+                 keystone=None):
+        if auth not in ("noauth", "keystone"):
+            raise ValueError("auth is 'noauth' or 'keystone', not %r" % auth)
+        if auth == "keystone" and keystone is None:
+            raise ValueError("auth='keystone' needs a Keystone")
+        self.auth = auth
+        self.keystone = keystone
         self.workdir = pathlib.Path(workdir)
         self.hosts = list(hosts)
         self.run_id = run_id or uuid.uuid4().hex[:8]
@@ -97,10 +110,26 @@ class NovaCloud:
                             self.db.create("api", "cell0", "cell1", "placement")))
         for key in ("api", "placement", "image", "network"):
             self.ports[key] = procs.free_port()
+        if self.auth == "keystone":
+            self._register_endpoints()
         self._write_config()
         self._start_stubs()
         self._sync_databases()
         self.timings["db_sync"] = time.monotonic() - t0
+        self._start_control()
+        self.timings["api"] = time.monotonic() - t0
+        for host in self.hosts:
+            self.start_compute(host)
+        self.wait_ready()
+        self.timings["ready"] = time.monotonic() - t0
+        self.ensure_flavor()
+        return self
+
+    def _python(self):
+        return self._bin("python")
+
+    def _start_control(self):
+        """placement, nova-api, conductor, scheduler; waits for the APIs."""
         self._start("placement", [self._python(), NOVASIDE / "serve_wsgi.py",
                                   "placement.wsgi.api:application",
                                   self.ports["placement"]],
@@ -119,16 +148,59 @@ class NovaCloud:
         procs.wait_until(lambda: self._get_ok(self.api_url + "/"),
                          START_TIMEOUT, "answering", "nova-api",
                          self.log_of("nova-api"), procs=[self.procs["nova-api"]])
-        self.timings["api"] = time.monotonic() - t0
-        for host in self.hosts:
-            self.start_compute(host)
-        self.wait_ready()
-        self.timings["ready"] = time.monotonic() - t0
-        self.ensure_flavor()
-        return self
 
-    def _python(self):
-        return self._bin("python")
+    def _register_endpoints(self):
+        self.keystone.add_endpoint("compute", "nova", self.api_url)
+        self.keystone.add_endpoint("placement", "placement", self.placement_url)
+
+    # ------------------------------------------------------------ auth mode
+    def switch_auth(self, auth, keystone=None):
+        """Restart Nova's processes (not its databases) in another auth mode.
+
+        Costs one restart of placement, nova-api, conductor, scheduler and
+        the running computes (tens of seconds), against minutes for a new
+        bed. Computes that were not running stay stopped. Call it on a
+        clean cloud (no servers)."""
+        if auth == self.auth and (keystone is None or keystone is self.keystone):
+            return self
+        if auth == "keystone" and (keystone or self.keystone) is None:
+            raise ValueError("auth='keystone' needs a Keystone")
+        t0 = time.monotonic()
+        running = [h for h in self.hosts if self.compute_running(h)]
+        for h in running:
+            self.kill_compute(h)
+        for name in ("nova-conductor", "nova-scheduler"):
+            self.procs[name].kill()
+        # A restarted service must prove itself with a heartbeat newer than
+        # the last one of the process it replaces (read after the kill).
+        seen = {(s["binary"], s["host"]): s["updated_at"]
+                for s in self.get("/os-services")["services"]}
+        for name in ("nova-api", "placement"):
+            self.procs[name].kill()
+        self.auth = auth
+        if keystone is not None:
+            self.keystone = keystone
+        if auth == "keystone":
+            self._register_endpoints()
+        self._write_config()
+        self._start_control()
+        for h in running:
+            self.start_compute(h)
+        wanted = [("nova-conductor", "controller"), ("nova-scheduler", "controller")]
+        wanted += [("nova-compute", h) for h in running]
+
+        def fresh():
+            now = {(s["binary"], s["host"]): s for s in
+                   self.get("/os-services")["services"]}
+            return all(k in now and now[k]["state"] == "up"
+                       and now[k]["updated_at"] != seen.get(k) for k in wanted)
+
+        procs.wait_until(fresh, START_TIMEOUT, "heartbeating after the switch "
+                         "to %s" % auth, "nova", self.setup_log,
+                         procs=[p for p in self.procs.values() if p.running()],
+                         interval=0.5)
+        self.timings["switch_to_" + auth] = time.monotonic() - t0
+        return self
 
     def _start(self, name, argv, env=None):
         full_env = dict(os.environ)
@@ -187,8 +259,12 @@ class NovaCloud:
         self._write_paste(nova_dir / "api-paste.ini")
         (self.state / "controller").mkdir(parents=True, exist_ok=True)
         (self.state / "locks").mkdir(parents=True, exist_ok=True)
-        static_token = {"auth_type": "admin_token", "token": "admin",
-                        "region_name": "RegionOne"}
+        if self.auth == "keystone":
+            static_token = dict(self._service_auth("nova"),
+                                valid_interfaces="public")
+        else:
+            static_token = {"auth_type": "admin_token", "token": "admin",
+                            "region_name": "RegionOne"}
         nova = {
             "DEFAULT": {
                 "debug": "True", "host": "controller", "my_ip": "127.0.0.1",
@@ -222,6 +298,13 @@ class NovaCloud:
             "quota": {"instances": "1000", "cores": "10000", "ram": "10240000"},
             "filter_scheduler": {"host_subset_size": "1"},
         }
+        if self.auth == "keystone":
+            # Placement is found through Keystone's catalog; the network
+            # stub is not in it.
+            nova["placement"] = dict(static_token)
+            nova["keystone_authtoken"] = self._authtoken("nova")
+            nova["service_user"] = dict(self._service_auth("nova"),
+                                        send_service_user_token="True")
         _write_ini(nova_dir / "nova.conf", nova)
         for host in self.hosts:
             hstate = self.state / host
@@ -229,16 +312,44 @@ class NovaCloud:
             _write_ini(nova_dir / ("%s.conf" % host), {"DEFAULT": {
                 "host": host, "state_path": str(hstate),
                 "instances_path": str(hstate / "instances")}})
-        _write_ini(pl_dir / "placement.conf", {
+        placement = {
             "DEFAULT": {"debug": "False"},
             "api": {"auth_strategy": "noauth2"},
             "placement_database": {"connection": self.db.url(self.dbs["placement"])},
-        })
+        }
+        if self.auth == "keystone":
+            placement["api"]["auth_strategy"] = "keystone"
+            placement["keystone_authtoken"] = self._authtoken("placement")
+        _write_ini(pl_dir / "placement.conf", placement)
+
+    def _service_auth(self, user):
+        """keystoneauth password options for one of Keystone's service users."""
+        creds = self.keystone.credentials(user)
+        return {"auth_type": "password", "auth_url": creds["auth_url"],
+                "username": user, "password": creds["password"],
+                "project_name": creds["project_name"],
+                "user_domain_name": creds["user_domain_name"],
+                "project_domain_name": creds["project_domain_name"],
+                "region_name": "RegionOne"}
+
+    def _authtoken(self, user):
+        """[keystone_authtoken] for nova-api or placement.
+
+        keystonemiddleware keeps validated tokens in its in-process cache
+        (no memcached on a bed) for its default 300 s, but refuses an
+        expired one whether cached or not."""
+        return dict(self._service_auth(user),
+                    www_authenticate_uri=self.keystone.url,
+                    service_token_roles_required="True")
 
     def _write_paste(self, dest):
-        """Nova's own api-paste.ini with Keystone swapped for our filter."""
+        """Nova's own api-paste.ini; without Keystone, with Keystone's
+        filters swapped for ours."""
         src = self.venv / "etc" / "nova" / "api-paste.ini"
         text = src.read_text()
+        if self.auth == "keystone":
+            dest.write_text(text)
+            return
         if "authtoken keystonecontext" not in text:
             raise PeerError("nova-api", "unexpected api-paste.ini layout in %s"
                             % src, self.setup_log)
@@ -321,12 +432,24 @@ class NovaCloud:
     def _get_ok(self, url):
         return self._session().get(url, timeout=5).status_code < 500
 
+    def _token(self):
+        if self.auth == "keystone":
+            return self.keystone.admin_token()
+        return "admin:admin"
+
     def call(self, method, path, body=None, microversion="2.1", ok=(200, 201, 202, 204)):
-        headers = {"X-Auth-Token": "admin:admin",
-                   "OpenStack-API-Version": "compute %s" % microversion,
-                   "Accept": "application/json"}
-        resp = self._session().request(method, self.api_url + path, json=body,
-                                       headers=headers, timeout=60)
+        """One compute API request as the admin (with a Keystone token in
+        keystone mode; a token Nova refuses is renewed once)."""
+        for attempt in (1, 2):
+            token = self._token()
+            headers = {"X-Auth-Token": token,
+                       "OpenStack-API-Version": "compute %s" % microversion,
+                       "Accept": "application/json"}
+            resp = self._session().request(method, self.api_url + path, json=body,
+                                           headers=headers, timeout=60)
+            if resp.status_code != 401 or self.auth != "keystone":
+                break
+            self.keystone.forget_token(token)
         if ok is not None and resp.status_code not in ok:
             raise PeerError("nova-api", "%s %s (microversion %s) answered %d: %s"
                             % (method, path, microversion, resp.status_code,
@@ -405,13 +528,23 @@ class NovaCloud:
                          self.log_of("nova-conductor"))
 
     # ------------------------------------------------------------ client files
-    def clouds_yaml(self, path, cloud="realnova"):
-        """A clouds.yaml openstacksdk accepts: no auth, fixed compute endpoint."""
-        doc = {"clouds": {cloud: {
-            "auth_type": "none",
-            "compute_endpoint_override": self.api_url,
-            "region_name": "RegionOne",
-        }}}
+    def clouds_yaml(self, path, cloud="realnova", auth=None):
+        """A clouds.yaml openstacksdk accepts.
+
+        noauth mode: no auth, fixed compute endpoint. keystone mode:
+        ``auth`` is ``{"auth_type": ..., "auth": {...}}`` (default: the
+        ``instanceha`` user's password) and the compute endpoint comes
+        from Keystone's catalog."""
+        if self.auth == "keystone":
+            auth = auth or {"auth_type": "password",
+                            "auth": self.keystone.credentials("instanceha")}
+            entry = dict(auth, region_name="RegionOne", interface="public",
+                         identity_api_version="3")
+        else:
+            entry = {"auth_type": "none",
+                     "compute_endpoint_override": self.api_url,
+                     "region_name": "RegionOne"}
+        doc = {"clouds": {cloud: entry}}
         pathlib.Path(path).write_text(json.dumps(doc, indent=2))
         return path
 

@@ -1,8 +1,9 @@
 """Find (and on a fresh machine build) the peers' venvs.
 
 ``tools/realpeers/install.sh`` is idempotent and keyed by versions, so a warm
-call returns in well under a second. ``INSTANCEHA_NOVA_VENV`` and
-``INSTANCEHA_SUSHY_VENV`` point at existing venvs instead.
+call returns in well under a second. ``INSTANCEHA_NOVA_VENV``,
+``INSTANCEHA_KEYSTONE_VENV`` and ``INSTANCEHA_SUSHY_VENV`` point at existing
+venvs instead.
 """
 
 import functools
@@ -18,10 +19,10 @@ INSTALL = REPO / "tools" / "realpeers" / "install.sh"
 
 @functools.lru_cache(maxsize=None)
 def venvs():
-    nova = os.environ.get("INSTANCEHA_NOVA_VENV")
-    sushy = os.environ.get("INSTANCEHA_SUSHY_VENV")
-    if nova and sushy:
-        return {"NOVA_VENV": nova, "SUSHY_VENV": sushy}
+    given = {k: os.environ.get("INSTANCEHA_" + k)
+             for k in ("NOVA_VENV", "KEYSTONE_VENV", "SUSHY_VENV")}
+    if all(given.values()):
+        return given
     log = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "instanceha-realpeers-install.log"
     with open(log, "ab") as logf:
         res = subprocess.run(["bash", str(INSTALL)], stdout=subprocess.PIPE,
@@ -31,15 +32,16 @@ def venvs():
                           % res.returncode, log)
     found = dict(line.split("=", 1) for line in
                  res.stdout.decode().splitlines() if "=" in line)
-    if nova:
-        found["NOVA_VENV"] = nova
-    if sushy:
-        found["SUSHY_VENV"] = sushy
+    found.update((k, v) for k, v in given.items() if v)
     return found
 
 
 def nova_venv():
     return pathlib.Path(venvs()["NOVA_VENV"])
+
+
+def keystone_venv():
+    return pathlib.Path(venvs()["KEYSTONE_VENV"])
 
 
 def sushy_venv():

@@ -21,19 +21,56 @@ def clean_bed(bed):
         bed.restore()
 
 
+@pytest.fixture(scope="function")
+def keystone_bed():
+    """The shared bed with nova-api and placement behind keystonemiddleware
+    and the bed's real Keystone (``bed.keystone``); restored after the test.
+    Switching a running bed restarts Nova's processes once: the Keystone
+    tests run together, after the bed's other tests."""
+    bed = harness.testbed_or_missing(auth="keystone")
+    try:
+        yield bed
+    finally:
+        bed.restore()
+
+
+@pytest.fixture(scope="function")
+def keystone():
+    """The bed's real Keystone (``Keystone``: ``token(user, password,
+    project)``, ``admin_credentials``, ``credentials(user)``, ``url``),
+    started on first use; Nova's auth mode is left as it is."""
+    return harness.testbed_or_missing(auth=None, keystone=True).keystone
+
+
+def _engines(bed, request):
+    engines = []
+    base = bed.workdir / "engines" / request.node.name
+
+    def make(overrides=None, auth=None):
+        e = Engine(bed, base / ("engine%d" % len(engines)), overrides, auth)
+        engines.append(e)
+        return e
+
+    return make, engines
+
+
 @pytest.fixture
 def engine(clean_bed, request):
     """make(overrides) -> a real ``instanceha run`` on the bed, stopped
     after the test; kept with the peers' logs (pytest's tmp dirs are
     rotated by other runs)."""
-    engines = []
-    base = clean_bed.workdir / "engines" / request.node.name
+    make, engines = _engines(clean_bed, request)
+    yield make
+    for e in engines:
+        e.stop()
 
-    def make(overrides=None):
-        e = Engine(clean_bed, base / ("engine%d" % len(engines)), overrides)
-        engines.append(e)
-        return e
 
+@pytest.fixture
+def keystone_engine(keystone_bed, request):
+    """make(overrides, auth) -> a real ``instanceha run`` authenticating
+    through the bed's Keystone (``auth``: clouds.yaml ``auth_type`` and
+    ``auth``; default the ``instanceha`` user's password)."""
+    make, engines = _engines(keystone_bed, request)
     yield make
     for e in engines:
         e.stop()
@@ -43,8 +80,10 @@ def engine(clean_bed, request):
 def pytest_collection_modifyitems(session, config, items):
     """The cascade scenario runs last on the shared bed (right after the
     bed's other tests, so the bed is not started twice): it kills two of
-    the three computes and leaves the most to restore."""
+    the three computes and leaves the most to restore. The Keystone tests
+    follow it, so the bed switches to Keystone mode once, at the end."""
     last = [i for i in items if "realnova/test_cascade.py" in i.nodeid]
+    last += [i for i in items if "realnova/test_keystone.py" in i.nodeid]
     if not last:
         return
     rest = [i for i in items if i not in last]

@@ -26,8 +26,11 @@ TIMINGS = {
 
 class Engine(EngineProcess):
 
-    def __init__(self, bed, workdir, overrides=None):
+    def __init__(self, bed, workdir, overrides=None, auth=None):
+        """``auth``: the clouds.yaml ``auth_type``/``auth`` to use on a
+        Keystone-mode bed (default: the ``instanceha`` user's password)."""
         self.bed = bed
+        self.auth = auth
         os.makedirs(str(workdir), exist_ok=True)
         super().__init__(
             workdir, None, os.path.join(str(workdir), "status.json"),
@@ -36,7 +39,8 @@ class Engine(EngineProcess):
 
     def _write(self, overrides):
         clouds = self.bed.cloud.clouds_yaml(os.path.join(self.workdir,
-                                                         "clouds.yaml"))
+                                                         "clouds.yaml"),
+                                            auth=self.auth)
         inventory = os.path.join(self.workdir, "bmc.yaml")
         fd = os.open(inventory, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -67,7 +71,8 @@ class Engine(EngineProcess):
         with open(path) as f:
             doc = yaml.safe_load(f)
         cloud = doc["clouds"]["realnova"]
-        path_part = cloud["compute_endpoint_override"].split("/", 3)[3:]
+        path_part = cloud.get("compute_endpoint_override",
+                              self.bed.cloud.api_url).split("/", 3)[3:]
         cloud["compute_endpoint_override"] = "/".join(
             [proxy.url] + path_part)
         with open(path, "w") as f:

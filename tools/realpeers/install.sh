@@ -1,6 +1,7 @@
 #!/bin/bash
 # Install the real peers that functional/realnova and functional/conformance
-# start: Nova + Placement (venv of their own), sushy-tools (venv of its own),
+# start: Nova + Placement (venv of their own), Keystone (venv of its own),
+# sushy-tools (venv of its own),
 # and Debian's ipmitool / openipmi / fence-agents / mariadb-server when
 # missing.
 #
@@ -8,9 +9,11 @@
 # versions, so a second run (and every test run) finds them ready:
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/instanceha/nova-<key>/
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/instanceha/keystone-<key>/
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/instanceha/sushy-<key>/
 #
-# Prints the two venv paths as `NOVA_VENV=...` / `SUSHY_VENV=...` lines.
+# Prints the venv paths as `NOVA_VENV=...` / `KEYSTONE_VENV=...` /
+# `SUSHY_VENV=...` lines.
 # Env: INSTANCEHA_SKIP_APT=1 skips the apt step; PYTHON picks the interpreter.
 set -euo pipefail
 
@@ -75,7 +78,9 @@ make_venv() {
 
 PYVER=$("$PYTHON" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
 NOVA_VENV=$(make_venv nova "$NOVA_KEY-$PYVER" "${NOVA_PACKAGES[@]}")
+KEYSTONE_VENV=$(make_venv keystone "$KEYSTONE_KEY-$PYVER" "${KEYSTONE_PACKAGES[@]}")
 SUSHY_VENV=$(make_venv sushy "$SUSHY_KEY-$PYVER" "${SUSHY_PACKAGES[@]}")
 
 echo "NOVA_VENV=$NOVA_VENV"
+echo "KEYSTONE_VENV=$KEYSTONE_VENV"
 echo "SUSHY_VENV=$SUSHY_VENV"
