@@ -6,7 +6,9 @@ same clouds.yaml entry the service uses for Nova (``[DEFAULT] cloud`` and
 ``clouds_file``). It is sent as X-Auth-Token and never printed.
 """
 
+import http.client
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -16,7 +18,10 @@ class ClientError(Exception):
 
 
 def api_url(conf):
-    """The running service's API: from its status file, else the config."""
+    """The running service's API: ``unix:<path>`` for ``[api]
+    unix_socket``, else from its status file, else the config."""
+    if conf.api.unix_socket:
+        return "unix:" + conf.api.unix_socket
     try:
         with open(conf.status_file) as f:
             url = json.load(f).get("api")
@@ -47,7 +52,8 @@ def keystone_token(conf):
 def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
     """(HTTP status, decoded JSON answer or {"error": text}). Raises
     ClientError when the service cannot be reached or no token had."""
-    url = api_url(conf) + path
+    base = api_url(conf)
+    url = base + path
     headers = {"Accept": "application/json"}
     data = None
     if body is not None:
@@ -55,6 +61,8 @@ def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
         headers["Content-Type"] = "application/json"
     if conf.api.auth_strategy == "keystone":
         headers["X-Auth-Token"] = token(conf)
+    if base.startswith("unix:"):
+        return _call_unix(base, method, path, data, headers, timeout)
     req = urllib.request.Request(url, data=data, headers=headers,
                                  method=method)
     try:
@@ -64,6 +72,34 @@ def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
         return e.code, _decode(e.read())
     except (urllib.error.URLError, OSError) as e:
         raise ClientError("cannot reach the service at %s: %s" % (url, e))
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _call_unix(base, method, path, data, headers, timeout):
+    conn = _UnixConnection(base[len("unix:"):], timeout)
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, _decode(resp.read())
+    except OSError as e:
+        raise ClientError("cannot reach the service at %s: %s" % (base, e))
+    finally:
+        conn.close()
 
 
 def _decode(raw):

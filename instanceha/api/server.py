@@ -25,6 +25,7 @@ the transport, authentication and policy before :meth:`OperatorAPI.handle`
 
 import json
 import math
+import os
 import re
 import threading
 
@@ -302,7 +303,8 @@ class OperatorAPI:
         if self._server is not None:
             return
         api = self.conf.api
-        server = _Server((api.listen_address, api.port), self.app,
+        where = api.unix_socket or (api.listen_address, api.port)
+        server = _Server(where, self.app,
                          numthreads=api.threads,
                          timeout=int(max(1, api.request_timeout)),
                          shutdown_timeout=2)
@@ -316,7 +318,12 @@ class OperatorAPI:
             # cheroot folds the cause into a sentence; say the cause.
             raise (server.bind_error or e) from None
         self._server = server
-        self._port = server.bind_addr[1]
+        if api.unix_socket:
+            # cheroot makes it 0777; the directory (checked at start) keeps
+            # others out, the socket its owner and group in.
+            os.chmod(api.unix_socket, 0o660)
+        else:
+            self._port = server.bind_addr[1]
 
     def start(self):
         """Serve requests (binding first if :meth:`bind` was not called)."""
@@ -324,8 +331,8 @@ class OperatorAPI:
         self._thread = threading.Thread(target=self._serve, daemon=True,
                                         name="instanceha-api")
         self._thread.start()
-        LOG.info("api_listening", address=self.conf.api.listen_address,
-                 port=self.port, strategy=self.conf.api.auth_strategy,
+        LOG.info("api_listening", address=self.conf.api.unix_socket
+                 or self.conf.api.listen_address, port=self.port, strategy=self.conf.api.auth_strategy,
                  reason="operator API serving")
 
     def _serve(self):
@@ -336,7 +343,8 @@ class OperatorAPI:
 
     @property
     def port(self):
-        """The bound port (still known after stop)."""
+        """The bound TCP port (still known after stop; None on a unix
+        socket)."""
         return self._port
 
     def stop(self):
@@ -347,6 +355,12 @@ class OperatorAPI:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+        path = self.conf.api.unix_socket
+        if path and api_conf.check_unix_socket(path) is None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 class _Request(cheroot_server.HTTPRequest):

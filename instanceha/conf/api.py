@@ -1,5 +1,7 @@
 import copy
 import ipaddress
+import os
+import stat
 
 from oslo_config import cfg
 
@@ -22,9 +24,21 @@ OPTS = [
     cfg.PortOpt("port", default=7411,
                 help="TCP port of the operator API (0 picks a free port; "
                      "the chosen one is written to the status file)."),
+    cfg.StrOpt("unix_socket", default=None,
+               help="Serve the operator API on this unix socket path "
+                    "instead of TCP (listen_address and port are then "
+                    "unused; /metrics is only reachable through it). Its "
+                    "directory must exist and be closed to other users "
+                    "(no permission for 'other', e.g. mode 0750 or 0700: "
+                    "systemd's RuntimeDirectory=instanceha with "
+                    "RuntimeDirectoryMode=0750); the socket is made "
+                    "0660. Access to the directory is then the "
+                    "authentication, so auth_strategy = noauth is allowed "
+                    "here."),
     cfg.StrOpt("auth_strategy", default="noauth",
                choices=[("noauth", "no authentication; only allowed on a "
-                                   "loopback listen_address"),
+                                   "loopback listen_address or a "
+                                   "unix_socket"),
                         ("keystone", "every request except /healthz and "
                                      "/metrics (see "
                                      "public_health_and_metrics) needs a "
@@ -136,12 +150,43 @@ def is_loopback(address):
 def check_listener(conf):
     """A one-line reason the API must not start as configured, or None."""
     api = conf[GROUP]
-    if api.enabled and api.auth_strategy == "noauth" \
-            and not is_loopback(api.listen_address):
+    if not api.enabled:
+        return None
+    if api.unix_socket:
+        return check_unix_socket(api.unix_socket)
+    if api.auth_strategy == "noauth" and not is_loopback(api.listen_address):
         return ("[api] auth_strategy = noauth is only allowed on a loopback "
                 "listen_address, not %s: set [api] auth_strategy = keystone "
                 "(and [keystone_authtoken]) or listen on 127.0.0.1"
                 % api.listen_address)
+    return None
+
+
+def check_unix_socket(path):
+    """A reason ``path`` must not be the API's socket, or None: its
+    directory must exist and give 'other' no permission, and nothing but
+    an old socket may be at the path (it is replaced)."""
+    if not os.path.isabs(path):
+        return "[api] unix_socket %s: give an absolute path" % path
+    directory = os.path.dirname(path)
+    try:
+        st = os.stat(directory)
+    except OSError as e:
+        return "[api] unix_socket %s: directory %s: %s" % (
+            path, directory, e.strerror)
+    if st.st_mode & 0o007:
+        return ("[api] unix_socket %s: directory %s is open to other users "
+                "(mode %04o): make it 0750 or 0700, its group and owner are "
+                "who may command the service" % (
+                    path, directory, stat.S_IMODE(st.st_mode)))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return "[api] unix_socket %s: %s" % (path, e.strerror)
+    if not stat.S_ISSOCK(st.st_mode):
+        return "[api] unix_socket %s: exists and is not a socket" % path
     return None
 
 

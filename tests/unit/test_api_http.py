@@ -221,3 +221,64 @@ def test_without_auth_only_loopback_host_names_are_answered(served, host,
     assert answer.split(b" ")[1] == code, answer
     w.drain()
     assert (w.state("compute-0")[0] == "suspended") == (code == b"200")
+
+
+def _socket_dir(tmp_path, mode=0o750):
+    d = tmp_path / "run"
+    d.mkdir()
+    d.chmod(mode)
+    return d
+
+
+def test_a_unix_socket_serves_noauth_and_the_cli_uses_it(tmp_path, capsys):
+    d = _socket_dir(tmp_path)
+    path = str(d / "api.sock")
+    w = World()
+    w.pass_()
+    # No TCP listener at all: a public listen_address does not matter.
+    w.conf.set_override("listen_address", "0.0.0.0", "api")
+    w.conf.set_override("unix_socket", path, "api")
+    api = OperatorAPI(w.conf, w.engine, w.clock)
+    api.start()
+    try:
+        import os
+        import stat
+        assert api.port is None
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+        conf_file = tmp_path / "instanceha.conf"
+        conf_file.write_text("[DEFAULT]\nstatus_file = %s\n[api]\n"
+                             "unix_socket = %s\n" % (tmp_path / "no.json",
+                                                     path))
+        code = cli.main(["suspend", "compute-2", "--forever", "--reason",
+                         "psu", "--config-file", str(conf_file)])
+        assert code == 0, capsys.readouterr().err
+        w.drain()
+        assert w.state("compute-2") == ("suspended",
+                                        "suspended by operator: psu")
+    finally:
+        api.stop()
+    import os
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("mode,says", [
+    (0o755, "is open to other users (mode 0755)"),
+    (0o701, "is open to other users (mode 0701)")])
+def test_a_unix_socket_in_an_open_directory_refuses_to_start(tmp_path, mode,
+                                                             says):
+    d = _socket_dir(tmp_path, mode)
+    conf = conf_pkg.make({"api": {"unix_socket": str(d / "api.sock")}})
+    with pytest.raises(service_mod.ConfigError) as err:
+        OperatorAPI(conf, World().engine, lambda: 0.0)
+    assert says in str(err.value) and "[api] unix_socket" in str(err.value)
+
+
+def test_a_unix_socket_path_holding_a_file_refuses_to_start(tmp_path):
+    d = _socket_dir(tmp_path, 0o700)
+    (d / "api.sock").write_text("precious")
+    conf = conf_pkg.make({"api": {"unix_socket": str(d / "api.sock")}})
+    with pytest.raises(service_mod.ConfigError) as err:
+        OperatorAPI(conf, World().engine, lambda: 0.0)
+    assert str(err.value).endswith("exists and is not a socket")
+    assert (d / "api.sock").read_text() == "precious"
