@@ -1,11 +1,14 @@
 """``instanceha check`` as an operator runs it, against the simulator
-(Keystone, Nova API, Redfish BMCs over HTTP) and the machine's RabbitMQ:
+(Keystone, Nova API, Redfish BMCs over HTTP), the machine's RabbitMQ and a
+private redis-server:
 its exit status and report follow the state of the world."""
 
 import os
 import urllib.parse
 
 import yaml
+
+from functional.test_coordination import private_redis  # noqa: F401
 
 
 def _lines(result):
@@ -86,3 +89,21 @@ def test_a_broker_that_refuses_fails(make_cloud):
     line = next(line for line in _lines(result)
                 if line.startswith("FAIL  notifications: "))
     assert "Wrong-Pass" not in result.stdout + result.stderr, line
+
+
+def test_the_coordination_backend_is_reached_without_joining(
+        make_cloud, private_redis):
+    c = make_cloud(hosts=2)
+    with open(c.conf_path, "a") as f:
+        f.write("\n[coordination]\nbackend_url = redis://127.0.0.1:%d\n"
+                "lease = 4\nmargin = 1\nheartbeat_interval = 1\n"
+                % private_redis.port)
+    result = c.cli("check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK    coordination: redis://127.0.0.1:%d: reachable; group " \
+        "instanceha not created yet" % private_redis.port in result.stdout
+    private_redis.stop()
+    result = c.cli("check")
+    assert result.returncode == 1
+    assert any(line.startswith("FAIL  coordination: redis://")
+               for line in _lines(result))

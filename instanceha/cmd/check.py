@@ -9,8 +9,10 @@ the BMC inventory). It reads, and writes nothing:
    services, and every compute host having a way to be fenced;
 4. the notification broker, when ``[notifications] enabled`` (a
    connection through oslo.messaging's transport);
-5. the journal (connects; a SQLite file not yet created is not created);
-6. one power-state read per fencing method of every host (no action).
+5. the coordination backend, when ``[coordination] backend_url`` is set
+   (reached without joining the group);
+6. the journal (connects; a SQLite file not yet created is not created);
+7. one power-state read per fencing method of every host (no action).
 
 It prints one line per finding (OK, WARN, FAIL, SKIP) and exits 1 when a
 FAIL would prevent a recovery, 0 otherwise. Nothing printed holds a
@@ -216,22 +218,73 @@ def check_notifications(conf, report, connect=_connect_broker,
         except cfg.NoSuchOptError:
             url = None
     where = masked_url(url) or "(no transport_url)"
+    result = _bounded(lambda: connect(conf), timeout)
+    if "ok" in result:
+        report.add(OK, "notifications", "%s: %s" % (where, result["ok"]))
+    else:
+        report.add(FAIL, "notifications", "%s: %s" % (where,
+                                                      result["error"]))
+
+
+# -- 4b. coordination ----------------------------------------------------------
+
+def _probe_coordination(conf):
+    """Reach the tooz backend without joining the group: the members the
+    group has now."""
+    import uuid
+    from tooz import coordination as tooz_coord
+    from instanceha import coordination
+    c = conf.coordination
+    coordination._probe(c.backend_url, max(1, c.lease // 3))
+    coord = tooz_coord.get_coordinator(
+        c.backend_url, ("instanceha-check-%s" % uuid.uuid4().hex[:8])
+        .encode(), timeout=str(max(1, int(c.lease // 3))))
+    coord.start(start_heart=False)
+    try:
+        try:
+            members = coord.get_members(c.group.encode()).get()
+        except tooz_coord.GroupNotCreated:
+            return "reachable; group %s not created yet (no member " \
+                "started)" % c.group
+        return "reachable; group %s has %d member(s)" % (c.group,
+                                                           len(members))
+    finally:
+        coord.stop()
+
+
+def check_coordination(conf, report, probe=_probe_coordination,
+                       timeout=BROKER_TIMEOUT):
+    url = conf.coordination.backend_url
+    if not url:
+        report.add(SKIP, "coordination", "[coordination] backend_url unset: "
+                   "one process acts alone")
+        return
+    result = _bounded(lambda: probe(conf), timeout)
+    if "ok" in result:
+        report.add(OK, "coordination", "%s: %s" % (masked_url(url),
+                                                   result["ok"]))
+    else:
+        report.add(FAIL, "coordination", "%s: %s" % (masked_url(url),
+                                                     result["error"]))
+
+
+def _bounded(fn, timeout):
+    """{"ok": fn()} or {"error": text}, within ``timeout`` seconds (the
+    attempt is left behind in a daemon thread after that)."""
     result = {}
 
     def attempt():
         try:
-            result["ok"] = connect(conf)
+            result["ok"] = fn()
         except Exception as e:   # noqa: BLE001 - reported, not raised
             result["error"] = "%s: %s" % (type(e).__name__, e)
     thread = threading.Thread(target=attempt, daemon=True,
-                              name="instanceha-check-broker")
+                              name="instanceha-check-probe")
     thread.start()
     thread.join(timeout)
-    if "ok" in result:
-        report.add(OK, "notifications", "%s: %s" % (where, result["ok"]))
-    else:
-        report.add(FAIL, "notifications", "%s: %s" % (where, result.get(
-            "error", "no connection within %.0fs" % timeout)))
+    if not result:
+        result["error"] = "no answer within %.0fs" % timeout
+    return result
 
 
 # -- 5. journal -----------------------------------------------------------------
@@ -380,7 +433,7 @@ def _fencer(name, conf):
 
 
 def run(argv, compute_factory=_nova, fencer_factory=_fencer,
-        connect_broker=_connect_broker):
+        connect_broker=_connect_broker, probe_coordination=_probe_coordination):
     """Every check in order; returns the :class:`Report`."""
     report = Report()
     conf = check_config(argv, report)
@@ -390,6 +443,7 @@ def run(argv, compute_factory=_nova, fencer_factory=_fencer,
     _, services = check_nova(conf, report, compute_factory)
     check_coverage(conf, inventory, services, report)
     check_notifications(conf, report, connect_broker)
+    check_coordination(conf, report, probe_coordination)
     check_journal(conf, report)
     check_fencing(conf, inventory, services, report, fencer_factory)
     return report

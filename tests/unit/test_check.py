@@ -205,3 +205,35 @@ def test_main_prints_the_report_and_returns_its_status(tmp_path, capsys):
     code = check.main(["--config-file", str(tmp_path / "missing.conf")])
     out = capsys.readouterr().out
     assert code == 1 and out.startswith("FAIL  configuration: ")
+
+
+def test_coordination_backend_reached_or_not(tmp_path):
+    bed = Bed(tmp_path, coordination={
+        "backend_url": "redis://:Redis-Secret@127.0.0.1:1"})
+    seen = []
+
+    def reachable(conf):
+        seen.append(conf.coordination.group)
+        return "reachable; group instanceha has 2 member(s)"
+    report = check.run(["--config-file", bed.conf_path],
+                       compute_factory=lambda conf: bed.compute,
+                       fencer_factory=lambda name, conf: bed.fencer,
+                       probe_coordination=reachable)
+    text = report.render()
+    assert seen == ["instanceha"]
+    assert "OK    coordination: redis://:***@127.0.0.1:1: reachable" in text
+
+    def refused(conf):
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+    report = check.run(["--config-file", bed.conf_path],
+                       compute_factory=lambda conf: bed.compute,
+                       fencer_factory=lambda name, conf: bed.fencer,
+                       probe_coordination=refused)
+    assert report.exit_code == 1
+    assert _levels(report, "coordination") == ["FAIL"]
+    assert "Redis-Secret" not in report.render()
+
+
+def test_without_coordination_it_is_skipped(tmp_path):
+    report, text = Bed(tmp_path).run()
+    assert _levels(report, "coordination") == ["SKIP"]
