@@ -237,3 +237,26 @@ def test_coordination_backend_reached_or_not(tmp_path):
 def test_without_coordination_it_is_skipped(tmp_path):
     report, text = Bed(tmp_path).run()
     assert _levels(report, "coordination") == ["SKIP"]
+
+
+def test_the_real_transport_code_path_on_the_fake_driver(tmp_path):
+    """oslo.messaging's fake:// driver has no broker connection to open:
+    the transport is built (URL and driver checked) and said so."""
+    bed = Bed(tmp_path, notifications={"enabled": True,
+                                       "transport_url": "fake://"})
+    report = check.run(["--config-file", bed.conf_path],
+                       compute_factory=lambda conf: bed.compute,
+                       fencer_factory=lambda name, conf: bed.fencer)
+    [line] = [f for f in report.findings if f.what == "notifications"]
+    assert line.level == "OK" and "fake://" in line.text
+    assert "transport FakeDriver built" in line.text
+
+
+def test_an_unknown_transport_scheme_fails(tmp_path):
+    bed = Bed(tmp_path, notifications={"enabled": True,
+                                       "transport_url": "nosuch://h/"})
+    report = check.run(["--config-file", bed.conf_path],
+                       compute_factory=lambda conf: bed.compute,
+                       fencer_factory=lambda name, conf: bed.fencer)
+    assert _levels(report, "notifications") == ["FAIL"]
+    assert report.exit_code == 1
