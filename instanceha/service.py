@@ -17,8 +17,8 @@ from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine.engine import Context, Engine
 from instanceha.engine.progress import ProgressBoard
 from instanceha.fsm.machine import Policy
-from instanceha.policy import storm
 from instanceha.journal import Journal
+from instanceha.policy import storm
 from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler

@@ -228,3 +228,31 @@ def test_shellcheck():
          "functional/devstack/shims.sh", "functional/devstack/stack.sh"],
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout
+
+
+def test_notifications_through_devstacks_broker(tmp_path, cloud, vhost):
+    """INSTANCEHA_NOTIFICATIONS=True: the listener is configured with
+    DevStack's notification URL (get_notification_url), `instanceha
+    check` connects to it, and the service starts with it."""
+    _, server = cloud
+    stack = Stack(tmp_path, server, INSTANCEHA_NOTIFICATIONS="True",
+                  SHIM_NOTIFICATION_URL=vhost.url)
+    try:
+        result = stack.run("install", "post-config", "local", "extra")
+        assert result.returncode == 0, result.stdout + result.stderr
+        conf = stack.conf()
+        assert conf.get("notifications", "enabled") == "True"
+        assert conf.get("notifications", "transport_url") == vhost.url
+        assert any(line.startswith("OK    notifications: ")
+                   and line.endswith(": connected")
+                   for line in result.stdout.splitlines()), result.stdout
+        waiting.wait_for(lambda: len(stack.states()) == len(HOSTS), 30,
+                         lambda: "the service to see every host; log:\n"
+                         + stack.log()[-2000:])
+        pid = stack.pid()
+        assert stack.run("unstack").returncode == 0
+        waiting.wait_for(lambda: not _alive(pid), 10, "the service to stop")
+    finally:
+        pid = stack.pid()
+        if pid is not None and _alive(pid):
+            os.kill(pid, 9)
