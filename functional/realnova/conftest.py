@@ -80,10 +80,12 @@ def keystone_engine(keystone_bed, request):
 def pytest_collection_modifyitems(session, config, items):
     """The cascade scenario runs last on the shared bed (right after the
     bed's other tests, so the bed is not started twice): it kills two of
-    the three computes and leaves the most to restore. The Keystone tests
-    follow it, so the bed switches to Keystone mode once, at the end."""
+    the three computes and leaves the most to restore. The tests on the
+    Keystone-mode bed (fixture ``keystone_bed``) follow it, so the bed
+    switches to Keystone mode once, at the end."""
     last = [i for i in items if "realnova/test_cascade.py" in i.nodeid]
-    last += [i for i in items if "realnova/test_keystone.py" in i.nodeid]
+    last += [i for i in items if i not in last and "keystone_bed" in
+             getattr(i, "fixturenames", ())]
     if not last:
         return
     rest = [i for i in items if i not in last]
