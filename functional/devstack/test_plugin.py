@@ -4,9 +4,9 @@ its Keystone takes DevStack's password credentials from the generated
 clouds.yaml, its Nova and hosts are what the generated configuration and
 noop inventory describe. Then the service it started recovers a host.
 
-DevStack itself cannot run on the test machine; the real-peer bed
-(functional/peers) runs Nova without Keystone, which a DevStack-style
-password clouds.yaml cannot address, hence the simulator.
+DevStack itself cannot run on the test machine. The same plugin against
+the real-peer bed (real Nova behind a real Keystone, real BMC emulators):
+test_plugin_realbed.py.
 """
 
 import configparser
