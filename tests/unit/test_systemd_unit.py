@@ -63,6 +63,10 @@ def test_hardening_leaves_the_default_paths_reachable():
     assert any(conf.fencing.inventory.startswith(d + "/")
                for d in readable)
     assert _one("Service", "StateDirectory") == "instanceha"
+    # [api] unix_socket's directory: no permission for 'other' (the
+    # service refuses a socket in a directory that gives it any).
+    assert _one("Service", "RuntimeDirectory") == "instanceha"
+    assert int(_one("Service", "RuntimeDirectoryMode"), 8) & 0o007 == 0
     families = _one("Service", "RestrictAddressFamilies").split()
     # AF_UNIX: the notify socket; AF_INET(6): Nova, BMCs, a journal
     # database or broker over the network.
