@@ -69,7 +69,7 @@ class TestBed:
         self.cloud.start()
         self.redfish = redfish.start_bmcs(self.hosts, self.workdir / "bmc")
         self.link = bmclink.BMCLink(self.cloud, self.redfish).start()
-        self.timings = dict(self.cloud.timings, total=time.monotonic() - t0)
+        self.timings.update(self.cloud.timings, total=time.monotonic() - t0)
         return self
 
     def stop(self):

@@ -335,12 +335,15 @@ class NovaCloud:
     def _authtoken(self, user):
         """[keystone_authtoken] for nova-api or placement.
 
-        keystonemiddleware keeps validated tokens in its in-process cache
-        (no memcached on a bed) for its default 300 s, but refuses an
-        expired one whether cached or not."""
+        ``token_cache_time = -1``: Keystone itself validates every
+        request's token (its own cache makes that cheap), so a revoked
+        token is refused at once; keystonemiddleware's in-process cache
+        (a bed has no memcached) would accept one for up to 300 s. An
+        expired token is refused either way."""
         return dict(self._service_auth(user),
                     www_authenticate_uri=self.keystone.url,
-                    service_token_roles_required="True")
+                    service_token_roles_required="True",
+                    token_cache_time="-1")
 
     def _write_paste(self, dest):
         """Nova's own api-paste.ini; without Keystone, with Keystone's

@@ -7,8 +7,11 @@ Keystone's catalog. Every assertion reads Nova's API (as the bed's admin)
 or Keystone's own records.
 """
 
+import datetime
+import re
 import time
 
+import pytest
 import yaml
 
 from functional.peers import procs
@@ -123,12 +126,12 @@ def test_application_credential_engine_recovers_dead_compute(keystone_bed,
     assert cred["secret"] not in eng.log_text()
 
 
-#: [token] expiration for the expiry scenario: shorter than any recovery on
-#: the bed (detection alone takes ~10 s). keystoneauth renews a token with
+#: [token] expiration for the expiry scenario: well below any recovery on
+#: the bed (detection alone takes 6-10 s). keystoneauth renews a token with
 #: less than 120 s left, so the engine asks for a new one before each
-#: request once a token is that short-lived; each one Keystone and Nova
-#: refuse 10 s after its issue.
-SHORT_TOKEN = 10
+#: request once a token is that short-lived; Keystone and Nova refuse each
+#: one 5 s after its issue.
+SHORT_TOKEN = 5
 
 
 def test_token_expiring_mid_recovery_is_renewed(keystone_bed, keystone_engine):
@@ -158,3 +161,48 @@ def test_token_expiring_mid_recovery_is_renewed(keystone_bed, keystone_engine):
         assert renewed, (killed, done, during)
     finally:
         ks.restart(token_expiration=3600)
+
+
+def _nova_401s(bed, since, until):
+    """Times of the requests nova-api answered 401 (its request log logs
+    them before the auth filter runs) between ``since`` and ``until``."""
+    out = []
+    pattern = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) .*"
+                         r"nova\.api\.openstack\.requestlog.*status: 401")
+    with open(bed.cloud.log_of("nova-api"), errors="replace") as f:
+        for line in f:
+            m = pattern.match(line)
+            if m:
+                t = datetime.datetime.strptime(
+                    m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+                if since <= t <= until:
+                    out.append(t)
+    return out
+
+
+def test_token_revoked_mid_recovery_is_replaced(keystone_bed, keystone_engine):
+    """A token Nova refuses while the engine still holds it (Keystone
+    revoked every token of the engine's user, as a password change does)
+    makes the engine authenticate again; the recovery completes."""
+    bed = keystone_bed
+    ks = bed.keystone
+    host = bed.hosts[1]
+    ids = boot_victims(bed, host)
+    eng = keystone_engine()
+    eng.start()
+    bed.cloud.kill_compute(host)
+    eng.wait(lambda: eng.states().get(host, ("",))[0] in (
+        "suspect", "fencing", "fenced", "evacuating", "evacuated"),
+        60, "%s seen dead" % host)
+    if eng.states()[host][0] == "evacuated":
+        pytest.fail("recovery ended before the revocation could happen")
+    revoked = time.time()
+    ks.revoke_user_tokens("instanceha")
+    eng.wait_state(host, "evacuated", timeout=150)
+    done = time.time()
+    _assert_evacuated_by(bed, host, ids, "instanceha")
+    refused = _nova_401s(bed, revoked, done)
+    assert refused, "Nova refused no request after the revocation"
+    again = [a for a in ks.authentications("instanceha")
+             if a["time"] > revoked and a["outcome"] == "success"]
+    assert again, "the engine did not authenticate after the revocation"
