@@ -1,6 +1,11 @@
 """Console script ``instanceha``.
 
-    instanceha run    [--config-file F]   run the service
+    instanceha run    [--config-file F]   run the service (SIGHUP: reload
+                                          mutable options and the inventory)
+    instanceha check  [--config-file F]   check the configuration, the
+                                          inventory, Nova, the broker, the
+                                          journal and every BMC before
+                                          enabling the service
     instanceha status [--config-file F]   print every host's state, since when, why
     instanceha status HOST [--config-file F]
                                           HOST's state and, from the journal,
@@ -116,8 +121,9 @@ def run(argv):
         threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *a: (stop.set(), wake.set()))
-    # SIGHUP re-reads the BMC inventory; the handler only flags it (the
-    # reload logs and takes locks, which a signal handler must not).
+    # SIGHUP re-reads the mutable options and the BMC inventory; the
+    # handler only flags it (the reload logs and takes locks, which a
+    # signal handler must not).
     signal.signal(signal.SIGHUP, lambda *a: (reload.set(), wake.set()))
     try:
         svc.start()
@@ -132,7 +138,7 @@ def run(argv):
         wake.clear()
         if reload.is_set() and not stop.is_set():
             reload.clear()
-            svc.reload_inventory()
+            svc.reload()
     svc.stop()
     return 0
 
