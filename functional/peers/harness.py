@@ -175,10 +175,17 @@ class TestBed:
                                    ok=None)
             if resp.status_code != 200:
                 return False
+            svc = self.cloud.service(host)
+        # Enable only a compute Nova sees up: nova-api then asks it to drop
+        # the COMPUTE_STATUS_DISABLED trait from its resource provider. One
+        # enabled while seen down keeps the trait until its next periodic
+        # resource update (60 s), and boots on it end in No valid host.
+        if svc["state"] != "up":
+            return False
         if svc["status"] != "enabled":
             self.cloud.call("PUT", "/os-services/%s" % svc["id"],
                             {"status": "enabled"}, microversion="2.53")
-        return svc["state"] == "up"
+        return True
 
 
 _BED = None

@@ -41,7 +41,12 @@ def nova_venv():
 
 
 def keystone_venv():
-    return pathlib.Path(venvs()["KEYSTONE_VENV"])
+    path = pathlib.Path(venvs()["KEYSTONE_VENV"])
+    if not (path / "bin" / "keystone-manage").exists():
+        raise PeerMissing("keystone", "no keystone-manage in %s (run "
+                          "tools/realpeers/install.sh or fix "
+                          "INSTANCEHA_KEYSTONE_VENV)" % path)
+    return path
 
 
 def sushy_venv():
