@@ -18,7 +18,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.sh
+# shellcheck source-path=SCRIPTDIR source=versions.sh
 . "$HERE/versions.sh"
 
 PYTHON=${PYTHON:-python3}
@@ -68,8 +68,8 @@ make_venv() {
     rm -rf "$dest"
     "$PYTHON" -m venv "$dest"
     # The machine-wide pip constraints are for the project's venv, not this one.
-    PIP_CONSTRAINT= "$dest/bin/pip" install -q --upgrade pip wheel setuptools >&2
-    PIP_CONSTRAINT= "$dest/bin/pip" install -q "$@" >&2
+    PIP_CONSTRAINT='' "$dest/bin/pip" install -q --upgrade pip wheel setuptools >&2
+    PIP_CONSTRAINT='' "$dest/bin/pip" install -q "$@" >&2
     "$dest/bin/pip" freeze > "$dest/.freeze"
     touch "$dest/.complete"
     log "$name venv built in $((SECONDS - t0)) s"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Pinned versions of the real peers. Changing a pin changes the cache key,
 # so the next install builds a fresh venv next to the old one.
 NOVA_VERSION=34.0.0
