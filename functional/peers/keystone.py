@@ -383,6 +383,16 @@ class Keystone:
         if self.db is not None:
             self.db.drop_all()
 
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
 
 def _cadf_time(text):
     """CADF eventTime (``2026-11-25T07:01:53.123456+0000``) -> epoch s."""
