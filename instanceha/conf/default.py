@@ -16,6 +16,17 @@ OPTS = [
     cfg.FloatOpt("api_timeout", default=30.0, min=1, max=600,
                  help="Seconds before a Nova API request is abandoned and "
                       "retried with back-off."),
+    cfg.IntOpt("api_read_retries", default=2, min=0, max=10,
+               help="Times a Nova read (GET) that failed transiently (HTTP "
+                    "5xx, no answer within api_timeout, connection "
+                    "refused) is sent again at once, after 0.25 s then "
+                    "0.5 s ..., before the call counts as failed. An "
+                    "action makes several reads, so without this a Nova "
+                    "API failing a share of calls fails whole actions "
+                    "into their back-off. Writes (force-down, evacuate, "
+                    "...) are never re-sent here: one answered 500 may "
+                    "have been applied; the engine checks Nova's state "
+                    "before it asks again."),
     cfg.IntOpt("action_retries", default=10, min=1, max=1000,
                help="Attempts at an action (fence, isolate, evacuate, "
                     "cleanup check) that keeps failing with an error a "

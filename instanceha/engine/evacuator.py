@@ -205,12 +205,13 @@ class _Run:
         self.inflight[server.id] = _Attempt(server.id, min(at, now), row,
                                             before)
 
-    def send(self, sid, now, check=False):
-        """``check``: a retry after a failed request; Nova may have taken
-        that request after all (a 5xx from a proxy, a timeout): a server
-        found rebuilding is waited for, not sent twice."""
+    def send(self, sid, now, check=None):
+        """``check``: the failed attempt, for a retry after a failed
+        request; Nova may have taken that request after all (a 5xx from a
+        proxy, a timeout): a server found rebuilding is waited for, one
+        found rebuilt on another host is done; neither is sent twice."""
         ctx = self.ctx
-        if check:
+        if check is not None:
             try:
                 server = ctx.compute.get_server(sid)
             except base.NotFound:
@@ -220,11 +221,21 @@ class _Run:
                 LOG.warning("evacuation_request_taken", host=self.host,
                             server=sid, reason="the failed request was "
                             "taken by Nova after all: waiting for it")
+                self._not_retried(sid)
                 self.inflight[sid] = _Attempt(
-                    sid, now, None, {m.id: m.status for m in
-                                     self.migs.get(sid, [])
-                                     if m.status not in IN_FLIGHT},
+                    sid, now, check.evac_id, {m.id: m.status for m in
+                                              self.migs.get(sid, [])
+                                              if m.status not in IN_FLIGHT},
                     _schedulable(self.services, self.host))
+                return
+            if server.host not in (None, self.host) and \
+                    (server.vm_state or "") in ("active", "stopped"):
+                why = ("the failed request was taken by Nova after all: "
+                       "rebuilt on %s" % server.host)
+                LOG.warning("evacuation_request_taken", host=self.host,
+                            server=sid, dest=server.host, reason=why)
+                self._not_retried(sid)
+                self.done(check, server.host, why)
                 return
         prior = self.open_rows.pop(sid, None)
         if prior is not None:
@@ -259,6 +270,15 @@ class _Run:
         failpoints.hit("after_evacuate_request")
         self.inflight[sid] = attempt
         self.sent += 1
+
+    def _not_retried(self, sid):
+        """The retry counted for ``sid`` was not needed: Nova had taken
+        the request that seemed to fail."""
+        self.retries[sid] -= 1
+        if self.retries[sid] > 0:
+            self.outcome.retried[sid] = self.retries[sid]
+        else:
+            self.outcome.retried.pop(sid, None)
 
     def settle(self, attempt, verdict, request_failed=False):
         """An attempt that will not finish: journal it; send the server
@@ -305,8 +325,10 @@ class _Run:
             self.conf.server_retry_delay * 2 ** (n - 1),
             self.conf.retry_backoff_max)
         self.outcome.retried[sid] = n
-        # A request that failed is checked before it is sent again.
-        self.todo.append((sid, self.ctx.clock() + delay, request_failed))
+        # A request that failed is checked before it is sent again (the
+        # failed attempt rides along: its row says what became of it).
+        self.todo.append((sid, self.ctx.clock() + delay,
+                          attempt if request_failed else None))
         LOG.warning("evacuation_retry", host=self.host, server=sid,
                     retry=n, of=self.conf.server_retries,
                     delay=round(delay, 2), reason=verdict.reason)

@@ -513,3 +513,27 @@ def test_destination_named_by_a_notification_needs_no_stall_timeout():
     assert "destination compute-0 (from the notification)" in \
         retry[0]["detail"]
     assert retry[0]["finished_at"] - start < 60
+
+
+def test_failed_request_taken_and_finished_at_once_is_not_sent_twice():
+    """The request was applied and the answer lost (a 500 from a proxy),
+    and Nova rebuilt the server before the check: found on its new host,
+    it is done. Sending it again made Nova refuse ('Compute service of
+    <new host> is still in use') and the host failed (found by the Nova
+    fault test)."""
+    st = _Storm()
+    real = st.c.evacuate
+
+    def flaky(sid):
+        real(sid)
+        if sid == "compute-1-vm-0" and len(st.requests) == 1:
+            raise cb.ComputeError("HTTP 500: applied, the answer lost", 500)
+    st.c.evacuate = flaky
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert out.failed == {} and out.retried == {}
+    assert len([r for r in st.requests if r[0] == "compute-1-vm-0"]) == 1
+    new_host = st.c.servers["compute-1-vm-0"]["host"]
+    assert new_host != "compute-1"
+    # The journal says what happened: the one request was taken.
+    assert st.rows("compute-1-vm-0") == [("done", new_host)]

@@ -13,6 +13,7 @@ import time
 import urllib.parse
 
 import openstack
+import tenacity
 from keystoneauth1 import exceptions as ks_exc
 from openstack.compute.v2 import aggregate as sdk_aggregate
 from openstack.compute.v2 import hypervisor as sdk_hypervisor
@@ -146,8 +147,10 @@ def connect(conf):
 
 class NovaDriver(base.ComputeDriver):
 
-    def __init__(self, conf, connection=None, clock=time.monotonic):
+    def __init__(self, conf, connection=None, clock=time.monotonic,
+                 sleep=time.sleep):
         self._conf = conf
+        self._sleep = sleep
         #: aggregates and Glance images: [DEFAULT] nova_cache_ttl
         self._cache = TTLCache(conf.nova_cache_ttl, clock)
         try:
@@ -190,7 +193,30 @@ class NovaDriver(base.ComputeDriver):
         return found
 
     # -- plumbing --------------------------------------------------------------
+    def _read(self, what, fn):
+        """``fn()`` (a GET), sent again on a transient failure (5xx, no
+        answer) up to ``[DEFAULT] api_read_retries`` times. A 4xx is an
+        answer and raised at once."""
+        def log(state):
+            LOG.info("nova_read_retry", call=what,
+                     attempt=state.attempt_number,
+                     reason="transient failure, sending the read again: %s"
+                     % state.outcome.exception())
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(
+                1 + self._conf.api_read_retries),
+            wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
+            retry=tenacity.retry_if_exception(_transient),
+            sleep=self._sleep, before_sleep=log, reraise=True)
+        return retrying(fn)
+
     def _call(self, method, path, microversion, **kwargs):
+        if method == "get":
+            return self._read("GET %s" % path, lambda: self._send(
+                method, path, microversion, **kwargs))
+        return self._send(method, path, microversion, **kwargs)
+
+    def _send(self, method, path, microversion, **kwargs):
         try:
             resp = getattr(self._compute, method)(
                 path, microversion=microversion, raise_exc=False, **kwargs)
@@ -218,7 +244,12 @@ class NovaDriver(base.ComputeDriver):
         """Every item of a typed openstacksdk list, all pages: the SDK
         follows Nova's ``servers_links`` / ``migrations_links`` "next" links
         (a page holds at most Nova's [api] max_limit items, 1000 by
-        default). Returns Nova's bodies; errors translated."""
+        default). Returns Nova's bodies; errors translated; transient
+        failures retried (the whole listing)."""
+        return self._read("GET %s" % what, lambda: self._list_once(
+            resource, what, microversion, **params))
+
+    def _list_once(self, resource, what, microversion, **params):
         try:
             return [item.nova_body for item in resource.list(
                 self._compute, microversion=microversion, **params)]
@@ -582,6 +613,14 @@ class NovaDriver(base.ComputeDriver):
                 result=e.get("result")) for e in events]
         except (KeyError, TypeError, AttributeError) as e:
             raise base.ComputeError("instance action answer lacks %s" % e)
+
+
+def _transient(e):
+    """A failure a second try of the same read may not meet: Nova's 5xx
+    or no answer at all (status None). Not a 4xx (an answer)."""
+    return (isinstance(e, base.ComputeError)
+            and not isinstance(e, (base.NotFound, base.Conflict))
+            and (e.status is None or int(e.status) >= 500))
 
 
 def _error_message(resp):

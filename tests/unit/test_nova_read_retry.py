@@ -1,0 +1,102 @@
+"""Nova reads are retried on a transient failure (5xx, no answer); writes
+never are (an evacuation answered 500 may have been applied), and a 4xx
+is an answer, not a failure. Found by the Nova-fault test: one evacuate
+action makes several reads, and with a quarter of calls failing the
+action as a whole failed again and again into a 60 s back-off."""
+
+import json
+import types
+
+import pytest
+from keystoneauth1 import exceptions as ks_exc
+
+from instanceha import conf as conf_pkg
+from instanceha.drivers.compute import base
+from instanceha.drivers.compute.nova import NovaDriver
+
+SERVICES = {"services": [{"id": "u1", "host": "compute-0",
+                          "binary": "nova-compute", "state": "up",
+                          "status": "enabled", "forced_down": False,
+                          "updated_at": "2026-11-25T00:00:00.000000",
+                          "zone": "nova", "disabled_reason": None}]}
+
+
+class Resp:
+    def __init__(self, status, body=None):
+        self.status_code = status
+        self._body = body if body is not None else {
+            "computeFault": {"code": status, "message": "injected"}}
+        self.content = json.dumps(self._body).encode()
+        self.text = self.content.decode()
+
+    def json(self):
+        return self._body
+
+
+class Compute:
+    """An openstacksdk compute proxy answering from a script."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def get_endpoint_data(self):
+        return types.SimpleNamespace(max_microversion=(2, 100))
+
+    def _answer(self, method, path):
+        self.calls.append((method, path))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def get(self, path, **kwargs):
+        return self._answer("GET", path)
+
+    def post(self, path, **kwargs):
+        return self._answer("POST", path)
+
+
+def driver(answers, retries=2):
+    conf = conf_pkg.make({"DEFAULT": {"api_read_retries": retries}})
+    compute = Compute(answers)
+    slept = []
+    d = NovaDriver(conf, connection=types.SimpleNamespace(compute=compute),
+                   sleep=slept.append)
+    return d, compute, slept
+
+
+def test_a_read_failing_transiently_is_retried_until_it_answers():
+    d, compute, slept = driver([Resp(503), ks_exc.ConnectTimeout(),
+                                Resp(200, SERVICES)])
+    assert [s.host for s in d.list_services()] == ["compute-0"]
+    assert len(compute.calls) == 3 and len(slept) == 2
+    assert all(0 < s <= 2 for s in slept)
+
+
+def test_a_read_failing_every_time_raises_after_its_retries():
+    d, compute, slept = driver([Resp(500)] * 3)
+    with pytest.raises(base.ComputeError) as e:
+        d.list_services()
+    assert "HTTP 500" in str(e.value) and len(compute.calls) == 3
+
+
+def test_a_4xx_answer_is_not_retried():
+    d, compute, slept = driver([Resp(404)])
+    with pytest.raises(base.NotFound):
+        d.list_services()
+    assert len(compute.calls) == 1 and slept == []
+
+
+def test_a_write_is_never_retried():
+    d, compute, slept = driver([Resp(500)])
+    with pytest.raises(base.ComputeError):
+        d.evacuate("s1")
+    assert compute.calls == [("POST", "/servers/s1/action")] and slept == []
+
+
+def test_no_retries_configured():
+    d, compute, slept = driver([Resp(503)], retries=0)
+    with pytest.raises(base.ComputeError):
+        d.list_services()
+    assert len(compute.calls) == 1
