@@ -82,21 +82,25 @@ class Engine(EngineProcess):
 VICTIM_SERVERS = 2
 
 
-def boot_victims(bed, host, attempts=4):
+def boot_victims(bed, host, within=90.0):
     """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there.
 
     Right after the bed (re)starts a compute, Placement may have no
     allocation candidate for it yet (Nova's scheduler says so: "a temporary
     occurrence as compute nodes start up"); a boot that ends in No valid
-    host is deleted and tried again a few seconds later."""
-    for attempt in range(1, attempts + 1):
+    host is deleted and tried again a few seconds later, for up to
+    ``within`` seconds (a server in ERROR is seen at once, so a count of
+    attempts would be over in seconds)."""
+    deadline = time.monotonic() + within
+    while True:
         ids = bed.cloud.boot(host, VICTIM_SERVERS)
         try:
             bed.cloud.wait_servers(ids, host=host)
             return ids
         except PeerError as e:
-            if "No valid host" not in str(e) or attempt == attempts:
+            if "No valid host" not in str(e) \
+                    or time.monotonic() > deadline:
                 raise
             for sid in ids:
                 bed.cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
-            time.sleep(3)
+            time.sleep(5)
