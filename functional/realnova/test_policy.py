@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from functional import waiting
 from functional.peers import nova as novapeer
 
@@ -313,6 +315,9 @@ def test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare(
     assert bed.cloud.server(filler_id)["OS-EXT-SRV-ATTR:host"] == full
 
 
+# CI runs the same wait with the preflight on
+# (test_full_cluster_waits_pending_then_recovers_on_an_enabled_spare).
+@pytest.mark.long
 def test_no_valid_host_from_nova_waits_pending_then_recovers(bed, engine):
     """The same full cluster with the preflight off: every server is sent,
     Nova's scheduler answers No valid host (the migration in error, the

@@ -5,6 +5,8 @@ engine's own view; the engine's status file and journal are checked only for
 what they must record.
 """
 
+import pytest
+
 from functional.peers import procs
 from functional.realnova.engine import boot_victims
 
@@ -63,6 +65,8 @@ def test_dead_compute_fenced_disabled_and_evacuated(bed, engine):
         "while the host was dead: %s" % false_return)
 
 
+# On the simulator in CI (functional/sim/test_recovery.py::test_leave_disabled).
+@pytest.mark.long
 def test_leave_disabled_keeps_returned_host_disabled(bed, engine):
     host = bed.hosts[1]
     ids = boot_victims(bed, host)
