@@ -104,6 +104,8 @@ class _Run:
         self.todo = collections.deque()
         self.inflight = {}                  # server_id -> _Attempt
         self.retries = collections.Counter()
+        #: server_id -> evacuate requests Nova's API failed, in a row
+        self.request_failures = collections.Counter()
         self.open_rows = {}                 # server_id -> (row id, at)
         self.sent = 0
         self.services = []
@@ -271,10 +273,36 @@ class _Run:
         self.inflight[sid] = attempt
         self.sent += 1
 
+    def _request_failed(self, attempt, verdict):
+        """Nova's API failed the evacuate request (5xx, no answer). Nova
+        may have taken it all the same, so the server is checked before
+        it is sent again (the failed attempt rides along: its row says
+        what became of it), after a back-off doubling from
+        ``server_retry_delay``. Not a failed rebuild: the server's
+        retries are not spent. More than ``server_retries`` in a row and
+        the action raises: the engine backs off and runs it again
+        (``[DEFAULT] action_retries``), resuming what Nova took."""
+        sid = attempt.server_id
+        self.finish(attempt, "request_failed", detail=verdict.reason)
+        self.request_failures[sid] += 1
+        k = self.request_failures[sid]
+        if k > self.conf.server_retries:
+            raise base.ComputeError(
+                "the evacuate request of server %s failed %d times in a "
+                "row: %s" % (sid, k, verdict.reason))
+        delay = min(self.conf.server_retry_delay * 2 ** (k - 1),
+                    self.conf.retry_backoff_max)
+        self.outcome.retried[sid] = self.retries[sid] + k
+        self.todo.append((sid, self.ctx.clock() + delay, attempt))
+        LOG.warning("evacuation_retry", host=self.host, server=sid,
+                    request_failures=k, delay=round(delay, 2),
+                    reason=verdict.reason + " (checked before it is sent "
+                    "again: Nova may have taken it)")
+
     def _not_retried(self, sid):
-        """The retry counted for ``sid`` was not needed: Nova had taken
-        the request that seemed to fail."""
-        self.retries[sid] -= 1
+        """The request that seemed to fail was taken by Nova: it is not
+        counted as sent again."""
+        self.request_failures[sid] = 0
         if self.retries[sid] > 0:
             self.outcome.retried[sid] = self.retries[sid]
         else:
@@ -299,6 +327,9 @@ class _Run:
             LOG.error("evacuation_failed", host=self.host, server=sid,
                       outcome=verdict.status, reason=verdict.reason)
             return
+        if request_failed:
+            self._request_failed(attempt, verdict)
+            return
         self.finish(attempt, "retry", detail=verdict.reason)
         # Sent again without a target: the scheduler picks a live host.
         self.targets.pop(sid, None)
@@ -318,17 +349,11 @@ class _Run:
             LOG.error("evacuation_failed", host=self.host, server=sid,
                       outcome="retries_exhausted", reason=reason)
             return
-        # A failed request is sent again after the other servers (the
-        # engine backs off if Nova keeps failing: the action raises); a
-        # failed rebuild waits, doubling each time.
-        delay = 0.0 if request_failed else min(
-            self.conf.server_retry_delay * 2 ** (n - 1),
-            self.conf.retry_backoff_max)
-        self.outcome.retried[sid] = n
-        # A request that failed is checked before it is sent again (the
-        # failed attempt rides along: its row says what became of it).
-        self.todo.append((sid, self.ctx.clock() + delay,
-                          attempt if request_failed else None))
+        # A failed rebuild waits, doubling each time.
+        delay = min(self.conf.server_retry_delay * 2 ** (n - 1),
+                    self.conf.retry_backoff_max)
+        self.outcome.retried[sid] = n + self.request_failures[sid]
+        self.todo.append((sid, self.ctx.clock() + delay, None))
         LOG.warning("evacuation_retry", host=self.host, server=sid,
                     retry=n, of=self.conf.server_retries,
                     delay=round(delay, 2), reason=verdict.reason)
