@@ -20,6 +20,16 @@ class EngineExited(AssertionError):
     pass
 
 
+def armed_env(point=None):
+    """This process's environment for an engine, with failpoint
+    ``point`` armed (``INSTANCEHA_FAILPOINT``) or none."""
+    from instanceha import failpoints
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
+    if point:
+        env[failpoints.ENV] = point
+    return env
+
+
 class EngineProcess:
 
     def __init__(self, workdir, conf_path, status_path, journal_url):

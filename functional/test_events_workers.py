@@ -9,6 +9,7 @@ import time
 import pytest
 
 from functional import events_fixtures as fx
+from functional.peers.procs import pid_alive as alive
 from functional.test_events_notifications import SERVER
 from functional.test_events_notifications import fresh_service_update
 from functional.test_events_notifications import listening
@@ -26,19 +27,6 @@ def world(vhost):
             c["connected"] for c in source.health()["workers"]), 60), \
             source.health()
         yield w
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0): read its state.
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_events_progress_and_garbage_through_worker_processes(world, vhost):

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from functional import waiting
+from functional.peers.procs import pid_alive as _alive
 from instanceha import simrun
 from instanceha.sim import SimCloud, SimServer
 
@@ -98,19 +99,6 @@ class Stack:
         except (OSError, ValueError):
             return {}
         return {h["name"]: h["state"] for h in data.get("hosts", [])}
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie left by the shim's shell counts as gone.
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_every_phase_then_a_host_failure_is_recovered(tmp_path, cloud):

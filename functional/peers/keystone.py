@@ -53,7 +53,7 @@ USERS = {
 ADMIN_PASSWORD = "admin-secret-pw"
 
 
-class Keystone:
+class Keystone(procs.StartedOnEnter):
     peer = "keystone"
 
     def __init__(self, workdir, run_id, token_expiration=3600):
@@ -382,16 +382,6 @@ class Keystone:
             self.proc = None
         if self.db is not None:
             self.db.drop_all()
-
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def _cadf_time(text):

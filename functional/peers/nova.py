@@ -49,7 +49,7 @@ DEFAULT_HOSTS = ("compute-0", "compute-1", "compute-2")
 START_TIMEOUT = float(os.environ.get("INSTANCEHA_NOVA_START_TIMEOUT", "240"))
 
 
-class NovaCloud:
+class NovaCloud(procs.StartedOnEnter):
 
     def __init__(self, workdir, hosts=DEFAULT_HOSTS, run_id=None,
                  report_interval=2, service_down_time=8, auth="noauth",
@@ -564,16 +564,6 @@ class NovaCloud:
             self.rabbit.delete()
         if self.db:
             self.db.drop_all()
-
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def _write_ini(path, sections):

@@ -100,6 +100,35 @@ class Proc:
             pass
 
 
+def pid_alive(pid):
+    """Whether process ``pid`` runs: a zombie (exited, waiting for its
+    parent to reap it) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class StartedOnEnter:
+    """``with Peer(...) as p``: start() on entry (stop() if it fails
+    half-way), stop() on exit."""
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 class Final(Exception):
     """Raised by a ``wait_until`` predicate that saw an end no waiting can
     change (a server in ERROR): ``error`` is raised at once, not after

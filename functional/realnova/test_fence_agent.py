@@ -11,8 +11,6 @@ The agents' own ``power_timeout`` (how long ``action=off`` waits for Off;
 refusal cases short.
 """
 
-import os
-import pathlib
 import socket
 import time
 
@@ -256,20 +254,8 @@ def test_hung_agent_is_killed_with_its_children(conf, tmp_path):
     assert "%s: fence agent fence_hanger did not finish power status " \
         "within 1 s" % HOST in str(err.value)
     child = int((tmp_path / "child").read_text())
-    procs.wait_until(lambda: not _alive(child), 5, "killed", "fence_hanger")
+    procs.wait_until(lambda: not procs.pid_alive(child), 5, "killed", "fence_hanger")
 
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie counts as dead: it is only waiting for its parent
-    try:
-        state = pathlib.Path("/proc/%d/stat" % pid).read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 

@@ -26,7 +26,7 @@ import pytest
 from functional.peers import procs
 from functional.peers.faultproxy import HttpFaultProxy
 from functional.realnova.engine import boot_victims
-from instanceha import failpoints
+from functional.engine_process import armed_env
 
 LONG = os.environ.get("INSTANCEHA_LONG_TESTS") == "1"
 
@@ -43,11 +43,6 @@ CI_CASES = [("lost", "after_evacuate_request")]
 TIMEOUT = 150
 
 
-def _env(point=None):
-    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
-    if point:
-        env[failpoints.ENV] = point
-    return env
 
 
 def _evacuations(bed, ids):
@@ -120,7 +115,7 @@ def test_killed_at_failpoint_then_restarted(bed, engine, scenario, point):
     ids = boot_victims(bed, host)
     eng = engine()
     if scenario == "lost":
-        eng.start(env=_env(point))
+        eng.start(env=armed_env(point))
         bed.cloud.kill_compute(host)
     else:
         eng.start()
@@ -128,7 +123,7 @@ def test_killed_at_failpoint_then_restarted(bed, engine, scenario, point):
         eng.wait_state(host, "evacuated", timeout=TIMEOUT)
         eng.stop()
         _check_evacuated(bed, host, ids)
-        eng.start(env=_env(point))
+        eng.start(env=armed_env(point))
         bed.bmc(host).power_on()
     code = eng.wait_exit(TIMEOUT)
     assert code == -signal.SIGKILL, (

@@ -43,7 +43,7 @@ import signal
 
 import pytest
 
-from instanceha import failpoints
+from functional.engine_process import armed_env
 from instanceha.fsm.states import Action
 
 LONG = os.environ.get("INSTANCEHA_LONG_TESTS") == "1"
@@ -122,11 +122,6 @@ EXIT_TIMEOUT = 90
 STATE_TIMEOUT = 90
 
 
-def _env(point=None):
-    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
-    if point:
-        env[failpoints.ENV] = point
-    return env
 
 
 def _victims(c):
@@ -139,7 +134,8 @@ def _service(c, host=VICTIM):
 
 
 def _start(c, point=None):
-    c.engine.start(len(c.sim.hosts), timeout=STATE_TIMEOUT, env=_env(point))
+    c.engine.start(len(c.sim.hosts), timeout=STATE_TIMEOUT,
+                   env=armed_env(point))
 
 
 def _wait(c, state):
