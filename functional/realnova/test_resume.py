@@ -158,7 +158,8 @@ def test_nova_api_failing_a_share_of_calls(bed, engine):
                            script={"PUT": ["fail_after"],
                                    "POST": ["fail_after", "fail_before"]})
     try:
-        eng = engine({"DEFAULT": {"api_timeout": 5.0}})
+        eng = engine({"DEFAULT": {"api_timeout": 5.0},
+                      "evacuation": {"unanswered_request_wait": 10.0}})
         eng.compute_through(proxy)
         eng.start()
         bed.cloud.kill_compute(host)

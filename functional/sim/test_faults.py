@@ -49,8 +49,12 @@ def _victims(c):
 
 
 def test_nova_api_failing_a_share_of_calls(make_cloud):
-    c = make_cloud({"DEFAULT": {"api_timeout": 2.0}}, hosts=8,
-                   servers_per_host=4)
+    # A request held past the client's timeout lands 1 s later: it is
+    # waited for (unanswered_request_wait) before the server is checked
+    # and sent again.
+    c = make_cloud({"DEFAULT": {"api_timeout": 2.0},
+                    "evacuation": {"unanswered_request_wait": 6.0}},
+                   hosts=8, servers_per_host=4)
     # Random faults on every call, and on the few writes for sure: the
     # force-down applied but answered 500, the first evacuation applied
     # but answered 500 (retrying it blindly would rebuild the server

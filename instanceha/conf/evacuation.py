@@ -50,6 +50,19 @@ OPTS = [
                       "retry of that server, up to retry_backoff_max. A "
                       "request Nova's API failed is sent again after the "
                       "host's other servers."),
+    cfg.FloatOpt("unanswered_request_wait", default=60.0, min=0, max=3600,
+                 help="Seconds to wait after an evacuate request got no "
+                      "answer (a timeout, a connection cut once sent, a "
+                      "gateway's 502 or 504) before checking the server "
+                      "and sending it again. Such a request may still be "
+                      "queued in a load balancer or nova-api's backlog and "
+                      "take effect later, and Nova accepts evacuating a "
+                      "server that is already rebuilding: sent again too "
+                      "soon, the server is rebuilt twice. Set it above the "
+                      "longest time a request can wait before nova-api "
+                      "handles it (load balancer queue and server "
+                      "timeouts). A refused connection or an error answer "
+                      "waits only the server_retry_delay back-off."),
     cfg.FloatOpt("stall_timeout", default=180.0, min=5, max=86400,
                  help="Seconds an evacuation may stay 'accepted' (no "
                       "destination has claimed it) before instanceha asks "

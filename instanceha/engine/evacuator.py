@@ -239,6 +239,12 @@ class _Run:
                 self._not_retried(sid)
                 self.done(check, server.host, why)
                 return
+        if check is not None and \
+                self.request_failures[sid] > self.conf.server_retries:
+            # The last of them went unanswered and has now been waited
+            # for: not taken, so the budget is spent.
+            self._give_up_requests(sid, "the last one got no answer and "
+                                   "Nova did not take it")
         prior = self.open_rows.pop(sid, None)
         if prior is not None:
             # A previous process journalled a request of this server and
@@ -266,14 +272,15 @@ class _Run:
             verdict = failures.request_error(e)
             LOG.warning("evacuation_request_failed", host=self.host,
                         server=sid, outcome=verdict.status,
-                        reason=verdict.reason)
-            self.settle(attempt, verdict, request_failed=True)
+                        unanswered=e.unanswered, reason=verdict.reason)
+            self.settle(attempt, verdict, request_failed=True,
+                        unanswered=e.unanswered)
             return
         failpoints.hit("after_evacuate_request")
         self.inflight[sid] = attempt
         self.sent += 1
 
-    def _request_failed(self, attempt, verdict):
+    def _request_failed(self, attempt, verdict, unanswered=False):
         """Nova's API failed the evacuate request (5xx, no answer). Nova
         may have taken it all the same, so the server is checked before
         it is sent again (the failed attempt rides along: its row says
@@ -281,23 +288,36 @@ class _Run:
         ``server_retry_delay``. Not a failed rebuild: the server's
         retries are not spent. More than ``server_retries`` in a row and
         the action raises: the engine backs off and runs it again
-        (``[DEFAULT] action_retries``), resuming what Nova took."""
+        (``[DEFAULT] action_retries``), resuming what Nova took.
+
+        ``unanswered``: no answer came; the request may still be on its
+        way to Nova's API, so nothing is checked or sent before
+        ``unanswered_request_wait`` (a check any sooner could find nothing,
+        send again, and the first request land after it)."""
         sid = attempt.server_id
         self.finish(attempt, "request_failed", detail=verdict.reason)
         self.request_failures[sid] += 1
         k = self.request_failures[sid]
-        if k > self.conf.server_retries:
-            raise base.ComputeError(
-                "the evacuate request of server %s failed %d times in a "
-                "row: %s" % (sid, k, verdict.reason))
+        if k > self.conf.server_retries and not unanswered:
+            self._give_up_requests(sid, verdict.reason)
         delay = min(self.conf.server_retry_delay * 2 ** (k - 1),
                     self.conf.retry_backoff_max)
+        why = " (checked before it is sent again: Nova may have taken it)"
+        if unanswered:
+            delay = max(delay, self.conf.unanswered_request_wait)
+            why = (" (no answer: the request may still reach Nova, so it "
+                   "is checked and sent again only after [evacuation] "
+                   "unanswered_request_wait)")
         self.outcome.retried[sid] = self.retries[sid] + k
         self.todo.append((sid, self.ctx.clock() + delay, attempt))
         LOG.warning("evacuation_retry", host=self.host, server=sid,
                     request_failures=k, delay=round(delay, 2),
-                    reason=verdict.reason + " (checked before it is sent "
-                    "again: Nova may have taken it)")
+                    reason=verdict.reason + why)
+
+    def _give_up_requests(self, sid, reason):
+        raise base.ComputeError(
+            "the evacuate request of server %s failed %d times in a row: %s"
+            % (sid, self.request_failures[sid], reason))
 
     def _not_retried(self, sid):
         """The request that seemed to fail was taken by Nova: it is not
@@ -308,7 +328,8 @@ class _Run:
         else:
             self.outcome.retried.pop(sid, None)
 
-    def settle(self, attempt, verdict, request_failed=False):
+    def settle(self, attempt, verdict, request_failed=False,
+               unanswered=False):
         """An attempt that will not finish: journal it; send the server
         again later if a retry may cure it and the budget allows."""
         sid = attempt.server_id
@@ -328,7 +349,7 @@ class _Run:
                       outcome=verdict.status, reason=verdict.reason)
             return
         if request_failed:
-            self._request_failed(attempt, verdict)
+            self._request_failed(attempt, verdict, unanswered)
             return
         self.finish(attempt, "retry", detail=verdict.reason)
         # Sent again without a target: the scheduler picks a live host.

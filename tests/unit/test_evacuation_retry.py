@@ -580,3 +580,81 @@ def test_requests_failing_past_the_budget_hand_over_to_the_action_back_off():
     with pytest.raises(cb.ComputeError) as e:
         st.run()
     assert "compute-1-vm-0" in str(e.value) and "in a row" in str(e.value)
+
+
+def _late(st, sid, lands_after):
+    """The first request of ``sid`` gets no answer (the client timed out)
+    and, if ``lands_after`` is not None, reaches Nova that many seconds
+    later (queued in a proxy or the API's backlog). Returns the times of
+    the requests sent for ``sid`` as the client saw them."""
+    real = st.c.evacuate
+    sent, late = [], []
+
+    def evacuate(s):
+        if s == sid:
+            sent.append(st.w.clock())
+            if len(sent) == 1:
+                if lands_after is not None:
+                    late.append(st.w.clock() + lands_after)
+                raise cb.ComputeError("POST /servers/%s/action: "
+                                      "ConnectTimeout" % s, unanswered=True)
+        real(s)
+    st.c.evacuate = evacuate
+    tick = st.tick
+
+    def ticked():
+        tick()
+        if late and st.w.clock() >= late[0]:
+            late.pop()
+            real(sid)
+    st.w.ctx.board._tick = ticked
+    return sent
+
+
+def test_unanswered_request_landing_late_is_not_sent_twice():
+    """Found in CI: the fault proxy held an evacuate request 3 s, the
+    client gave up at 2 s, the check at 2.5 s found nothing and sent the
+    server again; then the first request landed: two evacuations of one
+    server (Nova does not refuse a server already rebuilding). A request
+    without an answer is not checked or sent again before
+    [evacuation] unanswered_request_wait."""
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    sent = _late(st, sid, lands_after=8)
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len([m for m in st.c.migrations if m["server"] == sid]) == 1
+    assert len(sent) == 1, sent
+    # The one row: the request that seemed lost was taken.
+    assert st.rows(sid) == [("done", st.c.servers[sid]["host"])]
+
+
+def test_unanswered_request_lost_for_good_is_sent_after_the_wait():
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    sent = _late(st, sid, lands_after=None)
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len(sent) == 2 and sent[1] - sent[0] >= 20, sent
+    assert len([m for m in st.c.migrations if m["server"] == sid]) == 1
+
+
+def test_past_the_budget_an_unanswered_request_is_waited_for_first():
+    """The request that spends the budget got no answer: the action does
+    not hand over to the engine's back-off (which may be shorter than the
+    wait, and its next run would send the server again) before the wait
+    is over and Nova is seen not to have taken it."""
+    st = _Storm(unanswered_request_wait=30, server_retries=0)
+    sid = "compute-1-vm-0"
+    real = st.c.evacuate
+
+    def lost(s):
+        if s == sid:
+            raise cb.ComputeError("POST: ConnectTimeout", unanswered=True)
+        real(s)
+    st.c.evacuate = lost
+    start = st.w.clock()
+    with pytest.raises(cb.ComputeError) as e:
+        st.run()
+    assert "got no answer and Nova did not take it" in str(e.value)
+    assert st.w.clock() - start >= 30

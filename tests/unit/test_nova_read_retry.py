@@ -54,6 +54,7 @@ class Compute:
         return self._answer("GET", path)
 
     def post(self, path, **kwargs):
+        self.kwargs = kwargs
         return self._answer("POST", path)
 
 
@@ -100,3 +101,38 @@ def test_no_retries_configured():
     with pytest.raises(base.ComputeError):
         d.list_services()
     assert len(compute.calls) == 1
+
+
+def test_a_write_is_not_retried_by_the_transport_either():
+    """keystoneauth sends a request again on a connection failure or a
+    503 when clouds.yaml sets connect_retries / status_code_retries: an
+    evacuation would then be sent twice. Writes turn both off."""
+    d, compute, slept = driver([Resp(202, {})])
+    d.evacuate("s1")
+    assert compute.kwargs["connect_retries"] == 0
+    assert compute.kwargs["status_code_retries"] == 0
+
+
+@pytest.mark.parametrize("answer, unanswered", [
+    (ks_exc.ConnectTimeout("Request to http://nova timed out"), True),
+    (ks_exc.ConnectFailure("Unable to establish connection to http://nova: "
+                           "('Connection aborted.', RemoteDisconnected())"),
+     True),
+    (ks_exc.UnknownConnectionError("Unexpected exception", None), True),
+    (Resp(504), True),
+    (Resp(502), True),
+    (ks_exc.ConnectFailure("Unable to establish connection to http://nova: "
+                           "[Errno 111] Connection refused"), False),
+    (Resp(503), False),
+    (Resp(500), False),
+])
+def test_a_write_without_an_answer_says_it_may_still_land(answer,
+                                                          unanswered):
+    """No answer (a timeout, a connection cut once sent, a gateway's 502
+    or 504): the request may still be queued before Nova's API and land
+    later. A refused connection never reached it; a 500 or 503 is an
+    answer."""
+    d, compute, slept = driver([answer])
+    with pytest.raises(base.ComputeError) as e:
+        d.evacuate("s1")
+    assert e.value.unanswered is unanswered

@@ -85,11 +85,16 @@ class HostCapacity:
 
 
 class ComputeError(Exception):
-    """Nova answered with an error or could not be reached."""
+    """Nova answered with an error or could not be reached.
 
-    def __init__(self, message, status=None):
+    ``unanswered``: the request was sent but no answer came (a timeout, a
+    connection cut once sent, a gateway's 502 or 504): it may still be
+    queued before Nova's API and take effect later."""
+
+    def __init__(self, message, status=None, unanswered=False):
         super().__init__(message)
         self.status = status
+        self.unanswered = unanswered
 
 
 class Conflict(ComputeError):

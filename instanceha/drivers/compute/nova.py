@@ -217,12 +217,19 @@ class NovaDriver(base.ComputeDriver):
         return self._send(method, path, microversion, **kwargs)
 
     def _send(self, method, path, microversion, **kwargs):
+        if method != "get":
+            # A write is sent once: keystoneauth would send it again on a
+            # connection failure or a 503 if clouds.yaml asked for it
+            # (connect_retries, status_code_retries), and an evacuation
+            # sent twice rebuilds a server twice.
+            kwargs.update(connect_retries=0, status_code_retries=0)
         try:
             resp = getattr(self._compute, method)(
                 path, microversion=microversion, raise_exc=False, **kwargs)
         except ks_exc.ClientException as e:
             raise base.ComputeError("%s %s: %s" % (method.upper(), path,
-                                                   type(e).__name__))
+                                                   type(e).__name__),
+                                    unanswered=_may_have_been_sent(e))
         if resp.status_code < 400:
             if resp.status_code == 204 or not resp.content:
                 return {}
@@ -238,7 +245,8 @@ class NovaDriver(base.ComputeDriver):
             raise base.NotFound(text, resp.status_code)
         if resp.status_code in (400, 409):
             raise base.Conflict(text, resp.status_code)
-        raise base.ComputeError(text, resp.status_code)
+        raise base.ComputeError(text, resp.status_code,
+                                unanswered=resp.status_code in (502, 504))
 
     def _list(self, resource, what, microversion, **params):
         """Every item of a typed openstacksdk list, all pages: the SDK
@@ -613,6 +621,17 @@ class NovaDriver(base.ComputeDriver):
                 result=e.get("result")) for e in events]
         except (KeyError, TypeError, AttributeError) as e:
             raise base.ComputeError("instance action answer lacks %s" % e)
+
+
+def _may_have_been_sent(e):
+    """keystoneauth failed a request without an answer from Nova: was it
+    perhaps sent? Only a refused connection surely never reached the API;
+    a timeout (keystoneauth reports a read timeout as ConnectTimeout, like
+    a connect timeout), a connection cut or anything unknown may have."""
+    if isinstance(e, ks_exc.ConnectFailure) and \
+            "connection refused" in str(e).lower():
+        return False
+    return isinstance(e, ks_exc.ConnectionError)
 
 
 def _transient(e):
