@@ -17,7 +17,9 @@ FAST = {
     "fencing": {"timeout": 15.0, "poll_interval": 0.1, "retries": 2},
     "evacuation": {"poll_interval": 0.1, "cleanup_check_interval": 0.5,
                    "concurrency": 10, "retry_backoff": 2.0,
-                   "stall_timeout": 5.0, "server_retry_delay": 0.5},
+                   "stall_timeout": 5.0, "server_retry_delay": 0.5,
+                   # Its API answers at once: no request waits in a queue.
+                   "unanswered_request_wait": 3.0},
     # The simulator's hosts boot in 2 s.
     "policy": {"resume_boot_time": 3.0},
     "control_plane": {"poll_interval": 0.5},

@@ -73,6 +73,12 @@ class _Attempt:
     before: Dict[str, str]              # migration id -> status when sent
     candidates: frozenset = frozenset()  # hosts schedulable when sent
     waiting: Optional[str] = None       # why it is waited for, if unusual
+    #: its request got no answer (or its process stopped while it was
+    #: being sent): the journal row stays open ('requested') until Nova is
+    #: seen to have taken it, or not after unanswered_request_wait
+    unanswered: bool = False
+    #: journalled by a previous process, which stopped while sending it
+    inherited: bool = False
 
 
 def _by_server(migrations):
@@ -207,6 +213,27 @@ class _Run:
         self.inflight[server.id] = _Attempt(server.id, min(at, now), row,
                                             before)
 
+    def unsettled(self, sid, now):
+        """A request of ``sid`` a previous process journalled and stopped
+        before Nova answered (nothing of it in flight or done in Nova), less
+        than ``unanswered_request_wait`` ago: it may still reach nova-api.
+        Returns the to-do entry that checks the server and sends it again
+        only after that wait, or None."""
+        row = self.open_rows.get(sid)
+        if row is None or row[1] + self.conf.unanswered_request_wait <= now:
+            return None
+        self.open_rows.pop(sid)
+        at = row[1] + self.conf.unanswered_request_wait
+        LOG.warning("evacuation_request_unsettled", host=self.host,
+                    server=sid, wait=round(at - now, 1),
+                    reason="a previous process journalled this request and "
+                           "stopped before Nova answered: it may still "
+                           "reach nova-api, so the server is checked and "
+                           "sent again only after [evacuation] "
+                           "unanswered_request_wait")
+        return (sid, at, _Attempt(sid, row[1], row[0], {}, unanswered=True,
+                                  inherited=True))
+
     def send(self, sid, now, check=None):
         """``check``: the failed attempt, for a retry after a failed
         request; Nova may have taken that request after all (a 5xx from a
@@ -217,6 +244,8 @@ class _Run:
             try:
                 server = ctx.compute.get_server(sid)
             except base.NotFound:
+                if check.unanswered:
+                    self.finish(check, "gone", detail="server deleted")
                 self.outcome.skipped[sid] = "server deleted"
                 return
             if (server.task_state or "") in REBUILD_TASK_STATES:
@@ -239,6 +268,15 @@ class _Run:
                 self._not_retried(sid)
                 self.done(check, server.host, why)
                 return
+            if check.inherited:
+                self.finish(check, "interrupted", detail=(
+                    "instanceha stopped while sending this request, and "
+                    "Nova had not taken it %.0fs later: sent again"
+                    % (now - check.started)))
+            elif check.unanswered:
+                self.finish(check, "request_failed", detail=(
+                    "no answer, and Nova had not taken it %.0fs after it "
+                    "was sent: sent again" % (now - check.started)))
         if check is not None and \
                 self.request_failures[sid] > self.conf.server_retries:
             # The last of them went unanswered and has now been waited
@@ -295,7 +333,12 @@ class _Run:
         ``unanswered_request_wait`` (a check any sooner could find nothing,
         send again, and the first request land after it)."""
         sid = attempt.server_id
-        self.finish(attempt, "request_failed", detail=verdict.reason)
+        if unanswered:
+            # The row stays open: a restart in the meantime sees a request
+            # that may still land, and waits for it the same way.
+            attempt.unanswered = True
+        else:
+            self.finish(attempt, "request_failed", detail=verdict.reason)
         self.request_failures[sid] += 1
         k = self.request_failures[sid]
         if k > self.conf.server_retries and not unanswered:
@@ -512,7 +555,7 @@ def evacuate_host(ctx, record):
                                      {s.id: s for s in candidates},
                                      chosen.ordered, outcome)
     for sid in send:
-        run.todo.append((sid, now, False))
+        run.todo.append(run.unsettled(sid, now) or (sid, now, None))
     run.keys = chosen.keys
     run.record_waiting(held)
     if run.inflight:

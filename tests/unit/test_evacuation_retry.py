@@ -658,3 +658,70 @@ def test_past_the_budget_an_unanswered_request_is_waited_for_first():
         st.run()
     assert "got no answer and Nova did not take it" in str(e.value)
     assert st.w.clock() - start >= 30
+
+
+def test_restart_waits_for_a_request_its_predecessor_left_unanswered():
+    """A process journalled a request and stopped before Nova answered
+    it: the request may still land. The next process checks and sends
+    the server only once unanswered_request_wait has passed since."""
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    row = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
+                                            st.rec.fenced_at + 0.5)
+    st.w.clock.advance(4.5)
+    st.c.heartbeat()
+    real = st.c.evacuate
+    sent = []
+
+    def evacuate(s):
+        if s == sid:
+            sent.append(st.w.clock())
+        real(s)
+    st.c.evacuate = evacuate
+    start = st.w.clock()
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len(sent) == 1 and sent[0] - start >= 15, (sent, start)
+    rows = {r["id"]: r for r in st.w.journal.evacuations()}
+    assert rows[row]["status"] == "interrupted"
+    assert "had not taken it" in rows[row]["detail"]
+    assert st.rows(sid)[-1][0] == "done"
+
+
+def test_restart_sends_at_once_what_its_predecessor_left_long_ago():
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    row = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
+                                            st.rec.fenced_at + 0.5)
+    st.w.clock.advance(30)
+    st.c.heartbeat()
+    start = st.w.clock()
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    sent = [r for r in st.requests if r[0] == sid]
+    assert len(sent) == 1 and st.w.clock() - start < 15
+    rows = {r["id"]: r for r in st.w.journal.evacuations()}
+    assert rows[row]["status"] == "interrupted"
+
+
+def test_restart_finds_the_unanswered_request_landed_meanwhile():
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
+                                      st.rec.fenced_at + 0.5)
+    real = st.c.evacuate
+    landed = []
+    tick = st.w.ctx.board._tick
+
+    def ticked():
+        tick()
+        if not landed and st.w.clock() >= st.rec.fenced_at + 5:
+            landed.append(st.w.clock())
+            real(sid)        # the predecessor's request reaches Nova
+    st.w.ctx.board._tick = ticked
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    # The one request is the predecessor's, landed late: none sent here.
+    assert landed and [r for r in st.requests if r[0] == sid] == [
+        (sid, [])]
+    assert len([m for m in st.c.migrations if m["server"] == sid]) == 1
