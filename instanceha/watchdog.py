@@ -4,8 +4,9 @@
 (``NOTIFY_SOCKET`` set; see etc/systemd/instanceha.service):
 
 - ``READY=1`` once the first reconcile pass completed (Nova's view of every
-  compute service was read), or at once on a standby replica, which acts on
-  nothing until elected;
+  compute service was read) and the engine applied it, or at the second
+  pass at the latest; at once on a standby replica, which acts on nothing
+  until elected;
 - ``WATCHDOG=1`` every half ``WatchdogSec`` while the engine is healthy:
   its lock answers (the status snapshot is taken from this thread, so a
   deadlocked engine blocks it and the watchdog pings stop), none of its
@@ -112,13 +113,16 @@ class SystemdLink:
             threads.append(rec._thread)
         dead = [t.name for t in threads if not t.is_alive()]
         ok, why = self.liveness.judge(rec.passes + rec.errors, dead)
+        # Ready once the engine has applied the first pass (every host
+        # known, so STATUS= counts them), or at the latest at the second.
+        ready = rec.passes > 1 or (rec.passes == 1 and svc.engine.settled())
         # Takes the engine's lock: a deadlocked engine stops here.
         text = summary(svc.engine.snapshot(), self.clock())
         if not ok:
             text = "UNHEALTHY: %s; %s" % (why, text)
-        elif rec.passes == 0:
+        elif not ready:
             text = "starting: waiting for the first reconcile pass; " + text
-        return ok, rec.passes > 0, text
+        return ok, ready, text
 
     def step(self):
         """One round: READY=1 once, WATCHDOG=1 while healthy, STATUS=."""

@@ -320,6 +320,11 @@ class Engine:
         return text
 
     # -- events ----------------------------------------------------------------
+    def settled(self):
+        """Every event handed over so far has been applied (timers and
+        back-offs still to come aside)."""
+        return self.queue.settled()
+
     def submit(self, event):
         """Hand an event to the host's inbox. Thread-safe, never blocks long."""
         with self._lock:

@@ -129,6 +129,12 @@ class WorkQueue:
         with self._cond:
             return len(self._queue)
 
+    def settled(self):
+        """True while no key is waiting or being processed (keys held back
+        until a later time aside)."""
+        with self._cond:
+            return not (self._queue or self._processing)
+
     def busy(self):
         """True while any key is waiting, processing or delayed."""
         with self._cond:
