@@ -660,16 +660,23 @@ def test_past_the_budget_an_unanswered_request_is_waited_for_first():
     assert st.w.clock() - start >= 30
 
 
-def test_restart_waits_for_a_request_its_predecessor_left_unanswered():
-    """A process journalled a request and stopped before Nova answered
-    it: the request may still land. The next process checks and sends
-    the server only once unanswered_request_wait has passed since."""
+def _predecessor_left_a_row(age):
+    """A previous process journalled a request of compute-1-vm-0 ``age``
+    seconds ago (after the fencing) and stopped; Nova has none of it."""
     st = _Storm(unanswered_request_wait=20)
     sid = "compute-1-vm-0"
     row = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
                                             st.rec.fenced_at + 0.5)
-    st.w.clock.advance(4.5)
+    st.w.clock.advance(age - 0.5)
     st.c.heartbeat()
+    return st, sid, row
+
+
+def test_restart_waits_for_a_request_its_predecessor_left_unanswered():
+    """A process journalled a request and stopped before Nova answered
+    it: the request may still land. The next process checks and sends
+    the server only once unanswered_request_wait has passed since."""
+    st, sid, row = _predecessor_left_a_row(age=5)
     real = st.c.evacuate
     sent = []
 
@@ -689,12 +696,7 @@ def test_restart_waits_for_a_request_its_predecessor_left_unanswered():
 
 
 def test_restart_sends_at_once_what_its_predecessor_left_long_ago():
-    st = _Storm(unanswered_request_wait=20)
-    sid = "compute-1-vm-0"
-    row = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
-                                            st.rec.fenced_at + 0.5)
-    st.w.clock.advance(30)
-    st.c.heartbeat()
+    st, sid, row = _predecessor_left_a_row(age=30.5)
     start = st.w.clock()
     out = st.run()
     assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
