@@ -357,6 +357,16 @@ class _Run:
                     request_failures=k, delay=round(delay, 2),
                     reason=verdict.reason + why)
 
+    def drop_todo(self, reason):
+        """Send nothing more: every server still to send fails with
+        ``reason``; the row of a request that got no answer is closed."""
+        for sid, _, check in self.todo:
+            self.outcome.failed[sid] = reason
+            if check is not None and check.unanswered:
+                self.finish(check, "request_failed", detail=(
+                    "no answer, and not checked again: " + reason))
+        self.todo.clear()
+
     def _give_up_requests(self, sid, reason):
         raise base.ComputeError(
             "the evacuate request of server %s failed %d times in a row: %s"
@@ -593,9 +603,7 @@ def _drive(ctx, record, run, outcome):
                         in_flight=len(run.inflight),
                         reason="operator suspended the host: no more "
                                "servers sent, those in flight finish")
-            for sid, _, _ in run.todo:
-                outcome.failed[sid] = "not evacuated: suspended by operator"
-            run.todo.clear()
+            run.drop_todo("not evacuated: suspended by operator")
         now = ctx.clock()
         ready = [t for t in run.todo if t[1] <= now]
         if run.todo:
@@ -604,9 +612,7 @@ def _drive(ctx, record, run, outcome):
             # A host that reports in again (a kdump reboot, someone powering
             # it on) may be running the servers not yet sent: stop here.
             outcome.returned = True
-            for sid, _, _ in run.todo:
-                outcome.failed[sid] = "not evacuated: the host reported back"
-            run.todo.clear()
+            run.drop_todo("not evacuated: the host reported back")
             ready = []
         busy = sum(1 for a in run.inflight.values() if not a.waiting)
         # The per-host limit, the cap across hosts and the priority order

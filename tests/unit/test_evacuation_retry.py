@@ -727,3 +727,25 @@ def test_restart_finds_the_unanswered_request_landed_meanwhile():
     assert landed and [r for r in st.requests if r[0] == sid] == [
         (sid, [])]
     assert len([m for m in st.c.migrations if m["server"] == sid]) == 1
+
+
+def test_host_back_during_the_wait_closes_the_unanswered_row():
+    """The lost host reports back while an unanswered request is waited
+    for: nothing more is sent, and its journal row is closed (not left
+    'requested' for ever)."""
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    _late(st, sid, lands_after=None)
+    tick = st.w.ctx.board._tick
+
+    def ticked():
+        tick()
+        if st.w.clock() - st.rec.fenced_at >= 8:
+            st.c.boot("compute-1")
+    st.w.ctx.board._tick = ticked
+    out = st.run()
+    assert out.returned
+    assert out.failed[sid] == "not evacuated: the host reported back"
+    [row] = [r for r in st.w.journal.evacuations() if r["server_id"] == sid]
+    assert row["status"] == "request_failed" and row["finished_at"]
+    assert "the host reported back" in row["detail"]
