@@ -62,7 +62,12 @@ class HttpFaultProxy:
                 pass
 
             def _any(self):
-                proxy._handle(self)
+                try:
+                    proxy._handle(self)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client gave up first (its timeout, a held
+                    # request): what a real proxy sees too.
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _any
 

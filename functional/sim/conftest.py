@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from instanceha import simrun
 from functional import waiting
@@ -40,6 +41,18 @@ class Cloud:
 
     def stop_engine(self):
         self.engine.stop()
+
+    def compute_through(self, proxy):
+        """Send the engine's Nova (compute) requests through ``proxy``
+        (a functional.peers.faultproxy.HttpFaultProxy in front of this
+        cloud's API, prefix /compute). Before the engine starts."""
+        path = os.path.join(self.workdir, "clouds.yaml")
+        with open(path) as f:
+            data = yaml.safe_load(f)
+        data["clouds"]["sim"]["compute_endpoint_override"] = \
+            proxy.url + "/compute/v2.1"
+        with open(path, "w") as f:
+            yaml.safe_dump(data, f)
 
     def status(self):
         return self.engine.status()

@@ -9,24 +9,12 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-import yaml
 
 from functional.events_fixtures import missing
 from functional.peers.faultproxy import HttpFaultProxy, TcpProxy
 from functional import waiting
 
 VICTIM = "compute-2"
-
-
-def _through(c, proxy):
-    """Point the engine's Nova (compute) endpoint at ``proxy``."""
-    path = c.workdir + "/clouds.yaml"
-    with open(path) as f:
-        data = yaml.safe_load(f)
-    data["clouds"]["sim"]["compute_endpoint_override"] = \
-        proxy.url + "/compute/v2.1"
-    with open(path, "w") as f:
-        yaml.safe_dump(data, f)
 
 
 def _assert_recovered_once(c, ids):
@@ -66,7 +54,7 @@ def test_nova_api_failing_a_share_of_calls(make_cloud):
                                    "POST": ["fail_after", "none",
                                             "fail_before", "delay"]})
     try:
-        _through(c, proxy)
+        c.compute_through(proxy)
         ids = _victims(c)
         c.start_engine()
         c.sim.kill(VICTIM)

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+from functional.peers.faultproxy import HttpFaultProxy
 from functional.sim.conftest import wait_for
 
 
@@ -107,3 +108,50 @@ def test_ready_watchdog_reload_and_stop(make_cloud, tmp_path):
     finally:
         c.engine.stop()
         notify.close()
+
+
+def test_a_hung_reconciler_stops_the_watchdog_pings(make_cloud, tmp_path):
+    """A real stuck engine: Nova's API holds every read longer than
+    [DEFAULT] watchdog_stall_timeout, so the reconciler attempts no pass.
+    The process stops sending WATCHDOG=1 (systemd, with WatchdogSec, would
+    kill and restart it) and says why in STATUS=; once Nova answers again
+    the pings resume."""
+    c = make_cloud({"DEFAULT": {"watchdog_stall_timeout": 10.0,
+                                "api_timeout": 60.0}}, hosts=3)
+    proxy = HttpFaultProxy(c.server.url, prefix="/compute", delay_rate=1.0,
+                           delay=16.0, methods=["GET"])
+    proxy.enabled = False
+    notify = NotifySocket(str(tmp_path / "notify.sock"))
+    try:
+        c.compute_through(proxy)
+        env = dict(os.environ, NOTIFY_SOCKET=notify.path,
+                   WATCHDOG_USEC="2000000")
+        c.engine.start(3, timeout=30, env=env)
+        notify.wait(lambda m: m.get("READY") == "1", 15, "READY=1")
+        proxy.enabled = True
+        sick = notify.wait(lambda m: m.get("STATUS", "").startswith(
+            "UNHEALTHY"), 40, "STATUS=UNHEALTHY")
+        assert "the reconciler attempted no pass for" in sick[0]["STATUS"]
+        proxy.enabled = False
+        sick_at = next(t for t, m in notify.drain()
+                       if m.get("STATUS", "").startswith("UNHEALTHY"))
+        wait_for(lambda: [t for t, m in notify.drain()
+                          if t > sick_at and m.get("WATCHDOG") == "1"],
+                 40, "WATCHDOG=1 again once Nova answers")
+        pings = [t for t, m in notify.drain() if m.get("WATCHDOG") == "1"]
+        # No UNHEALTHY message carried a ping, and the pings stopped for
+        # longer than WatchdogSec (2 s): systemd would have restarted it.
+        assert not [m for _, m in notify.drain()
+                    if m.get("STATUS", "").startswith("UNHEALTHY")
+                    and "WATCHDOG" in m]
+        assert max(b - a for a, b in zip(pings, pings[1:])) > 2.0
+        # One log line each way, saying why.
+        lines = [line for line in c.engine.log_text().splitlines()
+                 if "event='watchdog'" in line]
+        assert len(lines) == 2, lines
+        assert "healthy=False" in lines[0] and "no WATCHDOG=1" in lines[0]
+        assert "healthy=True" in lines[1]
+    finally:
+        c.engine.stop()
+        notify.close()
+        proxy.close()
