@@ -197,6 +197,16 @@ class _Run:
             self.ctx.journal.evacuation_finished(
                 attempt.evac_id, self.ctx.clock(), status, dest, detail)
 
+    def close_unanswered(self, attempt, what):
+        """Close the row an unanswered request left open: who left it
+        (this process, or one that stopped while sending it) and what
+        became of it (``what``)."""
+        if attempt.inherited:
+            self.finish(attempt, "interrupted", detail="instanceha stopped "
+                        "while sending this request; " + what)
+        else:
+            self.finish(attempt, "request_failed", detail="no answer; " + what)
+
     def key(self, sid):
         return self.keys.get(sid) or (0, True, 0.0, sid)
 
@@ -268,15 +278,11 @@ class _Run:
                 self._not_retried(sid)
                 self.done(check, server.host, why)
                 return
-            if check.inherited:
-                self.finish(check, "interrupted", detail=(
-                    "instanceha stopped while sending this request, and "
-                    "Nova had not taken it %.0fs later: sent again"
-                    % (now - check.started)))
-            elif check.unanswered:
-                self.finish(check, "request_failed", detail=(
-                    "no answer, and Nova had not taken it %.0fs after it "
-                    "was sent: sent again" % (now - check.started)))
+            if check.unanswered:
+                # Its row was left open for this check.
+                self.close_unanswered(
+                    check, "Nova had not taken it %.0fs later: sent again"
+                    % (now - check.started))
         if check is not None and \
                 self.request_failures[sid] > self.conf.server_retries:
             # The last of them went unanswered and has now been waited
@@ -311,14 +317,14 @@ class _Run:
             LOG.warning("evacuation_request_failed", host=self.host,
                         server=sid, outcome=verdict.status,
                         unanswered=e.unanswered, reason=verdict.reason)
-            self.settle(attempt, verdict, request_failed=True,
-                        unanswered=e.unanswered)
+            attempt.unanswered = e.unanswered
+            self.settle(attempt, verdict, request_failed=True)
             return
         failpoints.hit("after_evacuate_request")
         self.inflight[sid] = attempt
         self.sent += 1
 
-    def _request_failed(self, attempt, verdict, unanswered=False):
+    def _request_failed(self, attempt, verdict):
         """Nova's API failed the evacuate request (5xx, no answer). Nova
         may have taken it all the same, so the server is checked before
         it is sent again (the failed attempt rides along: its row says
@@ -328,16 +334,15 @@ class _Run:
         the action raises: the engine backs off and runs it again
         (``[DEFAULT] action_retries``), resuming what Nova took.
 
-        ``unanswered``: no answer came; the request may still be on its
-        way to Nova's API, so nothing is checked or sent before
-        ``unanswered_request_wait`` (a check any sooner could find nothing,
-        send again, and the first request land after it)."""
+        An unanswered request may still be on its way to Nova's API, so
+        nothing is checked or sent before ``unanswered_request_wait`` (a
+        check any sooner could find nothing, send again, and the first
+        request land after it). Its row stays open meanwhile: a restart
+        sees a request that may still land, and waits for it the same
+        way."""
         sid = attempt.server_id
-        if unanswered:
-            # The row stays open: a restart in the meantime sees a request
-            # that may still land, and waits for it the same way.
-            attempt.unanswered = True
-        else:
+        unanswered = attempt.unanswered
+        if not unanswered:
             self.finish(attempt, "request_failed", detail=verdict.reason)
         self.request_failures[sid] += 1
         k = self.request_failures[sid]
@@ -363,8 +368,7 @@ class _Run:
         for sid, _, check in self.todo:
             self.outcome.failed[sid] = reason
             if check is not None and check.unanswered:
-                self.finish(check, "request_failed", detail=(
-                    "no answer, and not checked again: " + reason))
+                self.close_unanswered(check, "not checked again: " + reason)
         self.todo.clear()
 
     def _give_up_requests(self, sid, reason):
@@ -381,8 +385,7 @@ class _Run:
         else:
             self.outcome.retried.pop(sid, None)
 
-    def settle(self, attempt, verdict, request_failed=False,
-               unanswered=False):
+    def settle(self, attempt, verdict, request_failed=False):
         """An attempt that will not finish: journal it; send the server
         again later if a retry may cure it and the budget allows."""
         sid = attempt.server_id
@@ -402,7 +405,7 @@ class _Run:
                       outcome=verdict.status, reason=verdict.reason)
             return
         if request_failed:
-            self._request_failed(attempt, verdict, unanswered)
+            self._request_failed(attempt, verdict)
             return
         self.finish(attempt, "retry", detail=verdict.reason)
         # Sent again without a target: the scheduler picks a live host.
