@@ -50,23 +50,9 @@ def main(argv, now=None):
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be at least 1")
     conf = cli._conf(oslo)
-    from instanceha.journal import Journal
-    try:
-        journal = Journal(conf.journal.connection)
-    except Exception as e:   # noqa: BLE001 - a CLI says it and exits
-        print("instanceha: cannot read the journal %s: %s"
-              % (cli._masked(conf.journal.connection), cli._masked(e)),
-              file=sys.stderr)
-        return 1
-    try:
-        return _print(journal, args, since, until)
-    except Exception as e:   # noqa: BLE001 - a CLI says it and exits
-        print("instanceha: cannot read the journal %s: %s"
-              % (cli._masked(conf.journal.connection), cli._masked(e)),
-              file=sys.stderr)
-        return 1
-    finally:
-        journal.close()
+    result, rc = cli.reading_journal(
+        conf, lambda journal: _print(journal, args, since, until))
+    return rc or result
 
 
 def _print(journal, args, since, until):

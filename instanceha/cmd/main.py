@@ -394,17 +394,31 @@ def format_decisions(record, rows, reserved):
     return "\n".join(lines)
 
 
-def _status_host(conf, host):
+def reading_journal(conf, read):
+    """``read(journal)`` on the configured journal, closed after. Returns
+    (its result, 0), or (None, 1) once a journal that cannot be opened or
+    read is said on stderr with its URL's password masked."""
     from instanceha.journal import Journal
+    journal = None
     try:
         journal = Journal(conf.journal.connection)
-        record, rows, reserved = server_decisions(journal, host)
-        journal.close()
+        return read(journal), 0
     except Exception as e:      # noqa: BLE001 - a CLI says it and exits
         print("instanceha: cannot read the journal %s: %s"
               % (_masked(conf.journal.connection), _masked(e)),
               file=sys.stderr)
-        return 1
+        return None, 1
+    finally:
+        if journal is not None:
+            journal.close()
+
+
+def _status_host(conf, host):
+    found, rc = reading_journal(conf,
+                                lambda j: server_decisions(j, host))
+    if rc:
+        return rc
+    record, rows, reserved = found
     if record is None:
         print("instanceha: no host %r in the journal" % host,
               file=sys.stderr)
