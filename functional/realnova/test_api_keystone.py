@@ -13,21 +13,17 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
+
+from functional import httpcall
 
 
 def _call(url, method="GET", token=None, body=None):
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["X-Auth-Token"] = token
-    req = urllib.request.Request(url, data=body, method=method,
-                                 headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    status, _, raw = httpcall.request(url, method, body, headers,
+                                      timeout=30)
+    return status, raw
 
 
 def test_commands_need_a_keystone_admin_token(keystone_bed, keystone_engine):

@@ -8,8 +8,9 @@ import json
 import re
 import subprocess
 import sys
-import urllib.error
 import urllib.request
+
+from functional import httpcall
 
 
 def _get(url):
@@ -18,13 +19,9 @@ def _get(url):
 
 
 def _post(url, body, ctype):
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": ctype})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    status, _, raw = httpcall.request(url, "POST", body,
+                                      {"Content-Type": ctype})
+    return status, raw
 
 
 def _metric(text, name):

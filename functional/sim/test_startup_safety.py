@@ -7,9 +7,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
+from functional import httpcall
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.machine import HostRecord
 from instanceha.fsm.states import State
@@ -119,13 +118,9 @@ def test_a_misspelt_option_stops_the_start(make_cloud):
 
 def _post(cloud, host, verb, raw):
     url = "%s/hosts/%s/%s" % (cloud.status()["api"], host, verb)
-    req = urllib.request.Request(url, data=raw, method="POST", headers={
-        "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    status, _, body = httpcall.request(
+        url, "POST", raw, {"Content-Type": "application/json"})
+    return status, json.loads(body)
 
 
 def test_suspension_needs_a_valid_length_or_an_explicit_forever(make_cloud):

@@ -3,12 +3,11 @@ of the API (its token validation replaced by keystonemiddleware's own
 AuthTokenFixture: no Keystone here), then the oslo.policy rules."""
 
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 from keystonemiddleware import fixture as ksm_fixture
 
+from functional import httpcall
 from instanceha import conf as conf_pkg
 from instanceha import service as service_mod
 from instanceha.api import auth
@@ -79,14 +78,10 @@ def _call(api, method, path, token=None, body=None):
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["X-Auth-Token"] = token
-    req = urllib.request.Request(
-        "http://127.0.0.1:%d%s" % (api.port, path), data=body,
-        method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    status, _, raw = httpcall.request(
+        "http://127.0.0.1:%d%s" % (api.port, path), method, body, headers,
+        timeout=5)
+    return status, raw
 
 
 SUSPEND = b'{"reason": "r", "forever": true}'

@@ -3,12 +3,11 @@ WebOb in front of the same handler the other tests call directly."""
 
 import json
 import socket
-import urllib.error
-import urllib.request
 
 import pytest
 from oslo_config import cfg
 
+from functional import httpcall
 from instanceha import conf as conf_pkg
 from instanceha.api.server import OperatorAPI
 from instanceha.cmd import main as cli
@@ -29,16 +28,11 @@ def served():
 
 def _call(api, method, path, body=None, ctype="application/json",
           headers=None):
-    req = urllib.request.Request(
-        "http://127.0.0.1:%d%s" % (api.port, path), data=body,
-        method=method, headers=dict(headers or {}))
+    headers = dict(headers or {})
     if ctype is not None:
-        req.add_header("Content-Type", ctype)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+        headers["Content-Type"] = ctype
+    return httpcall.request("http://127.0.0.1:%d%s" % (api.port, path),
+                            method, body, headers, timeout=5)
 
 
 def _raw(api, data):
