@@ -7,11 +7,11 @@ A page is ``limit`` entries from ``since`` (inclusive) to ``until``
 previous page, given back as ``next_marker`` while more entries follow).
 """
 
-import datetime
 import re
 import time
 
 from instanceha.journal.store import HISTORY_KINDS
+from instanceha.policy import evacuable
 
 DEFAULT_LIMIT = 100
 _PREFIX = {"transition": "t", "action": "a", "evacuation": "e"}
@@ -42,14 +42,9 @@ def parse_time(text, now, name="time"):
         if value != value or value in (float("inf"), float("-inf")):
             raise BadRequest("%s must be finite" % name)
         return value
-    try:
-        parsed = datetime.datetime.fromisoformat(text.replace(" ", "T"))
-    except ValueError:
-        parsed = None
+    parsed = evacuable.parse_nova_time(text)
     if parsed is not None:
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-        return parsed.timestamp()
+        return parsed
     raise BadRequest("%s %r: give epoch seconds, an ISO 8601 UTC time "
                      "(2026-11-25T07:00:00Z) or a duration ago (30m, 2h, "
                      "7d)" % (name, text[:40]))
