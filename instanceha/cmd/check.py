@@ -77,10 +77,6 @@ class Report:
         return "\n".join(lines)
 
 
-def masked_url(url):
-    return log.URL_PASSWORD.sub(r"\1***@", str(url or ""))
-
-
 # -- 1. configuration ----------------------------------------------------------
 
 def check_config(argv, report):
@@ -217,7 +213,7 @@ def check_notifications(conf, report, connect=_connect_broker,
             url = conf.transport_url    # registered by oslo.messaging
         except cfg.NoSuchOptError:
             url = None
-    where = masked_url(url) or "(no transport_url)"
+    where = log.mask_url(url) or "(no transport_url)"
     result = _bounded(lambda: connect(conf), timeout)
     if "ok" in result:
         report.add(OK, "notifications", "%s: %s" % (where, result["ok"]))
@@ -261,10 +257,10 @@ def check_coordination(conf, report, probe=_probe_coordination,
         return
     result = _bounded(lambda: probe(conf), timeout)
     if "ok" in result:
-        report.add(OK, "coordination", "%s: %s" % (masked_url(url),
+        report.add(OK, "coordination", "%s: %s" % (log.mask_url(url),
                                                    result["ok"]))
     else:
-        report.add(FAIL, "coordination", "%s: %s" % (masked_url(url),
+        report.add(FAIL, "coordination", "%s: %s" % (log.mask_url(url),
                                                      result["error"]))
 
 
@@ -305,11 +301,11 @@ def check_journal(conf, report):
             engine.dispose()
     except Exception as e:   # noqa: BLE001 - a driver, a URL, a refusal
         report.add(FAIL, "journal", "%s: %s: %s"
-                   % (masked_url(url), type(e).__name__, e))
+                   % (log.mask_url(url), type(e).__name__, e))
         return
     missing = set(store.METADATA.tables) - tables
     report.add(OK, "journal", "%s: connected%s" % (
-        masked_url(url), "; its tables are created at first start"
+        log.mask_url(url), "; its tables are created at first start"
         if missing else ""))
 
 
@@ -346,6 +342,7 @@ def _check_sqlite(path, report):
 def check_fencing(conf, inventory, services, report, fencer_factory):
     """One power-state read per fencing method of every host (no action),
     judged as the service's readiness audit judges it."""
+    from instanceha.drivers import fencing as fencing_pkg
     from instanceha.drivers.compute import base as compute_base
     from instanceha.drivers.fencing import base as fencing_base
     from instanceha.drivers.fencing import inventory as inventory_mod
@@ -354,37 +351,12 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
         return
     by_host = {s.host: s for s in services or ()}
     hosts = sorted(set(inventory) | set(by_host))
-    fencers, lock = {}, threading.Lock()
-
-    def fencer(name):
-        with lock:
-            if name not in fencers:
-                fencers[name] = fencer_factory(name, conf)
-            return fencers[name]
-
-    def read(method):
-        try:
-            return fencer(method.driver).power_state(method)
-        except Exception as e:   # noqa: BLE001 - FenceError, a driver bug
-            text = "%s: %s" % (type(e).__name__, e)
-            if method.password:
-                # A driver's error must not carry the password out.
-                text = text.replace(method.password, log.MASK)
-            return text
-
-    def bmc_for(host):
-        bmc = inventory.get(host)
-        if bmc is None and conf.fencing.default_driver:
-            bmc = inventory_mod.BMC(host=host,
-                                    driver=conf.fencing.default_driver)
-        return bmc
+    fencers = fencing_pkg.Fencers(lambda name: fencer_factory(name, conf))
 
     def one(host):
-        bmc = bmc_for(host)
-        if bmc is None:
-            return host, None, []
-        return host, bmc, [(audit.label(m), read(m)) for m in bmc.methods
-                           if m.driver != "noop"]
+        bmc = inventory_mod.entry_for(inventory, host,
+                                      conf.fencing.default_driver)
+        return host, bmc, audit.readings(bmc, fencers.get)
 
     with concurrent.futures.ThreadPoolExecutor(
             conf.audit.concurrency,
@@ -411,13 +383,7 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
             report.add(WARN, what, "%s; but %s" % (shown, "; ".join(degraded)))
         else:
             report.add(OK, what, shown)
-    for driver in fencers.values():
-        close = getattr(driver, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:   # noqa: BLE001 - best effort at exit
-                pass
+    fencers.close()
 
 
 # -- the command -----------------------------------------------------------------

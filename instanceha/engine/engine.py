@@ -20,7 +20,8 @@ import structlog
 
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing.base import PowerState
-from instanceha.drivers.fencing.inventory import BMC
+from instanceha.drivers import fencing as fencing_pkg
+from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import actions as actions_mod
 from instanceha.engine import admission
 from instanceha.engine.progress import ProgressBoard
@@ -61,9 +62,7 @@ class Context:
         self.compute = compute
         self.journal = journal
         self.inventory = inventory
-        self._fencer_factory = fencer_factory
-        self._fencers = {}
-        self._lock = threading.Lock()
+        self._fencers = fencing_pkg.Fencers(fencer_factory)
         self.clock = clock
         self.board = board
         self._on_progress = on_progress or (lambda *a: None)
@@ -82,30 +81,15 @@ class Context:
         self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
 
     def bmc_for(self, host):
-        bmc = self.inventory.get(host)
-        if bmc is None and self.conf.fencing.default_driver:
-            bmc = BMC(host=host, driver=self.conf.fencing.default_driver)
-        return bmc
+        return inventory_mod.entry_for(self.inventory, host,
+                                       self.conf.fencing.default_driver)
 
     def fencer(self, name):
-        with self._lock:
-            if name not in self._fencers:
-                self._fencers[name] = self._fencer_factory(name)
-            return self._fencers[name]
+        return self._fencers.get(name)
 
     def close_fencers(self):
         """Release what drivers hold open (Redfish sessions) at stop."""
-        with self._lock:
-            drivers = list(self._fencers.values())
-        for driver in drivers:
-            close = getattr(driver, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception as e:   # noqa: BLE001 - best effort at stop
-                    LOG.warning("fencing_driver_close_failed",
-                                driver=getattr(driver, "name", "?"),
-                                reason=str(e))
+        self._fencers.close()
 
     def progress(self, record, done, total):
         LOG.info("evacuation_progress", host=record.name, done=done,

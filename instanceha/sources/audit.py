@@ -31,8 +31,32 @@ import structlog
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.events import Event, EventKind as E
+from instanceha.log import MASK
 
 LOG = structlog.get_logger("instanceha.audit")
+
+
+def read_power(fencer, method):
+    """One method's power state (a read, never an action), or why it
+    could not be read; a driver's error never carries the password."""
+    try:
+        return fencer(method.driver).power_state(method)
+    except fencing_base.FenceError as e:
+        text = str(e)
+    except Exception as e:   # noqa: BLE001 - a driver bug is reported
+        text = "%s: %s" % (type(e).__name__, e)
+    if method.password:
+        text = text.replace(method.password, MASK)
+    return text
+
+
+def readings(bmc, fencer):
+    """[(label, PowerState or why not)] for each fencing method of a
+    host's entry (the noop driver reads nothing)."""
+    if bmc is None:
+        return []
+    return [(label(m), read_power(fencer, m)) for m in bmc.methods
+            if m.driver != "noop"]
 
 
 def label(method):
@@ -98,21 +122,9 @@ class FencingAudit:
         self._watch_thread = None
 
     # -- one audit ------------------------------------------------------------
-    def _read(self, method):
-        try:
-            return self._fencer(method.driver).power_state(method)
-        except fencing_base.FenceError as e:
-            return str(e)
-        except Exception as e:   # noqa: BLE001 - a driver bug is reported
-            return "%s: %s" % (type(e).__name__, e)
-
     def _check(self, service):
         bmc = self._bmc_for(service.host)
-        readings = []
-        if bmc is not None:
-            readings = [(label(m), self._read(m)) for m in bmc.methods
-                        if m.driver != "noop"]
-        return judge(service, bmc, readings)
+        return judge(service, bmc, readings(bmc, self._fencer))
 
     def run_once(self):
         """Audit every compute host; returns {host: reason} unprotected."""

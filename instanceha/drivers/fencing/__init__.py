@@ -6,6 +6,11 @@ never imports kubernetes.
 """
 
 import importlib
+import threading
+
+import structlog
+
+LOG = structlog.get_logger("instanceha.fencing")
 
 DRIVERS = {
     "redfish": "instanceha.drivers.fencing.redfish:RedfishDriver",
@@ -39,3 +44,33 @@ def load_driver(name, conf):
     module_name, cls_name = target.split(":")
     module = importlib.import_module(module_name)
     return getattr(module, cls_name)(conf)
+
+
+class Fencers:
+    """The loaded drivers, one per name, made by ``factory(name)`` on
+    first use; thread-safe. :meth:`close` releases what they hold open
+    (Redfish sessions)."""
+
+    def __init__(self, factory):
+        self._factory = factory
+        self._drivers = {}
+        self._lock = threading.Lock()
+
+    def get(self, name):
+        with self._lock:
+            if name not in self._drivers:
+                self._drivers[name] = self._factory(name)
+            return self._drivers[name]
+
+    def close(self):
+        with self._lock:
+            drivers = list(self._drivers.values())
+        for driver in drivers:
+            close = getattr(driver, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as e:   # noqa: BLE001 - best effort at stop
+                    LOG.warning("fencing_driver_close_failed",
+                                driver=getattr(driver, "name", "?"),
+                                reason=str(e))

@@ -97,6 +97,15 @@ class BMC:
 _DEFAULT_PORTS = {"https": 443, "http": 80, "redfish": 443, "ipmi": 623}
 
 
+def entry_for(inventory, host, default_driver=None):
+    """The host's entry, else one for ``[fencing] default_driver`` (when
+    set), else None: the host cannot be fenced."""
+    bmc = inventory.get(host)
+    if bmc is None and default_driver:
+        bmc = BMC(host=host, driver=default_driver)
+    return bmc
+
+
 def _identity(bmc):
     if bmc.driver == "bmh":
         # A BareMetalHost: one Kubernetes API (URL, or the kubeconfig that
