@@ -38,6 +38,7 @@ import structlog
 
 from instanceha.drivers.compute.base import ComputeError
 from instanceha.drivers.fencing.base import FenceError
+from instanceha.log import mask_url
 
 LOG = structlog.get_logger("instanceha.coordination")
 
@@ -416,7 +417,7 @@ class Membership:
         if self.leader:
             leader = self.member
         return {
-            "backend": masked(self.url),
+            "backend": mask_url(self.url),
             "group": self.group,
             "member": self.member,
             "role": "acting" if why is None
@@ -478,8 +479,3 @@ def _election_thread(target):
 
 class _Lost(Exception):
     pass
-
-
-def masked(url):
-    from instanceha.log import URL_PASSWORD
-    return URL_PASSWORD.sub(r"\1***@", str(url))

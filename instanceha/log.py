@@ -33,6 +33,13 @@ SECRET_FLAG = re.compile(r"((?:^|\s)(?:-P|--password|--passwd|-k)(?:=|\s+))"
                          r"(?!\*\*\*)\S+")
 
 
+def mask_url(text):
+    """``text`` (a URL, an error quoting one) with the URL's password
+    masked; None reads as an empty text."""
+    return URL_PASSWORD.sub(r"\1" + MASK + "@", "" if text is None
+                            else str(text))
+
+
 def mask_text(text):
     """``text`` with every credential the patterns above know masked."""
     if not text:

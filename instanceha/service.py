@@ -11,6 +11,7 @@ import structlog
 
 from instanceha import conf as conf_pkg
 from instanceha import sdnotify
+from instanceha.log import mask_url
 from instanceha.conf import reload as conf_reload
 from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
@@ -344,9 +345,9 @@ class Service:
         try:
             self.membership.connect()
         except coordination.CoordinationError as e:
-            raise StartupError("cannot reach [coordination] backend_url %s: "
-                               "%s" % (coordination.masked(
-                                   self.conf.coordination.backend_url), e))
+            raise StartupError(
+                "cannot reach [coordination] backend_url %s: %s"
+                % (mask_url(self.conf.coordination.backend_url), e))
 
     @staticmethod
     def _step(what, fn, bind=None):

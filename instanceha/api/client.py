@@ -38,12 +38,12 @@ def api_url(conf):
 def keystone_token(conf):
     """A token for the clouds.yaml entry ``[DEFAULT] cloud``."""
     from instanceha.drivers.compute import nova
-    from instanceha.log import URL_PASSWORD
+    from instanceha.log import mask_url
     try:
         token = nova.connect(conf).auth_token
     except Exception as e:   # noqa: BLE001 - keystoneauth's many errors
         raise ClientError("cannot get a Keystone token for cloud %r: %s" % (
-            conf.cloud, URL_PASSWORD.sub(r"\1***@", str(e))))
+            conf.cloud, mask_url(e)))
     if not token:
         raise ClientError("cloud %r gave no Keystone token" % conf.cloud)
     return token

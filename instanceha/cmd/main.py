@@ -399,13 +399,14 @@ def reading_journal(conf, read):
     (its result, 0), or (None, 1) once a journal that cannot be opened or
     read is said on stderr with its URL's password masked."""
     from instanceha.journal import Journal
+    from instanceha.log import mask_url
     journal = None
     try:
         journal = Journal(conf.journal.connection)
         return read(journal), 0
     except Exception as e:      # noqa: BLE001 - a CLI says it and exits
         print("instanceha: cannot read the journal %s: %s"
-              % (_masked(conf.journal.connection), _masked(e)),
+              % (mask_url(conf.journal.connection), mask_url(e)),
               file=sys.stderr)
         return None, 1
     finally:
@@ -425,12 +426,6 @@ def _status_host(conf, host):
         return 1
     print(format_decisions(record, rows, reserved))
     return 0
-
-
-def _masked(text):
-    """Text (a database URL, an error) without the URL's password."""
-    from instanceha.log import URL_PASSWORD
-    return URL_PASSWORD.sub(r"\1***@", str(text))
 
 
 def status(argv):
