@@ -1,6 +1,8 @@
 """The simulator's control API (``/sim``): read the whole world and break
 hosts from tests or from another process, e.g. ``curl -X POST
-http://127.0.0.1:8787/sim/hosts/compute-1/kill``."""
+http://127.0.0.1:8787/sim/hosts/compute-1/kill``. ``GET
+/sim/evacuate-requests`` lists every evacuate request that reached the Nova
+API with its host's power state then (instanceha/sim/invariant.py)."""
 
 from instanceha.sim import model
 from instanceha.sim import web
@@ -20,6 +22,12 @@ class Control:
         parts = web.split(req.path, PREFIX)
         if parts == ["state"] and req.method == "GET":
             return web.Response(200, self.cloud.snapshot())
+        if parts == ["evacuate-requests"] and req.method == "GET":
+            with self.cloud.lock:
+                records = [r.as_dict() for r in self.cloud.evacuate_requests]
+            return web.Response(200, {
+                "evacuate_requests": records,
+                "unsafe": sum(1 for r in records if r["unsafe"])})
         if len(parts) == 3 and parts[0] == "hosts" and req.method == "POST":
             return self._host_action(parts[1], parts[2], req)
         return _error(404, "no such control path: %s %s"

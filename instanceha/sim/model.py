@@ -47,6 +47,7 @@ import math
 import threading
 import time
 
+from instanceha.sim import invariant
 from instanceha.sim.records import (  # noqa: F401  (re-exported)
     ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, Migration,
     NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, RESOURCES, STOPPED,
@@ -131,6 +132,13 @@ class SimCloud:
         self.evacuate_calls = collections.Counter()
         #: os-resetState calls: (time, server id, state)
         self.resets = []
+        #: every evacuate request that reached the Nova API, with the power
+        #: state of the server's host at that instant
+        #: (invariant.EvacuateRequest; see note_evacuate_request)
+        self.evacuate_requests = []
+        #: where this cloud's records say they come from (SimServer sets
+        #: its URL)
+        self.where = "simulator"
         #: Placement inventory per host: {resource class: ratio / reserved}
         #: (Nova's defaults there are 1.0 and 0 once the initial ratios
         #: are set; the scheduler counts (total - reserved) * ratio)
@@ -337,6 +345,16 @@ class SimCloud:
                          h, True, gen)
             else:
                 self._apply_power(h, True, gen)
+
+    @staticmethod
+    def power_state(h):
+        """Host ``h``'s power as its BMC reports it: On, Off, PoweringOn,
+        PoweringOff (a change asked for, power_delay not over)."""
+        if h.pending_power is False and h.power_on:
+            return "PoweringOff"
+        if h.pending_power is True and not h.power_on:
+            return "PoweringOn"
+        return "On" if h.power_on else "Off"
 
     def _apply_power(self, h, on, generation, keep_pending=False):
         if generation != h.power_generation:
@@ -691,6 +709,31 @@ class SimCloud:
             self._at(self._now + self.schedule_time, self._schedule, m,
                      host if force else None, host, stop, action)
             return m
+
+    def note_evacuate_request(self, server_id):
+        """Record an evacuate request for ``server_id`` that reached Nova's
+        API, before Nova looks at it: the server's current host and that
+        host's power state now (what the Redfish front end would answer).
+        Returns the record (its ``answer`` is the caller's to fill), or
+        None for a server that does not exist (it has no host)."""
+        with self.lock:
+            now = self._advance()
+            s = self.servers.get(server_id)
+            if s is None:
+                return None
+            h = self.hosts.get(s.host)
+            power = invariant.UNKNOWN if h is None else self.power_state(h)
+            record = invariant.EvacuateRequest(now, s.id, s.host, power,
+                                               self.where)
+            self.evacuate_requests.append(record)
+        invariant.publish(record)
+        return record
+
+    def unsafe_evacuate_requests(self):
+        """The evacuate requests that arrived while the server's host was
+        not powered off (the invariant's violations)."""
+        with self.lock:
+            return invariant.unsafe(self.evacuate_requests)
 
     def kill_next_destinations(self, count=1, stage="cast"):
         """The compute of each of the next ``count`` evacuation

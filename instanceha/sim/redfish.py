@@ -102,12 +102,7 @@ class Redfish:
     def _system(self, h):
         with self.cloud.lock:
             self.cloud.now()
-            if h.pending_power is False and h.power_on:
-                power = "PoweringOff"
-            elif h.pending_power is True and not h.power_on:
-                power = "PoweringOn"
-            else:
-                power = "On" if h.power_on else "Off"
+            power = self.cloud.power_state(h)
         path = "%s/Systems/%s" % (PREFIX, h.name)
         return {
             "@odata.type": "#ComputerSystem.v1_10_0.ComputerSystem",

@@ -99,6 +99,7 @@ class SimServer:
         self.url = "%s://%s:%d" % ("https" if ssl_context else "http",
                                    self.host, self.port)
         self._thread = None
+        cloud.where = "simulator at %s" % self.url
 
     def front_end(self, path):
         for prefix, front in ((keystone.PREFIX, self.keystone),
