@@ -40,11 +40,17 @@ class EngineProcess:
         self.log_path = os.path.join(self.workdir, "instanceha.log")
         self.proc = None
 
-    def start(self, expected_hosts, timeout=60, env=None):
+    def command(self):
+        """The engine's command line: ``instanceha run`` on this config."""
+        return [sys.executable, "-m", "instanceha.cmd.main", "run",
+                "--config-file", self.conf_path]
+
+    def start(self, expected_hosts, timeout=60, env=None, wrapper=()):
+        """``wrapper``: a command line the engine's is appended to (e.g.
+        ``unshare -m ...`` to give it its own /etc/hosts)."""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "instanceha.cmd.main", "run",
-                 "--config-file", self.conf_path],
+                list(wrapper) + self.command(),
                 stdout=log, stderr=subprocess.STDOUT, env=env)
         # A status file left by an earlier run does not count.
         started = time.time()
@@ -52,6 +58,14 @@ class EngineProcess:
                   and len(self.states()) >= expected_hosts, timeout,
                   "the engine to see every host")
         return self
+
+    def run_to_exit(self, timeout=30):
+        """``instanceha run`` expected to stop by itself (a refused
+        start): (CompletedProcess with text stdout/stderr, seconds)."""
+        started = time.monotonic()
+        out = subprocess.run(self.command(), capture_output=True, text=True,
+                             timeout=timeout)
+        return out, time.monotonic() - started
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

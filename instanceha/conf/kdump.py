@@ -33,7 +33,9 @@ OPTS = [
                          "death: evacuated WITHOUT power-off. Trusts every "
                          "sender on the kdump network: a forged packet gets "
                          "a live host's servers rebuilt elsewhere while "
-                         "they still run. Refused on a wildcard address"),
+                         "they still run. Needs host_map (a packet is "
+                         "attributed only through it, never by name "
+                         "resolution); refused on a wildcard address"),
                         ("wait", "deprecated name of fence_after_dump")],
                help="What a fence_kdump message from a suspect host does."),
     cfg.FloatOpt("max_dump_time", default=600.0, min=1, max=86400,
@@ -57,12 +59,17 @@ OPTS = [
                 help="Explicit compute host name to source IP map, e.g. "
                      "'compute1:192.0.2.11,compute2:192.0.2.12'. Packets "
                      "carry no host name: a wrong address here evacuates the "
-                     "wrong host. Entries win over name resolution."),
+                     "wrong host. Entries win over name resolution. "
+                     "Required with action = evacuate, which attributes "
+                     "packets through this map only."),
     cfg.BoolOpt("resolve_names", default=True,
                 help="Also resolve compute host names (as Nova reports them) "
                      "to find each host's address. Wrong or shared DNS "
                      "records attribute a packet to the wrong host; an "
-                     "address claimed by two hosts is ignored."),
+                     "address claimed by two hosts is ignored. Used with "
+                     "the delaying action (fence_after_dump) only: with "
+                     "action = evacuate a resolved name would skip a live "
+                     "host's power-off, so only host_map counts there."),
     cfg.FloatOpt("resolve_interval", default=300.0, min=1, max=86400,
                  help="Seconds between re-resolving compute host names. Too "
                       "long keeps a stale address after renumbering; too "
@@ -86,6 +93,14 @@ def is_wildcard(address):
     return ip.is_unspecified or bool(mapped and mapped.is_unspecified)
 
 
+def attributes_by_name(group):
+    """Whether a packet may be attributed to a host through name
+    resolution: only when it merely delays the power-off. With action =
+    evacuate it skips the power-off, and a wrong DNS record would then
+    evacuate a live host: only the operator's host_map counts."""
+    return bool(group.resolve_names) and group.action != "evacuate"
+
+
 def validate(conf):
     """Checks across options, run at start: raises cfg.Error naming the
     problem."""
@@ -101,6 +116,13 @@ def validate(conf):
                         "action = evacuate trusts every packet it receives, "
                         "so it must listen on the kdump network's address "
                         "only" % group.listen_address)
+    if group.action == "evacuate" and not group.host_map:
+        raise cfg.Error("[kdump] action = evacuate needs [kdump] host_map: "
+                        "it evacuates without power-off on a packet's "
+                        "source address alone, so each host's kdump "
+                        "address must be written there (name resolution "
+                        "is not trusted for it); or use action = "
+                        "fence_after_dump")
 
 
 register_opts, list_opts = _group.make(

@@ -6,10 +6,12 @@ A crashed host's dump kernel runs ``fence_kdump_send``, which repeats an
 every few seconds. The datagram names no host: the sender is matched to a
 compute host by its source address only, through ``[kdump] host_map`` and,
 unless disabled, the resolved addresses of the compute host names the
-engine knows (``known_hosts()``). A packet that is not exactly such a
-message is counted in ``dropped_bad``; one from an address that maps to no
-host, or to more than one, is counted in ``dropped_unknown`` and never
-becomes an event. Whether a KDUMP event means "fenced, evacuate now" or
+engine knows (``known_hosts()``); with ``[kdump] action = evacuate`` (no
+power-off) through ``host_map`` only, never through a resolved name
+(:func:`instanceha.conf.kdump.attributes_by_name`). A packet that is not
+exactly such a message is counted in ``dropped_bad``; one from an address
+that maps to no host, or to more than one, is counted in
+``dropped_unknown`` and never becomes an event. Whether a KDUMP event means "fenced, evacuate now" or
 "keep waiting" is the engine's decision (``[kdump] action``).
 """
 
@@ -22,6 +24,7 @@ import time
 
 import structlog
 
+from instanceha.conf import kdump as kdump_conf
 from instanceha.events import Event
 from instanceha.events import EventKind
 
@@ -106,7 +109,12 @@ class KdumpSource:
         self._sink = sink
         self._clock = clock
         self._known_hosts = known_hosts
-        self._resolver = resolver if self._group.resolve_names else None
+        by_name = kdump_conf.attributes_by_name(self._group)
+        self._resolver = resolver if by_name else None
+        if self._group.resolve_names and not by_name:
+            LOG.info("kdump_names_not_resolved", action=self._group.action,
+                     reason="action = evacuate skips the power-off: packets "
+                            "are attributed through [kdump] host_map only")
         self._lock = threading.Lock()
         self._counts = {"received": 0, "accepted": 0, "dropped_bad": 0,
                         "dropped_unknown": 0, "errors": 0}

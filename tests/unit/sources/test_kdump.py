@@ -101,6 +101,32 @@ def test_without_resolution_only_config_counts():
     assert source.handle_packet(GOOD_LE, ("10.0.0.2", 999)).host == "uuid-2"
 
 
+def test_evacuate_action_never_attributes_a_packet_by_name():
+    """action = evacuate skips the power-off on the strength of the
+    packet's source address alone: only an address the operator wrote in
+    host_map may name the host. A DNS record (wrong, stale, shared) that
+    resolves compute1 to the sender must not evacuate compute1."""
+    resolver = Resolver({"compute1": {"10.0.0.1"}, "compute2": {"10.0.0.2"}})
+    source, sink, _ = make_source(resolver=resolver, action="evacuate",
+                                  resolve_names=True,
+                                  host_map={"compute2": "10.0.0.12"})
+    assert source.handle_packet(GOOD_LE, ("10.0.0.1", 999)) is None
+    assert source.handle_packet(GOOD_LE, ("10.0.0.2", 999)) is None
+    assert sink.events == []
+    assert source.health()["dropped_unknown"] == 2
+    assert resolver.calls == 0
+    event = source.handle_packet(GOOD_LE, ("10.0.0.12", 999))
+    assert (event.host, event.detail["address"]) == ("uuid-2", "10.0.0.12")
+
+
+@pytest.mark.parametrize("action", ["fence_after_dump", "wait"])
+def test_delaying_action_still_attributes_by_name(action):
+    """The default action only delays the power-off: there a resolved
+    name is good enough."""
+    source, sink, _ = make_source(action=action, resolve_names=True)
+    assert source.handle_packet(GOOD_LE, ("10.0.0.1", 999)).host == "uuid-1"
+
+
 # -- packets -------------------------------------------------------------------
 
 def test_kdump_from_known_host_is_event():
@@ -299,6 +325,21 @@ def test_evacuate_without_power_off_refused_on_a_wildcard(tmp_path, address):
     # Delaying the power-off is safe on any address.
     _load(tmp_path, "[kdump]\nenabled = true\nlisten_address = %s\n"
           % address)
+
+
+def test_evacuate_without_power_off_needs_host_map(tmp_path):
+    from oslo_config import cfg
+    with pytest.raises(cfg.Error) as err:
+        _load(tmp_path, "[kdump]\nenabled = true\naction = evacuate\n"
+                        "listen_address = 192.0.2.1\n")
+    assert str(err.value).startswith("[kdump] action = evacuate")
+    assert "[kdump] host_map" in str(err.value)
+    conf = _load(tmp_path, "[kdump]\nenabled = true\naction = evacuate\n"
+                           "listen_address = 192.0.2.1\n"
+                           "host_map = compute1:192.0.2.11\n")
+    assert conf.kdump.action == "evacuate"
+    # The delaying default needs no map: names are resolved.
+    _load(tmp_path, "[kdump]\nenabled = true\nlisten_address = 192.0.2.1\n")
 
 
 def test_old_action_name_wait_means_fence_after_dump(tmp_path):
