@@ -34,12 +34,16 @@ class HttpFaultProxy:
 
     def __init__(self, target_url, prefix="/", fail_before=0.0,
                  fail_after=0.0, delay_rate=0.0, delay=0.0, seed=0,
-                 methods=None, script=None):
+                 methods=None, script=None, inspect=None):
         """``target_url``: where requests go (scheme, host and port used).
         ``prefix``: only paths under it get faults. ``methods``: only these
         methods (None: any). ``script``: {method: [fault, ...]}: the next
         requests of that method get these faults in turn, before the
-        random ones apply (so that rare calls, writes, surely get some)."""
+        random ones apply (so that rare calls, writes, surely get some).
+        ``inspect(method, path, body)``: called just before a request is
+        forwarded (never for one refused without forwarding); an object it
+        returns gets the service's HTTP status as its ``answer``."""
+        self.inspect = inspect
         self.script = {m: list(f) for m, f in (script or {}).items()}
         target = urllib.parse.urlsplit(target_url)
         self.target = (target.hostname, target.port or 80)
@@ -109,6 +113,7 @@ class HttpFaultProxy:
                                 b'unavailable"}}')
         if fault == "delay":
             time.sleep(self.delay)
+        note = self.inspect(h.command, h.path, body) if self.inspect else None
         conn = http.client.HTTPConnection(*self.target, timeout=60)
         try:
             headers = {k: v for k, v in h.headers.items()
@@ -121,6 +126,8 @@ class HttpFaultProxy:
                                 .encode())
         finally:
             conn.close()
+        if note is not None:
+            note.answer = resp.status
         if fault == "fail_after":
             return self._answer(h, 500, b'{"computeFault": {"code": 500, '
                                 b'"message": "injected: the request was '

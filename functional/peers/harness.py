@@ -69,6 +69,7 @@ class TestBed:
         self.cloud.start()
         self.redfish = redfish.start_bmcs(self.hosts, self.workdir / "bmc")
         self.link = bmclink.BMCLink(self.cloud, self.redfish).start()
+        self.cloud.evacuations.power_of = self.power_state
         self.timings.update(self.cloud.timings, total=time.monotonic() - t0)
         return self
 
@@ -122,6 +123,11 @@ class TestBed:
 
     def bmc(self, host):
         return self.link.bmcs[host]
+
+    def power_state(self, host):
+        """The host's power as the BMC linked to its compute reports it
+        (the machine's truth on this bed, whatever an inventory says)."""
+        return self.bmc(host).power_state()
 
     def inventory(self):
         return {"hosts": {h: self.bmc(h).inventory_entry() for h in self.hosts}}

@@ -37,8 +37,9 @@ import uuid
 
 import requests
 
-from functional.peers import infra, procs, venvs
+from functional.peers import evacwatch, infra, procs, venvs
 from functional.peers.errors import PeerError
+from functional.peers.faultproxy import HttpFaultProxy
 
 HERE = pathlib.Path(__file__).resolve().parent
 NOVASIDE = HERE / "novaside"
@@ -75,6 +76,11 @@ class NovaCloud(procs.StartedOnEnter):
         self.rabbit = None
         self.ports = {}
         self.timings = {}
+        #: every evacuate request on its way to nova-api, with its host's
+        #: power (TestBed sets ``power_of``); see functional/peers/evacwatch.py
+        self.evacuations = evacwatch.EvacuateRecorder(self._server_host)
+        #: the forwarding proxy every client reaches nova-api through
+        self.front = None
 
     # ------------------------------------------------------------ layout
     @property
@@ -86,6 +92,15 @@ class NovaCloud(procs.StartedOnEnter):
 
     @property
     def api_url(self):
+        """Where clients reach nova-api: through :attr:`front`, which
+        records every evacuate request (:attr:`evacuations`)."""
+        if self.front is not None:
+            return self.front.url + "/v2.1"
+        return self.nova_api_url
+
+    @property
+    def nova_api_url(self):
+        """nova-api itself, behind no proxy."""
         return "http://127.0.0.1:%d/v2.1" % self.ports["api"]
 
     @property
@@ -110,6 +125,8 @@ class NovaCloud(procs.StartedOnEnter):
                             self.db.create("api", "cell0", "cell1", "placement")))
         for key in ("api", "placement", "image", "network"):
             self.ports[key] = procs.free_port()
+        self.front = HttpFaultProxy("http://127.0.0.1:%d" % self.ports["api"],
+                                    inspect=self.evacuations.inspect)
         if self.auth == "keystone":
             self._register_endpoints()
         self._write_config()
@@ -459,6 +476,27 @@ class NovaCloud(procs.StartedOnEnter):
                                resp.text[:500]), self.log_of("nova-api"))
         return resp
 
+    def _server_host(self, server_id):
+        """The server's host as nova-api has it now (asked directly, as
+        the admin); None when there is no such server."""
+        http = requests.Session()
+        http.trust_env = False
+        try:
+            resp = http.get(
+                "%s/servers/%s" % (self.nova_api_url, server_id), timeout=30,
+                headers={"X-Auth-Token": self._token(),
+                         "OpenStack-API-Version": "compute 2.74",
+                         "Accept": "application/json"})
+        finally:
+            http.close()
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise PeerError("nova-api", "GET server %s answered %d"
+                            % (server_id, resp.status_code),
+                            self.log_of("nova-api"))
+        return resp.json()["server"]["OS-EXT-SRV-ATTR:host"]
+
     def get(self, path, microversion="2.1"):
         return self.call("GET", path, microversion=microversion).json()
 
@@ -560,6 +598,8 @@ class NovaCloud(procs.StartedOnEnter):
         # A test bed keeps nothing: kill every group at once, no graceful wait.
         for _name, proc in items:
             proc.kill()
+        if self.front is not None:
+            self.front.close()
         if self.rabbit:
             self.rabbit.delete()
         if self.db:

@@ -172,3 +172,56 @@ def test_the_fixture_fails_the_test_that_sent_the_request(tmp_path):
             r"request for server %s at %s while its host compute-0 was "
             r"powered On \(simulator at http://127\.0\.0\.1:\d+, Nova "
             r"answered 200\)" % (test, server, stamp), out), out
+
+
+@pytest.mark.allows_unsafe_evacuation(
+    "evacuates a powered-on host's server through the recorder on purpose")
+def test_the_beds_recorder_in_front_of_the_simulators_nova(tmp_path):
+    """The real-peer bed's recording proxy (functional/peers/evacwatch.py,
+    used there in front of real nova-api) here in front of the simulator's
+    Nova: an evacuate request is recorded with the power its BMC reported
+    just before it was forwarded, and Nova's answer; other requests, and
+    an evacuation of a server that does not exist, are not."""
+    from functional.peers.evacwatch import EvacuateRecorder
+    from functional.peers.faultproxy import HttpFaultProxy
+    from instanceha import conf as conf_pkg
+    from instanceha.drivers.compute import base
+    from instanceha.drivers.compute.nova import NovaDriver
+    from instanceha.sim import SimCloud, SimServer
+
+    cloud = SimCloud(hosts=2, servers_per_host=2)
+    srv = SimServer(cloud).start()
+
+    def host_of(sid):
+        s = cloud.servers.get(sid)
+        return s.host if s else None
+
+    recorder = EvacuateRecorder(
+        host_of, lambda h: cloud.power_state(cloud.host(h)), where="front")
+    proxy = HttpFaultProxy(srv.url, inspect=recorder.inspect)
+    try:
+        clouds, _ = srv.write_client_files(str(tmp_path))
+        with open(clouds) as f:
+            doc = yaml.safe_load(f)
+        doc["clouds"]["sim"]["compute_endpoint_override"] = \
+            proxy.url + "/compute/v2.1"
+        with open(clouds, "w") as f:
+            yaml.safe_dump(doc, f)
+        nova = NovaDriver(conf_pkg.make({"DEFAULT": {
+            "cloud": "sim", "clouds_file": clouds}}))
+        a, b = (s.id for s in nova.list_servers("compute-0"))
+        cloud.kill("compute-0")
+        nova.force_down(cloud.hosts["compute-0"].service_uuid, "t")
+        nova.evacuate(a)
+        cloud.power("compute-0", on=False)
+        nova.evacuate(b)
+        with pytest.raises(base.NotFound):
+            nova.evacuate("00000000-0000-0000-0000-000000000000")
+        assert [(r.server, r.host, r.power, r.answer, r.where)
+                for r in recorder.records] == [
+            (a, "compute-0", "On", 200, "front"),
+            (b, "compute-0", "Off", 200, "front")]
+        assert [r.server for r in invariant.unsafe(recorder.records)] == [a]
+    finally:
+        proxy.close()
+        srv.stop()
