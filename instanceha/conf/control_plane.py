@@ -21,14 +21,27 @@ OPTS = [
                       "is noticed later, and hosts may be fenced in "
                       "between."),
     cfg.IntOpt("failures", default=3, min=1, max=100,
-               help="Consecutive failed checks of Nova's API (this "
-                    "monitor's calls, or the reconciler's passes) or of "
-                    "Placement after which the control plane counts as "
-                    "not ready. Fewer failures keep the last verdict, so "
-                    "one transient error does not flap the status. 1 "
-                    "holds fencing on any single error; higher lets "
-                    "fencing go on for about failures x poll_interval "
-                    "while Nova's API is broken."),
+               help="Consecutive failed Placement checks after which the "
+                    "control plane counts as not ready. Fewer failures "
+                    "keep the last verdict, so one transient error does "
+                    "not flap the status. 1 holds fencing on any single "
+                    "error; higher lets fencing go on for about failures "
+                    "x poll_interval while Placement is unreachable. "
+                    "Nova's own API is not counted this way: one failed "
+                    "call holds fencing at once (see view_max_age)."),
+    cfg.FloatOpt("view_max_age", default=0.0, min=0, max=3600,
+                 help="A power-off needs a fresh, whole view of Nova: the "
+                      "last read of Nova's services (the reconciler's "
+                      "or this monitor's) succeeded at most this many "
+                      "seconds ago, and no call to Nova's API failed "
+                      "(HTTP 5xx, no answer) since that read started. "
+                      "Otherwise every new fencing decision is held: "
+                      "during an API outage a power-off only lengthens "
+                      "the outage, since nothing can be isolated or "
+                      "evacuated until the API answers. 0: one and a half "
+                      "[detection] poll_interval. Higher lets a host be "
+                      "powered off on an older view of Nova; below the "
+                      "poll interval holds fencing between passes."),
     cfg.ListOpt("services", default=list(BINARIES),
                 item_type=types.String(choices=BINARIES),
                 help="Nova services of which at least one must be up "

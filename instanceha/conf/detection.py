@@ -13,8 +13,12 @@ OPTS = [
     cfg.FloatOpt("delta", mutable=True, default=30.0, min=1, max=86400,
                  help="A compute service whose updated_at is older than this "
                       "many seconds is suspect even if Nova still says up. "
-                      "Age is measured on Nova's clock (against the newest "
-                      "updated_at of any compute service), not this node's. "
+                      "Age is measured on Nova's clock, not this node's: "
+                      "Nova's now is estimated from the updated_at of the "
+                      "services Nova calls up, taken from the clock most "
+                      "rows are stamped with, so a minority of writers "
+                      "running ahead (one nova-conductor without NTP) "
+                      "cannot make the other hosts look stale. "
                       "Keep it above Nova's report_interval; too low fences "
                       "hosts that are merely slow to report."),
     cfg.FloatOpt("grace_period", mutable=True, default=10.0, min=0, max=3600,
@@ -25,15 +29,30 @@ OPTS = [
                  default=60.0, min=1, max=86400,
                  help="Log a clock_skew warning when this node's clock and "
                       "Nova's differ by more than this many seconds "
-                      "(estimated each pass as local time minus the newest "
-                      "compute service updated_at, so it normally reads "
-                      "between 0 and about Nova's report_interval). Staleness "
+                      "(estimated each pass as local time minus Nova's now "
+                      "as the service rows' updated_at show it; it reads "
+                      "within a fraction of a poll interval of the true "
+                      "difference). Staleness "
                       "('delta') is judged on Nova's clock, so skew does not "
                       "make live hosts look dead; but this node's timestamps "
                       "(logs, journal, disabled_reason) no longer line up "
                       "with Nova's. Too low warns on normal report lag; too "
                       "high hides a broken NTP setup. Fix NTP rather than "
                       "raising it."),
+    cfg.FloatOpt("writer_skew_warning", mutable=True,
+                 default=5.0, min=0.5, max=86400,
+                 help="Log a writer_clock_skew warning when some service "
+                      "rows are stamped by a clock more than this many "
+                      "seconds ahead of or behind the clock of most rows "
+                      "(Nova's heartbeats are written by nova-conductor; "
+                      "one conductor without NTP stamps the rows it "
+                      "writes). The skew is always shown in status "
+                      "(writer_skew_ahead, writer_skew_behind). Nova's "
+                      "now is taken from the majority, so a host written "
+                      "ahead has its death seen that much later, one "
+                      "written behind that much earlier: above 'delta' "
+                      "minus Nova's report_interval, its live host looks "
+                      "stale. Fix NTP rather than raising it."),
     cfg.FloatOpt("tick_interval", mutable=True, default=1.0, min=0.05, max=60,
                  help="How often the engine re-evaluates time-based decisions "
                       "(grace expiry, retry after back-off, cleanup re-check)."),

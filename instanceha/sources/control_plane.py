@@ -20,14 +20,18 @@ Not ok, with a reason naming what is down:
   forever). A binary Nova lists no row of is not judged: with cells v2 a
   super-conductor may have none, and holding forever would help nobody;
 * Placement unanswered ``failures`` times in a row;
-* Nova's API: ``failures`` calls of this monitor in a row failed, or the
-  reconciler's last ``failures`` passes did;
+* Nova's API: any call failed (this monitor's, the reconciler's, an
+  action's: the driver notes each in ``api_record``) since the last
+  os-services read that succeeded, or that read is older than about one
+  poll interval (``[control_plane] view_max_age``): a power-off needs a
+  fresh, whole view of Nova, and during an API outage it would only
+  lengthen the outage (nothing can be isolated or evacuated);
 * not checked yet, or no check finished for much longer than a check can
   take (the monitor stuck): it cannot tell, so nothing is fenced.
 
-Fewer than ``failures`` failures in a row keep the last verdict, so one
-transient error does not flap the status. One structlog line is logged
-each time the set of problems changes.
+For Placement, fewer than ``failures`` failures in a row keep the last
+verdict, so one transient error does not flap the status. One structlog
+line is logged each time the set of problems changes.
 """
 
 import threading
@@ -37,7 +41,8 @@ import structlog
 
 from instanceha.drivers.compute import base as cb
 from instanceha.events import EventKind as E
-from instanceha.sources.reconciler import NovaClock, classify
+from instanceha.drivers.compute.nova_clock import NovaClock
+from instanceha.sources.reconciler import classify
 
 LOG = structlog.get_logger("instanceha.control_plane")
 
@@ -80,7 +85,12 @@ class ControlPlaneMonitor:
             monotonic = time.monotonic if clock is time.time else clock
         self._monotonic = monotonic
         self._reconciler_health = reconciler_health
-        self._nova_clock = NovaClock()
+        # Nova's clock as the reconciler sees it (one per Nova: the
+        # driver's), so control services and computes are judged alike.
+        self._nova_clock = getattr(compute, "nova_clock", None) \
+            or NovaClock()
+        self._api_record = getattr(compute, "api_record", None) \
+            or cb.CallRecord()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = None
@@ -124,6 +134,7 @@ class ControlPlaneMonitor:
             with self._lock:
                 self._services, self._services_skip = {}, "none configured"
             return
+        started = self._monotonic()
         try:
             services = self._compute.list_control_services()
         except NotImplementedError:
@@ -135,13 +146,18 @@ class ControlPlaneMonitor:
                 self._services_skip = "not listed by the compute driver"
             return
         except Exception as e:   # noqa: BLE001 - ComputeError, or worse
+            self._api_record.failed(self._monotonic(), "GET /os-services",
+                                    e)
             with self._lock:
                 self._api_failures += 1
                 self._api_error = _text(e)
             LOG.debug("control_plane_call_failed", what="os-services",
                       failures=self._api_failures, reason=_text(e))
             return
-        nova_now = self._nova_clock.observe(services, self._monotonic())
+        ended = self._monotonic()
+        self._api_record.services_read(started)
+        self._nova_clock.observe(services, started, ended)
+        nova_now = self._nova_clock.now(ended)
         verdict = judge_services(
             services, self._opts.services,
             nova_now if nova_now is not None else now,
@@ -217,6 +233,30 @@ class ControlPlaneMonitor:
         return (self._opts.poll_interval * (self._opts.failures + 1)
                 + calls * self._conf.api_timeout)
 
+    def view_max_age(self):
+        """Seconds after which the last successful os-services read is
+        not a fresh view of Nova any more."""
+        return (self._opts.view_max_age
+                or 1.5 * self._conf.detection.poll_interval)
+
+    def _view_problem(self, mono):
+        """(key, reason) when no fresh, whole view of Nova backs a
+        power-off now, else None."""
+        read_at, failed_at, failure = self._api_record.view()
+        if failed_at is not None and (read_at is None
+                                      or failed_at >= read_at):
+            return ("api", "Nova API: a call failed %.1fs ago, since the "
+                           "last successful read of Nova's services: %s"
+                    % (max(0.0, mono - failed_at), failure))
+        if read_at is None:
+            return ("unchecked", "Nova's services not read yet")
+        age = mono - read_at
+        if age > self.view_max_age():
+            return ("view", "no fresh view of Nova: its services last read "
+                            "%.1fs ago (more than %.1fs)"
+                    % (age, self.view_max_age()))
+        return None
+
     def _problems(self, mono):
         """[(key, reason)] of everything not ready now."""
         if self._checked_mono is None:
@@ -227,9 +267,11 @@ class ControlPlaneMonitor:
         if age > self.stale_after():
             problems.append(("stale", "no check finished for %.0fs: the "
                                       "monitor cannot tell" % age))
-        if self._api_failures >= limit:
-            problems.append(("api", "Nova API: %d calls failed in a row: %s"
-                             % (self._api_failures, self._api_error)))
+        view = self._view_problem(mono)
+        if view is not None:
+            problems.append(view)
+        if view is not None and view[0] != "view":
+            pass        # Nova's API failing, or never read: said above
         elif self._services is None:
             problems.append(("unchecked", "Nova services not checked yet: %s"
                              % (self._api_error or "no answer")))
@@ -243,10 +285,6 @@ class ControlPlaneMonitor:
                         if len(down) > SHOWN else "")
                 problems.append((binary, "%s: 0 of %d up (%s%s)" % (
                     binary, total, "; ".join(down[:SHOWN]), more)))
-        if self._rec_failures >= limit:
-            problems.append(("reconciler", "Nova API: the reconciler's "
-                                           "last %d passes failed: %s"
-                             % (self._rec_failures, self._rec_error)))
         if self._placement_skip is None:
             if self._placement_failures >= limit:
                 problems.append(("placement", "placement: unreachable: %s "

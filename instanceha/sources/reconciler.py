@@ -8,7 +8,10 @@ notification, so this poll is what detects it when no other source does.
 
 Heartbeat age is measured on Nova's clock, never this node's: a local clock
 ahead of Nova's (or Nova's writers' clocks behind) would otherwise make
-every live host look stale. See NovaClock.
+every live host look stale. Nova's clock is estimated so that a minority of
+writers with skewed clocks (one nova-conductor running fast) cannot set it
+(drivers.compute.nova_clock.NovaClock, one per Nova, shared with the
+control-plane monitor). The skew between writers is reported in health().
 """
 
 import threading
@@ -17,6 +20,7 @@ import time
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.drivers.compute.nova_clock import NovaClock, robust_newest
 from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -58,52 +62,15 @@ def _lost_reason(age):
 
 
 def newest_heartbeat(services):
-    """The newest updated_at of a service Nova itself calls up (None if
-    none): the nearest reading of Nova's clock an os-services answer
-    gives."""
-    return max((s.updated_at for s in services
-                if s.updated_at is not None and s.state == "up"
-                and not s.forced_down), default=None)
-
-
-class NovaClock:
-    """Nova's "now", estimated from the updated_at values Nova reports.
-
-    The newest updated_at of any compute service Nova reports up was
-    written on Nova's clock, at most about a report_interval (plus the API round trip) before
-    Nova's now. It is a lower bound, so ages measured against it are never
-    overestimated: skew can delay detection by that lag, never fence.
-
-    When the newest value stops changing (every compute dead, a single host
-    dead, only our own forced-down writes left), Nova's clock has still
-    advanced by the time elapsed here since that value was first seen: the
-    estimate carries on by that elapsed time, measured on a monotonic
-    clock, so frozen heartbeats (forced-down hosts included) do go stale.
-    Any change of the newest value, up or down (a new heartbeat, Nova's
-    clock stepped back, the newest service deleted), restarts the estimate
-    from that value; nothing older than one value is remembered, so a step
-    of either clock cannot make every host look stale for longer than one
-    value lasts.
-    """
-
-    def __init__(self):
-        self._newest = None     # newest updated_at seen, Nova's clock
-        self._seen_at = None    # monotonic time it was first seen
-
-    def observe(self, services, mono_now):
-        """Nova's estimated now after reading ``services``, or None if no
-        service has ever reported an updated_at."""
-        # Only services Nova itself calls up: Nova computes "up" on its own
-        # clock as |now - updated_at| <= service_down_time, so their
-        # updated_at are near Nova's now. A row whose updated_at lies far in
-        # the future (a retired compute written while some writer's clock
-        # was fast) is down to Nova and must not age every live host.
-        newest = newest_heartbeat(services)
-        if newest is not None and newest != self._newest:
-            self._newest, self._seen_at = newest, mono_now
-        if self._newest is None:
-            return None
-        return self._newest + max(0.0, mono_now - self._seen_at)
+    """Nova's now from one os-services answer alone (None if no row Nova
+    calls up has an updated_at): the lower median of those rows'
+    updated_at, so a minority of writers whose clock runs ahead cannot age
+    the others (see nova_clock.robust_newest): while fewer than half the
+    rows are written by a clock running ahead, ages measured against it
+    are never overestimated. The
+    reconciler itself uses the shared NovaClock, which also follows the
+    rows over time."""
+    return robust_newest(services)
 
 
 class Reconciler:
@@ -119,7 +86,11 @@ class Reconciler:
         if monotonic is None:
             monotonic = time.monotonic if clock is time.time else clock
         self._monotonic = monotonic
-        self._nova_clock = NovaClock()
+        # One estimate of Nova's clock per Nova (the driver's), fed by the
+        # control-plane monitor's reads too; a test double may have none.
+        self._nova_clock = getattr(compute, "nova_clock", None) \
+            or NovaClock()
+        self._api_record = getattr(compute, "api_record", None)
         self._stop = threading.Event()
         self._thread = None
         self.passes = 0
@@ -129,6 +100,8 @@ class Reconciler:
         self.last_error = None
         self.clock_skew = None      # local minus Nova's estimated now, s
         self._skew_warned = None    # skew last warned about, None: within
+        self.writer_skew = None     # nova_clock.Estimate of the last pass
+        self._writer_warned = None  # writer skew last warned about
         self._host_aggregates = None  # {host: aggregate names}, last read
         #: hosts whose BMC the power watch saw go Off (set by the service)
         self.powered_off = set
@@ -140,12 +113,26 @@ class Reconciler:
     def run_once(self):
         """One pass: one API call, one event per compute host."""
         cpu = time.thread_time()
-        services = self._compute.list_services()
+        started = self._monotonic()
+        try:
+            services = self._compute.list_services()
+        except Exception as e:
+            if self._api_record is not None:
+                self._api_record.failed(self._monotonic(),
+                                        "GET /os-services", e)
+            raise
+        ended = self._monotonic()
+        if self._api_record is not None:
+            self._api_record.services_read(started)
         now = self._clock()
-        nova_now = self._nova_clock.observe(services, self._monotonic())
+        self._nova_clock.observe(services, started, ended)
+        estimate = self._nova_clock.estimate()
+        nova_now = None if estimate is None else ended + estimate.offset
         if nova_now is not None:
             self.clock_skew = now - nova_now
             self._check_skew(self.clock_skew, nova_now)
+            self.writer_skew = estimate
+            self._check_writers(estimate)
         aggregates = self._aggregates()
         counts = {}
         # With no updated_at anywhere, every age is unknown anyway.
@@ -230,9 +217,8 @@ class Reconciler:
                     "clock_skew", skew=_rounded(skew), margin=margin,
                     nova_now=round(nova_now, 3),
                     reason="this node's clock is %.0fs %s Nova's (local time "
-                           "minus the newest compute service updated_at, "
-                           "which lags Nova by up to a report_interval; an "
-                           "overestimate if every compute is down); "
+                           "minus Nova's now as the majority of service "
+                           "rows' updated_at show it); "
                            "heartbeat staleness is judged on Nova's clock, "
                            "but local timestamps no longer match Nova's: "
                            "check NTP here and on Nova's controllers"
@@ -245,6 +231,38 @@ class Reconciler:
                             "Nova's (was %.0fs off)"
                             % (margin, self._skew_warned))
             self._skew_warned = None
+
+    def _check_writers(self, est):
+        """Warn once when some service rows are stamped by a clock more
+        than [detection] writer_skew_warning off the others' (a
+        nova-conductor without NTP), again when it moves by more than
+        that, and say when it is back within."""
+        margin = self._conf.detection.writer_skew_warning
+        worst = est.ahead if est.ahead >= est.behind else -est.behind
+        if abs(worst) > margin:
+            if self._writer_warned is None \
+                    or abs(worst - self._writer_warned) > margin:
+                LOG.warning(
+                    "writer_clock_skew", ahead=_rounded(est.ahead),
+                    behind=_rounded(est.behind), services=est.rows_off,
+                    of=est.rows, margin=margin,
+                    reason="%d of %d service rows are stamped by a clock "
+                           "%.0fs %s the clock of most rows (Nova's "
+                           "heartbeats are written by nova-conductor: "
+                           "check NTP on every conductor); Nova's now is "
+                           "taken from the majority, so their hosts' "
+                           "deaths are seen up to that much %s"
+                           % (est.rows_off, est.rows, abs(worst),
+                              "ahead of" if worst > 0 else "behind",
+                              "later" if worst > 0 else "earlier"))
+                self._writer_warned = worst
+        elif self._writer_warned is not None \
+                and abs(worst) <= 0.75 * margin:
+            LOG.info("writer_clock_skew", ahead=_rounded(est.ahead),
+                     behind=_rounded(est.behind), margin=margin,
+                     reason="every service row is stamped within %.0fs of "
+                            "the others' clock again" % margin)
+            self._writer_warned = None
 
     def _loop(self):
         while not self._stop.is_set():
@@ -269,12 +287,21 @@ class Reconciler:
             self._thread.join(5)
 
     def health(self):
+        w = self.writer_skew
         return {"passes": self.passes, "errors": self.errors,
                 "last_pass_at": self.last_pass_at,
                 "last_error": self.last_error,
                 "last_pass_cpu": (None if self.last_pass_cpu is None
                                   else round(self.last_pass_cpu, 4)),
-                "clock_skew": _rounded(self.clock_skew)}
+                "clock_skew": _rounded(self.clock_skew),
+                # Between Nova's writers: how far the furthest service
+                # row's clock is ahead of / behind the majority's, and how
+                # many rows are off (0: all within a poll of each other).
+                "writer_skew_ahead": _rounded(
+                    None if w is None else w.ahead),
+                "writer_skew_behind": _rounded(
+                    None if w is None else w.behind),
+                "writer_skew_services": None if w is None else w.rows_off}
 
 
 def _rounded(skew):

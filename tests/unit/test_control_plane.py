@@ -110,17 +110,29 @@ def test_a_binary_nova_does_not_list_is_not_judged():
     assert len(warned) == 1 and "nova-conductor" in warned[0]["reason"]
 
 
-def test_one_failed_call_keeps_the_verdict_several_hold():
+def test_the_first_failed_nova_call_holds_until_services_are_read_again():
+    """Hole 4 of issue 21: the hold closed only after [control_plane]
+    failures (3) failed checks in a row, so a suspect host was powered off
+    while Nova's API answered 503. Now the first failure holds."""
     m = Mon()
     m.check()
     m.compute.fail["list_control_services"] = [
-        cb.ComputeError("GET /os-services: HTTP 500: DB gone")] * 3
-    assert m.check() == (True, "")
-    assert m.check() == (True, "")
+        cb.ComputeError("GET /os-services: HTTP 503: down")]
     ok, reason = m.check()
     assert not ok
-    assert reason == ("Nova API: 3 calls failed in a row: GET /os-services: "
-                      "HTTP 500: DB gone")
+    assert reason == ("Nova API: a call failed 0.0s ago, since the last "
+                      "successful read of Nova's services: GET "
+                      "/os-services: HTTP 503: down")
+    assert m.check() == (True, "")
+    # Any call through the driver counts (an action's, say), at once,
+    # without waiting for the monitor's next check.
+    m.clock.advance(0.5)
+    m.compute.api_record.failed(m.clock(), "POST /servers/x/action",
+                                cb.ComputeError("POST /servers/x/action: "
+                                                "HTTP 500: boom"))
+    ok, reason = m.monitor.status()
+    assert not ok and reason.endswith("POST /servers/x/action: HTTP 500: "
+                                      "boom")
     assert m.check() == (True, "")
 
 
@@ -129,8 +141,28 @@ def test_a_failed_first_call_is_not_ok_until_an_answer():
     m.compute.fail["list_control_services"] = [cb.ComputeError("refused")]
     ok, reason = m.check()
     assert not ok
-    assert reason == "Nova services not checked yet: refused"
+    assert reason == ("Nova API: a call failed 0.0s ago, since the last "
+                      "successful read of Nova's services: refused")
     assert m.check() == (True, "")
+
+
+def test_no_power_off_on_an_old_view_of_nova():
+    """The last successful os-services read must be younger than about one
+    poll interval: 1.5 x [detection] poll_interval unless set."""
+    m = Mon({"detection": {"delta": 10, "poll_interval": 4}})
+    assert m.monitor.view_max_age() == 6
+    assert m.check() == (True, "")
+    m.clock.advance(6)
+    assert m.monitor.status() == (True, "")
+    m.clock.advance(0.5)
+    ok, reason = m.monitor.status()
+    assert not ok
+    assert reason == ("no fresh view of Nova: its services last read 6.5s "
+                      "ago (more than 6.0s)")
+    assert m.check() == (True, "")
+    m.conf.set_override("view_max_age", 2, "control_plane")
+    m.clock.advance(2.5)
+    assert not m.monitor.status()[0]
 
 
 def test_placement_unreachable_holds_after_failures_in_a_row():
@@ -154,26 +186,34 @@ def test_no_placement_endpoint_is_not_checked_rather_than_held():
         "not checked: no Placement endpoint"
 
 
-def test_reconciler_failing_passes_hold():
-    rec = {"passes": 5, "errors": 0, "last_error": None}
-    m = Mon(reconciler=rec)
+def test_a_failed_reconciler_pass_holds_at_once():
+    """The reconciler's reads count like the monitor's: a failed pass
+    holds at once; its next good pass is a fresh view again."""
+    from instanceha.sources.reconciler import Reconciler
+    m = Mon()
+    rec = Reconciler(m.conf, m.compute, lambda event: None, m.clock)
+    rec.run_once()
     assert m.check() == (True, "")
-    rec.update(errors=2, last_error="GET /os-services: ConnectFailure")
-    assert m.check()[0]
-    rec.update(errors=3)
-    ok, reason = m.check()
-    assert not ok
-    assert reason == ("Nova API: the reconciler's last 3 passes failed: "
-                      "GET /os-services: ConnectFailure")
-    # A pass succeeded in between, then one failed: one in a row.
-    rec.update(passes=6, errors=4)
-    assert m.check() == (True, "")
-    rec.update(last_error=None, passes=7)
-    assert m.check() == (True, "")
+    m.clock.advance(1)
+    m.compute.fail["list_services"] = [
+        cb.ComputeError("GET /os-services: ConnectFailure")]
+    with pytest.raises(cb.ComputeError):
+        rec.run_once()
+    ok, reason = m.monitor.status()
+    assert not ok and reason.endswith("GET /os-services: ConnectFailure")
+    m.clock.advance(1)
+    rec.run_once()
+    assert m.monitor.status() == (True, "")
+    # The reconciler's reads keep the view fresh between the monitor's.
+    for _ in range(10):
+        m.clock.advance(5)
+        rec.run_once()
+        assert m.monitor.status() == (True, "")
 
 
 def test_a_stuck_monitor_is_not_trusted():
-    m = Mon({"control_plane": {"poll_interval": 10, "failures": 3},
+    m = Mon({"control_plane": {"poll_interval": 10, "failures": 3,
+                               "view_max_age": 100},
              "DEFAULT": {"api_timeout": 5}})
     m.check()
     assert m.monitor.stale_after() == 10 * 4 + 3 * 5
@@ -198,6 +238,51 @@ def test_one_log_line_per_change_with_its_reason():
              if e["event"] == "control_plane"]
     assert [ok for ok, _ in lines] == [True, False, True]
     assert lines[1][1].startswith("no fencing: nova-scheduler: 0 of 1 up")
+
+
+def test_engine_powers_nothing_off_while_novas_api_fails():
+    """Hole 4 of issue 21, the decision in the engine: Nova's API starts
+    failing one pass before a suspect host's grace period ends. Before,
+    the hold needed three failed checks, so the host was powered off on
+    time; now it stays suspect, its BMC on, until Nova's services are read
+    whole again, and then the normal path resumes."""
+    w = World(hosts=4)
+    monitor = ControlPlaneMonitor(w.conf, w.compute, w.clock,
+                                  reconciler_health=w.reconciler.health)
+    w.engine.control_plane = monitor.status
+    w.pass_()
+    monitor.check_once()
+    w.compute.kill("compute-1")
+    for _ in range(30):
+        w.pass_()
+        monitor.check_once()
+        if w.state("compute-1")[0] == "suspect":
+            break
+    assert w.state("compute-1")[0] == "suspect"
+    # grace_period is 5 s: fail the API just before it ends.
+    for _ in range(3):
+        w.pass_()
+        monitor.check_once()
+    outage = cb.ComputeError("GET /os-services: HTTP 503: Service "
+                             "Unavailable")
+    w.compute.fail["list_services"] = [outage] * 8
+    w.compute.fail["list_control_services"] = [outage] * 8
+    for _ in range(8):
+        with pytest.raises(cb.ComputeError):
+            w.pass_()
+        w.drain()
+        w.engine.tick()
+        w.drain()
+        monitor.check_once()
+        state, reason = w.state("compute-1")
+        assert state == "suspect", (state, reason)
+        assert w.fencer.powered_off == []
+    assert "control plane not ready for a recovery: Nova API: a call " \
+           "failed" in reason and "HTTP 503" in reason
+    assert not w.compute.services["compute-1"]["forced_down"]
+    # The API answers again: the host is fenced and evacuated.
+    w.until("compute-1", "evacuated")
+    assert w.fencer.powered_off == ["compute-1"]
 
 
 def test_disabled_is_always_ok():

@@ -350,3 +350,129 @@ def test_a_host_that_lost_power_is_judged_with_the_shorter_delta():
             if out[host][0] is E.HEARTBEAT_LOST:
                 seen.setdefault(host, r.nova.nova_now() - frozen)
     assert 20 < seen["c1"] <= 22 and 30 < seen["c2"] <= 32, seen
+
+
+# -- Nova's clock is not the fastest writer's (issue 21, hole 3) -------------
+
+class Writers(SkewedNova):
+    """Heartbeats stamped by several writers (nova-conductors), each with
+    its own clock offset from Nova's; ``writer[host]`` names the offset of
+    the one that writes the host's row. Every compute reports in step."""
+
+    def __init__(self, clock, writer, report_interval=1.0):
+        super().__init__(clock, 0.0, hosts=len(writer),
+                         report_interval=report_interval)
+        self.writer = writer
+
+    def list_services(self):
+        ri = self.report_interval
+        beat = (self.nova_now() // ri) * ri
+        out = []
+        for r in self.rows.values():
+            if r["alive"]:
+                r["updated_at"] = beat + self.writer[r["host"]]
+            out.append(ComputeService(**{k: v for k, v in r.items()
+                                         if k != "alive"}))
+        return out
+
+
+def _writers_rig(writer, delta=10, report_interval=1.0):
+    r = Rig(0.0, delta=delta)
+    r.nova = Writers(r.clock, writer, report_interval)
+    r.rec = Reconciler(r.conf, r.nova, r.events.append, r.clock)
+    return r
+
+
+def test_one_conductor_25s_fast_does_not_age_the_hosts_of_the_others():
+    """c0 and c1 report through a conductor 25 s fast, the rest through
+    conductors on time. Before, Nova's now was the newest updated_at (the
+    fast one's): c2..c5 looked 25 s stale and turned suspect."""
+    writer = {"c0": 25.0, "c1": 25.0, "c2": 0.0, "c3": 0.0, "c4": 0.0,
+              "c5": 0.0}
+    r = _writers_rig(writer)
+    with capture_logs() as logs:
+        for _ in range(30):
+            kinds = r.kinds(1.13)
+            assert set(kinds.values()) == {E.HEARTBEAT_OK}, kinds
+    health = r.rec.health()
+    # This node's clock and Nova's agree; the fast writer is reported.
+    assert abs(health["clock_skew"]) <= 0.5, health
+    assert 24 <= health["writer_skew_ahead"] <= 26, health
+    assert health["writer_skew_behind"] == 0
+    assert health["writer_skew_services"] == 2
+    warned = [x for x in logs if x["event"] == "writer_clock_skew"]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning"
+    assert "2 of 6 service rows" in warned[0]["reason"]
+    assert not _skew_lines(logs)
+    # A real death behind an on-time writer is seen after delta.
+    r.nova.rows["c3"]["alive"] = False
+    frozen = r.nova.rows["c3"]["updated_at"]
+    seen = []
+    for _ in range(15):
+        out = r.pass_()
+        seen.append((r.nova.nova_now() - frozen, out["c3"][0]))
+        assert {out[h][0] for h in writer if h != "c3"} == {E.HEARTBEAT_OK}
+    assert all(k is E.HEARTBEAT_OK for age, k in seen if age <= 10), seen
+    assert all(k is E.HEARTBEAT_LOST for age, k in seen if age > 10.5), seen
+
+
+def test_writers_at_several_offsets_the_majority_sets_nova_now():
+    writer = {"c0": 25.0, "c1": 8.0, "c2": -4.0, "c3": 0.0, "c4": 0.0,
+              "c5": 0.0, "c6": 0.0}
+    r = _writers_rig(writer)
+    for _ in range(30):
+        assert set(r.kinds(0.9).values()) == {E.HEARTBEAT_OK}
+    health = r.rec.health()
+    assert abs(health["clock_skew"]) <= 0.5, health
+    assert 24 <= health["writer_skew_ahead"] <= 26, health
+    assert 3 <= health["writer_skew_behind"] <= 5, health
+    assert health["writer_skew_services"] == 3
+    # The fast writers' own hosts are seen dead that much later, never
+    # earlier: c1 (8 s ahead) after delta + 8.
+    r.nova.rows["c1"]["alive"] = False
+    frozen = r.nova.rows["c1"]["updated_at"] - 8.0
+    seen = []
+    for _ in range(25):
+        out = r.pass_()
+        seen.append((r.nova.nova_now() - frozen, out["c1"][0]))
+    assert all(k is E.HEARTBEAT_OK for age, k in seen if age <= 18), seen
+    assert all(k is E.HEARTBEAT_LOST for age, k in seen if age > 18.5), seen
+
+
+def _lags(passes=200, poll=1.37, report_interval=10.0):
+    """Nova's true now minus the reconciler's estimate after each pass,
+    with every compute reporting in step."""
+    clock = Clock()
+    nova = SkewedNova(clock, 0.0, hosts=5, report_interval=report_interval)
+    conf = conf_pkg.make({"detection": {"delta": 30}})
+    rec = Reconciler(conf, nova, lambda event: None, clock)
+    lags = []
+    for _ in range(passes):
+        clock.advance(poll)
+        rec.run_once()
+        # clock_skew is local now minus the estimate; local is Nova's here.
+        lags.append(rec.clock_skew)
+    return lags
+
+
+def test_in_step_reports_the_estimate_lags_a_small_part_of_a_poll():
+    """Before, Nova's now was the newest updated_at as last seen change,
+    carried forward: it lagged by the time between the write and the poll
+    that saw it, up to a whole poll (mean about half). Each row's highest
+    sample over its last writes brings it to a small part of a poll."""
+    poll = 1.37
+    lags = _lags(poll=poll)[100:]
+    assert min(lags) >= 0                       # never ahead of Nova
+    assert max(lags) <= 0.1 * poll, max(lags)
+    assert sum(lags) / len(lags) <= 0.05 * poll
+
+
+def test_a_minority_of_rows_from_the_future_never_becomes_now():
+    """Also with no history: newest_heartbeat, which other modules use
+    for one answer, takes the lower median, not the newest."""
+    from instanceha.sources.reconciler import newest_heartbeat
+    rows = [svc(id="u%d" % i, updated_at=1000.0) for i in range(3)]
+    rows += [svc(id="f%d" % i, updated_at=1025.0) for i in range(2)]
+    rows.append(svc(id="d", state="down", updated_at=5000.0))
+    assert newest_heartbeat(rows) == 1000.0
+    assert newest_heartbeat([svc(state="down")]) is None

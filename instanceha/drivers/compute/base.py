@@ -6,7 +6,10 @@ its subclasses; callers never see openstacksdk or keystoneauth exceptions.
 
 import abc
 import dataclasses
+import threading
 from typing import Any, Mapping, Optional, Tuple
+
+from instanceha.drivers.compute.nova_clock import NovaClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,56 @@ class NoEndpoint(ComputeError):
     the service (a configuration fact, not an outage)."""
 
 
+class CallRecord:
+    """When Nova's API was last seen whole, and when a call last failed.
+
+    The sources that read os-services note each read that succeeded
+    (``services_read``, with the time the read started) and each that
+    failed; the driver notes every request that failed (``failed``: HTTP
+    5xx, no answer, an answer that is not JSON; a 4xx is an answer). No
+    clock of its own: callers pass monotonic times (this node's), so tests
+    inject theirs. The control-plane gate reads it: no power-off without a
+    recent successful read and no failure since."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.read_at = None         # start of the last good os-services read
+        self.failed_at = None       # last failed call
+        self.failure = None         # what failed, why
+
+    def services_read(self, started):
+        with self._lock:
+            if self.read_at is None or started > self.read_at:
+                self.read_at = started
+
+    def failed(self, at, what, error):
+        with self._lock:
+            if self.failed_at is None or at >= self.failed_at:
+                self.failed_at = at
+                # The driver's errors name the call already.
+                self.failure = str(error) or "%s: %s" % (
+                    what, type(error).__name__)
+
+    def view(self):
+        """(read_at, failed_at, failure), one consistent reading."""
+        with self._lock:
+            return self.read_at, self.failed_at, self.failure
+
+
 class ComputeDriver(abc.ABC):
+
+    # One per driver object, shared by every source that reads services
+    # through it (the reconciler, the control-plane monitor), created on
+    # first use: subclasses need not call an __init__ here.
+    @property
+    def nova_clock(self):
+        """Nova's clock as os-services shows it (NovaClock)."""
+        return _shared(self, "_nova_clock", NovaClock)
+
+    @property
+    def api_record(self):
+        """The CallRecord of this driver's Nova API calls."""
+        return _shared(self, "_call_record", CallRecord)
 
     @abc.abstractmethod
     def list_services(self):
@@ -222,3 +274,11 @@ class ComputeDriver(abc.ABC):
         below HTTP 500); raise ComputeError when it does not, NoEndpoint
         when no Placement endpoint is configured."""
         raise NotImplementedError
+
+
+def _shared(obj, name, factory):
+    found = obj.__dict__.get(name)
+    if found is None:
+        # setdefault is atomic: two threads racing get one object.
+        found = obj.__dict__.setdefault(name, factory())
+    return found

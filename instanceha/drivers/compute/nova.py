@@ -7,6 +7,7 @@ microversions, so "latest" is never used. At connect time the server's maximum
 is read from version discovery; below 2.53 instanceha refuses to start.
 """
 
+import contextlib
 import datetime
 import threading
 import time
@@ -151,6 +152,7 @@ class NovaDriver(base.ComputeDriver):
                  sleep=time.sleep):
         self._conf = conf
         self._sleep = sleep
+        self._clock = clock
         #: aggregates and Glance images: [DEFAULT] nova_cache_ttl
         self._cache = TTLCache(conf.nova_cache_ttl, clock)
         try:
@@ -217,6 +219,22 @@ class NovaDriver(base.ComputeDriver):
         return self._send(method, path, microversion, **kwargs)
 
     def _send(self, method, path, microversion, **kwargs):
+        with self._noting("%s %s" % (method.upper(), path)):
+            return self._send_once(method, path, microversion, **kwargs)
+
+    @contextlib.contextmanager
+    def _noting(self, what):
+        """Note a request Nova's API failed (5xx, no answer, not JSON) in
+        api_record, when it failed: the control-plane gate holds every
+        power-off from then until os-services is read whole again."""
+        try:
+            yield
+        except base.ComputeError as e:
+            if _transient(e):
+                self.api_record.failed(self._clock(), what, e)
+            raise
+
+    def _send_once(self, method, path, microversion, **kwargs):
         if method != "get":
             # A write is sent once: keystoneauth would send it again on a
             # connection failure or a 503 if clouds.yaml asked for it
@@ -258,6 +276,10 @@ class NovaDriver(base.ComputeDriver):
             resource, what, microversion, **params))
 
     def _list_once(self, resource, what, microversion, **params):
+        with self._noting("GET %s" % what):
+            return self._list_all(resource, what, microversion, **params)
+
+    def _list_all(self, resource, what, microversion, **params):
         try:
             return [item.nova_body for item in resource.list(
                 self._compute, microversion=microversion, **params)]
