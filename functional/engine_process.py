@@ -5,6 +5,7 @@ engine on a config file, read what it says about itself (status file,
 journal), wait for a host's state, stop it.
 """
 
+import configparser
 import contextlib
 import json
 import os
@@ -115,6 +116,24 @@ class EngineProcess:
         return self.wait(lambda: self.states().get(host, ("",))[0] == state
                          and self.states()[host], timeout,
                          "%s to be %s" % (host, state))
+
+    def api_socket(self):
+        """The engine's ``[api] unix_socket`` as its config file says."""
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(self.conf_path)
+        return parser.get("api", "unix_socket", fallback=None) or None
+
+    def api(self, method, path, body=None, headers=None, timeout=10):
+        """One request to the engine's operator API through its unix
+        socket, as the CLI sends it: (status, headers, raw body)."""
+        from instanceha.api.client import UnixConnection
+        conn = UnixConnection(self.api_socket(), timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
 
     def journal(self):
         return Journal(self.journal_url)

@@ -43,6 +43,9 @@ def write_config(workdir, server, overrides=None):
     groups.setdefault("fencing", {})["inventory"] = bmc
     groups["journal"] = {"connection": "sqlite:///" + os.path.join(
         workdir, "journal.sqlite")}
+    # The operator API's socket, in a directory closed to other users.
+    os.makedirs(os.path.join(workdir, "run"), mode=0o700, exist_ok=True)
+    groups["api"]["unix_socket"] = os.path.join(workdir, "run", "api.sock")
     for group, values in (overrides or {}).items():
         groups.setdefault(group, {}).update(values)
     return write_conf_file(os.path.join(workdir, "instanceha.conf"), groups)

@@ -1,8 +1,9 @@
 """The operator API of a real ``instanceha run`` process (cheroot + WebOb)
-against the simulator: a host lost and recovered, then its history (HTTP
-and CLI) and the recovery timings in /metrics agree with the journal and
-the world; a cross-site form post changes nothing; noauth on a
-non-loopback address never starts."""
+against the simulator: a host lost and recovered, then its history (unix
+socket and CLI) and the recovery timings in /metrics (TCP) agree with the
+journal and the world; a cross-site form post changes nothing; noauth on a
+non-loopback address never starts; and by default no local process can
+switch HA off over TCP: commands go through the unix socket."""
 
 import json
 import re
@@ -43,13 +44,13 @@ def test_history_and_timings_of_a_recovered_host(make_cloud):
     for sid in victims:
         assert snap["servers"][sid]["host"] != "compute-1"
 
-    # History over HTTP, two pages, equal to the journal's rows.
+    # History over the unix socket, two pages, equal to the journal's rows.
     entries, marker = [], None
     while True:
-        url = api + "/hosts/compute-1/history?limit=5"
+        url = "/hosts/compute-1/history?limit=5"
         if marker:
             url += "&marker=" + marker
-        status, body = _get(url)
+        status, _, body = c.engine.api("GET", url)
         assert status == 200
         page = json.loads(body)
         entries.extend(page["entries"])
@@ -90,7 +91,9 @@ def test_history_and_timings_of_a_recovered_host(make_cloud):
 
 
 def test_a_form_post_changes_nothing_and_json_does(make_cloud):
-    c = make_cloud()
+    """Commands over loopback TCP without authentication, as an operator
+    may explicitly allow: a browser's cross-site post still cannot act."""
+    c = make_cloud({"api": {"allow_unauthenticated_tcp": True}})
     c.start_engine()
     api = c.status()["api"]
     url = api + "/hosts/compute-2/suspend"
@@ -126,3 +129,43 @@ def test_noauth_on_a_public_address_never_starts(make_cloud):
                      "(and [keystone_authtoken]) or listen on 127.0.0.1"]
     snap = c.sim.snapshot()
     assert all(h["power"] == "on" for h in snap["hosts"].values())
+
+
+def _tcp_post(api, path, body=b'{"reason": "x", "forever": true}'):
+    return _post(api + path, body, "application/json")
+
+
+def test_by_default_no_local_process_switches_ha_off_over_tcp(make_cloud):
+    """The engine as configured by default (the socket in a directory of
+    its own, loopback TCP without authentication): any process on the
+    machine reaches the TCP port, but it only reads health and metrics
+    there. Suspending a host for ever, maintenance and lifting a storm
+    hold are refused 403; the host is recovered when it dies. The CLI
+    commands through the socket."""
+    c = make_cloud()
+    c.start_engine()
+    api = c.status()["api"]
+    for path in ("/hosts/compute-1/suspend", "/hosts/compute-1/maintenance",
+                 "/storm/resume"):
+        status, answer = _tcp_post(api, path)
+        assert status == 403, (path, answer)
+        assert b"use the unix socket" in answer
+    for path in ("/status", "/hosts/compute-1/history"):
+        assert httpcall.request(api + path)[0] == 403
+    assert _get(api + "/healthz")[0] == 200
+    status, body = _get(api + "/metrics")
+    assert status == 200 and b"instanceha_hosts" in body
+    assert c.states()["compute-1"][0] == "active"
+
+    out = c.cli("suspend", "compute-2", "--forever", "--reason", "psu")
+    assert out.returncode == 0, out.stderr
+    c.wait_state("compute-2", "suspended", timeout=10)
+
+    c.sim.kill("compute-1")
+    c.wait_state("compute-1", "evacuated", timeout=60)
+    assert c.sim.snapshot()["hosts"]["compute-1"]["power"] == "off"
+    # The simulator's config sets [api] port: the operator is told where
+    # commands went and what keeps them on TCP.
+    log = c.engine.log_text()
+    assert "api_listener_warning" in log
+    assert "allow_unauthenticated_tcp = true" in log

@@ -124,7 +124,7 @@ def _post(cloud, host, verb, raw):
 
 
 def test_suspension_needs_a_valid_length_or_an_explicit_forever(make_cloud):
-    c = make_cloud()
+    c = make_cloud({"api": {"allow_unauthenticated_tcp": True}})
     c.start_engine()
     for value in ("0", "nan", "inf", "-5"):
         out = c.cli("suspend", "compute-1", "--seconds", value)
@@ -161,7 +161,7 @@ def test_suspension_needs_a_valid_length_or_an_explicit_forever(make_cloud):
 
 
 def test_suspension_for_seconds_says_until_when(make_cloud):
-    c = make_cloud()
+    c = make_cloud({"api": {"allow_unauthenticated_tcp": True}})
     c.start_engine()
     before = time.time()
     out = c.cli("suspend", "compute-2", "--seconds", "3600")

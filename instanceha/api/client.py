@@ -8,6 +8,7 @@ same clouds.yaml entry the service uses for Nova (``[DEFAULT] cloud`` and
 
 import http.client
 import json
+import os
 import socket
 import urllib.error
 import urllib.request
@@ -19,9 +20,15 @@ class ClientError(Exception):
 
 def api_url(conf):
     """The running service's API: ``unix:<path>`` for ``[api]
-    unix_socket``, else from its status file, else the config."""
-    if conf.api.unix_socket:
-        return "unix:" + conf.api.unix_socket
+    unix_socket`` (the default), else its TCP URL from its status file,
+    else from the config. TCP instead of the socket only where TCP serves
+    commands (Keystone, or allow_unauthenticated_tcp) and no socket is at
+    the path (a CLI on another machine)."""
+    from instanceha.conf import api as api_conf
+    path = conf.api.unix_socket
+    if path and (os.path.exists(path)
+                 or not api_conf.tcp_serves_commands(conf)):
+        return "unix:" + path
     try:
         with open(conf.status_file) as f:
             url = json.load(f).get("api")
@@ -74,7 +81,9 @@ def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
         raise ClientError("cannot reach the service at %s: %s" % (url, e))
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over the unix socket at ``path`` (Host: localhost)."""
+
     def __init__(self, path, timeout):
         super().__init__("localhost", timeout=timeout)
         self._path = path
@@ -91,15 +100,25 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 def _call_unix(base, method, path, data, headers, timeout):
-    conn = _UnixConnection(base[len("unix:"):], timeout)
+    conn = UnixConnection(base[len("unix:"):], timeout)
     try:
         conn.request(method, path, body=data, headers=headers)
         resp = conn.getresponse()
         return resp.status, _decode(resp.read())
     except OSError as e:
-        raise ClientError("cannot reach the service at %s: %s" % (base, e))
+        raise ClientError("cannot reach the service at %s: %s%s" % (
+            base, e, _SOCKET_HINTS.get(type(e), "")))
     finally:
         conn.close()
+
+
+_SOCKET_HINTS = {
+    PermissionError: " (the socket's directory admits the service's user "
+                     "and group only: run this as one of them)",
+    FileNotFoundError: " (is the service running with this [api] "
+                       "unix_socket? give its --config-file)",
+    ConnectionRefusedError: " (the service is not running)",
+}
 
 
 def _decode(raw):

@@ -160,9 +160,10 @@ class OperatorAPI:
         except auth.AuthError as e:
             from instanceha.service import ConfigError
             raise ConfigError(str(e))
-        self._server = None
-        self._thread = None
+        self._listeners = []     # [(where, cheroot server, thread)]
         self._port = None
+        for warning in api_conf.listener_warnings(conf):
+            LOG.warning("api_listener_warning", reason=warning)
 
     # -- request handling (also called directly by tests) ---------------------
     def handle(self, method, path, body=b"", query=None):
@@ -297,15 +298,28 @@ class OperatorAPI:
             return None
 
     # -- serving ---------------------------------------------------------------
-    def bind(self):
-        """Create and bind the listening socket; serve nothing yet. Raises
-        OSError (address in use, not ours, ...) before anything starts."""
-        if self._server is not None:
-            return
+    def _plan(self):
+        """[(where, WSGI app, what it serves)]: the unix socket serves the
+        whole API; TCP too with Keystone or allow_unauthenticated_tcp,
+        else only the open reads."""
+        from instanceha.api import wsgi
         api = self.conf.api
-        where = api.unix_socket or (api.listen_address, api.port)
-        server = _Server(where, self.app,
-                         numthreads=api.threads,
+        plan = []
+        if api.listen_tcp:
+            if api_conf.tcp_serves_commands(self.conf):
+                plan.append(((api.listen_address, api.port), self.app,
+                             "all"))
+            else:
+                plan.append(((api.listen_address, api.port),
+                             wsgi.OpenReadsOnly(self.app, self.conf),
+                             ",".join(api_conf.OPEN_READS)))
+        if api.unix_socket:
+            plan.append((api.unix_socket, self.app, "all"))
+        return plan
+
+    def _server_for(self, where, app):
+        api = self.conf.api
+        server = _Server(where, app, numthreads=api.threads,
                          timeout=int(max(1, api.request_timeout)),
                          shutdown_timeout=2)
         server.max_request_body_size = api.max_request_body
@@ -317,48 +331,94 @@ class OperatorAPI:
         except OSError as e:
             # cheroot folds the cause into a sentence; say the cause.
             raise (server.bind_error or e) from None
-        self._server = server
-        if api.unix_socket:
-            # cheroot makes it 0777; the directory (checked at start) keeps
-            # others out, the socket its owner and group in.
-            os.chmod(api.unix_socket, 0o660)
-        else:
-            self._port = server.bind_addr[1]
+        return server
+
+    def bind(self):
+        """Create and bind the listening sockets (TCP first, then the unix
+        socket); serve nothing yet. Raises OSError for the TCP port (in
+        use, not ours, ...) and StartupError naming the unix socket,
+        before anything starts and with nothing left bound."""
+        if self._listeners:
+            return
+        bound = []
+        try:
+            for where, app, serves in self._plan():
+                if isinstance(where, str):
+                    server = self._bind_unix(where, app)
+                    # cheroot makes it 0777; the directory (checked at
+                    # start) keeps others out, the socket its owner and
+                    # group in.
+                    os.chmod(where, 0o660)
+                else:
+                    server = self._server_for(where, app)
+                    self._port = server.bind_addr[1]
+                bound.append((where, server, serves))
+        except BaseException:
+            for where, server, _serves in bound:
+                server.stop()
+                self._unlink(where)
+            raise
+        self._listeners = [(where, server, serves, None)
+                           for where, server, serves in bound]
+
+    def _bind_unix(self, path, app):
+        """The unix socket's server, its directory checked first (it must
+        keep other users out). StartupError naming the socket."""
+        from instanceha.service import StartupError
+        why = api_conf.check_unix_socket(path)
+        if why is not None:
+            raise StartupError("operator API: %s" % why)
+        try:
+            return self._server_for(path, app)
+        except OSError as e:
+            raise StartupError("operator API: cannot bind unix socket %s: "
+                               "%s" % (path, e.strerror or e)) from None
 
     def start(self):
         """Serve requests (binding first if :meth:`bind` was not called)."""
         self.bind()
-        self._thread = threading.Thread(target=self._serve, daemon=True,
-                                        name="instanceha-api")
-        self._thread.start()
-        LOG.info("api_listening", address=self.conf.api.unix_socket
-                 or self.conf.api.listen_address, port=self.port, strategy=self.conf.api.auth_strategy,
-                 reason="operator API serving")
+        running = []
+        for where, server, serves, _thread in self._listeners:
+            thread = threading.Thread(target=self._serve, args=(server,),
+                                      daemon=True, name="instanceha-api")
+            thread.start()
+            running.append((where, server, serves, thread))
+            LOG.info("api_listening",
+                     address=where if isinstance(where, str) else where[0],
+                     port=None if isinstance(where, str) else self._port,
+                     serves=serves, strategy=self.conf.api.auth_strategy,
+                     reason="operator API serving")
+        self._listeners = running
 
-    def _serve(self):
+    @staticmethod
+    def _serve(server):
         try:
-            self._server.serve()
+            server.serve()
         except Exception as e:   # noqa: BLE001 - logged, the engine goes on
             LOG.error("api_stopped", reason="%s: %s" % (type(e).__name__, e))
 
     @property
     def port(self):
-        """The bound TCP port (still known after stop; None on a unix
-        socket)."""
+        """The bound TCP port (still known after stop; None without a TCP
+        listener)."""
         return self._port
 
     def stop(self):
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.stop()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
-        path = self.conf.api.unix_socket
-        if path and api_conf.check_unix_socket(path) is None:
+        listeners, self._listeners = self._listeners, []
+        for where, server, _serves, thread in listeners:
+            server.stop()
+            if thread is not None:
+                thread.join(5)
+            self._unlink(where)
+
+    @staticmethod
+    def _unlink(where):
+        """Remove our unix socket (only a socket, in a directory that
+        passes the start checks)."""
+        if isinstance(where, str) and api_conf.check_unix_socket(where) \
+                is None:
             try:
-                os.unlink(path)
+                os.unlink(where)
             except FileNotFoundError:
                 pass
 

@@ -1,6 +1,8 @@
 """The operator API as a WSGI application (WebOb), in front of
 :meth:`OperatorAPI.handle`.
 
+On the TCP listener without authentication, :class:`OpenReadsOnly` first
+lets through only the open reads (/healthz, /readyz, /metrics).
 Per request, in this order: without authentication, the Host header names
 a loopback address (403: DNS rebinding); the method and path are known
 (405, 404);
@@ -43,7 +45,7 @@ def route(method, path):
     answered 404 by the API)."""
     if path == "/status":
         return "instanceha:status:read", False, _READS
-    if path == "/healthz":
+    if path in ("/healthz", "/readyz"):
         return "instanceha:health:read", True, _READS
     if path == "/metrics":
         return "instanceha:metrics:read", True, _READS
@@ -199,6 +201,40 @@ class Application:
                                             "Content-Length"},
                                       Connection="close")
         return body, None
+
+
+class OpenReadsOnly:
+    """The TCP listener without authentication (``[api] auth_strategy =
+    noauth`` and not ``allow_unauthenticated_tcp``): the open reads
+    (/healthz, /readyz, /metrics) go on to ``app``; status, history and
+    every command are refused 403 saying where they are served. Any local
+    process reaches a loopback port, so it must not switch HA off."""
+
+    def __init__(self, app, conf):
+        self.app = app
+        self.conf = conf
+
+    def __call__(self, environ, start_response):
+        try:
+            path = _path(environ)
+        except UnicodeError:
+            path = None        # app answers 400
+        found = route(environ.get("REQUEST_METHOD", ""), path) \
+            if path is not None else None
+        if found is None or found[1]:
+            return self.app(environ, start_response)
+        socket = self.conf.api.unix_socket
+        resp = json_response(403, {"error": (
+            "%s is not served on TCP without authentication (only %s): "
+            "use the unix socket%s, e.g. the instanceha CLI, or configure "
+            "[api] auth_strategy = keystone" % (
+                path[:200], ", ".join(api_conf.OPEN_READS),
+                " %s" % socket if socket else " ([api] unix_socket)"))},
+            Connection="close")
+        LOG.info("api_refused_on_tcp", method=environ.get(
+            "REQUEST_METHOD", "")[:20], path=path[:200],
+            reason="noauth TCP serves only the open reads")
+        return resp(environ, start_response)
 
 
 def _loopback_host(environ):

@@ -47,6 +47,7 @@ def _serve(tokens, **api):
     w = World()
     w.pass_()
     w.conf.set_override("port", 0, "api")
+    w.conf.set_override("unix_socket", "", "api")     # TCP only
     w.conf.set_override("auth_strategy", "keystone", "api")
     for key, value in AUTHTOKEN.items():
         w.conf.set_override(key, value, "keystone_authtoken")
@@ -141,6 +142,7 @@ def test_a_policy_file_changes_who_may(tokens, tmp_path):
     w.pass_()
     w.conf.set_override("policy_file", str(policy), "oslo_policy")
     w.conf.set_override("port", 0, "api")
+    w.conf.set_override("unix_socket", "", "api")     # TCP only
     w.conf.set_override("auth_strategy", "keystone", "api")
     for key, value in AUTHTOKEN.items():
         w.conf.set_override(key, value, "keystone_authtoken")

@@ -15,11 +15,20 @@ from instanceha import service as service_mod
 from tests.unit.test_engine import World
 
 
+def tcp_only(conf):
+    """The whole API on a loopback TCP port without authentication, no
+    unix socket: said explicitly (the default serves commands on the
+    socket only; tests/unit/test_api_transport.py)."""
+    conf.set_override("port", 0, "api")
+    conf.set_override("unix_socket", "", "api")
+    conf.set_override("allow_unauthenticated_tcp", True, "api")
+
+
 @pytest.fixture
 def served():
     w = World()
     w.pass_()
-    w.conf.set_override("port", 0, "api")
+    tcp_only(w.conf)
     api = OperatorAPI(w.conf, w.engine, w.clock)
     api.start()
     yield w, api
@@ -126,7 +135,7 @@ def test_a_body_over_the_limit_is_refused_unread(served):
 
 def test_port_zero_is_chosen_and_known_after_stop():
     w = World()
-    w.conf.set_override("port", 0, "api")
+    tcp_only(w.conf)
     api = OperatorAPI(w.conf, w.engine, w.clock)
     api.bind()
     port = api.port
@@ -144,6 +153,7 @@ def test_a_taken_port_says_the_cause():
     taken.listen(1)
     try:
         w = World()
+        tcp_only(w.conf)
         w.conf.set_override("port", taken.getsockname()[1], "api")
         api = OperatorAPI(w.conf, w.engine, w.clock)
         with pytest.raises(OSError) as err:
@@ -230,6 +240,7 @@ def test_a_unix_socket_serves_noauth_and_the_cli_uses_it(tmp_path, capsys):
     w = World()
     w.pass_()
     # No TCP listener at all: a public listen_address does not matter.
+    w.conf.set_override("listen_tcp", False, "api")
     w.conf.set_override("listen_address", "0.0.0.0", "api")
     w.conf.set_override("unix_socket", path, "api")
     api = OperatorAPI(w.conf, w.engine, w.clock)
@@ -256,6 +267,19 @@ def test_a_unix_socket_serves_noauth_and_the_cli_uses_it(tmp_path, capsys):
     assert not os.path.exists(path)
 
 
+def _refused_at_bind(conf):
+    """The StartupError binding ``conf``'s API raises; the TCP port it
+    bound first is closed again."""
+    conf.set_override("port", 0, "api")
+    api = OperatorAPI(conf, World().engine, lambda: 0.0)
+    with pytest.raises(service_mod.StartupError) as err:
+        api.bind()
+    again = socket.socket()
+    again.bind(("127.0.0.1", api.port))
+    again.close()
+    return str(err.value)
+
+
 @pytest.mark.parametrize("mode,says", [
     (0o755, "is open to other users (mode 0755)"),
     (0o701, "is open to other users (mode 0701)")])
@@ -263,16 +287,13 @@ def test_a_unix_socket_in_an_open_directory_refuses_to_start(tmp_path, mode,
                                                              says):
     d = _socket_dir(tmp_path, mode)
     conf = conf_pkg.make({"api": {"unix_socket": str(d / "api.sock")}})
-    with pytest.raises(service_mod.ConfigError) as err:
-        OperatorAPI(conf, World().engine, lambda: 0.0)
-    assert says in str(err.value) and "[api] unix_socket" in str(err.value)
+    why = _refused_at_bind(conf)
+    assert says in why and why.startswith("operator API: [api] unix_socket")
 
 
 def test_a_unix_socket_path_holding_a_file_refuses_to_start(tmp_path):
     d = _socket_dir(tmp_path, 0o700)
     (d / "api.sock").write_text("precious")
     conf = conf_pkg.make({"api": {"unix_socket": str(d / "api.sock")}})
-    with pytest.raises(service_mod.ConfigError) as err:
-        OperatorAPI(conf, World().engine, lambda: 0.0)
-    assert str(err.value).endswith("exists and is not a socket")
+    assert _refused_at_bind(conf).endswith("exists and is not a socket")
     assert (d / "api.sock").read_text() == "precious"

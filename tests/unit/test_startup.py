@@ -155,7 +155,8 @@ class Started:
                   "fencing": {"inventory": str(inventory)},
                   "journal": {"connection": "sqlite:///%s"
                               % (tmp_path / "journal.sqlite")},
-                  "api": {"listen_address": "127.0.0.1", "port": 0}}
+                  "api": {"listen_address": "127.0.0.1", "port": 0,
+                          "unix_socket": ""}}
         for group, values in (overrides or {}).items():
             groups.setdefault(group, {}).update(values)
         path = write_conf_file(str(tmp_path / "instanceha.conf"), groups)
