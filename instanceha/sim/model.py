@@ -234,11 +234,29 @@ class SimCloud:
             return self._host(name)
 
     def heartbeat(self, h):
-        """Time of the service's last heartbeat (Nova's updated_at)."""
+        """Time of the service's last heartbeat (Nova's updated_at), as
+        stamped by the clock of its writer (set_writer_offset)."""
         if not h.alive:
             return h.frozen_heartbeat
         beats = math.floor((self._now - h.started_at) / self.report_interval)
-        return h.started_at + max(beats, 0) * self.report_interval
+        return (h.started_at + max(beats, 0) * self.report_interval
+                + getattr(h, "writer_offset", 0.0))
+
+    def set_writer_offset(self, seconds, host=None, binary="nova-compute"):
+        """From now on, stamp the heartbeats of ``binary`` on ``host``
+        (every host running it when None) with a clock ``seconds`` ahead
+        of Nova's (negative: behind): a nova-conductor without NTP stamps
+        so the heartbeats it writes. Nova's API still judges up and down
+        on its own clock, against the stamped time."""
+        with self.lock:
+            self._advance()
+            if binary == "nova-compute":
+                found = [self._host(host)] if host is not None \
+                    else list(self.hosts.values())
+            else:
+                found = self._control(binary, host)
+            for h in found:
+                h.writer_offset = float(seconds)
 
     def service_up(self, h):
         if h.forced_down:
