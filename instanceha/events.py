@@ -37,6 +37,10 @@ class EventKind(str, enum.Enum):
     EVACUATE_OK = "evacuate_ok"            # every evacuable server rebuilt elsewhere
     EVACUATE_NO_CAPACITY = "evacuate_no_capacity"
     EVACUATE_FAILED = "evacuate_failed"
+    # The evacuation pass found the host not dead now (the BMC reports On
+    # or did not answer, or Nova recorded a heartbeat since the fence):
+    # nothing was sent; the host is watched again.
+    REPROOF_FAILED = "reproof_failed"
     CLEANUP_CONFIRMED = "cleanup_confirmed"  # migrations completed; host put back
     CLEANUP_PENDING = "cleanup_pending"
     # Operator commands.

@@ -50,6 +50,19 @@ OPTS = [
                       "retry of that server, up to retry_backoff_max. A "
                       "request Nova's API failed is sent again after the "
                       "host's other servers."),
+    cfg.FloatOpt("proof_max_age", default=30.0, min=1, max=3600,
+                 help="A proof of death is never reused: every evacuation "
+                      "pass first proves the source host dead again (a "
+                      "fresh BMC read says Off, and Nova has recorded no "
+                      "heartbeat from it since it was fenced). Within a "
+                      "pass, servers still to send after this many seconds "
+                      "since the last proof (a wait for capacity, for the "
+                      "concurrency gate, for an unanswered request) are "
+                      "sent only after the host is proven dead again. A "
+                      "host not proven dead gets nothing sent and is "
+                      "watched again (pending: cleanup check if it reports "
+                      "back, else fenced again after [policy] "
+                      "resume_boot_time plus the grace period)."),
     cfg.FloatOpt("unanswered_request_wait", default=60.0, min=0, max=3600,
                  help="Seconds to wait after an evacuate request got no "
                       "answer (a timeout, a connection cut once sent, a "

@@ -15,7 +15,7 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import evacuator, reserve, stale
+from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
 from instanceha.sources import reconciler
@@ -86,10 +86,17 @@ def fence(ctx, record):
                        "host's old service row? Delete the stale service "
                        "and fix the inventory" % (
                            address, record.name, other.host, other.id))
+    untrusted = ctx.evidence.untrusted(bmc)
+    if untrusted:
+        return _result(record, E.FENCE_FAILED, ctx,
+                       "refusing to fence %s through its inventory entry: "
+                       "UNPROTECTED: %s" % (record.name, untrusted))
     try:
         # Each method of the entry in order (Redfish, then IPMI...): the
-        # first that confirms Off proves the host dead.
-        outcome = chain.fence(bmc, ctx.fencer)
+        # first that confirms Off proves the host dead, if its Off may
+        # prove it (a BMC seen On for this host: proof.fence_check).
+        outcome = chain.fence(bmc, ctx.fencer,
+                              check=proof.fence_check(ctx, record))
     except fencing_base.BmcUnreachable:
         # No BMC answered: nothing refused, and the host is not proven
         # dead. Raised, so the engine retries with back-off ([DEFAULT]
@@ -141,6 +148,13 @@ def evacuate(ctx, record):
                   skipped=len(out.skipped), failed=len(out.failed),
                   no_capacity=len(out.no_capacity),
                   retried=len(out.retried))
+    if out.unproven:
+        # Not proven dead when servers were to be sent: what was sent
+        # before finishes; nothing more goes, and the host is watched.
+        text = out.unproven
+        if out.done or out.earlier:
+            text += "; so far " + summary
+        return _result(record, E.REPROOF_FAILED, ctx, text, **detail)
     if out.stopped:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped for the operator's suspend: %d servers "

@@ -24,6 +24,7 @@ from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import actions as actions_mod
 from instanceha.engine import admission
+from instanceha.engine.evidence import EvidenceStore
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
@@ -79,6 +80,10 @@ class Context:
         #: which ready servers of every host being evacuated go now
         #: ([evacuation] concurrency, [recovery] max_inflight, priority)
         self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
+        #: what each host's BMC was seen to report (may its Off prove the
+        #: host dead?), kept in the journal
+        self.evidence = EvidenceStore(journal, clock)
+        self.evidence.load()
 
     def bmc_for(self, host):
         return inventory_mod.entry_for(self.inventory, host,
@@ -180,6 +185,7 @@ class Engine:
         fields = {f.name for f in dataclasses.fields(fsm.HostRecord)}
         resumed = 0
         now = self.clock()
+        self.ctx.evidence.load()
         # Actions a stopped process left unfinished: each runs again (as a
         # new attempt row) where its state still asks for it.
         closed = self.journal.close_open_actions(
@@ -367,6 +373,7 @@ class Engine:
                 ok, why = self._take_token(rec, event.at)
             if ok != event.cluster_ok or why != event.reason:
                 event = dataclasses.replace(event, cluster_ok=ok, reason=why)
+        event = self._note_evidence(rec, event)
         try:
             new, actions = fsm.step(rec, event, self.policy)
         except fsm.UndeclaredTransition as e:
@@ -458,9 +465,10 @@ class Engine:
     def _probe_power(self, rec):
         """Read the BMC of a host whose heartbeat was just lost (a read, no
         action): Off is the second witness of its death (Policy
-        power_evidence); On, unknown or no answer changes nothing."""
-        state = chain.known_power_state(self.ctx.bmc_for(rec.name),
-                                        self.ctx.fencer)
+        power_evidence) if that BMC was seen On for the host; On is kept
+        as that evidence; unknown or no answer changes nothing."""
+        method, state = chain.first_reading(self.ctx.bmc_for(rec.name),
+                                            self.ctx.fencer)
         if state is None:
             return
         LOG.info("power_probe", host=rec.name, power=state.value,
@@ -469,7 +477,46 @@ class Engine:
         kind = E.POWER_OFF if state is PowerState.OFF else E.POWER_ON
         self.submit(Event(kind, rec.id, self.clock(), name=rec.name,
                           source="bmc",
-                          reason="BMC reports power %s" % state.value))
+                          reason="BMC reports power %s" % state.value,
+                          detail={"readings": [
+                              (inventory_mod.method_key(method),
+                               state.value)],
+                              "by": "heartbeat loss"}))
+
+    def _note_evidence(self, rec, event):
+        """Keep what a BMC read or a heartbeat says about the host's BMC
+        (engine.evidence); returns the event to step, a POWER_OFF saying
+        whether that Off may count as the second witness of death."""
+        ev = self.ctx.evidence
+        d = event.detail or {}
+        if event.kind in (E.POWER_ON, E.POWER_OFF):
+            for key, power in d.get("readings") or ():
+                ev.read_key(rec.name, key, power, d.get("by") or
+                            event.source, bool(d.get("nova_up")),
+                            d.get("after"))
+            if event.kind is E.POWER_OFF:
+                bmc = self.ctx.bmc_for(rec.name)
+                keys = [k for k, p in d.get("readings") or ()
+                        if p == PowerState.OFF.value]
+                vouched = bool(keys) and bmc is not None \
+                    and ev.untrusted(bmc) is None and all(
+                        ev.off_proves(rec.name, m)[0] for m in bmc.methods
+                        if inventory_mod.method_key(m) in keys)
+                if vouched != bool(d.get("vouched")):
+                    event = dataclasses.replace(
+                        event, detail=dict(d, vouched=vouched))
+                if not vouched:
+                    LOG.info("power_off_not_evidence", host=rec.name,
+                             reason="the BMC reporting Off was never seen "
+                                    "reporting On for this host (or is "
+                                    "untrusted): no shortcut")
+        elif event.kind is E.HEARTBEAT_OK:
+            ev.heartbeat(rec.name, d.get("updated_at"), d.get("status"),
+                         d.get("disabled_reason"),
+                         ours=rec.written_at if rec.isolated else None)
+        elif event.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
+            ev.lost(rec.name)
+        return event
 
     def _run(self, host_id, pending):
         action = pending.action
@@ -785,6 +832,14 @@ class Engine:
             t.join(timeout)
 
     # -- status ------------------------------------------------------------------
+    def _unprotected(self):
+        """{host: why it could not be fenced now}: the readiness audit's
+        verdicts, and every entry whose BMC reported Off while its host
+        was up (never fenced through it until the inventory is fixed)."""
+        return _merge_unprotected(
+            self.unprotected(),
+            self.ctx.evidence.untrusted_hosts(self.ctx.inventory))
+
     def snapshot(self):
         with self._lock:
             hosts = sorted(self._records.values(), key=lambda r: r.name)
@@ -812,9 +867,16 @@ class Engine:
                        "operator_disabled": r.operator_disabled}
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
-            "unprotected": self.unprotected(),
+            "unprotected": self._unprotected(),
             "degraded": self.degraded(),
         }
+
+
+def _merge_unprotected(audit, untrusted):
+    out = dict(audit)
+    for host, why in untrusted.items():
+        out[host] = why if host not in out else "%s; %s" % (why, out[host])
+    return out
 
 
 def new_board():

@@ -29,7 +29,7 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base
-from instanceha.engine import admission, failures, reserve, selection
+from instanceha.engine import admission, failures, proof, reserve, selection
 from instanceha.fsm import machine as fsm_machine
 from instanceha.policy import capacity, power, reserved
 
@@ -62,6 +62,9 @@ class Outcome:
         #: servers an earlier attempt of this recovery (or an earlier
         #: process) already rebuilt elsewhere: no longer listed on the host
         self.earlier = 0
+        #: why the host was not proven dead when servers were to be sent
+        #: (nothing more was sent), else None
+        self.unproven = None
 
 
 @dataclasses.dataclass
@@ -126,6 +129,8 @@ class _Run:
         #: server id -> the reserved host its evacuation is aimed at
         self.targets = {}
         self.held_logged = 0
+        #: when the host was last proven dead (proof.reprove)
+        self.proved_at = None
         self._read_journal()
 
     # -- journal ------------------------------------------------------------
@@ -527,6 +532,16 @@ def evacuate_host(ctx, record):
     retry may cure (the engine backs off and calls again)."""
     conf = ctx.conf.evacuation
     host = record.name
+    # A proof of death is never reused (a restart, a takeover, a wait for
+    # capacity may lie between the fence and now): proven dead again
+    # before anything of this pass happens.
+    ok, why = proof.reprove(ctx, record)
+    if not ok:
+        outcome = Outcome(total=0)
+        outcome.unproven = why
+        LOG.warning("evacuation_not_started", host=host, reason=why,
+                    effect="nothing sent; the host is watched again")
+        return outcome
     # Migrations first, then servers: an evacuation that finished before the
     # migration listing has already moved its server (Nova updates the
     # server's host before the migration's status), so a server still listed
@@ -570,6 +585,7 @@ def evacuate_host(ctx, record):
     for sid in send:
         run.todo.append(run.unsettled(sid, now) or (sid, now, None))
     run.keys = chosen.keys
+    run.proved_at = ctx.clock()
     run.record_waiting(held)
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
@@ -617,6 +633,20 @@ def _drive(ctx, record, run, outcome):
             outcome.returned = True
             run.drop_todo("not evacuated: the host reported back")
             ready = []
+        if ready and now - run.proved_at > conf.proof_max_age:
+            # A long wait (capacity, unanswered requests, the gate) since
+            # the host was proven dead: proven again before more is sent.
+            ok, why = proof.reprove(ctx, record)
+            if ok:
+                run.proved_at = ctx.clock()
+            else:
+                outcome.unproven = why
+                LOG.warning("evacuation_stopped", host=host,
+                            left=len(run.todo), in_flight=len(run.inflight),
+                            reason="not proven dead any more: " + why)
+                run.drop_todo("not evacuated: the host is not proven dead "
+                              "now: " + why)
+                ready = []
         busy = sum(1 for a in run.inflight.values() if not a.waiting)
         # The per-host limit, the cap across hosts and the priority order
         # over every host being evacuated (engine.admission). Asked at

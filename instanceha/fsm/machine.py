@@ -99,6 +99,9 @@ class HostRecord:
     power_off_at: Optional[float] = None
     #: PENDING because servers found no capacity (not a resume's wait)
     waits_for_capacity: bool = False
+    #: what proved the host dead when it entered FENCED: "power" (the BMC
+    #: confirmed Off) or "kdump" ([kdump] action = evacuate)
+    proven_by: str = ""
 
     @property
     def loss_count(self):
@@ -295,7 +298,7 @@ def rules_for(state, kind):
 
 _RESULT_KINDS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
                  E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
-                 E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
+                 E.REPROOF_FAILED, E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
 
 
 def _operator_disabled(r, ev):
@@ -331,7 +334,10 @@ def _observe(r, ev, p):
         if r.lost_at is None:
             changes["lost_at"] = ev.at
     elif ev.kind is E.POWER_OFF:
-        if r.power_off_at is None:
+        # Only from a BMC that may prove this host dead (seen On for it,
+        # never Off while it was up: instanceha.policy.proof); the engine
+        # says so in the event.
+        if r.power_off_at is None and (ev.detail or {}).get("vouched"):
             changes["power_off_at"] = ev.at
     elif ev.kind is E.POWER_ON:
         if r.power_off_at is not None:
@@ -375,6 +381,7 @@ _RESULT_STATE = {
     E.EVACUATE_OK: (State.EVACUATING,),
     E.EVACUATE_NO_CAPACITY: (State.EVACUATING,),
     E.EVACUATE_FAILED: (State.EVACUATING,),
+    E.REPROOF_FAILED: (State.EVACUATING,),
     E.CLEANUP_CONFIRMED: (State.RECOVERING,),
     E.CLEANUP_PENDING: (State.RECOVERING,),
 }
@@ -416,13 +423,17 @@ def _enter(r, dst, ev, p):
         changes.update(written_at=None, returned=False)
     if dst is State.FENCED:
         changes["fenced_at"] = ev.at
+        changes["proven_by"] = ("power" if ev.kind is E.FENCE_OK
+                                else "kdump")
     written = (ev.detail or {}).get("written_at")
     if written is not None:
         changes["written_at"] = float(written)
     if dst is State.PENDING:
-        if resumed:
-            # An isolated host that has not reported back: give it time to
-            # boot and report before proving it dead again.
+        if resumed or ev.kind is E.REPROOF_FAILED:
+            # An isolated host that has not reported back (or one not
+            # proven dead when its evacuation was to start: it may have
+            # been powered on and be booting): give it time to boot and
+            # report before proving it dead again.
             delay = p.resume_boot_time + p.grace_period
         else:
             delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),

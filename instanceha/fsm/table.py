@@ -79,6 +79,18 @@ RULES = [
      "no capacity after {record.attempts} attempts: {event.reason}"),
     (S.EVACUATING, E.EVACUATE_FAILED, ALWAYS, S.FAILED,
      "evacuation failed: {event.reason}"),
+    # A proof of death is never reused: each evacuation pass proves the
+    # host dead again before its first request. Not dead now: nothing is
+    # sent; the host is watched again (pending: a host that reports back
+    # gets the cleanup check only, a silent one is fenced again through
+    # the normal path after its boot time and grace period).
+    (S.EVACUATING, E.REPROOF_FAILED, "attempts_left", S.PENDING,
+     "not evacuating: the host is not proven dead now ({event.reason}); "
+     "watching it: if it reports back, cleanup check only, else fenced "
+     "again after its boot time and grace period"),
+    (S.EVACUATING, E.REPROOF_FAILED, ALWAYS, S.FAILED,
+     "not evacuating: the host is not proven dead after {record.attempts} "
+     "attempts ({event.reason})"),
     # Before another attempt the host is proven dead again (the BMC confirms
     # Off; power-off is idempotent), unless it has reported back since it
     # was fenced: then it is alive and only Nova's cleanup is awaited.
@@ -157,7 +169,7 @@ REENTER = {(S.RECOVERING, E.TICK)}
 
 _RESULTS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
             E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
-            E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
+            E.REPROOF_FAILED, E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
 
 
 def _ignored():

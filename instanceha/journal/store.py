@@ -86,6 +86,19 @@ RESERVED = sa.Table(
     sa.Column("outcome", sa.Text),
 )
 
+#: What each fencing method of each host has been seen to report
+#: (instanceha.policy.proof.Evidence): a BMC seen On for the host, an Off
+#: read while the host was up. Kept so that a restart or a takeover does
+#: not forget which BMCs may prove a death (one row per host and method).
+BMC_EVIDENCE = sa.Table(
+    "bmc_evidence", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_name", sa.String(255), nullable=False, index=True),
+    sa.Column("method", sa.String(512), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("evidence", sa.JSON, nullable=False),
+)
+
 
 #: kind -> (table, its time column, rank among entries at the same time)
 _HISTORY = {
@@ -260,6 +273,25 @@ class Journal:
 
     def reserved_history(self):
         return self._select(sa.select(RESERVED).order_by(RESERVED.c.id))
+
+    def evidence_saved(self, host_name, method, at, evidence):
+        """Keep ``evidence`` (a JSON-able dict) for one fencing method of
+        one host, replacing what was kept for it."""
+        where = sa.and_(BMC_EVIDENCE.c.host_name == host_name,
+                        BMC_EVIDENCE.c.method == method)
+        with self._write() as c:
+            done = c.execute(BMC_EVIDENCE.update().where(where).values(
+                at=at, evidence=evidence)).rowcount
+            if not done:
+                c.execute(BMC_EVIDENCE.insert(), dict(
+                    host_name=host_name, method=method, at=at,
+                    evidence=evidence))
+
+    def evidence(self):
+        """{(host name, method): evidence dict} of every kept row."""
+        rows = self._select(sa.select(BMC_EVIDENCE).order_by(
+            BMC_EVIDENCE.c.id))
+        return {(r["host_name"], r["method"]): r["evidence"] for r in rows}
 
     # -- reads ------------------------------------------------------------------
     def latest(self):

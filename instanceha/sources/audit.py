@@ -30,6 +30,7 @@ import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
+from instanceha.drivers.fencing import inventory
 from instanceha.events import Event, EventKind as E
 from instanceha.log import MASK
 
@@ -123,8 +124,51 @@ class FencingAudit:
 
     # -- one audit ------------------------------------------------------------
     def _check(self, service):
+        """(reason, degraded, [(method key, "on"/"off")])."""
         bmc = self._bmc_for(service.host)
-        return judge(service, bmc, readings(bmc, self._fencer))
+        methods = [m for m in bmc.methods if m.driver != "noop"] \
+            if bmc is not None else []
+        reads = [read_power(self._fencer, m) for m in methods]
+        reason, degraded = judge(service, bmc, [
+            (label(m), r) for m, r in zip(methods, reads)])
+        powers = [(inventory.method_key(m), r.value) for m, r in
+                  zip(methods, reads) if r in (fencing_base.PowerState.ON,
+                                               fencing_base.PowerState.OFF)]
+        return reason, degraded, powers
+
+    def _send_evidence(self, services, verdicts):
+        """Hand every power read to the engine (engine.evidence): a BMC
+        seen On for the host, or Off while Nova reports the host up. For
+        the latter the services are read again *after* the BMC reads: only
+        a heartbeat newer than that proves the host ran while its BMC said
+        Off (a host that lost its power just before the read sends none)."""
+        if self._sink is None:
+            return
+        up = {s.host: s.state == "up" and not s.forced_down
+              for s in services}
+        after = {}
+        if any(up.get(h) and any(p == "off" for _, p in v[2])
+               for h, v in verdicts.items()):
+            try:
+                after = {s.host: (s.updated_at, s.status, s.disabled_reason)
+                         for s in self._compute.list_services()
+                         if s.binary == "nova-compute"}
+            except Exception as e:   # noqa: BLE001 - no suspicion then
+                LOG.warning("audit_reread_failed", reason=str(e))
+        now = self._clock()
+        ids = {s.host: s.id for s in services}
+        for host, (_, _, powers) in sorted(verdicts.items()):
+            if not powers:
+                continue
+            off = all(p == "off" for _, p in powers)
+            self._sink(Event(
+                E.POWER_OFF if off else E.POWER_ON, ids[host], now,
+                name=host, source="audit",
+                reason="audit: BMC reports power %s" % (
+                    "Off" if off else "On"),
+                detail={"readings": powers, "by": "audit",
+                        "nova_up": bool(up.get(host)),
+                        "after": after.get(host)}))
 
     def run_once(self):
         """Audit every compute host; returns {host: reason} unprotected."""
@@ -143,8 +187,10 @@ class FencingAudit:
                 workers, thread_name_prefix="audit") as pool:
             verdicts = dict(zip((s.host for s in services),
                                 pool.map(self._check, services)))
-        unprotected = {h: r for h, (r, _) in verdicts.items() if r}
-        degraded = {h: d for h, (r, d) in verdicts.items() if d and not r}
+        unprotected = {h: r for h, (r, _, _) in verdicts.items() if r}
+        degraded = {h: d for h, (r, d, _) in verdicts.items()
+                    if d and not r}
+        self._send_evidence(services, verdicts)
         self._log_changes(unprotected, degraded)
         with self._lock:
             self._unprotected, self._degraded = unprotected, degraded
@@ -172,7 +218,7 @@ class FencingAudit:
 
     # -- the power watch ---------------------------------------------------------
     def _first_reading(self, host):
-        return chain.known_power_state(self._bmc_for(host), self._fencer)
+        return chain.first_reading(self._bmc_for(host), self._fencer)
 
     def watch_once(self):
         """Read every known host's power state; send an event for each
@@ -184,11 +230,13 @@ class FencingAudit:
         workers = max(1, min(self._conf.concurrency, len(ids)))
         with concurrent.futures.ThreadPoolExecutor(
                 workers, thread_name_prefix="powerwatch") as pool:
-            states = dict(zip(ids, pool.map(self._first_reading, ids)))
+            found = dict(zip(ids, pool.map(self._first_reading, ids)))
+        states = {h: st for h, (_, st) in found.items()}
         now = self._clock()
         for host, state in sorted(states.items()):
             if state is None:
                 continue
+            method = found[host][0]
             before = self._power.get(host)
             self._power[host] = state
             if state is before:
@@ -206,7 +254,10 @@ class FencingAudit:
             if self._sink is not None:
                 self._sink(Event(E.POWER_OFF if off else E.POWER_ON,
                                  ids[host], now, name=host, source="bmc",
-                                 reason="BMC reports power %s" % state.value))
+                                 reason="BMC reports power %s" % state.value,
+                                 detail={"readings": [
+                                     (inventory.method_key(method),
+                                      state.value)], "by": "power watch"}))
         return states
 
     def powered_off(self):

@@ -65,7 +65,7 @@ def test_an_evacuation_waits_for_a_slot_another_host_holds():
     w = World(servers=2)
     w.conf.set_override("max_inflight", 1, "recovery")
     w.pass_()
-    w.compute.kill("compute-1")
+    w.fencer.power_off(w.ctx.inventory["compute-1"])   # BMC: Off
     w.compute.force_down("uuid-1", "instanceha: evacuating x")
     rec = w.engine.find("compute-1")
     w.ctx.gate.request("compute-2", [], busy=1)     # compute-2's run

@@ -305,7 +305,7 @@ class _Storm:
             self.died.setdefault(host, self.w.clock())
             real_kill(host)
         self.c.kill = kill
-        self.c.kill("compute-1")
+        self.w.fencer.power_off(self.w.ctx.inventory["compute-1"])
         svc = self.c.force_down("uuid-1", "instanceha: evacuating x")
         rec = self.w.engine.find("compute-1")
         self.rec = rec.__class__(**dict(

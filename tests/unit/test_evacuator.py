@@ -7,7 +7,7 @@ from tests.unit.test_engine import World
 def _isolated_world(**kw):
     w = World(**kw)
     w.pass_()
-    w.compute.kill("compute-1")
+    w.fencer.power_off(w.ctx.inventory["compute-1"])   # BMC: Off
     w.compute.force_down("uuid-1", "instanceha: evacuating x")
     return w, w.engine.find("compute-1")
 

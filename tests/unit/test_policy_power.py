@@ -150,7 +150,7 @@ def _world(**servers):
             vm_state=state, status={"active": "ACTIVE", "stopped": "SHUTOFF",
                                     "error": "ERROR"}.get(state,
                                                          state.upper()))
-    w.compute.kill("compute-1")
+    w.fencer.power_off(w.ctx.inventory["compute-1"])   # BMC: Off
     w.compute.force_down("uuid-1", "instanceha: evacuating x")
     return w, w.engine.find("compute-1")
 

@@ -29,7 +29,8 @@ def test_power_off_skips_the_grace_period():
 
 def test_power_off_alone_never_fences():
     rec = HostRecord(id="u1", name="c1", state=S.ACTIVE, heartbeat_ok=True)
-    rec, _ = machine.step(rec, Event(E.POWER_OFF, "u1", 5.0, name="c1"), P)
+    rec, _ = machine.step(rec, Event(E.POWER_OFF, "u1", 5.0, name="c1",
+                                     detail={"vouched": True}), P)
     assert rec.state is S.ACTIVE and rec.power_off_at == 5.0
     assert _tick(rec, 500.0).state is S.ACTIVE
     # Off, then On again: the evidence is gone.
@@ -79,13 +80,22 @@ def _seconds_to_fencing(w, host):
     raise AssertionError(w.state(host))
 
 
+def _seen_on(w):
+    """What the audit's first pass leaves: every BMC seen On while its
+    host heartbeats."""
+    for host, bmc in w.ctx.inventory.items():
+        w.ctx.evidence.read(host, bmc, "on", "audit", nova_up=True)
+
+
 def test_engine_reads_the_bmc_when_the_heartbeat_is_lost():
     w = PowerLoss(hosts=4)
     w.pass_()
+    _seen_on(w)
     w.lose_power("compute-1")
     fast = _seconds_to_fencing(w, "compute-1")
     w2 = PowerLoss(hosts=4)
     w2.pass_()
+    _seen_on(w2)
     w2.compute.kill("compute-1")           # crashed, BMC still On
     slow = _seconds_to_fencing(w2, "compute-1")
     # Same heartbeat delta for both; only the grace period (5 s) differs.

@@ -104,8 +104,13 @@ def _summary(bmc, what, attempts):
                                   for a in attempts))
 
 
-def fence(bmc, fencer, log=LOG):
+def fence(bmc, fencer, log=LOG, check=None):
     """Power ``bmc.host`` off through the first method that confirms Off.
+
+    ``check(method)``, when given, runs before a method's power-off: it
+    returns None to go on, or why this method may not prove the host dead
+    (its Off would prove nothing: a BMC never seen On that reports Off
+    already); the method then fails with that reason, without a power-off.
 
     Returns a :class:`FenceOutcome`. A method fails on FenceError, or on
     ValueError from ``fencer`` (a driver that refuses to load, e.g. noop
@@ -122,6 +127,9 @@ def fence(bmc, fencer, log=LOG):
     unreachable = True
     for index, method in enumerate(methods, 1):
         try:
+            why = check(method) if check is not None else None
+            if why:
+                raise base.FenceError(why)
             fencer(method.driver).power_off(method)
         except (base.FenceError, ValueError) as e:
             unreachable = unreachable and isinstance(e, base.BmcUnreachable)
@@ -193,6 +201,25 @@ def power_state(bmc, fencer, log=LOG):
         message = _summary(bmc, "no fencing method reports the power state",
                            attempts)
     raise FenceChainError(message, bmc.host, attempts)
+
+
+def first_reading(bmc, fencer, log=LOG):
+    """(method, ON or OFF) from the first method that knows, for reads
+    that only observe; (None, None) when no method says (no entry, noop,
+    no answer, a driver error)."""
+    if bmc is None:
+        return None, None
+    for method in _methods(bmc):
+        try:
+            state = fencer(method.driver).power_state(method)
+        except Exception as e:   # noqa: BLE001 - an observation, never fatal
+            log.info("power_state_unknown", host=bmc.host,
+                     driver=method.driver,
+                     reason=_scrub(str(e), method) or type(e).__name__)
+            continue
+        if state in (base.PowerState.ON, base.PowerState.OFF):
+            return method, base.PowerState(state)
+    return None, None
 
 
 def known_power_state(bmc, fencer, log=LOG):

@@ -161,6 +161,17 @@ def identity(bmc):
     return found[0] if found else None
 
 
+def method_key(method):
+    """A stable text naming one fencing method of an entry: its driver
+    and the BMC it reaches (see :func:`identity`), so that evidence kept
+    about it (instanceha.policy.proof) follows the BMC, not its spelling,
+    and a changed entry starts with none."""
+    ident = _identity(method)
+    if ident is None:
+        return "%s:%s" % (method.driver, method.address or method.host)
+    return "%s:%s" % (method.driver, "|".join(ident))
+
+
 def _same_identity(ia, ib):
     if ia[:2] != ib[:2]:
         return False

@@ -1,0 +1,56 @@
+"""Issue 21, holes 1 and 2: the real ``instanceha run`` against the
+simulator over HTTP. A proof of death is never reused across a restart,
+and a BMC never seen On proves nothing. Each test reads the simulated
+world (BMC power, migrations, the evacuate requests Nova received)."""
+
+import os
+
+import yaml
+
+from functional.engine_process import armed_env
+from functional.sim.conftest import wait_for
+
+
+def _servers_of(cloud, host):
+    return {sid for sid, s in cloud.sim.snapshot()["servers"].items()
+            if s["host"] == host}
+
+
+def _requests_for(cloud, sids):
+    return [r for r in cloud.sim.evacuate_requests if r.server in sids]
+
+
+# -- hole 1: resume trusts an old proof of death ---------------------------------
+
+def test_restart_never_evacuates_a_fenced_host_powered_on_meanwhile(
+        make_cloud):
+    """instanceha journals compute-1 ``fenced`` (power-off confirmed) and
+    is killed there; the machine is powered on again (its BMC's
+    power-restore policy, a technician) and boots. The restarted engine
+    must prove it dead again before evacuating: its BMC reports On, so
+    nothing is sent, the host is watched (pending, status says why), and
+    once its nova-compute reports it is put back with every server still
+    on it."""
+    c = make_cloud({"policy": {"resume_boot_time": 60.0}}, boot_time=6.0)
+    victims = _servers_of(c, "compute-1")
+    c.engine.start(len(c.sim.hosts), timeout=60,
+                   env=armed_env("after_transition:fenced"))
+    c.sim.kill("compute-1")
+    assert c.engine.wait_exit(60) == -9           # killed right at 'fenced'
+    with c.engine.reading_journal() as j:
+        assert j.latest()[c.sim.snapshot()["services"]["compute-1"]
+                          ["id"]]["state"] == "fenced"
+    assert c.sim.snapshot()["hosts"]["compute-1"]["power"] == "off"
+    c.sim.power("compute-1", True)                # booting: no heartbeat yet
+    c.start_engine()
+    state, reason = c.wait_state("compute-1", "pending", timeout=60)
+    assert "not proven dead now" in reason and "power On" in reason, reason
+    assert _requests_for(c, victims) == []
+    # It boots and reports: cleanup check only, never fenced again.
+    c.wait_state("compute-1", "active", timeout=60)
+    assert _requests_for(c, victims) == []
+    assert _servers_of(c, "compute-1") == victims
+    snap = c.sim.snapshot()
+    assert snap["hosts"]["compute-1"]["power"] == "on"
+    assert not snap["services"]["compute-1"]["forced_down"]
+    assert c.sim.unsafe_evacuate_requests() == []

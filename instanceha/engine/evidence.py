@@ -1,0 +1,129 @@
+"""What each host's BMC has been seen to report, kept per host and fencing
+method (instanceha.policy.proof decides what it means).
+
+Fed by the engine from the reads it is handed (the audit, the power watch,
+the read when a heartbeat is lost, the read before a power-off) and from
+Nova's heartbeats; read by the fence action (may an Off prove this host
+dead?), the re-proof before an evacuation, and status (untrusted entries
+are UNPROTECTED). Every change is written to the journal, so a restart or
+a takeover keeps it: a host that died while instanceha was down is still
+recovered through a BMC seen On before.
+"""
+
+import threading
+
+import structlog
+
+from instanceha.drivers.fencing import inventory
+from instanceha.policy import proof
+
+LOG = structlog.get_logger("instanceha.evidence")
+
+
+def _label(method):
+    return "BMC %s (%s)" % (method.address or method.host, method.driver) \
+        if method.address else "BMC of driver %s" % method.driver
+
+
+class EvidenceStore:
+
+    def __init__(self, journal, clock):
+        self._journal = journal
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ev = {}               # (host name, method key) -> Evidence
+
+    def load(self):
+        """Merge what the journal kept (at start, and when elected)."""
+        try:
+            kept = self._journal.evidence()
+        except Exception as e:   # noqa: BLE001 - evidence only adds safety
+            LOG.error("evidence_unreadable", reason=str(e),
+                      effect="BMCs count as never seen On until read again")
+            return 0
+        with self._lock:
+            for key, data in kept.items():
+                self._ev[key] = proof.Evidence.from_dict(data)
+        return len(kept)
+
+    def get(self, host, method):
+        with self._lock:
+            return self._ev.get((host, inventory.method_key(method)))
+
+    def _put(self, host, key, old, new):
+        if new == old:
+            return
+        with self._lock:
+            self._ev[(host, key)] = new
+        try:
+            self._journal.evidence_saved(host, key, self._clock(),
+                                         new.to_dict())
+        except Exception as e:   # noqa: BLE001 - kept in memory meanwhile
+            LOG.error("evidence_not_journalled", host=host, method=key,
+                      reason=str(e))
+
+    def _host_keys(self, host):
+        with self._lock:
+            return [(k, e) for (h, k), e in self._ev.items() if h == host]
+
+    # -- observations -----------------------------------------------------------
+    def read(self, host, method, power, by, nova_up=False, after=None):
+        """A read of ``power`` ("on"/"off") from ``method`` of ``host``."""
+        self.read_key(host, inventory.method_key(method), power, by, nova_up,
+                      after)
+
+    def read_key(self, host, key, power, by, nova_up=False, after=None):
+        """As :meth:`read`, for a method named by its key
+        (inventory.method_key). ``nova_up`` and ``after``: see
+        proof.read."""
+        with self._lock:
+            old = self._ev.get((host, key))
+        new = proof.read(old, power, self._clock(), by, nova_up, after)
+        if new.suspicion is not None and (old is None
+                                          or old.suspicion is None):
+            LOG.warning("bmc_off_while_up", host=host, method=key, by=by,
+                        reason="the BMC reports power Off while Nova "
+                               "reports the compute up: untrusted if Nova "
+                               "records another heartbeat")
+        self._put(host, key, old, new)
+
+    def heartbeat(self, host, updated_at, status=None, disabled_reason=None,
+                  ours=None):
+        for key, old in self._host_keys(host):
+            new = proof.heartbeat(old, updated_at, status, disabled_reason,
+                                  ours, label="BMC %s" % key)
+            if new.untrusted and not old.untrusted:
+                LOG.error("bmc_untrusted", host=host, method=key,
+                          reason=new.untrusted,
+                          effect="the host is UNPROTECTED: never fenced or "
+                                 "evacuated through this entry")
+            self._put(host, key, old, new)
+
+    def lost(self, host):
+        for key, old in self._host_keys(host):
+            self._put(host, key, old, proof.lost(old))
+
+    # -- answers ----------------------------------------------------------------
+    def untrusted(self, bmc):
+        """Why ``bmc`` (an inventory entry) may not prove its host dead, or
+        None."""
+        if bmc is None:
+            return None
+        for method in bmc.methods:
+            ev = self.get(bmc.host, method)
+            if ev is not None and ev.untrusted:
+                return "%s: %s" % (_label(method), ev.untrusted)
+        return None
+
+    def untrusted_hosts(self, inventory_map):
+        """{host: reason} for every entry of ``inventory_map`` that may not
+        prove its host dead (for status and metrics: UNPROTECTED)."""
+        out = {}
+        for host, bmc in (inventory_map or {}).items():
+            why = self.untrusted(bmc)
+            if why:
+                out[host] = "BMC untrusted: " + why
+        return out
+
+    def off_proves(self, host, method, isolated=False):
+        return proof.off_proves(self.get(host, method), isolated)

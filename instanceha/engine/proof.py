@@ -1,0 +1,73 @@
+"""Proving a host dead with I/O: the fence action's check of each method,
+and the re-proof before an evacuation pass sends anything. The decisions
+are instanceha.policy.proof's; this module reads the BMC and Nova."""
+
+import structlog
+
+from instanceha.drivers.fencing import base as fencing_base
+from instanceha.drivers.fencing import chain
+from instanceha.policy import proof
+
+LOG = structlog.get_logger("instanceha.proof")
+
+UNFENCED = "noop"
+
+
+def fence_check(ctx, record):
+    """The ``check`` for chain.fence: a method whose Off would prove
+    nothing (never seen On for this host, and the host is not one
+    instanceha already isolated) is read first; On is what a live machine
+    reports (seen On: the power-off may prove it), anything else fails
+    the method without a power-off."""
+    def check(method):
+        if method.driver == UNFENCED:
+            return None          # allow_unfenced: the operator's choice
+        ok, why = ctx.evidence.off_proves(record.name, method,
+                                          record.isolated)
+        if ok:
+            return None
+        state = ctx.fencer(method.driver).power_state(method)
+        if state is fencing_base.PowerState.ON:
+            ctx.evidence.read(record.name, method, proof.ON, "fence")
+            return None
+        LOG.warning("fence_refused", host=record.name, driver=method.driver,
+                    address=method.address, power=getattr(state, "value",
+                                                          state),
+                    reason=why)
+        return why
+    return check
+
+
+def reprove(ctx, record):
+    """(ok, reason): is the host dead *now*? A fresh BMC read says Off
+    (from an entry that may prove it), and Nova has recorded no heartbeat
+    since instanceha's own last write. A host proven dead by a kdump
+    message ([kdump] action = evacuate) and one fenced with the noop
+    driver ([fencing] allow_unfenced) have no power-off to re-read: only
+    the heartbeat is checked. Raises ComputeError when Nova cannot be
+    read (the engine retries the action)."""
+    services = ctx.compute.list_services()
+    svc = next((s for s in services if s.id == record.id), None)
+    updated_at = svc.updated_at if svc is not None else None
+    floor = record.written_at
+    bmc = ctx.bmc_for(record.name)
+    unfenced = bmc is not None and all(m.driver == UNFENCED
+                                       for m in bmc.methods)
+    if record.proven_by == "kdump" or unfenced:
+        power = proof.OFF        # nothing to re-read; the heartbeat decides
+        untrusted = None
+    elif bmc is None:
+        return False, "no BMC for host %s in the fencing inventory" % (
+            record.name)
+    else:
+        # The fence of this recovery already required a BMC seen On (or
+        # the Off of instanceha's own power-off); one found untrusted
+        # since proves nothing.
+        untrusted = ctx.evidence.untrusted(bmc)
+        _, state = chain.first_reading(bmc, ctx.fencer)
+        power = state.value if state is not None else \
+            "no method answers a power-state read"
+    ok, reason = proof.reproof(power, updated_at, floor, untrusted)
+    LOG.info("reproof", host=record.name, ok=ok, power=power,
+             updated_at=updated_at, floor=floor, reason=reason)
+    return ok, reason
