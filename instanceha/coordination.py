@@ -87,7 +87,50 @@ class NotActingJournal(Exception):
 
 
 class CoordinationError(Exception):
-    """The backend could not be reached or joined at start."""
+    """The backend could not be reached or joined at start. ``retry``:
+    it did not answer (refused, timed out, not resolved, still loading),
+    which waiting may cure; False for what it cannot (a wrong password,
+    an unknown driver or URL)."""
+
+    def __init__(self, text, retry=False):
+        super().__init__(text)
+        self.retry = retry
+
+
+#: Errors (by class name, anywhere in the cause chain) that say the backend
+#: refused us for good: waiting does not cure them.
+_REFUSED = frozenset({"AuthenticationError",
+                      "AuthenticationWrongNumberOfArgsError",
+                      "NoMatches", "NoSuchDriver", "NoUniqueMatch"})
+#: ... and those that say it did not answer (yet).
+_NO_ANSWER = frozenset({"ToozConnectionError", "OperationTimedOut",
+                        "ConnectionError", "TimeoutError",
+                        "BusyLoadingError", "ConnectionFailedError",
+                        "Etcd3Exception"})
+
+
+def _chain(e):
+    seen = []
+    while e is not None and len(seen) < 8 and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def unreachable(e):
+    """True when ``e``, raised while reaching the backend, says it does
+    not answer (yet): refused or reset connections, timeouts, a name that
+    does not resolve (DNS may come back after a site power loss too), a
+    Redis still loading its data. False when it answered no (a wrong
+    password) or the URL names no driver: a retry cannot cure that."""
+    chain = _chain(e)
+    for x in chain:
+        text = str(x)
+        if type(x).__name__ in _REFUSED or "WRONGPASS" in text \
+                or "NOAUTH" in text or "invalid password" in text:
+            return False
+    return any(isinstance(x, (OSError, TimeoutError))
+               or type(x).__name__ in _NO_ANSWER for x in chain)
 
 
 class Guard:
@@ -166,6 +209,17 @@ class Membership:
         self._last_renewal = None    # mono() at the start of the last renewal
         self._acts_from = None       # mono() when an elected member may act
         self.acting_since = None     # wall clock, for status
+        #: This member's election number: one more than the highest term
+        #: in the group when it was elected. Status names the acting member
+        #: by it, not by comparing the members' wall clocks.
+        self.term = None
+        #: The heartbeat loop, for liveness (this process's clock): how
+        #: many rounds it began, when it last began one and when the
+        #: backend last answered; since when it has not.
+        self.beats = 0
+        self.beat_attempt_at = None
+        self.beat_ok_at = None
+        self.error_since = None
         self.started_at = clock()
         self._members = {}
         self._members_at = None
@@ -200,7 +254,9 @@ class Membership:
             self._lock_obj = self._coord.get_lock(
                 ("%s-leader" % self.group).encode())
         except Exception as e:   # noqa: BLE001 - one line for the operator
-            raise CoordinationError("%s: %s" % (type(e).__name__, e))
+            raise CoordinationError("%s: %s" % (type(e).__name__, e),
+                                    retry=unreachable(e)) from e
+        self.beat_ok_at = self.clock()
         self._refresh_members()
         LOG.info("coordination_joined", member=self.member, group=self.group,
                  lease=self.lease, margin=self.margin,
@@ -295,6 +351,8 @@ class Membership:
         take the leadership."""
         if self._lost is not None:
             return
+        self.beats += 1
+        self.beat_attempt_at = self.clock()
         started = self.mono()
         try:
             self._coord.heartbeat()
@@ -342,7 +400,13 @@ class Membership:
                 raise _Lost("the leadership lease expired at the backend")
 
     def _elected(self, started):
+        # The group as it is now: the previous leader's term, if it is
+        # still listed, is the highest.
+        self._refresh_members()
         with self._mu:
+            terms = [caps.get("term") for caps in self._members.values()]
+            self.term = 1 + max([t for t in terms if isinstance(t, int)]
+                                + [0])
             self._leader = True
             self._last_renewal = started
             self._acts_from = self.mono() + self.lease
@@ -360,22 +424,25 @@ class Membership:
         self.spawn(self.wait_out)
 
     def _ok(self):
+        self.beat_ok_at = self.clock()
         if self._last_error is not None:
             LOG.info("coordination_recovered", member=self.member,
                      reason="the backend answers again")
             self._last_error = None
+            self.error_since = None
 
     def _failed(self, e):
-        text = "%s: %s" % (type(e).__name__, e)
+        text = mask_url("%s: %s" % (type(e).__name__, e))
         if self._last_error is None:
             LOG.warning("coordination_unreachable", member=self.member,
                         acting=self._leader, reason=text)
+            self.error_since = self.clock()
         self._last_error = text
 
     def _capabilities(self):
         return {"host": socket.gethostname(), "pid": os.getpid(),
                 "started_at": self.started_at,
-                "acting_since": self.acting_since}
+                "acting_since": self.acting_since, "term": self.term}
 
     def _refresh_members(self):
         try:
@@ -410,8 +477,12 @@ class Membership:
             renewed = self._last_renewal
         members.setdefault(self.member, self._capabilities())
         members[self.member] = dict(members[self.member],
-                                    acting_since=self.acting_since)
-        acting = [(caps.get("acting_since"), m)
+                                    acting_since=self.acting_since,
+                                    term=self.term)
+        # The latest election wins: its term, never the members' clocks
+        # (each acting_since is its own host's wall clock).
+        acting = [(caps.get("term") if isinstance(caps.get("term"), int)
+                   else 0, m)
                   for m, caps in members.items() if caps.get("acting_since")]
         leader = max(acting)[1] if acting else None
         if self.leader:
@@ -432,6 +503,8 @@ class Membership:
             "lease_left": None if renewed is None or not self.leader
             else round(self.lease - (self.mono() - renewed), 2),
             "backend_error": self._last_error,
+            "backend_error_since": self.error_since,
+            "term": self.term,
             "members": [{"id": m, "host": c.get("host"), "pid": c.get("pid"),
                          "started_at": c.get("started_at"),
                          "acting_since": c.get("acting_since")}

@@ -4,7 +4,8 @@ Under ``Type=notify`` systemd passes the path of an AF_UNIX datagram socket
 in ``NOTIFY_SOCKET``; the service sends newline-separated ``KEY=value``
 lines to it: ``READY=1`` once it serves, ``WATCHDOG=1`` at least every
 ``WATCHDOG_USEC`` microseconds while healthy, ``STATUS=...`` for
-``systemctl status``, ``RELOADING=1`` and ``STOPPING=1``. A path starting
+``systemctl status``, ``RELOADING=1``, ``STOPPING=1`` and
+``EXTEND_TIMEOUT_USEC=`` (more time for a start that waits for a backend). A path starting
 with ``@`` names a socket in the abstract namespace. Outside systemd
 (no ``NOTIFY_SOCKET``) every call does nothing and returns False.
 
@@ -83,6 +84,12 @@ class Notifier:
 
     def status(self, status):
         return self.send(status=status)
+
+    def extend_timeout(self, seconds, status):
+        """Ask systemd (>= 236) for ``seconds`` more before the start (or
+        stop) times out: the start is waiting for a backend, not stuck."""
+        return self.send(extend_timeout_usec=int(max(1.0, seconds) * 1e6),
+                         status=status)
 
     def reloading(self, status="reloading the configuration"):
         # systemd >= 253 wants the monotonic time with RELOADING=1.

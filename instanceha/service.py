@@ -8,6 +8,7 @@ import threading
 import time
 
 import structlog
+import tenacity
 
 from instanceha import conf as conf_pkg
 from instanceha import sdnotify
@@ -23,6 +24,7 @@ from instanceha.policy import storm
 from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler
+from instanceha import watchdog
 from instanceha.watchdog import SystemdLink
 
 LOG = structlog.get_logger("instanceha.service")
@@ -35,6 +37,148 @@ class ConfigError(Exception):
 class StartupError(Exception):
     """A start-up step failed before anything was acted on; the message
     names the step (``operator API: cannot bind ...``)."""
+
+
+class StartInterrupted(Exception):
+    """SIGTERM (or SIGINT) while the start waited for a backend; nothing
+    was acted on."""
+
+
+#: Seconds added to the time systemd allows the start, each time it waits
+#: again for a backend, beyond the next attempt's back-off (the attempt's
+#: own connect timeout and some slack).
+EXTEND_SLACK = 60.0
+
+
+def journal_is_local(url):
+    """A SQLite journal: a file on this node."""
+    return url.strip().lower().startswith("sqlite")
+
+
+def check_shared_journal(conf):
+    """Refuse replicas that would each keep their own history."""
+    if conf.coordination.backend_url \
+            and journal_is_local(conf.journal.connection):
+        raise ConfigError(
+            "[coordination] backend_url is set but [journal] connection is "
+            "SQLite, a file on this node: each replica would keep its own "
+            "history and a member elected on another node could not resume "
+            "from it; set [journal] connection to one MySQL/MariaDB or "
+            "PostgreSQL database shared by every replica, or unset "
+            "[coordination] backend_url")
+
+
+#: MySQL/MariaDB answers a retry cannot change: access denied (1044, 1045,
+#: 1698), unknown database (1049).
+_MYSQL_REFUSED = frozenset({1044, 1045, 1049, 1698})
+#: PostgreSQL's equivalents, in the text of a failed connection.
+_PG_REFUSED = ("password authentication failed", "no pg_hba.conf entry",
+               "does not exist", "authentication failed")
+
+
+def journal_unreachable(e):
+    """True when opening the journal failed because its database does not
+    answer (yet): refused, timed out, starting up, too many connections.
+    False for what waiting cannot cure: a bad URL or driver, a wrong
+    password or database name, a SQLite file that cannot be opened."""
+    import sqlalchemy.exc as sa_exc
+    if not isinstance(e, (sa_exc.OperationalError, sa_exc.InterfaceError)):
+        return False
+    orig = getattr(e, "orig", None)
+    if type(orig).__module__.startswith("sqlite3"):
+        return False
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0] not in _MYSQL_REFUSED
+    text = str(orig)
+    return not any(t in text for t in _PG_REFUSED)
+
+
+def _error_text(e):
+    """One line for an error, a URL's password masked; SQLAlchemy's
+    wrapper (its SQL and link) left out."""
+    orig = getattr(e, "orig", None)
+    if orig is not None:
+        e = orig
+    text = " ".join(str(e).split())
+    if type(e).__name__ == "CoordinationError":
+        return mask_url(text)     # already "<its cause>: <text>"
+    return mask_url("%s: %s" % (type(e).__name__, text))
+
+
+def _iso(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+class _Awaited:
+    """Stands for a backend the start waits for (one that did not answer
+    when the service was built): forwards to it once :meth:`bind` gave
+    it; before that, any use raises."""
+
+    def __init__(self, what):
+        self._what = what
+        self._target = None
+
+    def bind(self, target):
+        self._target = target
+
+    @property
+    def bound(self):
+        return self._target is not None
+
+    def __getattr__(self, name):
+        target = self.__dict__.get("_target")
+        if target is None:
+            raise RuntimeError("%s not reached yet"
+                               % self.__dict__.get("_what"))
+        return getattr(target, name)
+
+
+class Awaiting:
+    """What the start waits for, since when and why: shown by the status
+    file, GET /status, /healthz and systemd's STATUS=."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self._mu = threading.Lock()
+        self._what = self._error = self._since = self._retry_in = None
+        self._attempts = 0
+
+    def failed(self, what, error, retry_in):
+        with self._mu:
+            changed = what != self._what or error != self._error
+            if what != self._what:
+                self._what, self._since, self._attempts = \
+                    what, self.clock(), 0
+            self._attempts += 1
+            self._error, self._retry_in = error, retry_in
+        return changed
+
+    def reached(self, what):
+        """The awaited backend answered: seconds waited (None when it was
+        not awaited)."""
+        with self._mu:
+            if self._what != what:
+                return None
+            waited = self.clock() - self._since
+            self._what = self._error = self._since = None
+            return waited
+
+    def text(self):
+        with self._mu:
+            if self._what is None:
+                return None
+            return "starting: waiting for %s (%s) since %s" % (
+                self._what, self._error, _iso(self._since))
+
+    def view(self):
+        text = self.text()
+        with self._mu:
+            if self._what is None:
+                return None
+            return {"waiting_for": self._what, "error": self._error,
+                    "since": self._since, "attempts": self._attempts,
+                    "retry_in": self._retry_in, "text": text}
 
 
 def check_inventory(conf, inv):
@@ -68,18 +212,29 @@ class Service:
     """The engine plus its sources, drivers, journal and status file."""
 
     def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
-                 fencer=None, on_lost=None, notifier=None):
+                 fencer=None, on_lost=None, notifier=None, sleep=None,
+                 membership=None):
         """``compute`` (a ComputeDriver) and ``fencer`` (driver name ->
         FencingDriver) replace the real drivers, for tests. ``on_lost``
         (reason) runs when a leadership this member held lapses; by default
         the process exits at once (see doc/replicas.md). ``notifier`` (an
         :class:`instanceha.sdnotify.Notifier`) talks to systemd; by default
-        the one ``NOTIFY_SOCKET`` names, if any."""
+        the one ``NOTIFY_SOCKET`` names, if any. ``sleep(seconds)`` waits
+        between two attempts at a backend at start and returns True when
+        the service is to stop instead (``instanceha run``: a SIGTERM).
+        ``membership`` replaces the coordination.Membership, for tests."""
         self.conf = conf
         self.clock = clock
         self._on_lost_hook = on_lost
         self._acting = False
+        #: when this process started acting (the engine started), or None
+        self.acting_since = None
         self.membership = None
+        self._membership = membership
+        self._stopped = threading.Event()
+        self._sleep = sleep or self._stopped.wait
+        self.awaiting = Awaiting(clock)
+        check_shared_journal(conf)
         try:
             self.inventory = load_inventory(conf)
         except inventory_mod.InventoryError as e:
@@ -88,11 +243,7 @@ class Service:
             from instanceha.drivers.compute.nova import NovaDriver
             compute = NovaDriver(conf)
         self.compute = compute
-        try:
-            self.journal = Journal(conf.journal.connection)
-        except Exception as e:   # noqa: BLE001 - a bad URL, driver, file
-            raise ConfigError("journal: cannot open [journal] connection: "
-                              "%s: %s" % (type(e).__name__, e))
+        self.journal = self._open_journal()
         self.board = ProgressBoard()
         if fencer is None:
             def fencer(name):
@@ -134,21 +285,102 @@ class Service:
         if conf.api.enabled:
             from instanceha.api.server import OperatorAPI
             self.api = OperatorAPI(conf, self.engine, clock)
+            # /healthz and /readyz judge this service, not only its
+            # engine (a standby runs no reconciler).
+            self.api.health_source = self
         self._status_stop = threading.Event()
         self._status_dirty = threading.Event()
         self.engine.add_listener(lambda *a: self._status_dirty.set())
-        if self.membership is not None:
-            snapshot = self.engine.snapshot
+        snapshot = self.engine.snapshot
 
-            def with_members():
-                data = snapshot()
+        def with_service():
+            data = snapshot()
+            if self.membership is not None:
                 data["coordination"] = self.membership.status()
-                return data
-            # The status file and GET /status both show the group.
-            self.engine.snapshot = with_members
+            starting = self.awaiting.view()
+            if starting is not None:
+                data["starting"] = starting
+            return data
+        # The status file and GET /status both show the group and what
+        # the start waits for.
+        self.engine.snapshot = with_service
         self.notifier = notifier if notifier is not None \
             else sdnotify.Notifier()
         self.systemd = SystemdLink(self, self.notifier, clock=clock)
+
+    def _open_journal(self):
+        """The journal, or a stand-in the start fills once its database
+        answers (see :meth:`_await`). A journal that cannot be opened for
+        another reason (a bad URL, driver, password) is a ConfigError."""
+        url = self.conf.journal.connection
+        try:
+            return Journal(url)
+        except Exception as e:   # noqa: BLE001 - a bad URL, driver, file
+            if not journal_unreachable(e):
+                raise ConfigError("journal: cannot open [journal] "
+                                  "connection %s: %s"
+                                  % (mask_url(url), _error_text(e)))
+            LOG.warning("journal_unreachable", journal=mask_url(url),
+                        reason=_error_text(e),
+                        effect="the start waits for it, retried with "
+                               "back-off; nothing acts meanwhile")
+            return _Awaited("the journal database")
+
+    def _await(self, what, attempt, retry_on):
+        """``attempt()`` until it returns, again after each error
+        ``retry_on(error)`` accepts (a backend that does not answer yet),
+        with back-off doubling from 1 s up to ``[DEFAULT]
+        startup_retry_max_interval``; any other error is raised. What is
+        awaited, since when and why is in the status, /healthz and
+        STATUS= meanwhile, and systemd's start timeout is extended. A stop
+        signal ends the wait (StartInterrupted)."""
+        def before_sleep(state):
+            e = state.outcome.exception()
+            delay = state.next_action.sleep
+            error = _error_text(e)
+            if self.awaiting.failed(what, error, delay):
+                LOG.warning("waiting_for_backend", backend=what,
+                            attempt=state.attempt_number,
+                            retry_in=round(delay, 1), reason=error,
+                            effect="the start waits; nothing acts until "
+                                   "it answers")
+            self.notifier.extend_timeout(delay + EXTEND_SLACK,
+                                         self.awaiting.text())
+
+        def sleep(seconds):
+            if self._sleep(seconds):
+                raise StartInterrupted("stopped while waiting for %s (%s)"
+                                       % (what, self.awaiting.text()))
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(retry_on),
+            wait=tenacity.wait_exponential(
+                multiplier=1, min=1,
+                max=self.conf.startup_retry_max_interval),
+            sleep=sleep, before_sleep=before_sleep, reraise=True)
+        result = retrying(attempt)
+        waited = self.awaiting.reached(what)
+        if waited is not None:
+            LOG.info("backend_reached", backend=what, waited=round(waited, 1),
+                     reason="it answers: the start goes on")
+        return result
+
+    def _await_journal(self):
+        if not isinstance(self.journal, _Awaited) or self.journal.bound:
+            return
+        url = self.conf.journal.connection
+        try:
+            journal = self._await("the journal database %s" % mask_url(url),
+                                  lambda: Journal(url), journal_unreachable)
+        except StartInterrupted:
+            raise
+        except Exception as e:   # noqa: BLE001 - one line, exit status 2
+            raise StartupError("journal: cannot open [journal] connection "
+                               "%s: %s" % (mask_url(url), _error_text(e)))
+        self.journal.bind(journal)
+
+    def _close_journal(self):
+        if not isinstance(self.journal, _Awaited) or self.journal.bound:
+            self.journal.close()
 
     def _coordinate(self, compute, fencer):
         """Several replicas: join the group at start, act only while
@@ -156,17 +388,17 @@ class Service:
         whether this member's leadership is provably current."""
         from instanceha import coordination
         c = self.conf.coordination
-        self.membership = coordination.Membership(
-            c.backend_url, group=c.group, lease=c.lease, margin=c.margin,
-            interval=c.heartbeat_interval, on_elected=self._on_elected,
-            on_lost=self._on_lost, clock=self.clock)
+        if self._membership is not None:
+            self.membership = self._membership
+            self.membership.on_elected = self._on_elected
+            self.membership.on_lost = self._on_lost
+        else:
+            self.membership = coordination.Membership(
+                c.backend_url, group=c.group, lease=c.lease,
+                margin=c.margin, interval=c.heartbeat_interval,
+                on_elected=self._on_elected, on_lost=self._on_lost,
+                clock=self.clock)
         may_act = self.membership.may_act
-        if self.conf.journal.connection.startswith("sqlite"):
-            LOG.warning("journal_not_shared",
-                        reason="[coordination] backend_url is set but the "
-                               "journal is SQLite: a member elected on "
-                               "another host cannot resume from it; use "
-                               "MySQL or PostgreSQL")
         return (coordination.guard_compute(compute, may_act),
                 coordination.guard_fencer(fencer, may_act),
                 coordination.guard_journal(self.journal, may_act))
@@ -202,6 +434,7 @@ class Service:
         os._exit(coordination.EXIT_LOST)
 
     def _start_acting(self):
+        self.acting_since = self.clock()
         self._acting = True
         self.engine.start()
         for src in self.sources:
@@ -283,15 +516,24 @@ class Service:
         after closing whatever was bound; nothing was acted on.
         """
         started = []
+        # The status file says what the start waits for, if anything.
+        threading.Thread(target=self._status_loop, daemon=True,
+                         name="instanceha-status").start()
         try:
             if self.api is not None:
                 self._step("operator API", self.api.bind,
                            bind=(self.conf.api.listen_address,
                                  self.conf.api.port))
                 started.append(self.api)
+                # Served from now on: /healthz, /readyz and GET /status say
+                # what the start waits for. A command before the engine
+                # starts waits in its inbox, as a kdump packet does.
+                self.api.start()
             if self.notifications is not None:
                 self._step("notifications", self.notifications.prepare)
                 started.append(self.notifications)
+            # A journal database that does not answer yet is waited for.
+            self._step("journal", self._await_journal)
             if self.membership is None:
                 # Before the kdump socket so that its address map already
                 # knows the journalled hosts. Only reads: queued work waits
@@ -310,15 +552,17 @@ class Service:
                 started.append(self.kdump)
             if self.membership is not None:
                 self._step("coordination", self._join)
-        except StartupError:
+        except (StartupError, StartInterrupted):
             # The caller reports the error (one line); nothing to log twice.
+            self._status_stop.set()
+            self._status_dirty.set()
             for part in reversed(started):
                 try:
                     part.stop()
                 except Exception as stop_error:   # noqa: BLE001
                     LOG.warning("start_cleanup_failed",
                                 reason=str(stop_error))
-            self.journal.close()
+            self._close_journal()
             raise
         LOG.info("starting", hosts_in_journal=resumed,
                  bmcs=len(self.inventory), workers=self.conf.workers,
@@ -327,10 +571,7 @@ class Service:
                  grace_period=self.conf.detection.grace_period,
                  threshold=self.conf.policy.threshold,
                  reason="every socket bound and transport checked")
-        if self.api is not None:
-            self.api.start()
-        threading.Thread(target=self._status_loop, daemon=True,
-                         name="instanceha-status").start()
+        self._status_dirty.set()
         if self.membership is None:
             self._start_acting()
         else:
@@ -341,19 +582,26 @@ class Service:
         self.systemd.start()
 
     def _join(self):
+        """Join the group; a backend that does not answer (yet) is waited
+        for, one that refuses (a wrong password, an unknown driver) stops
+        the start."""
         from instanceha import coordination
+        url = mask_url(self.conf.coordination.backend_url)
         try:
-            self.membership.connect()
+            self._await("the coordination backend %s" % url,
+                        self.membership.connect,
+                        lambda e: isinstance(e, coordination.CoordinationError)
+                        and e.retry)
         except coordination.CoordinationError as e:
             raise StartupError(
-                "cannot reach [coordination] backend_url %s: %s"
-                % (mask_url(self.conf.coordination.backend_url), e))
+                "cannot use [coordination] backend_url %s: %s"
+                % (url, mask_url(e)))
 
     @staticmethod
     def _step(what, fn, bind=None):
         try:
             return fn()
-        except StartupError:
+        except (StartupError, StartInterrupted):
             raise
         except OSError as e:
             if bind is not None:
@@ -436,7 +684,45 @@ class Service:
         _warn_shared(r.inventory)
         return r
 
+    # -- health ----------------------------------------------------------------
+    def role(self):
+        """acting (alone, or elected and acting), elected (waiting one
+        lease), standby, or lost."""
+        if self.membership is None or self._acting:
+            return "acting"
+        role = self.membership.status()["role"]
+        # Elected and past the wait, but the engine not started yet.
+        return "elected" if role == "acting" else role
+
+    def health_view(self):
+        """What /healthz and /readyz judge (watchdog.liveness/readiness)."""
+        rec = self.reconciler.health()
+        view = {"starting": self.awaiting.text(), "role": self.role(),
+                "acting_since": self.acting_since,
+                "last_pass_at": rec.get("last_pass_at"),
+                "passes": self.reconciler.passes}
+        m = self.membership
+        if m is not None:
+            st = m.status()
+            view.update(group=st["group"], acting_member=st["acting_member"],
+                        beat_attempt_at=m.beat_attempt_at,
+                        beat_ok_at=m.beat_ok_at,
+                        backend_error=st["backend_error"],
+                        backend_error_since=st["backend_error_since"],
+                        reason=st["reason"])
+        return view
+
+    def liveness(self):
+        """(healthy, reason) for GET /healthz."""
+        return watchdog.liveness(self.health_view(), self.clock(),
+                                 self.conf.api.stale_after)
+
+    def readiness(self):
+        """(ready, role, reason) for GET /readyz."""
+        return watchdog.readiness(self.health_view())
+
     def stop(self):
+        self._stopped.set()
         self.systemd.stop()
         self._status_stop.set()
         self._status_dirty.set()
@@ -459,4 +745,4 @@ class Service:
         try:
             self.write_status()
         finally:
-            self.journal.close()
+            self._close_journal()

@@ -14,6 +14,11 @@
   within ``[DEFAULT] watchdog_stall_timeout``. Without pings systemd kills
   and restarts the process; the restart resumes from the journal;
 - ``STATUS=`` what it is doing, for ``systemctl status``.
+
+A standby replica runs no reconciler: it is healthy while its coordination
+heartbeat loop keeps trying (it follows the group, or waits for the
+backend, which a restart would only wait for again). :func:`liveness` and
+:func:`readiness` are the same judgements for GET /healthz and /readyz.
 """
 
 import threading
@@ -31,9 +36,11 @@ class Liveness:
     """Is the reconciler still trying? Judged from its attempt count
     (passes plus failed passes) changing, on a monotonic clock."""
 
-    def __init__(self, stall_after, monotonic=time.monotonic):
+    def __init__(self, stall_after, monotonic=time.monotonic,
+                 what="the reconciler attempted no pass"):
         self.stall_after = stall_after
         self._monotonic = monotonic
+        self.what = what
         self._attempts = None
         self._changed_at = None
 
@@ -47,10 +54,86 @@ class Liveness:
                            % ", ".join(sorted(dead_threads)))
         idle = now - self._changed_at
         if idle > self.stall_after:
-            return False, ("the reconciler attempted no pass for %.0fs "
-                           "(watchdog_stall_timeout %.0fs)"
-                           % (idle, self.stall_after))
+            return False, ("%s for %.0fs (watchdog_stall_timeout %.0fs)"
+                           % (self.what, idle, self.stall_after))
         return True, "reconciler attempted a pass %.0fs ago" % idle
+
+
+def _ago(now, t):
+    return "%.1fs ago" % max(0.0, now - t)
+
+
+def liveness(view, now, stale_after):
+    """(healthy, reason) for GET /healthz: should a probe restart this
+    process? ``view`` is Service.health_view().
+
+    - waiting at start for a backend: healthy (the reason says what it
+      waits for): a restart would only wait again, and lose the back-off;
+    - a standby (or an elected member in its wait): healthy while its
+      coordination heartbeat loop attempted a round within
+      ``stale_after``, whether the backend answered (it follows the
+      group) or not (it waits for it, as above); unhealthy when the loop
+      stopped: it is stuck, and could never take over;
+    - acting: the reconciler completed a pass within ``stale_after``,
+      counted from when this process started acting (a standby elected
+      an hour after its start gets its time for a first pass);
+    - a member whose leadership lapsed: unhealthy (it exits).
+    """
+    if view.get("starting"):
+        return True, view["starting"]
+    role = view.get("role")
+    if role == "lost":
+        return False, "leadership lost: %s" % (view.get("reason") or "")
+    if role in ("standby", "elected"):
+        attempt = view.get("beat_attempt_at")
+        if attempt is None or now - attempt > stale_after:
+            return False, ("%s: the coordination heartbeat attempted "
+                           "nothing for more than %.0fs" % (role,
+                                                            stale_after))
+        ok_at = view.get("beat_ok_at")
+        if view.get("backend_error") is None and ok_at is not None:
+            return True, ("%s in group %s: the backend answered %s"
+                          % (role, view.get("group"), _ago(now, ok_at)))
+        since = view.get("backend_error_since")
+        return True, ("%s: waiting for the coordination backend (%s)%s"
+                      % (role, view.get("backend_error"),
+                         " since %s" % time.strftime(
+                             "%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+                         if since is not None else ""))
+    last = view.get("last_pass_at")
+    began = view.get("acting_since")
+    if last is None or (began is not None and last < began):
+        if began is None:
+            return True, "starting"
+        if now - began > stale_after:
+            return False, "the reconciler has never completed a pass"
+        return True, "starting: waiting for the first reconcile pass"
+    if now - last > stale_after:
+        return False, "the reconciler's last pass was %.0fs ago" % (
+            now - last)
+    return True, "reconciler passed %.1fs ago" % (now - last)
+
+
+def readiness(view):
+    """(ready, role, reason) for GET /readyz: does this process act for
+    every host now? Only the acting member (or the only process) is
+    ready, once its first reconcile pass completed; a standby, an elected
+    member in its wait and a start that waits for a backend are not."""
+    starting = view.get("starting")
+    if starting:
+        return False, "starting", starting
+    role = view.get("role")
+    if role == "acting":
+        if view.get("passes"):
+            return True, role, "acting for every host"
+        return False, "starting", ("acting: waiting for the first "
+                                   "reconcile pass")
+    if role == "standby":
+        acting = view.get("acting_member")
+        return False, role, ("standby in group %s: %s" % (
+            view.get("group"), "%s acts" % acting if acting
+            else "no acting member known yet"))
+    return False, role or "unknown", view.get("reason") or role
 
 
 def summary(snapshot, now):
@@ -87,6 +170,9 @@ class SystemdLink:
         self.clock = clock
         self.liveness = Liveness(service.conf.watchdog_stall_timeout,
                                  monotonic)
+        self.member_liveness = Liveness(
+            service.conf.watchdog_stall_timeout, monotonic,
+            what="the coordination heartbeat attempted nothing")
         self.ready = False
         self._healthy = True
         self._stop = threading.Event()
@@ -104,9 +190,20 @@ class SystemdLink:
         """(healthy, ready to serve, STATUS= text)."""
         svc = self.service
         if not self._acting():
-            m = svc.membership.status() if svc.membership else {}
-            return True, True, "standby in group %s: %s" % (
-                m.get("group"), m.get("reason") or "not elected")
+            # A standby is alive while its heartbeat loop keeps trying.
+            m = svc.membership
+            st = m.status()
+            thread = getattr(m, "_thread", None)
+            dead = [thread.name] if thread is not None \
+                and not thread.is_alive() else []
+            ok, why = self.member_liveness.judge(m.beats, dead)
+            text = "standby in group %s: %s" % (
+                st.get("group"), st.get("reason") or "not elected")
+            if st.get("backend_error"):
+                text += "; coordination backend: %s" % st["backend_error"]
+            if not ok:
+                text = "UNHEALTHY: %s; %s" % (why, text)
+            return ok, True, text
         rec = svc.reconciler
         threads = list(getattr(svc.engine, "_threads", ()))
         if rec._thread is not None:

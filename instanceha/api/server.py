@@ -1,7 +1,12 @@
 """Operator API: status, health, Prometheus metrics, and host commands.
 
     GET  /status                      the engine's snapshot (JSON)
-    GET  /healthz                     200 when the reconciler is recent, else 503
+    GET  /healthz                     liveness: 200 while the process makes
+                                      progress (acting: the reconciler is
+                                      recent; standby: it follows its group;
+                                      starting: it waits for a backend), else 503
+    GET  /readyz                      200 when this process acts for every
+                                      host, else 503 (standby, starting)
     GET  /metrics                     Prometheus text format
     POST /hosts/<host>/suspend        {"reason": "...", "seconds": 3600}
                                       or {"reason": "...", "forever": true}
@@ -174,6 +179,8 @@ class OperatorAPI:
         if method == "GET" and path == "/healthz":
             ok, why = self.healthy()
             return _json(200 if ok else 503, {"ok": ok, "reason": why})
+        if method == "GET" and path == "/readyz":
+            return self.readyz()
         if method == "GET" and path == "/metrics":
             # Before the histograms are collected: the evacuations done
             # since the last scrape.
@@ -190,7 +197,14 @@ class OperatorAPI:
         return _json(404, {"error": "no such endpoint: %s %s"
                            % (method, path)})
 
+    #: The service whose liveness and readiness the API reports (set by
+    #: instanceha.service.Service); None: the engine alone (tests).
+    health_source = None
+
     def healthy(self):
+        """(ok, reason): liveness, for /healthz."""
+        if self.health_source is not None:
+            return self.health_source.liveness()
         rec = self.engine.health.get("reconciler")
         last = rec().get("last_pass_at") if rec else None
         now = self.clock()
@@ -202,6 +216,20 @@ class OperatorAPI:
             return False, ("the reconciler's last pass was %.0fs ago"
                            % (now - last))
         return True, "reconciler passed %.1fs ago" % (now - last)
+
+    def readyz(self):
+        """Readiness: 200 when this process acts for every host (the only
+        one, or the elected member, past its first reconcile pass), 503
+        with the role (standby, elected, starting) otherwise: a load
+        balancer or a Kubernetes Service then sends operator commands and
+        status reads to the one member that acts."""
+        if self.health_source is not None:
+            ready, role, why = self.health_source.readiness()
+        else:
+            ok, why = self.healthy()
+            ready, role = ok, "acting"
+        return _json(200 if ready else 503,
+                     {"ready": ready, "role": role, "reason": why})
 
     def command(self, host, verb, body):
         kind = COMMANDS.get(verb)

@@ -66,6 +66,18 @@ OPTS = [
                       "os-services call may take with its retries "
                       "(api_timeout); too low restarts a service that is "
                       "only slow."),
+    cfg.FloatOpt("startup_retry_max_interval", default=30.0, min=1,
+                 max=3600,
+                 help="Longest pause, in seconds, between two attempts at "
+                      "a backend that does not answer at start (the "
+                      "journal database, the coordination backend): the "
+                      "start waits for it, the pause doubling from 1 s up "
+                      "to this, and says what it waits for in 'instanceha "
+                      "status', GET /status, /healthz and systemd's "
+                      "STATUS=. After a site power loss the databases may "
+                      "start after instanceha; a backend that refuses (a "
+                      "wrong password, an unknown driver or database) "
+                      "stops the start instead (exit status 2)."),
     cfg.BoolOpt("debug", default=False,
                 help="Log ignored events and every API call at debug level."),
 ]

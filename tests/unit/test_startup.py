@@ -277,7 +277,7 @@ def test_run_prints_one_line_and_exits_2(tmp_path, monkeypatch, capsys):
     try:
         w = Started(tmp_path, {"api": {"port": port}})
         monkeypatch.setattr(service_mod, "Service",
-                            lambda conf: w.svc)
+                            lambda conf, **kw: w.svc)
         monkeypatch.setattr("signal.signal", lambda *a: None)
         monkeypatch.setattr("instanceha.log.setup", lambda *a, **k: None)
         code = cli.main(["run", "--config-file",
