@@ -109,8 +109,12 @@ function configure_instanceha {
     if [[ -z "$INSTANCEHA_BMC_INVENTORY" ]]; then
         iniset "$INSTANCEHA_CONF" fencing allow_unfenced True
     fi
+    iniset "$INSTANCEHA_CONF" api unix_socket "$INSTANCEHA_API_SOCKET"
     iniset "$INSTANCEHA_CONF" api listen_address 127.0.0.1
     iniset "$INSTANCEHA_CONF" api port "$INSTANCEHA_API_PORT"
+    # Commands only through the socket (said, so the service does not warn
+    # about a TCP port set without it).
+    iniset "$INSTANCEHA_CONF" api allow_unauthenticated_tcp False
     if [[ "$(trueorfalse False INSTANCEHA_NOTIFICATIONS)" == "True" ]]; then
         iniset "$INSTANCEHA_CONF" notifications enabled True
         iniset "$INSTANCEHA_CONF" notifications transport_url "$(get_notification_url)"

@@ -6,6 +6,7 @@ timings are shortened to the simulator's.
 """
 
 import os
+import tempfile
 
 #: Settings matched to the simulator's defaults (report_interval 1 s,
 #: service_down_time 4 s), so a death is seen in seconds, not minutes.
@@ -43,9 +44,13 @@ def write_config(workdir, server, overrides=None):
     groups.setdefault("fencing", {})["inventory"] = bmc
     groups["journal"] = {"connection": "sqlite:///" + os.path.join(
         workdir, "journal.sqlite")}
-    # The operator API's socket, in a directory closed to other users.
-    os.makedirs(os.path.join(workdir, "run"), mode=0o700, exist_ok=True)
-    groups["api"]["unix_socket"] = os.path.join(workdir, "run", "api.sock")
+    # The operator API's socket, in a directory closed to other users (a
+    # short one where the workdir's path is too long for a unix socket).
+    run = os.path.join(os.path.abspath(workdir), "run")
+    if len(run) > 90:
+        run = tempfile.mkdtemp(prefix="instanceha-api-")
+    os.makedirs(run, mode=0o700, exist_ok=True)
+    groups["api"]["unix_socket"] = os.path.join(run, "api.sock")
     for group, values in (overrides or {}).items():
         groups.setdefault(group, {}).update(values)
     return write_conf_file(os.path.join(workdir, "instanceha.conf"), groups)

@@ -1,6 +1,7 @@
 """Run the real ``instanceha run`` process against the real-peer test bed."""
 
 import os
+import tempfile
 import time
 
 import yaml
@@ -50,6 +51,10 @@ class Engine(EngineProcess):
                              "status_file": self.status_path}
         groups["fencing"]["inventory"] = inventory
         groups["journal"] = {"connection": self.journal_url}
+        # The operator API's socket, in a directory closed to other users
+        # (a short path: the workdir's is too long for a unix socket).
+        groups["api"]["unix_socket"] = os.path.join(
+            tempfile.mkdtemp(prefix="instanceha-api-"), "api.sock")
         for group, values in overrides.items():
             groups.setdefault(group, {}).update(values)
         return simrun.write_conf_file(

@@ -213,13 +213,15 @@ def _set_by_operator(conf, name):
 def listener_warnings(conf):
     """One-line warnings (no refusal) about the listeners: a TCP address
     or port the operator set, which no longer serves commands without
-    authentication (an upgrade from when TCP was the only listener), and
-    an API where nothing accepts commands."""
+    authentication (an upgrade from when TCP was the only listener; an
+    explicit allow_unauthenticated_tcp, true or false, says the operator
+    decided), and an API where nothing accepts commands."""
     api = conf[GROUP]
     out = []
     if not api.enabled or api.auth_strategy != "noauth":
         return out
-    if api.listen_tcp and not api.allow_unauthenticated_tcp and any(
+    if api.listen_tcp and not _set_by_operator(
+            conf, "allow_unauthenticated_tcp") and any(
             _set_by_operator(conf, name)
             for name in ("listen_address", "port")):
         out.append(
@@ -228,7 +230,8 @@ def listener_warnings(conf):
             "socket %s (the CLI's default). To keep commanding over TCP "
             "set [api] auth_strategy = keystone, or [api] "
             "allow_unauthenticated_tcp = true (any local process may then "
-            "switch HA off)" % (", ".join(OPEN_READS),
+            "switch HA off); set it = false to keep TCP to the open reads "
+            "without this warning" % (", ".join(OPEN_READS),
                                 api.unix_socket or "(none: [api] "
                                 "unix_socket is empty)"))
     if not api.unix_socket and not tcp_serves_commands(conf):

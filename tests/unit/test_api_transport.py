@@ -166,10 +166,14 @@ def test_an_operator_who_set_the_tcp_port_is_told_what_to_add(tmp_path,
                               "/healthz, /readyz, /metrics")
     assert "unix socket /run/instanceha/api.sock" in warning
     assert "[api] allow_unauthenticated_tcp = true" in warning
+    assert "= false to keep TCP to the open reads" in warning
     assert "[api] auth_strategy = keystone" in warning
     assert api_conf.listener_warnings(_load(tmp_path, "")) == []
-    assert api_conf.listener_warnings(_load(
-        tmp_path, text + "allow_unauthenticated_tcp = true\n")) == []
+    # Deciding either way, explicitly, silences it.
+    for decided in ("true", "false"):
+        assert api_conf.listener_warnings(_load(
+            tmp_path, text + "allow_unauthenticated_tcp = %s\n"
+            % decided)) == []
 
 
 def test_no_listener_for_commands_is_warned_about(tmp_path):
