@@ -169,3 +169,25 @@ def test_by_default_no_local_process_switches_ha_off_over_tcp(make_cloud):
     log = c.engine.log_text()
     assert "api_listener_warning" in log
     assert "allow_unauthenticated_tcp = true" in log
+
+
+def test_a_missing_socket_directory_stops_the_start(make_cloud, tmp_path):
+    """The default socket's directory is systemd's RuntimeDirectory; where
+    it is missing the start stops with one line saying what makes it,
+    having done nothing."""
+    path = tmp_path / "no-such-dir" / "api.sock"
+    c = make_cloud({"api": {"unix_socket": str(path)}})
+    out, took = c.engine.run_to_exit(timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines()
+             if line.startswith("instanceha:")]
+    assert "Traceback" not in out.stderr
+    assert lines == ["instanceha: cannot start: operator API: [api] "
+                     "unix_socket %s: directory %s: No such file or "
+                     "directory (systemd's RuntimeDirectory=instanceha "
+                     "makes /run/instanceha; else create a directory of "
+                     "mode 0750 owned by the service's user, or set [api] "
+                     "unix_socket)" % (path, path.parent)], out.stderr
+    snap = c.sim.snapshot()
+    assert all(h["power"] == "on" for h in snap["hosts"].values())
+    assert not snap["migrations"]

@@ -76,8 +76,8 @@ OPTS = [
                     "is refused on a TCP address other than loopback; use "
                     "keystone to command the service over a network."),
     cfg.BoolOpt("public_health_and_metrics", default=True,
-                help="With auth_strategy = keystone, GET /healthz and GET "
-                     "/metrics answer without a token (for load balancers "
+                help="With auth_strategy = keystone, GET /healthz, "
+                     "/readyz and /metrics answer without a token (for load balancers "
                      "and Prometheus). They show host names and states; "
                      "set false to require a token and the "
                      "instanceha:health:read / instanceha:metrics:read "
