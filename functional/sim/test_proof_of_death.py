@@ -54,3 +54,50 @@ def test_restart_never_evacuates_a_fenced_host_powered_on_meanwhile(
     assert snap["hosts"]["compute-1"]["power"] == "on"
     assert not snap["services"]["compute-1"]["forced_down"]
     assert c.sim.unsafe_evacuate_requests() == []
+
+
+# -- hole 2: a wrong BMC mapping is taken as proof ------------------------------
+
+def _point_entry_at(cloud, host, machine):
+    """``host``'s inventory entry reaches ``machine``'s BMC (its
+    credentials and system), as a copy-pasted entry would; ``machine``'s
+    own entry is gone (retired)."""
+    path = os.path.join(cloud.workdir, "bmc.yaml")
+    with open(path) as f:
+        inv = yaml.safe_load(f)
+    inv["hosts"][host] = dict(inv["hosts"].pop(machine))
+    with open(path, "w") as f:
+        yaml.safe_dump(inv, f)
+
+
+def test_an_entry_pointing_at_a_machine_that_is_off_never_fences_or_evacuates(
+        make_cloud):
+    """compute-1's entry points at compute-4's BMC, a retired machine that
+    is off. Today a lost heartbeat of compute-1 is "proven" at once (Off,
+    no power-off even sent) and its servers are evacuated while it runs.
+    Wanted: the audit at start reads Off while Nova has compute-1 up, Nova
+    records another heartbeat: compute-1 is UNPROTECTED (status says so);
+    when its nova-compute dies, it goes to failed with the reason, nothing
+    is powered off or evacuated."""
+    c = make_cloud(hosts=5, servers_per_host=2)
+    victims = _servers_of(c, "compute-1")
+    c.sim.power("compute-4", False)
+    wait_for(lambda: c.sim.snapshot()["hosts"]["compute-4"]["power"]
+             == "off", 30, "compute-4 off")
+    _point_entry_at(c, "compute-1", "compute-4")
+    c.start_engine()
+    wait_for(lambda: "BMC untrusted" in (c.status().get("unprotected")
+                                         or {}).get("compute-1", ""), 30,
+             "compute-1 reported UNPROTECTED, its BMC untrusted")
+    out = c.cli("status")
+    assert "UNPROTECTED" in out.stdout and "compute-1" in out.stdout, \
+        out.stdout
+    c.sim.kill("compute-1")              # nova-compute dies; the host runs
+    state, reason = c.wait_state("compute-1", "failed", timeout=60)
+    assert "UNPROTECTED" in reason and "Off while the host was up" in reason
+    assert _requests_for(c, victims) == []
+    assert _servers_of(c, "compute-1") == victims
+    snap = c.sim.snapshot()
+    assert snap["hosts"]["compute-1"]["power"] == "on"
+    assert snap["hosts"]["compute-4"]["power"] == "off"
+    assert c.sim.unsafe_evacuate_requests() == []
