@@ -28,9 +28,11 @@
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
 
-suspend, maintenance and resume talk to the service's API; with [api]
-auth_strategy = keystone they send a token for the clouds.yaml cloud the
-service uses ([DEFAULT] cloud). status and history read the status file and
+suspend, maintenance and resume talk to the service's API through its
+unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
+them as the service's user or group); with [api] auth_strategy = keystone
+they send a token for the clouds.yaml cloud the service uses ([DEFAULT]
+cloud). status and history read the status file and
 the journal.
 """
 
@@ -242,7 +244,7 @@ def _run(conf, signals, service_mod, ComputeError):
 
 
 def _api_url(conf):
-    """The running service's API: from its status file, else the config."""
+    """The running service's API: its unix socket, else TCP."""
     from instanceha.api import client
     return client.api_url(conf)
 
