@@ -6,8 +6,13 @@ GROUP = "detection"
 OPTS = [
     cfg.FloatOpt("poll_interval", mutable=True,
                  default=10.0, min=0.1, max=3600,
-                 help="Seconds between reconciler passes. Each pass is one "
-                      "os-services call. Polling is the safety net for missed "
+                 help="Seconds between reconciler passes, at most: each "
+                      "pass starts between 0.8 and 1 times this after the "
+                      "last one ended, at random, so that reads fall at "
+                      "varied times after Nova's heartbeats and Nova's "
+                      "clock is pinned closely (compute heartbeats often "
+                      "come in step). Each pass is one os-services call. "
+                      "Polling is the safety net for missed "
                       "events; a dead compute sends no notification, so this "
                       "plus 'delta' bounds detection time without events."),
     cfg.FloatOpt("delta", mutable=True, default=30.0, min=1, max=86400,

@@ -14,6 +14,7 @@ writers with skewed clocks (one nova-conductor running fast) cannot set it
 control-plane monitor). The skew between writers is reported in health().
 """
 
+import random
 import threading
 import time
 
@@ -24,6 +25,8 @@ from instanceha.drivers.compute.nova_clock import NovaClock, robust_newest
 from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.reconciler")
+#: Passes start between DITHER and 1 times [detection] poll_interval apart.
+DITHER = 0.8
 OUR_PREFIX = "instanceha:"
 
 
@@ -93,6 +96,7 @@ class Reconciler:
         self._api_record = getattr(compute, "api_record", None)
         self._stop = threading.Event()
         self._thread = None
+        self._rng = random.Random()
         self.passes = 0
         self.errors = 0
         self.last_pass_at = None
@@ -274,7 +278,16 @@ class Reconciler:
                 self.last_error = str(e)
                 LOG.warning("reconcile_failed", reason=str(e),
                             retry_in=self._conf.detection.poll_interval)
-            self._stop.wait(self._conf.detection.poll_interval)
+            self._stop.wait(self._next_wait())
+
+    def _next_wait(self):
+        """Seconds to the next pass: poll_interval times a random factor
+        from DITHER to 1. Nova's computes often report in step, and reads
+        at a fixed period would fall at the same time after each
+        heartbeat for minutes; varied times let NovaClock pin Nova's now
+        to a small part of a poll. Never longer than poll_interval."""
+        return self._conf.detection.poll_interval * self._rng.uniform(
+            DITHER, 1.0)
 
     def start(self):
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -305,4 +318,4 @@ class Reconciler:
 
 
 def _rounded(skew):
-    return None if skew is None else round(skew, 1)
+    return None if skew is None else round(skew, 2)

@@ -136,3 +136,35 @@ def test_a_write_without_an_answer_says_it_may_still_land(answer,
     with pytest.raises(base.ComputeError) as e:
         d.evacuate("s1")
     assert e.value.unanswered is unanswered
+
+
+def test_every_failed_request_is_noted_for_the_control_plane_gate():
+    """Issue 21, hole 4: the gate holds from the first failed call to
+    Nova's API. The driver notes each request Nova failed (5xx, no
+    answer), retried reads and writes alike, at the time it failed; a 4xx
+    is an answer and is not noted."""
+    conf = conf_pkg.make({"DEFAULT": {"api_read_retries": 2}})
+    compute = Compute([Resp(503), Resp(200, SERVICES), Resp(404),
+                       Resp(500), ks_exc.ConnectTimeout()])
+    now = [100.0]
+    d = NovaDriver(conf, connection=types.SimpleNamespace(compute=compute),
+                   clock=lambda: now[0], sleep=lambda s: now.__setitem__(
+                       0, now[0] + s))
+    assert d.api_record.view() == (None, None, None)
+    d.list_services()                   # 503, then answered
+    read_at, failed_at, failure = d.api_record.view()
+    assert failed_at == 100.0 and read_at is None
+    assert failure == "GET /os-services: HTTP 503: injected"
+    now[0] = 200.0
+    with pytest.raises(base.NotFound):
+        d.get_server("gone")
+    assert d.api_record.view()[1] == 100.0
+    with pytest.raises(base.ComputeError):
+        d.evacuate("s1")
+    assert d.api_record.view()[1:] == (200.0, "POST /servers/s1/action: "
+                                              "HTTP 500: injected")
+    now[0] = 300.0
+    with pytest.raises(base.ComputeError):
+        d.stop_server("s2")
+    assert d.api_record.view()[1:] == (300.0, "POST /servers/s2/action: "
+                                              "ConnectTimeout")

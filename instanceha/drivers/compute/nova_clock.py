@@ -12,7 +12,10 @@ What a row tells: when its ``updated_at`` changed between two reads, the
 write happened after the earlier read started and before the later read
 ended. So the writer's offset from this node's monotonic clock lies
 between ``updated_at - read_end`` and that plus the time between the two
-reads (the sample's *window*). Each row keeps the intersection of its
+reads (the sample's *window*), plus the resolution of Nova's timestamps:
+with MySQL, Nova keeps whole seconds (``...:34.000000``), so a heartbeat
+written at .67 shows the second before it. The resolution is taken as one
+second until an ``updated_at`` with a fraction is seen. Each row keeps the intersection of its
 samples' intervals: its low end rises towards the truth as reads happen to
 fall closer after writes, its high end falls as they fall further, so in a
 few reads the row's offset is known to a small part of a poll, even when
@@ -22,9 +25,16 @@ Across rows: the lower median of the rows' low ends, then the highest low
 end no more than the median row's uncertainty (its interval's width) above
 it. Every row written on the majority's clock lies in that band; a writer
 further ahead is left out, however many rows it writes, as long as it
-writes fewer than half. The result never runs ahead of the majority's
-clock by more than that width. Nova's now is this node's monotonic now
-plus that offset: it goes on advancing while nothing reports (every
+writes fewer than half. A row's low end still lags by the time its
+answer took to come back; half its interval's width is added, but never
+more than a read's round trip (the median of the last reads'). So the
+estimate never runs ahead of the majority's clock by more than the band
+plus one round trip. It lags it by a small part of a poll, plus, with
+whole-second timestamps, the fraction of a second the writes of every row
+in the band fall after a whole second (when every compute reports in step
+at .67, no estimator can see those 0.67 s; with computes out of step, the
+row whose writes fall just after a whole second sets the estimate). Nova's now is this node's monotonic now plus that
+offset: it goes on advancing while nothing reports (every
 compute dead, a host forced down), and a step of this node's wall clock
 does not move it.
 
@@ -38,11 +48,14 @@ Pure: no I/O, no clock reads; callers pass their monotonic times. Thread
 safe: the reconciler and the control-plane monitor feed one estimator.
 """
 
+import collections
 import dataclasses
 import threading
 from typing import Optional
 
 INF = float("inf")
+#: Reads whose durations give the round trip (their median).
+TRIPS = 16
 
 
 @dataclasses.dataclass
@@ -86,16 +99,21 @@ class NovaClock:
     def __init__(self):
         self._lock = threading.Lock()
         self._rows = {}             # service id -> _Row
+        self._trips = collections.deque(maxlen=TRIPS)  # read durations
+        self.resolution = 1.0       # of Nova's updated_at, s (see above)
 
     def observe(self, services, read_start, read_end):
         """Take one os-services answer, read between ``read_start`` and
         ``read_end`` (monotonic, this node). Rows of the binaries present
         in the answer that it no longer lists are forgotten."""
         with self._lock:
+            self._trips.append(max(0.0, read_end - read_start))
             listed = set()
             for s in services:
                 if s.updated_at is None:
                     continue
+                if s.updated_at % 1.0:
+                    self.resolution = 0.0
                 listed.add(s.id)
                 usable = s.state == "up" and not s.forced_down
                 row = self._rows.get(s.id)
@@ -107,7 +125,8 @@ class NovaClock:
                         row.sample(s.updated_at - read_end, INF)
                 elif s.updated_at != row.updated_at and usable:
                     low = s.updated_at - read_end
-                    row.sample(low, low + (read_end - row.read_start))
+                    row.sample(low, s.updated_at + self.resolution
+                               - row.read_start)
                 row.updated_at, row.read_start = s.updated_at, read_start
                 row.usable = usable
             binaries = {s.binary for s in services}
@@ -128,18 +147,22 @@ class NovaClock:
                 return None
             spans = sorted(((r.low, r.high) for r in rows),
                            key=lambda span: span[0])
+            trip = sorted(self._trips)[(len(self._trips) - 1) // 2] \
+                if self._trips else 0.0
         median_low, median_high = spans[(len(spans) - 1) // 2]
         tolerance = median_high - median_low
         if tolerance == INF:
             tolerance = 0.0         # unknown yet: the median itself
-        offset = max(low for low, _ in spans
-                     if low <= median_low + tolerance)
+        low, high = max((span for span in spans
+                         if span[0] <= median_low + tolerance),
+                        key=lambda span: span[0])
+        offset = low + min((high - low) / 2, trip)
         ahead = behind = 0.0
         off = 0
         for low, high in spans:
-            if low > offset:
+            if low > offset + trip + self.resolution:
                 ahead, off = max(ahead, low - offset), off + 1
-            elif high < offset - tolerance:
+            elif high < offset - tolerance - trip:
                 # Surely behind the band, whatever the reads' timing.
                 behind, off = max(behind, offset - high), off + 1
         return Estimate(offset, tolerance, ahead, behind, off, len(spans))
