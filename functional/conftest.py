@@ -266,6 +266,11 @@ UNSAFE_BY_DESIGN = {
         "drives the Nova driver alone: the server's state after evacuation "
         "at each microversion, from a killed, forced-down host (no BMC "
         "involved)",
+    "functional/test_events_e2e.py::"
+    "test_kdump_evacuate_opt_in_skips_power_off":
+        "[kdump] action = evacuate, the operator's explicit opt-in for a "
+        "trusted kdump network: a host whose kernel crashed is evacuated "
+        "while it dumps, powered on (doc/safety.md rule 2)",
     "functional/devstack/test_plugin.py::"
     "test_every_phase_then_a_host_failure_is_recovered":
         "DevStack's default single-node set-up fences with the noop driver "
