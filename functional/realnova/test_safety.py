@@ -292,3 +292,83 @@ def test_host_disabled_by_operator_is_left_alone(bed, engine):
     assert "recover_disabled_hosts = false" in why, why
     with _journal(eng) as j:
         assert [a for a in j.actions() if a["host_name"] == host] == []
+
+
+# -- issue 21, hole 1: a proof of death is never reused ------------------------
+
+def test_restart_never_evacuates_a_fenced_host_powered_on_meanwhile(
+        bed, engine):
+    """The engine journals the host ``fenced`` (its BMC confirmed Off) and
+    is killed right there; the machine is powered on again (a BMC
+    power-restore policy, a technician). The restarted engine proves it
+    dead again before any evacuate request: the BMC says On, so nothing
+    is sent; once its compute reports it is put back with its servers."""
+    from functional.engine_process import armed_env
+    host = bed.hosts[0]
+    ids = boot_victims(bed, host)
+    eng = engine({"policy": {"resume_boot_time": 120.0}})
+    eng.start(env=armed_env("after_transition:fenced"))
+    bed.cloud.kill_compute(host)
+    assert eng.wait_exit(120) == -9, eng.log_path
+    assert bed.bmc(host).power_state() == "off"
+    bed.bmc(host).power_on()             # the compute boots again
+    with Watch(bed, host, interval=0.3) as watch:
+        eng.start()
+        eng.wait(lambda: eng.states()[host][0] in ("pending", "recovering",
+                                                   "active"), 90,
+                 "%s watched again, not evacuated" % host)
+        eng.wait_state(host, "active", timeout=120)
+    assert watch.errors == [], watch.errors
+    assert bed.cloud.migrations(host) == []
+    assert watch.moved_while_on() == []
+    with _journal(eng) as j:
+        steps = [t["dst"] for t in j.transitions()
+                 if t["host_name"] == host]
+        evacs = [e for e in j.evacuations() if e["host_name"] == host]
+    assert evacs == [], evacs
+    assert "pending" in steps and "evacuated" not in steps, steps
+    for s in bed.cloud.wait_servers(ids, timeout=60):
+        assert s["OS-EXT-SRV-ATTR:host"] == host, s
+
+
+# -- issue 21, hole 2: a wrong BMC mapping is never taken as proof --------------
+
+def test_an_entry_pointing_at_a_machine_that_is_off_is_never_proof(
+        bed, engine, tmp_path):
+    """The host's inventory entry points at another machine's BMC (a real
+    Redfish emulator, a retired machine that is off). The audit at start
+    reads Off while Nova has the host up and Nova records another
+    heartbeat: UNPROTECTED. When its compute dies (the machine runs on),
+    it goes to failed; nothing is powered off, nothing evacuated."""
+    import yaml
+    from functional.peers import redfish
+    host = bed.hosts[0]
+    ids = boot_victims(bed, host)
+    retired = redfish.RedfishBMC("retired-%s" % host, tmp_path).start()
+    try:
+        retired.power_off()
+        procs.wait_until(lambda: retired.power_state() == "off", 20,
+                         "the retired machine off", "redfish")
+        eng = engine()
+        path = os.path.join(eng.workdir, "bmc.yaml")
+        with open(path) as f:
+            inv = yaml.safe_load(f)
+        inv["hosts"][host] = retired.inventory_entry()
+        with open(path, "w") as f:
+            yaml.safe_dump(inv, f)
+        eng.start()
+        eng.wait(lambda: "BMC untrusted" in (
+            eng.status().get("unprotected") or {}).get(host, ""), 60,
+            "%s UNPROTECTED, its BMC untrusted" % host)
+        with Watch(bed, host, interval=0.3) as watch:
+            bed.cloud.kill_compute(host)
+            state, reason = eng.wait_state(host, "failed", timeout=90)
+        assert "UNPROTECTED" in reason, reason
+        assert watch.errors == [], watch.errors
+        assert watch.powers() == {"on"}
+        assert bed.cloud.migrations(host) == []
+        assert retired.power_state() == "off"
+        for s in bed.cloud.wait_servers(ids, timeout=60):
+            assert s["OS-EXT-SRV-ATTR:host"] == host, s
+    finally:
+        retired.stop()
