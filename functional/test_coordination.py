@@ -22,12 +22,15 @@ import threading
 import time
 import uuid
 
+import json
+
 import pytest
 import sqlalchemy as sa
 
 from functional import waiting
 from functional.engine_process import EngineProcess
 from functional.events_fixtures import missing, port_open
+from functional.httpcall import request
 from instanceha import simrun
 from instanceha.sim import SimCloud, SimServer
 
@@ -144,10 +147,12 @@ def etcd(tmp_path):
 class Group:
     """One simulated cloud, several ``instanceha run`` members on it."""
 
-    def __init__(self, workdir, backend_url, journal_url, **sim_params):
+    def __init__(self, workdir, backend_url, journal_url, overrides=None,
+                 **sim_params):
         self.workdir = str(workdir)
         self.backend_url = backend_url
         self.journal_url = journal_url
+        self.overrides = overrides or {}
         self.group = "iha-test-%s" % uuid.uuid4().hex[:8]
         sim_params.setdefault("hosts", 4)
         sim_params.setdefault("servers_per_host", 3)
@@ -179,10 +184,13 @@ class Group:
             i = len(self.members)
             self.members.append(None)
         workdir = os.path.join(self.workdir, "member%d" % i)
-        conf = simrun.write_config(workdir, self.server, {
-            "journal": {"connection": self.journal_url},
-            "coordination": dict(COORDINATION, backend_url=self.backend_url,
-                                 group=self.group)})
+        groups = {"journal": {"connection": self.journal_url},
+                  "coordination": dict(COORDINATION,
+                                       backend_url=self.backend_url,
+                                       group=self.group)}
+        for group, values in self.overrides.items():
+            groups.setdefault(group, {}).update(values)
+        conf = simrun.write_config(workdir, self.server, groups)
         p = EngineProcess(workdir, conf, os.path.join(workdir, "status.json"),
                           self.journal_url)
         full = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -273,9 +281,9 @@ class Group:
 def make_group(tmp_path):
     groups = []
 
-    def make(backend_url, journal_url, **sim_params):
+    def make(backend_url, journal_url, overrides=None, **sim_params):
         g = Group(tmp_path / ("group%d" % len(groups)), backend_url,
-                  journal_url, **sim_params)
+                  journal_url, overrides, **sim_params)
         groups.append(g)
         return g
     yield make
@@ -438,23 +446,130 @@ def test_redis_restarted_mid_run(make_group, private_redis, journal_url):
     g.check_no_double_action()
 
 
-def test_unreachable_backend_stops_the_start(tmp_path, journal_url):
-    """Set but unreachable: one line, exit 2, nothing acted on."""
+def _get(status, path):
+    """(HTTP status, JSON body) of GET ``path`` on the API a member's
+    status file names (/healthz and /readyz are open on TCP)."""
+    code, _, body = request(status["api"] + path)
+    return code, json.loads(body)
+
+
+def _run_once(tmp_path, groups):
+    """``instanceha run`` on a small simulated cloud that must refuse to
+    start: (completed process, simulator)."""
     sim = SimCloud(hosts=2, servers_per_host=1)
     server = SimServer(sim).start()
     try:
-        conf = simrun.write_config(str(tmp_path), server, {
-            "journal": {"connection": journal_url},
-            "coordination": dict(COORDINATION, backend_url="redis://"
-                                 "127.0.0.1:%d" % free_port())})
+        conf = simrun.write_config(str(tmp_path), server, groups)
         r = subprocess.run([sys.executable, "-m", "instanceha.cmd.main",
                             "run", "--config-file", conf],
                            capture_output=True, text=True, timeout=60)
     finally:
         server.stop()
-    assert r.returncode == 2, r.stderr
+    return r, sim
+
+
+def _one_line(r):
     lines = [ln for ln in r.stderr.splitlines()
              if ln.startswith("instanceha:")]
     assert len(lines) == 1, r.stderr
-    assert "coordination" in lines[0] and "backend_url" in lines[0]
+    return lines[0]
+
+
+def test_backend_down_at_start_is_waited_for_then_the_member_acts(
+        tmp_path, journal_url):
+    """Hole 5: after a site power loss Redis starts after instanceha. The
+    member waits for it (back-off capped at 2 s here), saying so in its
+    status, /healthz (200: a restart would only wait again) and /readyz
+    (503, starting); once redis-server listens it joins, is elected and
+    recovers a dead host. Before: exit status 2 at once, which systemd
+    never restarts (RestartPreventExitStatus=2)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        missing("redis-server is needed for this test (a private one)")
+    redis = Daemon("redis", lambda port: [
+        exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--dir", str(tmp_path)], free_port(), tmp_path)
+    g = Group(tmp_path / "group", "redis://127.0.0.1:%d" % redis.port,
+              journal_url, {"DEFAULT": {"startup_retry_max_interval": 2}},
+              hosts=2, servers_per_host=2)
+    try:
+        g.add_member()
+        member = g.members[0]
+
+        def waiting_for():
+            starting = member.status().get("starting") or {}
+            return starting.get("waiting_for", "").startswith(
+                "the coordination backend redis://127.0.0.1:%d"
+                % redis.port) and starting["attempts"] >= 2 and starting
+        starting = waiting.wait_for(waiting_for, 30, lambda: "the status to "
+                                    "say what the start waits for (log %s)"
+                                    % member.log_path)
+        assert "ConnectionRefusedError" in starting["error"], starting
+        code, health = _get(member.status(), "/healthz")
+        assert code == 200, health
+        assert health["reason"].startswith(
+            "starting: waiting for the coordination backend "
+            "redis://127.0.0.1:%d (ConnectionRefusedError" % redis.port)
+        code, ready = _get(member.status(), "/readyz")
+        assert code == 503 and ready["role"] == "starting", ready
+        assert g.alive(0) and g.sim.snapshot()["evacuate_calls"] == {}
+        redis.start()
+        assert g.wait_acting(timeout=60) == 0
+        assert "starting" not in member.status()
+        assert "backend_reached" in member.log_text()
+        victims = servers_on(g.sim, "compute-1")
+        g.sim.kill("compute-1")
+        waiting.wait_for(lambda: g.state(0, "compute-1") == "evacuated", 90,
+                         lambda: "compute-1 evacuated (log %s)"
+                         % member.log_path)
+        assert sorted(g.sim.snapshot()["evacuate_calls"]) == sorted(victims)
+        g.check_no_double_action()
+    finally:
+        g.close()
+        redis.stop()
+
+
+def test_replicas_with_a_sqlite_journal_are_refused(tmp_path):
+    """Hole 7: each replica would keep its own history. Before: a warning
+    in the log, and the member started."""
+    r, sim = _run_once(tmp_path, {
+        "journal": {"connection": "sqlite:///%s" % (tmp_path / "j.sqlite")},
+        "coordination": dict(COORDINATION, backend_url="redis://"
+                             "127.0.0.1:%d" % free_port())})
+    assert r.returncode == 2, r.stderr
+    line = _one_line(r)
+    assert "[coordination] backend_url" in line
+    assert "[journal] connection" in line
     assert sim.snapshot()["evacuate_calls"] == {}
+
+
+def test_a_standby_is_alive_and_not_ready(make_group, journal_url):
+    """Hole 6: with [api] stale_after = 3 s, the standby's /healthz stays
+    200 for twice that (before: 503 'the reconciler has never completed a
+    pass' after 3 s, and a liveness probe restarted it); /readyz is 503
+    saying standby on it, 200 saying acting on the acting member."""
+    g = make_group(shared_redis(), journal_url,
+                   {"api": {"stale_after": 3.0}})
+    g.add_member()
+    assert g.wait_acting() == 0
+    g.add_member()
+    waiting.wait_for(lambda: g.coordination(1).get("role") == "standby", 60,
+                     "a standby")
+    standby, acting = g.members[1].status(), g.members[0].status()
+    seen_from = time.monotonic()
+    answers = []
+
+    def watched_long_enough():
+        answers.append(_get(standby, "/healthz"))
+        return time.monotonic() - seen_from > 2 * 3.0 + 1
+    waiting.wait_for(watched_long_enough, 60, "six seconds of answers")
+    bad = [a for a in answers if a[0] != 200]
+    assert bad == [], bad
+    assert answers[-1][1]["reason"].startswith("standby in group iha-test-")
+    code, ready = _get(standby, "/readyz")
+    assert code == 503 and ready["role"] == "standby", ready
+    assert g.coordination(0)["member"] in ready["reason"]
+    code, ready = _get(acting, "/readyz")
+    assert code == 200 and ready["role"] == "acting", ready
+    code, health = _get(acting, "/healthz")
+    assert code == 200, health
