@@ -382,6 +382,11 @@ def format_status(data, now=None):
                       time.gmtime(data.get("generated_at", now))),
         _age(now - data.get("started_at", now)),
         "" if cluster.get("ok", True) else "  HOLD: " + cluster["reason"]))
+    starting = data.get("starting")
+    if starting:
+        # The start waits for a backend (the journal database, the
+        # coordination backend): nothing acts meanwhile.
+        lines.append("STARTING: %s" % (starting.get("text") or starting))
     if data.get("coordination"):
         lines.extend(format_coordination(data["coordination"], now))
     rows = [("HOST", "STATE", "SINCE", "REASON")]
