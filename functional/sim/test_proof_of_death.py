@@ -101,3 +101,36 @@ def test_an_entry_pointing_at_a_machine_that_is_off_never_fences_or_evacuates(
     assert snap["hosts"]["compute-1"]["power"] == "on"
     assert snap["hosts"]["compute-4"]["power"] == "off"
     assert c.sim.unsafe_evacuate_requests() == []
+
+
+def test_an_entry_reaching_a_live_host_without_an_entry_is_never_powered_off(
+        make_cloud):
+    """compute-1 has no inventory entry of its own; compute-2's entry
+    reaches compute-1's machine (its credentials and system, the BMC's
+    address spelt ``localhost`` instead of 127.0.0.1). The BMC reports
+    the machine's host name (Redfish HostName): compute-1, which is up.
+    When compute-2's nova-compute dies, instanceha refuses to power that
+    machine off; compute-1 runs on with its servers, nothing is
+    evacuated."""
+    c = make_cloud(hosts=5, servers_per_host=2)
+    path = os.path.join(c.workdir, "bmc.yaml")
+    with open(path) as f:
+        inv = yaml.safe_load(f)
+    entry = dict(inv["hosts"].pop("compute-1"))
+    entry["address"] = entry["address"].replace("127.0.0.1", "localhost")
+    inv["hosts"]["compute-2"] = entry
+    with open(path, "w") as f:
+        yaml.safe_dump(inv, f)
+    victims = _servers_of(c, "compute-2") | _servers_of(c, "compute-1")
+    c.start_engine()
+    wait_for(lambda: c.status().get("sources", {}).get("audit", {})
+             .get("audits", 0) >= 1, 30, "the first audit")
+    c.sim.kill("compute-2")
+    state, reason = c.wait_state("compute-2", "failed", timeout=60)
+    assert "refusing to power off" in reason and "compute-1" in reason, \
+        reason
+    snap = c.sim.snapshot()
+    assert snap["hosts"]["compute-1"]["power"] == "on"
+    assert snap["hosts"]["compute-1"]["compute_alive"]
+    assert _requests_for(c, victims) == []
+    assert c.sim.unsafe_evacuate_requests() == []

@@ -17,6 +17,7 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
+from instanceha.policy import proof as proof_policy
 from instanceha.fsm.states import Action
 from instanceha.sources import reconciler
 
@@ -39,28 +40,41 @@ def _result(record, kind, ctx, reason, **detail):
 
 
 def live_sharers(ctx, record, bmc):
-    """Compute services other than ``record``'s that map to the same BMC
-    and look alive on Nova's own clock (up, or heartbeating while forced
-    down): powering the BMC off would kill them (a renamed host's stale old
-    service row, a copy-pasted inventory entry)."""
-    if inventory.identity(bmc) is None:
+    """Compute services other than ``record``'s that map to the same
+    machine and look alive on Nova's own clock (up, or heartbeating while
+    forced down): powering the BMC off would kill them (a renamed host's
+    stale old service row, a copy-pasted inventory entry). One machine is
+    recognised by its BMC's address (a DNS name and the IP it resolves
+    to are one), by the system UUID its BMCs reported (its Redfish and its
+    IPMI address), and by the host name our BMC reports (another compute
+    host's, whether or not that host has an inventory entry)."""
+    ev = ctx.evidence
+    reported = ev.hostnames(bmc) - {proof_policy.short_name(record.name)}
+    if inventory.identity(bmc) is None and not reported:
         return []
-    # Only hosts whose inventory entry reaches the same BMC can be hurt:
-    # with none (the usual case) Nova need not be asked at all.
+
+    def same(other):
+        return other is not None and (
+            inventory.same_bmc(bmc, other, inventory.resolve)
+            or ev.same_machine(bmc, other))
+    # Only hosts whose inventory entry reaches the same machine, or that
+    # our BMC names, can be hurt: with none (the usual case) Nova need not
+    # be asked at all.
     names = {name for name, other in ctx.inventory.items()
-             if name != record.name and inventory.same_bmc(bmc, other)}
-    if not names:
+             if name != record.name and same(other)}
+    if not names and not reported:
         return []
     everyone = ctx.compute.list_services()
     # Nova's now: the newest heartbeat of a service Nova calls up.
     newest = reconciler.newest_heartbeat(everyone) or 0
-    services = [s for s in everyone if s.host in names]
     delta = ctx.conf.detection.delta
     out = []
-    for s in services:
+    for s in everyone:
         if s.id == record.id or s.host == record.name:
             continue
-        if not inventory.same_bmc(bmc, ctx.bmc_for(s.host)):
+        named = proof_policy.short_name(s.host) in reported
+        if not named and (s.host not in names
+                          or not same(ctx.bmc_for(s.host))):
             continue
         fresh = s.updated_at is not None and newest - s.updated_at <= delta
         if (s.state == "up" and not s.forced_down) or fresh:
@@ -78,13 +92,15 @@ def fence(ctx, record):
     if sharers:
         other = sharers[0]
         address = next((m.address for m in bmc.methods
-                        if inventory.same_bmc(m, ctx.bmc_for(other.host))),
+                        if inventory.same_bmc(m, ctx.bmc_for(other.host),
+                                              inventory.resolve)),
                        bmc.address)
         return _result(record, E.FENCE_FAILED, ctx,
-                       "refusing to power off: BMC %s of %s is also the BMC "
-                       "of compute service %s (%s), which is up; a renamed "
-                       "host's old service row? Delete the stale service "
-                       "and fix the inventory" % (
+                       "refusing to power off: BMC %s of %s reaches the "
+                       "machine of compute service %s (%s), which is up "
+                       "(same BMC address, system UUID or reported host "
+                       "name); a renamed host's old service row? Delete the "
+                       "stale service and fix the inventory" % (
                            address, record.name, other.host, other.id))
     untrusted = ctx.evidence.untrusted(bmc)
     if untrusted:

@@ -494,6 +494,8 @@ class Engine:
                 ev.read_key(rec.name, key, power, d.get("by") or
                             event.source, bool(d.get("nova_up")),
                             d.get("after"))
+            for key, found in d.get("identities") or ():
+                ev.identity_key(rec.name, key, found)
             if event.kind is E.POWER_OFF:
                 bmc = self.ctx.bmc_for(rec.name)
                 keys = [k for k, p in d.get("readings") or ()

@@ -103,7 +103,34 @@ class EvidenceStore:
         for key, old in self._host_keys(host):
             self._put(host, key, old, proof.lost(old))
 
+    def identity_key(self, host, key, found):
+        """What the BMC of method ``key`` reported about its machine."""
+        with self._lock:
+            old = self._ev.get((host, key))
+        self._put(host, key, old, proof.identity(old, found))
+
     # -- answers ----------------------------------------------------------------
+    def same_machine(self, a, b):
+        """Entries ``a`` and ``b`` (of different hosts) reach one machine
+        by the system identity their BMCs reported (a UUID in common):
+        e.g. one by its Redfish, the other by its IPMI address."""
+        if a is None or b is None:
+            return False
+        mine = [self.get(a.host, m) for m in a.methods]
+        theirs = [self.get(b.host, m) for m in b.methods]
+        return any(proof.same_machine(x, y) for x in mine for y in theirs)
+
+    def hostnames(self, bmc):
+        """The host names ``bmc``'s methods reported for their machine."""
+        if bmc is None:
+            return set()
+        out = set()
+        for m in bmc.methods:
+            ev = self.get(bmc.host, m)
+            if ev is not None and ev.hostname:
+                out.add(proof.short_name(ev.hostname))
+        return out
+
     def untrusted(self, bmc):
         """Why ``bmc`` (an inventory entry) may not prove its host dead, or
         None."""

@@ -52,6 +52,10 @@ class Evidence:
     suspicion: Optional[Suspicion] = None
     #: why the method may not prove this host dead (None: not untrusted)
     untrusted: Optional[str] = None
+    #: what the BMC last said about the machine behind it: its system
+    #: UUID(s) and host name (drivers' system_identity)
+    uuids: tuple = ()
+    hostname: Optional[str] = None
 
     def to_dict(self):
         d = dataclasses.asdict(self)
@@ -61,6 +65,7 @@ class Evidence:
     def from_dict(cls, d):
         d = dict(d or {})
         s = d.pop("suspicion", None)
+        d["uuids"] = tuple(d.get("uuids") or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(suspicion=Suspicion(**s) if s else None,
                    **{k: v for k, v in d.items() if k in known})
@@ -106,6 +111,30 @@ def heartbeat(ev, updated_at, status=None, disabled_reason=None,
         "%s reported power Off while the host was up (Nova recorded a "
         "heartbeat after that read): the inventory entry may point at "
         "another machine; fix it (then SIGHUP)" % label))
+
+
+def identity(ev, found):
+    """``ev`` with what the BMC reported about its machine (``found``:
+    {"uuids": [...], "hostname": ...} or None)."""
+    ev = ev or Evidence()
+    found = found or {}
+    return dataclasses.replace(
+        ev, uuids=tuple(sorted(str(u).lower() for u in
+                               found.get("uuids") or ())),
+        hostname=(str(found["hostname"]).lower()
+                  if found.get("hostname") else None))
+
+
+def short_name(name):
+    """A host name without its domain, lower case (Redfish's HostName
+    carries none; Nova's host may be a FQDN)."""
+    return str(name or "").split(".")[0].strip().lower()
+
+
+def same_machine(mine, theirs):
+    """Two methods' evidence name one machine: a system UUID in common."""
+    return bool(set(mine.uuids if mine else ())
+                & set(theirs.uuids if theirs else ()))
 
 
 def lost(ev):

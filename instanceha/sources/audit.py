@@ -51,6 +51,20 @@ def read_power(fencer, method):
     return text
 
 
+def read_identity(fencer, method):
+    """What one method's BMC says about its machine (drivers'
+    system_identity), or None (not supported, or an error: logged)."""
+    try:
+        return fencer(method.driver).system_identity(method)
+    except Exception as e:   # noqa: BLE001 - identity only adds checks
+        text = str(e)
+        if method.password:
+            text = text.replace(method.password, MASK)
+        LOG.info("system_identity_unknown", driver=method.driver,
+                 address=method.address, reason=text)
+        return None
+
+
 def readings(bmc, fencer):
     """[(label, PowerState or why not)] for each fencing method of a
     host's entry (the noop driver reads nothing)."""
@@ -134,7 +148,10 @@ class FencingAudit:
         powers = [(inventory.method_key(m), r.value) for m, r in
                   zip(methods, reads) if r in (fencing_base.PowerState.ON,
                                                fencing_base.PowerState.OFF)]
-        return reason, degraded, powers
+        found = [(inventory.method_key(m), read_identity(self._fencer, m))
+                 for m, r in zip(methods, reads)
+                 if isinstance(r, fencing_base.PowerState)]
+        return reason, degraded, (powers, [f for f in found if f[1]])
 
     def _send_evidence(self, services, verdicts):
         """Hand every power read to the engine (engine.evidence): a BMC
@@ -147,7 +164,7 @@ class FencingAudit:
         up = {s.host: s.state == "up" and not s.forced_down
               for s in services}
         after = {}
-        if any(up.get(h) and any(p == "off" for _, p in v[2])
+        if any(up.get(h) and any(p == "off" for _, p in v[2][0])
                for h, v in verdicts.items()):
             try:
                 after = {s.host: (s.updated_at, s.status, s.disabled_reason)
@@ -157,7 +174,7 @@ class FencingAudit:
                 LOG.warning("audit_reread_failed", reason=str(e))
         now = self._clock()
         ids = {s.host: s.id for s in services}
-        for host, (_, _, powers) in sorted(verdicts.items()):
+        for host, (_, _, (powers, found)) in sorted(verdicts.items()):
             if not powers:
                 continue
             off = all(p == "off" for _, p in powers)
@@ -168,7 +185,7 @@ class FencingAudit:
                     "Off" if off else "On"),
                 detail={"readings": powers, "by": "audit",
                         "nova_up": bool(up.get(host)),
-                        "after": after.get(host)}))
+                        "after": after.get(host), "identities": found}))
 
     def run_once(self):
         """Audit every compute host; returns {host: reason} unprotected."""

@@ -8,6 +8,7 @@ library's exceptions into :class:`FenceError`.
 
 import abc
 import enum
+import uuid
 
 import tenacity
 
@@ -49,6 +50,16 @@ class FencingDriver(abc.ABC):
     def power_state(self, bmc):
         """Return the PowerState the BMC reports. Raises FenceError."""
 
+    def system_identity(self, bmc):
+        """What the BMC says about the machine behind it (a read, no
+        action): ``{"uuids": [...], "hostname": ...}`` (lower-case UUID
+        strings, the host name it reports, either may be missing), or None
+        when the driver cannot tell. Used to find two inventory entries
+        that reach one machine by different addresses (Redfish and IPMI,
+        IP and DNS name), and an entry reaching another compute host's
+        machine. Raises FenceError."""
+        return None
+
     def power_on(self, bmc):
         """Power the host on (used by operators and tests). Raises FenceError."""
         raise FenceError("%s: driver %s cannot power on" % (bmc.host, self.name))
@@ -88,3 +99,18 @@ def retrying(attempt, transient, attempts, interval, sleep, log_fields):
         stop=tenacity.stop_after_attempt(attempts),
         wait=tenacity.wait_fixed(interval),
         sleep=sleep, before_sleep=log_retry, reraise=True)(attempt)
+
+
+def uuid_forms(raw):
+    """The UUID strings a BMC's 16 system-GUID bytes may stand for: IPMI's
+    Get System GUID is sent least significant byte first by some BMCs and
+    in SMBIOS order (first three fields little-endian) by others, while
+    Redfish shows the SMBIOS UUID as text: every reading is returned, so
+    that one machine read both ways matches."""
+    raw = bytes(raw)
+    if len(raw) != 16:
+        return []
+    forms = {str(uuid.UUID(bytes=raw)), str(uuid.UUID(bytes_le=raw)),
+             str(uuid.UUID(bytes=raw[::-1])),
+             str(uuid.UUID(bytes_le=raw[::-1]))}
+    return sorted(forms)

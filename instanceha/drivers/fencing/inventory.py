@@ -26,7 +26,10 @@ none holds a secret.
 """
 
 import dataclasses
+import functools
+import ipaddress
 import os
+import socket
 import stat
 import urllib.parse
 from typing import Any, Mapping
@@ -172,22 +175,52 @@ def method_key(method):
     return "%s:%s" % (method.driver, "|".join(ident))
 
 
-def _same_identity(ia, ib):
-    if ia[:2] != ib[:2]:
+@functools.lru_cache(maxsize=4096)
+def resolve(host):
+    """The addresses a BMC's host part stands for: itself for an IP
+    address, else what the name resolves to (and the name itself, so a
+    name that does not resolve still equals itself). Cached for the
+    process: one machine entered once by IP and once by DNS name is one
+    BMC."""
+    try:
+        return frozenset({str(ipaddress.ip_address(host))})
+    except ValueError:
+        pass
+    found = {host}
+    try:
+        for info in socket.getaddrinfo(host, None):
+            found.add(str(ipaddress.ip_address(info[4][0].split("%")[0])))
+    except (OSError, ValueError, UnicodeError):
+        pass
+    return frozenset(found)
+
+
+def _same_host(a, b, resolver):
+    if a == b:
+        return True
+    if resolver is None or not a or not b:
+        return False
+    return bool(resolver(a) & resolver(b))
+
+
+def _same_identity(ia, ib, resolver=None):
+    if ia[1] != ib[1] or not _same_host(ia[0], ib[0], resolver):
         return False
     return ia[2] == ib[2] or not ia[2] or not ib[2]
 
 
-def same_bmc(a, b):
+def same_bmc(a, b, resolver=None):
     """Both entries reach one BMC (and one system behind it: an entry that
     chooses none reaches whichever system the BMC has): true when any
-    method of one reaches the BMC of any method of the other."""
+    method of one reaches the BMC of any method of the other. With
+    ``resolver`` (e.g. :func:`resolve`), a BMC entered by IP address and
+    by a DNS name of that address is one BMC."""
     theirs = identities(b)
-    return any(_same_identity(mine, t)
+    return any(_same_identity(mine, t, resolver)
                for mine in identities(a) for t in theirs)
 
 
-def shared(inventory):
+def shared(inventory, resolver=None):
     """[(address, [host, ...])] for BMCs that several entries reach (by any
     of their methods): one group per BMC, ``address`` as the first host's
     method spells it. A host whose methods reach two shared BMCs is in two
@@ -200,7 +233,7 @@ def shared(inventory):
             if mine is None:
                 continue
             mates = [other for other in hosts[i + 1:]
-                     if any(_same_identity(mine, theirs)
+                     if any(_same_identity(mine, theirs, resolver)
                             for theirs in identities(inventory[other]))]
             group = [host] + mates
             if mates and not any(set(group) <= set(g) for _, g in groups):

@@ -250,6 +250,17 @@ class IPMIDriver(base.FencingDriver):
                                   % (bmc.host, bmc.address, res.stdout.strip()[:120]))
         return state
 
+    def system_identity(self, bmc):
+        """Get System GUID (IPMI App netfn 0x06, command 0x37)."""
+        res = self._call_retrying(bmc, "get system guid", "raw", "0x06",
+                                  "0x37")
+        try:
+            raw = bytes(int(b, 16) for b in res.stdout.split())
+        except ValueError:
+            return None
+        forms = base.uuid_forms(raw)
+        return {"uuids": forms} if forms else None
+
     def power_off(self, bmc):
         if self.power_state(bmc) is base.PowerState.OFF:
             LOG.info("fence_already_off", host=bmc.host, driver=self.name)

@@ -231,6 +231,19 @@ class RedfishDriver(base.FencingDriver):
         system = self._system(bmc, client, settings)
         return self._state(bmc, client, system, "read power state")
 
+    def system_identity(self, bmc):
+        settings = self.settings(bmc)
+        client = self._client(bmc)
+        system = self._system(bmc, client, settings)
+        found = {}
+        uid = getattr(system, "uuid", None)
+        if uid:
+            found["uuids"] = [str(uid).strip().lower()]
+        name = getattr(system, "hostname", None)
+        if name:
+            found["hostname"] = str(name).strip().lower()
+        return found or None
+
     def power_off(self, bmc):
         settings = self.settings(bmc)
         reset = settings.reset_type
