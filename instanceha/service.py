@@ -94,6 +94,41 @@ def journal_unreachable(e):
     return not any(t in text for t in _PG_REFUSED)
 
 
+#: keystoneauth / openstacksdk errors that say Keystone or Nova did not
+#: answer (yet), by class name anywhere in the cause chain.
+_NOVA_NO_ANSWER = frozenset({
+    "ConnectFailure", "ConnectTimeout", "ConnectionError",
+    "RetriableConnectionFailure", "UnknownConnectionError",
+    "DiscoveryFailure", "ServiceUnavailable", "GatewayTimeout",
+    "BadGateway", "InternalServerError", "HttpServerError"})
+
+
+def nova_unreachable(e):
+    """True when connecting to Nova at start failed because Keystone or
+    Nova did not answer (yet): refused, timed out, a 5xx, no version
+    document. False for what waiting cannot cure: an unknown cloud in
+    clouds.yaml, rejected credentials (401/403), a Nova too old."""
+    chain = []
+    x = e
+    while x is not None and len(chain) < 8 and x not in chain:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    for x in chain:
+        status = getattr(x, "http_status", None) \
+            or getattr(x, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 500:
+            return False
+    for x in chain:
+        status = getattr(x, "http_status", None) \
+            or getattr(x, "status_code", None)
+        if isinstance(status, int) and status >= 500:
+            return True
+        if type(x).__name__ in _NOVA_NO_ANSWER \
+                or isinstance(x, (OSError, TimeoutError)):
+            return True
+    return False
+
+
 def _error_text(e):
     """One line for an error, a URL's password masked; SQLAlchemy's
     wrapper (its SQL and link) left out."""
@@ -132,6 +167,25 @@ class _Awaited:
             raise RuntimeError("%s not reached yet"
                                % self.__dict__.get("_what"))
         return getattr(target, name)
+
+
+class _AwaitedNova(_Awaited):
+    """Nova's stand-in. The sources take the driver's Nova clock and call
+    record when they are built: the stand-in has them from the start and
+    hands them to the driver it is bound to, so all share one of each."""
+
+    def __init__(self):
+        super().__init__("Nova")
+        from instanceha.drivers.compute.base import CallRecord
+        from instanceha.drivers.compute.nova_clock import NovaClock
+        self.nova_clock = NovaClock()
+        self.api_record = CallRecord()
+
+    def bind(self, target):
+        # ComputeDriver keeps them per object, made on first use.
+        target.__dict__["_nova_clock"] = self.nova_clock
+        target.__dict__["_call_record"] = self.api_record
+        super().bind(target)
 
 
 class Awaiting:
@@ -240,8 +294,10 @@ class Service:
         except inventory_mod.InventoryError as e:
             raise ConfigError(str(e))
         if compute is None:
-            from instanceha.drivers.compute.nova import NovaDriver
-            compute = NovaDriver(conf)
+            compute = self._connect_nova()
+        #: Nova's stand-in while the start waits for it, else None
+        self._nova_standin = compute if isinstance(compute, _Awaited) \
+            else None
         self.compute = compute
         self.journal = self._open_journal()
         self.board = ProgressBoard()
@@ -363,6 +419,40 @@ class Service:
             LOG.info("backend_reached", backend=what, waited=round(waited, 1),
                      reason="it answers: the start goes on")
         return result
+
+    def _connect_nova(self):
+        """The Nova driver, or a stand-in the start fills once Keystone
+        and Nova answer. Any other ComputeError is raised (exit 2)."""
+        from instanceha.drivers.compute.base import ComputeError
+        from instanceha.drivers.compute.nova import NovaDriver
+        try:
+            return NovaDriver(self.conf)
+        except ComputeError as e:
+            if not nova_unreachable(e):
+                raise
+            LOG.warning("nova_unreachable", cloud=self.conf.cloud,
+                        reason=_error_text(e),
+                        effect="the start waits for it, retried with "
+                               "back-off; nothing acts meanwhile")
+            return _AwaitedNova()
+
+    def _await_nova(self):
+        nova = self._nova_standin
+        if nova is None or nova.bound:
+            return
+        from instanceha.drivers.compute.base import ComputeError
+        from instanceha.drivers.compute.nova import NovaDriver
+        try:
+            driver = self._await(
+                "Nova (cloud %s)" % self.conf.cloud,
+                lambda: NovaDriver(self.conf),
+                lambda e: isinstance(e, ComputeError)
+                and nova_unreachable(e))
+        except StartInterrupted:
+            raise
+        except Exception as e:   # noqa: BLE001 - one line, exit status 2
+            raise StartupError("Nova: %s" % _error_text(e))
+        nova.bind(driver)
 
     def _await_journal(self):
         if not isinstance(self.journal, _Awaited) or self.journal.bound:
@@ -532,8 +622,10 @@ class Service:
             if self.notifications is not None:
                 self._step("notifications", self.notifications.prepare)
                 started.append(self.notifications)
-            # A journal database that does not answer yet is waited for.
+            # A journal database, Keystone or Nova that does not answer
+            # yet is waited for.
             self._step("journal", self._await_journal)
+            self._step("Nova", self._await_nova)
             if self.membership is None:
                 # Before the kdump socket so that its address map already
                 # knows the journalled hosts. Only reads: queued work waits

@@ -407,3 +407,71 @@ def test_readiness_decisions():
         False, "elected")
     assert ready({"starting": "starting: waiting for y",
                   "role": "acting"})[:2] == (False, "starting")
+
+
+# -- hole 5: Keystone and Nova, down at start --------------------------------
+
+def _compute_error(cause):
+    """ComputeError raised while handling ``cause``, as NovaDriver does."""
+    from instanceha.drivers.compute.base import ComputeError
+    try:
+        try:
+            raise cause
+        except Exception as inner:
+            raise ComputeError("cannot reach Nova for version discovery: "
+                               "%s" % inner)
+    except ComputeError as e:
+        return e
+
+
+def test_nova_errors_a_retry_may_cure():
+    from keystoneauth1 import exceptions as ks
+    from instanceha.drivers.compute.base import ComputeError
+    assert service_mod.nova_unreachable(_compute_error(
+        ks.ConnectFailure("Unable to establish connection")))
+    assert service_mod.nova_unreachable(_compute_error(
+        ks.ServiceUnavailable()))
+    assert not service_mod.nova_unreachable(_compute_error(
+        ks.Unauthorized()))
+    assert not service_mod.nova_unreachable(ComputeError(
+        "Nova supports up to microversion 2.40; instanceha needs 2.53"))
+
+
+def test_nova_down_at_start_is_waited_for_then_acts(tmp_path, monkeypatch):
+    """Keystone refuses twice, then Nova answers: the start waits, saying
+    so, then acts. Before: 'cannot start: cannot connect to Nova', exit
+    status 2 (never restarted by systemd)."""
+    from keystoneauth1 import exceptions as ks
+    conf, _ = _conf(tmp_path)
+    clock = Clock()
+    compute = FakeCompute(clock, hosts=2)
+    attempts = []
+
+    def nova_driver(conf):
+        attempts.append(clock())
+        if len(attempts) <= 2:
+            raise _compute_error(ks.ConnectFailure(
+                "Unable to establish connection to http://ks:5000"))
+        return compute
+    monkeypatch.setattr("instanceha.drivers.compute.nova.NovaDriver",
+                        nova_driver)
+    said = []
+
+    def sleep(seconds):
+        said.append(svc.liveness())
+        clock.advance(seconds)
+        return False
+    svc = service_mod.Service(conf, clock=clock, notifier=Notifier(),
+                              fencer=lambda name: FakeFencer(compute),
+                              sleep=sleep)
+    svc.start()
+    try:
+        # One at construction, two in the start (one wait between).
+        assert len(attempts) == 3 and len(said) == 1
+        assert said[0][0] and said[0][1].startswith(
+            "starting: waiting for Nova (cloud instanceha) (ComputeError: "
+            "cannot reach Nova")
+        assert svc._acting
+        assert svc.compute.list_services()
+    finally:
+        svc.stop()
