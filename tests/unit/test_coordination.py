@@ -238,3 +238,40 @@ def test_a_leader_that_lapses_while_waiting_never_acts():
     b.wait_out()
     assert elected == [] and b.may_act().startswith("leadership lost")
     assert len(lost) == 1
+
+
+def test_the_acting_member_is_the_latest_elected_not_the_latest_clock():
+    """Issue 21 hole 7: each member's acting_since is its own host's wall
+    clock. A standby lists a member elected earlier on a host whose clock
+    runs an hour fast (its lease lapsed; not yet dropped from the group)
+    and the member elected after it: the election term names the one that
+    acts. Before: the fast clock's member."""
+    backend, clock, lost = Backend(), Clock(), []
+    caps = {b"old": {"host": "ctl-1", "acting_since": clock.now + 3600,
+                     "term": 1},
+            b"new": {"host": "ctl-2", "acting_since": clock.now, "term": 2},
+            b"s": {"host": "ctl-3", "acting_since": None, "term": None}}
+    coord = FakeCoordinator(backend)
+    coord.get_members = lambda group: _Result(list(caps))
+    coord.get_member_capabilities = lambda group, m: _Result(caps[m])
+    backend.holder = object()          # "new" holds the lock
+    s = co.Membership("redis://x", lease=10, margin=3, interval=1,
+                      mono=clock, coordinator=coord, member="s")
+    s.connect()
+    st = s.status()
+    assert st["role"] == "standby"
+    assert st["acting_member"] == "new"
+
+
+def test_a_newly_elected_member_takes_the_next_term():
+    backend, clock, lost = Backend(), Clock(), []
+    caps = {b"old": {"host": "ctl-1", "acting_since": 5.0, "term": 7}}
+    coord = FakeCoordinator(backend)
+    coord.get_members = lambda group: _Result(list(caps))
+    coord.get_member_capabilities = lambda group, m: _Result(caps[m])
+    m = co.Membership("redis://x", lease=10, margin=3, interval=1,
+                      mono=clock, coordinator=coord, member="m",
+                      spawn=lambda target: None)
+    m.connect()
+    m.beat()
+    assert m.term == 8 and m.status()["acting_member"] == "m"
