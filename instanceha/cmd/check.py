@@ -113,7 +113,8 @@ def check_inventory(conf, report):
     report.add(OK, "inventory", "%s: %d host(s)" % (path, len(inv)))
     for w in warnings:
         report.add(WARN, "inventory", "%s (chmod 600 it)" % w)
-    for address, hosts in inventory_mod.shared(inv):
+    # One BMC entered by IP address and by DNS name is one BMC.
+    for address, hosts in inventory_mod.shared(inv, inventory_mod.resolve):
         report.add(WARN, "inventory", "hosts %s share the BMC %s: powering "
                    "it off for one kills the others"
                    % (", ".join(hosts), address))
@@ -356,12 +357,18 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
     def one(host):
         bmc = inventory_mod.entry_for(inventory, host,
                                       conf.fencing.default_driver)
-        return host, bmc, audit.readings(bmc, fencers.get)
+        found = [audit.read_identity(fencers.get, m) for m in
+                 (bmc.methods if bmc is not None else ())
+                 if m.driver != "noop"]
+        return host, bmc, audit.readings(bmc, fencers.get), found
 
     with concurrent.futures.ThreadPoolExecutor(
             conf.audit.concurrency,
             thread_name_prefix="instanceha-check") as pool:
         results = list(pool.map(one, hosts))
+    for problem in machines_shared(results, set(by_host)):
+        report.add(FAIL, "inventory", problem)
+    results = [r[:3] for r in results]
     for host, bmc, readings in results:
         what = "fencing %s" % host
         if bmc is None:
@@ -384,6 +391,39 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
         else:
             report.add(OK, what, shown)
     fencers.close()
+
+
+def machines_shared(results, computes):
+    """What the BMCs say about their machines, against each other and
+    Nova: [problem] for entries of different hosts whose BMCs report one
+    system UUID (one machine by its Redfish and its IPMI address, say),
+    and for an entry whose BMC reports another compute host's name (that
+    host's machine, whether or not it has an entry of its own): fencing
+    one would power the other off. ``results``: [(host, entry, readings,
+    [system identity per method])]."""
+    from instanceha.policy import proof
+    owners = {}
+    problems = []
+    shorts = {proof.short_name(h): h for h in computes}
+    for host, bmc, _, found in results:
+        if bmc is None:
+            continue
+        for ident in found:
+            for u in (ident or {}).get("uuids") or ():
+                owners.setdefault(u, set()).add(host)
+            name = proof.short_name((ident or {}).get("hostname"))
+            other = shorts.get(name)
+            if name and other and other != host:
+                problems.append(
+                    "the BMC of %s's entry reports the machine %s, i.e. "
+                    "compute host %s: fencing %s would power %s off"
+                    % (host, name, other, host, other))
+    for u, hosts in sorted(owners.items()):
+        if len(hosts) > 1:
+            problems.append("hosts %s reach one machine (system UUID %s "
+                            "reported by their BMCs): fencing one powers the "
+                            "others off" % (", ".join(sorted(hosts)), u))
+    return sorted(set(problems))
 
 
 # -- the command -----------------------------------------------------------------

@@ -260,3 +260,23 @@ def test_an_unknown_transport_scheme_fails(tmp_path):
                        fencer_factory=lambda name, conf: bed.fencer)
     assert _levels(report, "notifications") == ["FAIL"]
     assert report.exit_code == 1
+
+
+def test_entries_reaching_one_machine_by_other_addresses_fail(tmp_path):
+    """Issue 21: compute-2's entry reaches compute-1's machine by another
+    address (its IPMI interface, say): both BMCs report one system UUID.
+    compute-0's BMC reports the host name of compute-1's machine."""
+    bed = Bed(tmp_path)
+    same = "4c4c4544-0051-3710-8057-b5c04f4e4b32"
+
+    def system_identity(bmc):
+        return {"bmc-0": {"hostname": "compute-1.example.net"},
+                "bmc-1": {"uuids": [same]},
+                "bmc-2": {"uuids": [same]}}[bmc.address.split("//")[1]]
+    bed.fencer.system_identity = system_identity
+    report, text = bed.run()
+    assert report.exit_code == 1, text
+    assert "hosts compute-1, compute-2 reach one machine (system UUID %s" \
+        % same in text
+    assert "the BMC of compute-0's entry reports the machine compute-1, " \
+        "i.e. compute host compute-1" in text
