@@ -475,3 +475,32 @@ def test_nova_down_at_start_is_waited_for_then_acts(tmp_path, monkeypatch):
         assert svc.compute.list_services()
     finally:
         svc.stop()
+
+
+def test_the_watchdog_judges_a_standby_by_its_heartbeat_rounds(
+        tmp_path, monkeypatch):
+    """Under systemd a standby sends WATCHDOG=1 while its coordination
+    heartbeat loop makes rounds, and stops once the loop has made none for
+    [DEFAULT] watchdog_stall_timeout (systemd then restarts it). Before:
+    WATCHDOG=1 whatever the loop did."""
+    clock = Clock()
+    svc, backend, _ = _replica(tmp_path, monkeypatch, 0, clock,
+                               lambda s: False)
+    backend.holder = object()           # another member acts
+    svc.membership.connect()
+    mono = Clock(0.0)
+    link = watchdog.SystemdLink(svc, Notifier(), clock=clock,
+                                monotonic=mono)
+    stall = svc.conf.watchdog_stall_timeout
+    for _ in range(3):
+        mono.advance(stall / 2)
+        svc.membership.beat()
+        ok, ready, text = link.check()
+        assert ok and ready, text
+        assert text.startswith("standby in group instanceha")
+    mono.advance(stall + 1)             # no round since
+    ok, ready, text = link.check()
+    assert not ok
+    assert text.startswith("UNHEALTHY: the coordination heartbeat "
+                           "attempted nothing for")
+    svc.engine.stop()

@@ -71,6 +71,16 @@ def test_reloading_carries_the_monotonic_time(listener):
     assert msg["RELOADING"] == "1" and int(msg["MONOTONIC_USEC"]) > 0
 
 
+def test_extend_timeout_asks_for_more_start_time_and_says_why(listener):
+    """A start that waits for a backend is not stuck: systemd (>= 236)
+    extends TimeoutStartSec by EXTEND_TIMEOUT_USEC at each message."""
+    n = sdnotify.Notifier(listener.env)
+    assert n.extend_timeout(62.5, "starting: waiting for Nova (x)")
+    assert listener.messages() == [
+        {"EXTEND_TIMEOUT_USEC": "62500000",
+         "STATUS": "starting: waiting for Nova (x)"}]
+
+
 def test_abstract_socket_name(tmp_path):
     name = "instanceha-test-%d-%s" % (os.getpid(), tmp_path.name)
     s = Socket(name, abstract=True)
