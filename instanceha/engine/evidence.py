@@ -31,7 +31,7 @@ class EvidenceStore:
         self._journal = journal
         self._clock = clock
         self._lock = threading.Lock()
-        self._ev = {}               # (host name, method key) -> Evidence
+        self._ev = {}               # host name -> {method key: Evidence}
 
     def load(self):
         """Merge what the journal kept (at start, and when elected)."""
@@ -42,19 +42,23 @@ class EvidenceStore:
                       effect="BMCs count as never seen On until read again")
             return 0
         with self._lock:
-            for key, data in kept.items():
-                self._ev[key] = proof.Evidence.from_dict(data)
+            for (host, key), data in kept.items():
+                self._ev.setdefault(host, {})[key] = \
+                    proof.Evidence.from_dict(data)
         return len(kept)
 
     def get(self, host, method):
+        return self._get(host, inventory.method_key(method))
+
+    def _get(self, host, key):
         with self._lock:
-            return self._ev.get((host, inventory.method_key(method)))
+            return self._ev.get(host, {}).get(key)
 
     def _put(self, host, key, old, new):
         if new == old:
             return
         with self._lock:
-            self._ev[(host, key)] = new
+            self._ev.setdefault(host, {})[key] = new
         try:
             self._journal.evidence_saved(host, key, self._clock(),
                                          new.to_dict())
@@ -64,7 +68,7 @@ class EvidenceStore:
 
     def _host_keys(self, host):
         with self._lock:
-            return [(k, e) for (h, k), e in self._ev.items() if h == host]
+            return list(self._ev.get(host, {}).items())
 
     # -- observations -----------------------------------------------------------
     def read(self, host, method, power, by, nova_up=False, after=None):
@@ -76,8 +80,7 @@ class EvidenceStore:
         """As :meth:`read`, for a method named by its key
         (inventory.method_key). ``nova_up`` and ``after``: see
         proof.read."""
-        with self._lock:
-            old = self._ev.get((host, key))
+        old = self._get(host, key)
         new = proof.read(old, power, self._clock(), by, nova_up, after)
         if new.suspicion is not None and (old is None
                                           or old.suspicion is None):
@@ -105,8 +108,7 @@ class EvidenceStore:
 
     def identity_key(self, host, key, found):
         """What the BMC of method ``key`` reported about its machine."""
-        with self._lock:
-            old = self._ev.get((host, key))
+        old = self._get(host, key)
         self._put(host, key, old, proof.identity(old, found))
 
     # -- answers ----------------------------------------------------------------

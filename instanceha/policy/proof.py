@@ -79,6 +79,8 @@ def read(ev, power, at, by, nova_up=False, after=None):
     disabled_reason), needed to start a suspicion)."""
     ev = ev or Evidence()
     if power == ON:
+        if ev.seen_on_at is not None:
+            return ev            # the first sighting stands (no rewrite)
         return dataclasses.replace(ev, seen_on_at=at, seen_on_by=by)
     if power == OFF and nova_up and after is not None \
             and ev.untrusted is None and ev.suspicion is None:
