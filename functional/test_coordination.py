@@ -529,6 +529,40 @@ def test_backend_down_at_start_is_waited_for_then_the_member_acts(
         redis.stop()
 
 
+def test_leader_that_lost_its_backend_restarted_while_it_is_down_waits(
+        make_group, private_redis, journal_url):
+    """The issue's sequence: Redis goes away; the acting member cannot
+    renew its lease and exits with status 3 (systemd restarts that one:
+    RestartPreventExitStatus names only 2); restarted while Redis is still
+    down it waits for it, saying so, instead of exiting with status 2;
+    Redis returns and the member acts again and recovers a dead host."""
+    g = make_group("redis://127.0.0.1:%d" % private_redis.port, journal_url,
+                   {"DEFAULT": {"startup_retry_max_interval": 2}})
+    g.add_member()
+    assert g.wait_acting() == 0
+    private_redis.stop()
+    waiting.wait_for(lambda: 0 in g.exited, 60, lambda: "the member to exit "
+                     "(log %s)" % g.members[0].log_path)
+    assert g.exited[0][1] == 3, g.members[0].log_text()[-2000:]
+    g.restart_member(0)              # what systemd does for status 3
+    member = g.members[0]
+    waiting.wait_for(lambda: (member.status().get("starting") or {})
+                     .get("attempts", 0) >= 2, 30,
+                     lambda: "the restarted member to wait for Redis (log "
+                     "%s)" % member.log_path)
+    code, health = _get(member.status(), "/healthz")
+    assert code == 200 and "waiting for the coordination backend" in \
+        health["reason"], health
+    assert g.alive(0)
+    private_redis.start()
+    assert g.wait_acting(timeout=60) == 0
+    g.sim.kill("compute-2")
+    waiting.wait_for(lambda: g.state(0, "compute-2") == "evacuated", 90,
+                     lambda: "compute-2 evacuated (log %s)"
+                     % member.log_path)
+    g.check_no_double_action()
+
+
 def test_replicas_with_a_sqlite_journal_are_refused(tmp_path):
     """Hole 7: each replica would keep its own history. Before: a warning
     in the log, and the member started."""
