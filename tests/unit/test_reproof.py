@@ -165,3 +165,28 @@ def test_every_evacuation_pass_reproves_even_without_a_restart():
     w.until("compute-1", "pending", passes=30)
     assert w.compute.migrations == []
     assert "BMC reports power On" in w.state("compute-1")[1]
+
+
+def test_a_long_pass_proves_the_host_dead_again_before_sending_more():
+    """Within one pass, servers still to send after [evacuation]
+    proof_max_age are sent only after a new proof: the host powered on
+    after the first request gets nothing more."""
+    from instanceha.engine import actions
+    w = Restorable(servers=3)
+    w.conf.set_override("concurrency", 1, "evacuation")
+    w.conf.set_override("proof_max_age", 1.0, "evacuation")
+    w.pass_()
+    w.fencer.power_off(w.ctx.inventory["compute-1"])
+    svc = w.compute.force_down("uuid-1", "instanceha: evacuating x")
+    rec = w.engine.find("compute-1")
+    rec = rec.__class__(**dict(rec.__dict__, isolated=True,
+                               written_at=svc.updated_at))
+
+    def on_evacuate(sid, dest):
+        w.power_on("compute-1")          # a technician, mid-pass
+        w.clock.advance(2.0)
+    w.compute.on_evacuate = on_evacuate
+    result = actions.evacuate(w.ctx, rec)
+    assert result.kind is E.REPROOF_FAILED, result
+    assert "power On" in result.reason and "so far 1/3" in result.reason
+    assert len(w.compute.migrations) == 1
