@@ -360,8 +360,19 @@ class Engine:
         event (``finish``), the transition and the actions it starts in one
         transaction, before any of those actions runs."""
         with self._lock:
-            rec = self._record_for(event)
+            known = self._records.get(event.host)
+            if known is None and event.kind in (E.POWER_ON, E.POWER_OFF):
+                # A BMC read (the audit's, at start) for a host Nova's
+                # first word has not reached yet: kept as evidence only;
+                # the record is made from Nova's view (which may say the
+                # host is one instanceha isolated: rule 3).
+                known = fsm.HostRecord(id=event.host, name=event.name)
+                rec = None
+            else:
+                rec = self._record_for(event)
         if rec is None:
+            if known is not None:
+                self._note_evidence(known, event)
             return
         if event.kind is E.TICK and rec.state in (State.SUSPECT,
                                                    State.PENDING):

@@ -165,3 +165,21 @@ def test_evidence_survives_a_restart():
     w.engine.resume_from_journal()
     w.reconciler = Reconciler(w.conf, w.compute, w.engine.submit, w.clock)
     w.until("compute-1", "evacuated", passes=40)
+
+
+def test_an_audit_read_before_novas_first_word_does_not_make_the_record():
+    """At start the audit may read the BMCs before the reconciler's first
+    pass: its reads are kept as evidence, and a host instanceha isolated
+    (no journal) is still adopted from Nova's marker (rule 3), not taken
+    for a new active host."""
+    w = WrongEntry()
+    w.compute.services["compute-1"].update(
+        forced_down=True, status="disabled",
+        disabled_reason="instanceha: evacuating 2026-11-23T10:00:00Z")
+    w.audit_once()                          # before any reconciler pass
+    assert w.engine.records() == {}
+    w.pass_()
+    state, reason = w.state("compute-1")
+    assert state == "pending" and "no journal" in reason, (state, reason)
+    assert w.ctx.evidence.get("compute-0", w.ctx.inventory["compute-0"]) \
+        .seen_on_at is not None
