@@ -15,28 +15,29 @@ between ``updated_at - read_end`` and that plus the time between the two
 reads (the sample's *window*), plus the resolution of Nova's timestamps:
 with MySQL, Nova keeps whole seconds (``...:34.000000``), so a heartbeat
 written at .67 shows the second before it. The resolution is taken as one
-second until an ``updated_at`` with a fraction is seen. Each row keeps the intersection of its
-samples' intervals: its low end rises towards the truth as reads happen to
-fall closer after writes, its high end falls as they fall further, so in a
-few reads the row's offset is known to a small part of a poll, even when
-every compute reports in step.
+second until an ``updated_at`` with a fraction is seen. Each row keeps the
+intersection of its samples' intervals: its low end rises towards the
+truth as reads happen to fall closer after writes, so in a few reads (the
+reconciler varies its read times) the row's offset is known to a small
+part of a poll, even when every compute reports in step.
 
 Across rows: the lower median of the rows' low ends, then the highest low
 end no more than the median row's uncertainty (its interval's width) above
 it. Every row written on the majority's clock lies in that band; a writer
 further ahead is left out, however many rows it writes, as long as it
-writes fewer than half. A row's low end still lags by the time its
-answer took to come back; half its interval's width is added, but never
-more than a read's round trip (the median of the last reads'). So the
-estimate never runs ahead of the majority's clock by more than the band
-plus one round trip. It lags it by a small part of a poll, plus, with
-whole-second timestamps, the fraction of a second the writes of every row
-in the band fall after a whole second (when every compute reports in step
+writes fewer than half. A row's low end still lags by the time its answer
+took to come back; half its interval's width is added, but never more than
+a read's round trip (the median of the last reads'). So the estimate never
+runs ahead of the majority's clock by more than the band plus one round
+trip. It lags it by a small part of a poll, plus, with whole-second
+timestamps, the fraction of a second after a whole second at which the
+writes of every row in the band fall: when every compute reports in step
 at .67, no estimator can see those 0.67 s; with computes out of step, the
-row whose writes fall just after a whole second sets the estimate). Nova's now is this node's monotonic now plus that
-offset: it goes on advancing while nothing reports (every
-compute dead, a host forced down), and a step of this node's wall clock
-does not move it.
+row whose writes fall just after a whole second sets the estimate.
+
+Nova's now is this node's monotonic now plus that offset: it goes on
+advancing while nothing reports (every compute dead, a host forced down),
+and a step of this node's wall clock does not move it.
 
 Only rows Nova itself calls up (and not forced down) give samples: a row
 written while a writer's clock was far ahead is down to Nova, and must not
