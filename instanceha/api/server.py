@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import socket
 import threading
 
 from cheroot import server as cheroot_server
@@ -393,7 +394,7 @@ class OperatorAPI:
         """The unix socket's server, its directory checked first (it must
         keep other users out). StartupError naming the socket."""
         from instanceha.service import StartupError
-        why = api_conf.check_unix_socket(path)
+        why = api_conf.check_unix_socket(path) or _served_by_another(path)
         if why is not None:
             raise StartupError("operator API: %s" % why)
         try:
@@ -449,6 +450,24 @@ class OperatorAPI:
                 os.unlink(where)
             except FileNotFoundError:
                 pass
+
+
+def _served_by_another(path):
+    """A reason not to replace the socket at ``path``: a process (another
+    instanceha on this machine) still accepts connections on it, or None
+    (no socket, or an old one nobody serves)."""
+    if not os.path.exists(path):
+        return None
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return ("[api] unix_socket %s: another process serves it (a second "
+            "instanceha on this machine?): give each its own path" % path)
 
 
 class _Request(cheroot_server.HTTPRequest):

@@ -211,3 +211,41 @@ def test_a_socket_path_too_long_for_the_kernel_is_refused(tmp_path):
     d = _socket_dir(tmp_path)
     path = str(d / ("x" * 120))
     assert "longer than 107 bytes" in api_conf.check_unix_socket(path)
+
+
+def test_a_socket_another_instance_serves_is_not_taken_over(default_api):
+    """Two services configured with one socket path: the second would
+    replace the first's socket, and the CLI would command the wrong one."""
+    w, api, path = default_api
+    conf = conf_pkg.make({"api": {"unix_socket": path, "port": 0}})
+    second = OperatorAPI(conf, World().engine, lambda: 0.0)
+    try:
+        with pytest.raises(service_mod.StartupError) as err:
+            second.bind()
+    finally:
+        second.stop()
+    assert str(err.value) == (
+        "operator API: [api] unix_socket %s: another process serves it (a "
+        "second instanceha on this machine?): give each its own path"
+        % path)
+    # The first still answers on it.
+    conn = client.UnixConnection(path, 5)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def test_an_old_socket_nobody_serves_is_replaced(tmp_path):
+    import socket
+    d = _socket_dir(tmp_path)
+    path = str(d / "api.sock")
+    old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old.bind(path)
+    old.close()            # left behind by a killed process
+    conf = conf_pkg.make({"api": {"unix_socket": path, "port": 0}})
+    api = OperatorAPI(conf, World().engine, lambda: 0.0)
+    api.bind()
+    api.stop()
+    assert not os.path.exists(path)
