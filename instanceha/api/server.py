@@ -23,9 +23,13 @@ The 202 answer is {"host", "command", "state" (before the command),
 "still_running" (the host's running work, or null)}, plus "until" (epoch
 seconds, null = forever) for suspend.
 
-Served by cheroot's threaded WSGI server; :mod:`instanceha.api.wsgi` checks
-the transport, authentication and policy before :meth:`OperatorAPI.handle`
-(which tests call directly). See doc/api.md.
+Served by cheroot's threaded WSGI servers, one per listener: the unix
+socket ``[api] unix_socket`` (the whole API; its directory decides who may
+command) and TCP ``listen_address:port`` (the whole API with Keystone or
+``allow_unauthenticated_tcp``, else only /healthz, /readyz and /metrics).
+:mod:`instanceha.api.wsgi` checks the transport, authentication and policy
+before :meth:`OperatorAPI.handle` (which tests call directly). See
+doc/api.md.
 """
 
 import json
