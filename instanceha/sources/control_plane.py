@@ -155,7 +155,7 @@ class ControlPlaneMonitor:
                       failures=self._api_failures, reason=_text(e))
             return
         ended = self._monotonic()
-        self._api_record.services_read(started)
+        self._api_record.services_read(started, ended)
         self._nova_clock.observe(services, started, ended)
         nova_now = self._nova_clock.now(ended)
         verdict = judge_services(
@@ -242,7 +242,7 @@ class ControlPlaneMonitor:
     def _view_problem(self, mono):
         """(key, reason) when no fresh, whole view of Nova backs a
         power-off now, else None."""
-        read_at, failed_at, failure = self._api_record.view()
+        read_at, answered_at, failed_at, failure = self._api_record.view()
         if failed_at is not None and (read_at is None
                                       or failed_at >= read_at):
             return ("api", "Nova API: a call failed %.1fs ago, since the "
@@ -250,7 +250,7 @@ class ControlPlaneMonitor:
                     % (max(0.0, mono - failed_at), failure))
         if read_at is None:
             return ("unchecked", "Nova's services not read yet")
-        age = mono - read_at
+        age = mono - answered_at
         if age > self.view_max_age():
             return ("view", "no fresh view of Nova: its services last read "
                             "%.1fs ago (more than %.1fs)"

@@ -127,7 +127,7 @@ class Reconciler:
             raise
         ended = self._monotonic()
         if self._api_record is not None:
-            self._api_record.services_read(started)
+            self._api_record.services_read(started, ended)
         now = self._clock()
         self._nova_clock.observe(services, started, ended)
         estimate = self._nova_clock.estimate()

@@ -150,21 +150,21 @@ def test_every_failed_request_is_noted_for_the_control_plane_gate():
     d = NovaDriver(conf, connection=types.SimpleNamespace(compute=compute),
                    clock=lambda: now[0], sleep=lambda s: now.__setitem__(
                        0, now[0] + s))
-    assert d.api_record.view() == (None, None, None)
+    assert d.api_record.view() == (None, None, None, None)
     d.list_services()                   # 503, then answered
-    read_at, failed_at, failure = d.api_record.view()
+    read_at, _, failed_at, failure = d.api_record.view()
     assert failed_at == 100.0 and read_at is None
     assert failure == "GET /os-services: HTTP 503: injected"
     now[0] = 200.0
     with pytest.raises(base.NotFound):
         d.get_server("gone")
-    assert d.api_record.view()[1] == 100.0
+    assert d.api_record.view()[2] == 100.0
     with pytest.raises(base.ComputeError):
         d.evacuate("s1")
-    assert d.api_record.view()[1:] == (200.0, "POST /servers/s1/action: "
+    assert d.api_record.view()[2:] == (200.0, "POST /servers/s1/action: "
                                               "HTTP 500: injected")
     now[0] = 300.0
     with pytest.raises(base.ComputeError):
         d.stop_server("s2")
-    assert d.api_record.view()[1:] == (300.0, "POST /servers/s2/action: "
+    assert d.api_record.view()[2:] == (300.0, "POST /servers/s2/action: "
                                               "ConnectTimeout")

@@ -117,7 +117,8 @@ class CallRecord:
     """When Nova's API was last seen whole, and when a call last failed.
 
     The sources that read os-services note each read that succeeded
-    (``services_read``, with the time the read started) and each that
+    (``services_read``, with the times the read started and ended) and
+    each that
     failed; the driver notes every request that failed (``failed``: HTTP
     5xx, no answer, an answer that is not JSON; a 4xx is an answer). No
     clock of its own: callers pass monotonic times (this node's), so tests
@@ -127,13 +128,14 @@ class CallRecord:
     def __init__(self):
         self._lock = threading.Lock()
         self.read_at = None         # start of the last good os-services read
+        self.answered_at = None     # and when its answer was in
         self.failed_at = None       # last failed call
         self.failure = None         # what failed, why
 
-    def services_read(self, started):
+    def services_read(self, started, ended):
         with self._lock:
             if self.read_at is None or started > self.read_at:
-                self.read_at = started
+                self.read_at, self.answered_at = started, ended
 
     def failed(self, at, what, error):
         with self._lock:
@@ -144,9 +146,11 @@ class CallRecord:
                     what, type(error).__name__)
 
     def view(self):
-        """(read_at, failed_at, failure), one consistent reading."""
+        """(read_at, answered_at, failed_at, failure), one consistent
+        reading."""
         with self._lock:
-            return self.read_at, self.failed_at, self.failure
+            return (self.read_at, self.answered_at, self.failed_at,
+                    self.failure)
 
 
 class ComputeDriver(abc.ABC):
