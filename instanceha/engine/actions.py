@@ -34,6 +34,29 @@ def disabled_reason(state, at):
                          iso.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
+class FenceHeld(Exception):
+    """The control-plane gate closed after the fencing decision was taken
+    and before the power-off: nothing was powered off; the engine keeps
+    the host fencing and runs the action again later (not a failure: no
+    retry budget is used)."""
+
+
+def _gated(ctx, check):
+    """``check`` for chain.fence, then the gate again right before each
+    power-off: a fence action that waited (in the queue, behind a BMC
+    read or Nova's list of services) while the control plane failed
+    powers nothing off."""
+    def guarded(method):
+        why = check(method)
+        if why:
+            return why
+        held = ctx.fence_gate()
+        if held:
+            raise FenceHeld(held)
+        return None
+    return guarded
+
+
 def _result(record, kind, ctx, reason, **detail):
     return Event(kind, record.id, ctx.clock(), name=record.name,
                  reason=reason, source="action", detail=detail)
@@ -112,7 +135,10 @@ def fence(ctx, record):
         # first that confirms Off proves the host dead, if its Off may
         # prove it (a BMC seen On for this host: proof.fence_check).
         outcome = chain.fence(bmc, ctx.fencer,
-                              check=proof.fence_check(ctx, record))
+                              check=_gated(ctx, proof.fence_check(ctx,
+                                                                  record)))
+    except FenceHeld:
+        raise
     except fencing_base.BmcUnreachable:
         # No BMC answered: nothing refused, and the host is not proven
         # dead. Raised, so the engine retries with back-off ([DEFAULT]

@@ -77,6 +77,10 @@ class Context:
         #: None when this process may run actions now, else why not (set
         #: by the service when it coordinates with other members)
         self.may_act = lambda: None
+        #: None when a power-off may go out now, else why not (the
+        #: engine's start-up and control-plane gate, checked again by the
+        #: fence action right before each power-off)
+        self.fence_gate = lambda: None
         #: which ready servers of every host being evacuated go now
         #: ([evacuation] concurrency, [recovery] max_inflight, priority)
         self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
@@ -111,6 +115,7 @@ class Engine:
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
         context.preempted = self.preempted
+        context.fence_gate = self._gate
         #: True once the world has been observed since start (the service
         #: wires it to the reconciler's first completed pass): until then
         #: no fencing decision is taken on remembered observations.
@@ -591,6 +596,9 @@ class Engine:
             failpoints.hit("before_action:" + action.value)
             result = actions_mod.RUN[action](self.ctx, rec)
             failpoints.hit("after_action:" + action.value)
+        except actions_mod.FenceHeld as e:
+            self._hold_fence(host_id, rec, action, action_id, str(e))
+            return
         except Exception as e:
             self.stats[("action", action.value, "error")] += 1
             error = "%s: %s" % (type(e).__name__, e)
@@ -639,6 +647,29 @@ class Engine:
             self._inbox[host_id].appendleft(_Result(
                 result, (action_id, self.clock(), result.kind.value,
                          result.reason)))
+
+    def _hold_fence(self, host_id, rec, action, action_id, why):
+        """The gate closed between the fencing decision and the power-off:
+        nothing was powered off. The host stays fencing with the reason in
+        status and the action runs again after a tick, without using up
+        its retry budget (an outage is not a failure of this host)."""
+        self.stats[("action", action.value, "held")] += 1
+        try:
+            self.journal.action_finished(action_id, self.clock(), "held",
+                                         why)
+        except Exception as je:
+            LOG.error("journal_write_failed", host=rec.name,
+                      action=action.value, reason=str(je))
+            self._journal_health(je)
+        delay = max(self.conf.detection.tick_interval, 1.0)
+        with self._lock:
+            self._inbox[host_id].appendleft(_Pending(action, None))
+            self._backoff_until[host_id] = self.clock() + delay
+            self._last_error[host_id] = "%s held, nothing powered off: %s" % (
+                action.value, why)
+        self.queue.add_after(host_id, delay)
+        LOG.warning("fence_held", host=rec.name, action=action.value,
+                    retry_in=delay, reason=why)
 
     # -- time ------------------------------------------------------------------
     def _gate(self):
