@@ -54,7 +54,7 @@ JOURNAL_WRITES = frozenset({
     "record", "record_transition", "action_started", "action_finished",
     "evacuation_requested", "evacuation_finished",
     "stale_rebuild_suspected", "stale_rebuild_resolved", "reserved_taken",
-    "reserved_returned"})
+    "reserved_returned", "evidence_saved"})
 
 #: Exit status of a member whose leadership lapsed (its service manager
 #: restarts it; it joins again as a standby).
