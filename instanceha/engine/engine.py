@@ -74,6 +74,10 @@ class Context:
         self.preempted = lambda host_id: False
         #: host_id -> short text of the running action's progress.
         self.running = {}
+        #: evacuate request row id -> when this process wrote it or first
+        #: read it open, on this process's clock: the wait for an
+        #: unanswered request never trusts another replica's clock
+        self.rows_seen = {}
         #: None when this process may run actions now, else why not (set
         #: by the service when it coordinates with other members)
         self.may_act = lambda: None

@@ -138,7 +138,11 @@ class _Run:
         """Retries already spent in this recovery, and rows a previous
         process left open (its requests still in flight)."""
         since = self.record.fenced_at
+        seen = self.ctx.rows_seen
+        now = self.ctx.clock()
         for row in self.ctx.journal.evacuations(self.record.id):
+            if row["status"] != "requested":
+                seen.pop(row["id"], None)
             if since is not None and row["requested_at"] < since:
                 continue
             sid = row["server_id"]
@@ -147,7 +151,11 @@ class _Run:
             if row["status"] == "retry":
                 self.retries[sid] += 1
             if row["status"] == "requested":
-                self.open_rows[sid] = (row["id"], row["requested_at"])
+                # Stamped on the clock of whoever wrote it (another
+                # replica's may run behind ours): a row this process did
+                # not write counts from when it first read it.
+                at = max(row["requested_at"], seen.setdefault(row["id"], now))
+                self.open_rows[sid] = (row["id"], at)
             else:
                 self.open_rows.pop(sid, None)
             self.last_status[sid] = row["status"]
@@ -199,6 +207,7 @@ class _Run:
 
     def finish(self, attempt, status, dest=None, detail=""):
         if attempt.evac_id is not None:
+            self.ctx.rows_seen.pop(attempt.evac_id, None)
             self.ctx.journal.evacuation_finished(
                 attempt.evac_id, self.ctx.clock(), status, dest, detail)
 
@@ -306,6 +315,7 @@ class _Run:
                        "sent again")
         evac_id = ctx.journal.evacuation_requested(self.record.id, self.host,
                                                    sid, now)
+        ctx.rows_seen[evac_id] = now
         attempt = _Attempt(sid, now, evac_id,
                            {m.id: m.status for m in self.migs.get(sid, [])},
                            _schedulable(self.services, self.host))

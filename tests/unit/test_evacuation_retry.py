@@ -695,8 +695,37 @@ def test_restart_waits_for_a_request_its_predecessor_left_unanswered():
     assert st.rows(sid)[-1][0] == "done"
 
 
-def test_restart_sends_at_once_what_its_predecessor_left_long_ago():
+def test_restart_waits_for_a_row_that_looks_old_on_a_skewed_clock():
+    """Hole 7 of issue 21: the row's time is the predecessor's clock. Its
+    stamp says 30.5 s ago, but that clock may have run behind ours (the
+    request was sent just before it stopped, and may still reach
+    nova-api): the wait counts from when this process first read the row,
+    so the server is sent only once unanswered_request_wait has passed on
+    our clock."""
     st, sid, row = _predecessor_left_a_row(age=30.5)
+    real = st.c.evacuate
+    sent = []
+
+    def evacuate(s):
+        if s == sid:
+            sent.append(st.w.clock())
+        real(s)
+    st.c.evacuate = evacuate
+    start = st.w.clock()
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len(sent) == 1 and sent[0] - start >= 19, (sent, start)
+    rows = {r["id"]: r for r in st.w.journal.evacuations()}
+    assert rows[row]["status"] == "interrupted"
+
+
+def test_a_row_this_process_wrote_is_waited_for_from_its_own_stamp():
+    """A request this process sent and left open (the action raised and
+    runs again) is not waited for twice: its stamp is on our clock."""
+    st, sid, row = _predecessor_left_a_row(age=0.5)
+    st.w.ctx.rows_seen[row] = st.rec.fenced_at + 0.5
+    st.w.clock.advance(30)
+    st.c.heartbeat()
     start = st.w.clock()
     out = st.run()
     assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
