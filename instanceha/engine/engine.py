@@ -401,6 +401,8 @@ class Engine:
                       state=rec.state.value, trigger=event.kind.value,
                       reason=str(e))
             return
+        if new.state is State.FENCED and rec.state is not State.FENCED:
+            new = self._with_evac_floor(new, event, finish)
         changed = new.state is not rec.state or new.reason != rec.reason
         ids = []
         if changed or actions or finish:
@@ -651,6 +653,22 @@ class Engine:
             self._inbox[host_id].appendleft(_Result(
                 result, (action_id, self.clock(), result.kind.value,
                          result.reason)))
+
+    def _with_evac_floor(self, new, event, finish):
+        """``new`` (entering FENCED) with the id of the host's last
+        evacuation row so far: the rows of this recovery are those above
+        it (journal order, whichever replica's clock stamped them)."""
+        try:
+            rows = self.journal.evacuations(new.id)
+        except Exception as e:
+            LOG.error("journal_read_failed", host=new.name, reason=str(e))
+            self._journal_health(e)
+            with self._lock:
+                self._inbox[event.host].appendleft(
+                    _Result(event, finish) if finish else event)
+            raise _Retry()
+        floor = max((r["id"] for r in rows), default=0)
+        return dataclasses.replace(new, evac_floor=floor)
 
     def _hold_fence(self, host_id, rec, action, action_id, why):
         """The gate closed between the fencing decision and the power-off:

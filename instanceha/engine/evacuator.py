@@ -136,14 +136,21 @@ class _Run:
     # -- journal ------------------------------------------------------------
     def _read_journal(self):
         """Retries already spent in this recovery, and rows a previous
-        process left open (its requests still in flight)."""
+        process left open (its requests still in flight). This recovery's
+        rows are those above the record's evac_floor (row ids: a stamp
+        and fenced_at may come from two replicas' clocks)."""
         since = self.record.fenced_at
+        floor = self.record.evac_floor
         seen = self.ctx.rows_seen
         now = self.ctx.clock()
         for row in self.ctx.journal.evacuations(self.record.id):
             if row["status"] != "requested":
                 seen.pop(row["id"], None)
-            if since is not None and row["requested_at"] < since:
+            if floor is not None:
+                if row["id"] <= floor:
+                    continue      # an earlier recovery's
+            elif since is not None and row["requested_at"] < since:
+                # A record journalled before evac_floor existed.
                 continue
             sid = row["server_id"]
             if row["status"] == "skipped":

@@ -102,6 +102,11 @@ class HostRecord:
     #: what proved the host dead when it entered FENCED: "power" (the BMC
     #: confirmed Off) or "kdump" ([kdump] action = evacuate)
     proven_by: str = ""
+    #: id of the host's last evacuation journal row written before it
+    #: entered FENCED (set by the engine, which reads the journal): rows
+    #: above it are this recovery's. Row ids, not a stamp compared with
+    #: fenced_at: the two may be written on different replicas' clocks.
+    evac_floor: Optional[int] = None
 
     @property
     def loss_count(self):

@@ -778,3 +778,44 @@ def test_host_back_during_the_wait_closes_the_unanswered_row():
     [row] = [r for r in st.w.journal.evacuations() if r["server_id"] == sid]
     assert row["status"] == "request_failed" and row["finished_at"]
     assert "the host reported back" in row["detail"]
+
+
+def test_a_row_stamped_before_the_fencing_on_another_clock_is_not_lost():
+    """Hole 7 of issue 21: the fencing time and a request row may come
+    from different replicas. A request sent after the fencing by a replica
+    whose clock runs 5 s behind the one that fenced is stamped before
+    fenced_at: it is this recovery's all the same (its row id is above
+    the last row written before the proof of death), so it is waited for,
+    not forgotten and sent again at once."""
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    st.rec = st.rec.__class__(**dict(st.rec.__dict__, evac_floor=0))
+    row = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
+                                            st.rec.fenced_at - 5)
+    real = st.c.evacuate
+    sent = []
+
+    def evacuate(s):
+        if s == sid:
+            sent.append(st.w.clock())
+        real(s)
+    st.c.evacuate = evacuate
+    start = st.w.clock()
+    out = st.run()
+    assert sorted(out.done) == ["compute-1-vm-0", "compute-1-vm-1"]
+    assert len(sent) == 1 and sent[0] - start >= 19, (sent, start)
+    rows = {r["id"]: r for r in st.w.journal.evacuations()}
+    assert rows[row]["status"] == "interrupted"
+
+
+def test_an_earlier_recoverys_rows_stay_out_by_row_id():
+    """Rows written before this proof of death (an earlier recovery's
+    spent retries) are not this recovery's, whatever their stamps say."""
+    st = _Storm(unanswered_request_wait=20)
+    sid = "compute-1-vm-0"
+    old = st.w.journal.evacuation_requested(st.rec.id, "compute-1", sid,
+                                            st.rec.fenced_at + 100)
+    st.w.journal.evacuation_finished(old, st.rec.fenced_at + 101, "retry")
+    st.rec = st.rec.__class__(**dict(st.rec.__dict__, evac_floor=old))
+    run = evacuator._Run(st.w.ctx, st.rec, evacuator.Outcome(2), {})
+    assert run.retries[sid] == 0 and run.open_rows == {}

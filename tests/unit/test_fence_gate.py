@@ -57,3 +57,27 @@ def test_gate_closing_between_decision_and_action_powers_nothing_off():
     assert w.fencer.powered_off == ["compute-1"]
     kinds = [(a["kind"], a["outcome"]) for a in w.journal.actions()]
     assert ("fence", "held") in kinds and ("fence", "fence_ok") in kinds
+
+
+def test_the_proof_of_death_records_the_last_evacuation_row_before_it():
+    """Hole 7 of issue 21: which evacuation rows belong to a recovery is
+    decided by row id (the journal's order), not by comparing a stamp
+    with fenced_at (two replicas' clocks). An earlier recovery's row is
+    below the floor the FENCED transition records; the rows of this
+    recovery are above it."""
+    w = World(hosts=4)
+    w.pass_()
+    rec = w.engine.find("compute-1")
+    old = w.journal.evacuation_requested(rec.id, "compute-1", "vm-old",
+                                         w.clock())
+    w.journal.evacuation_finished(old, w.clock(), "retry")
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    rec = w.engine.find("compute-1")
+    assert rec.evac_floor == old
+    mine = [r["id"] for r in w.journal.evacuations(rec.id)
+            if r["server_id"] != "vm-old"]
+    assert mine and min(mine) > rec.evac_floor
+    fenced = [t for t in w.journal.transitions()
+              if t["host_name"] == "compute-1" and t["dst"] == "fenced"]
+    assert fenced[-1]["record"]["evac_floor"] == old
