@@ -249,6 +249,10 @@ def check_cleanup(ctx, record):
     except compute_base.Conflict as e:
         return _result(record, E.CLEANUP_PENDING, ctx,
                        "Nova refused to put the host back: %s" % e)
+    # A request a stopped process left open (the re-proof then failed
+    # and the host came back) is closed, not left 'requested' for ever.
+    evacuator.close_open_rows(ctx, record, "the host reported back and "
+                              "was put back")
     returned = reserve.give_back(ctx, record)
     done = sum(1 for m in migrations if m.status == "completed")
     if enable:

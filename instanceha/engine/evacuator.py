@@ -544,6 +544,24 @@ class _Run:
         return True
 
 
+def close_open_rows(ctx, record, why):
+    """Close the evacuate request rows of this recovery still open
+    ('requested': sent by a process that stopped before Nova answered)
+    once nothing more will be sent for them (the host is put back: Nova
+    refuses to evacuate from a service that is up). Returns how many."""
+    run = _Run(ctx, record, Outcome(total=0), {})
+    now = ctx.clock()
+    for sid, (row, _) in sorted(run.open_rows.items()):
+        ctx.journal.evacuation_finished(
+            row, now, "interrupted",
+            detail="instanceha stopped while sending this request; not "
+                   "sent again: " + why)
+        ctx.rows_seen.pop(row, None)
+        LOG.info("evacuation_row_closed", host=record.name, server=sid,
+                 reason=why)
+    return len(run.open_rows)
+
+
 def evacuate_host(ctx, record):
     """Returns an :class:`Outcome`. Raises ComputeError on API trouble that a
     retry may cure (the engine backs off and calls again)."""

@@ -190,3 +190,27 @@ def test_a_long_pass_proves_the_host_dead_again_before_sending_more():
     assert result.kind is E.REPROOF_FAILED, result
     assert "power On" in result.reason and "so far 1/3" in result.reason
     assert len(w.compute.migrations) == 1
+
+
+def test_a_request_row_left_open_is_closed_when_the_host_is_put_back():
+    """Issue 21 follow-up: a previous process left an evacuate request
+    row open ('requested'); the re-proof fails (the machine was powered
+    on) and the host reports back and is put back. The row is closed,
+    with the reason, when the host is put back (not left open for ever);
+    it stays open while the host is pending, so a later pass of the same
+    recovery still waits for that request."""
+    w = Restorable()
+    _fenced_then_restarted(w)
+    row = w.journal.evacuation_requested("uuid-1", "compute-1",
+                                         "compute-1-vm-0", w.clock())
+    w.pass_()
+    assert w.state("compute-1")[0] == "pending"
+    rows = {r["id"]: r for r in w.journal.evacuations()}
+    assert rows[row]["status"] == "requested"
+    w.compute.boot("compute-1")          # nova-compute up again
+    w.until("compute-1", "active", passes=20)
+    assert w.compute.migrations == []
+    rows = {r["id"]: r for r in w.journal.evacuations()}
+    assert rows[row]["status"] == "interrupted", rows[row]
+    assert rows[row]["finished_at"] is not None
+    assert "the host reported back and was put back" in rows[row]["detail"]
