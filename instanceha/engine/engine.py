@@ -235,6 +235,13 @@ class Engine:
                 retry_at=now + self.policy.grace_period,
                 reason="instanceha restarted while re-proving the host dead: "
                        "giving it a grace period to report first")
+        # 'since' is on the clock of the process that wrote it (another
+        # replica's after a takeover). A recovering host's old rebuilds
+        # get their whole wait from now (a clock that ran behind ours
+        # would end it early); no state was entered in our future (one
+        # that ran ahead would stretch a storm window past it).
+        if rec.state is State.RECOVERING or rec.since > now:
+            return dataclasses.replace(rec, since=now)
         return rec
 
     def _adopt(self, rec, origin):
