@@ -71,12 +71,16 @@ class EngineDouble:
 class Served:
     def __init__(self):
         self.engine = EngineDouble()
+        # The whole API (the commands the unix socket serves by default)
+        # on a TCP port the fuzzer can reach: the same WSGI application.
         conf = ih_conf.make({"api": {"listen_address": "127.0.0.1",
-                                     "port": 0}})
+                                     "port": 0, "unix_socket": "",
+                                     "allow_unauthenticated_tcp": True}})
         self.api = OperatorAPI(conf, self.engine, time.time)
         self.api.bind()
         self.errors = []
-        server = self.api._server
+        server = next(srv for where, srv, _serves, _thread
+                      in self.api._listeners if not isinstance(where, str))
 
         def error_log(msg="", level=20, traceback=False):
             if level >= 40:
