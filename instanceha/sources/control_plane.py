@@ -34,6 +34,7 @@ verdict, so one transient error does not flap the status. One structlog
 line is logged each time the set of problems changes.
 """
 
+import datetime
 import threading
 import time
 
@@ -242,20 +243,29 @@ class ControlPlaneMonitor:
     def _view_problem(self, mono):
         """(key, reason) when no fresh, whole view of Nova backs a
         power-off now, else None."""
+        # The reason names *when* (UTC, whole seconds), never how long
+        # ago: it becomes a held host's reason, and a reason that changed
+        # at every tick would journal and log the host again each time.
         read_at, answered_at, failed_at, failure = self._api_record.view()
         if failed_at is not None and (read_at is None
                                       or failed_at >= read_at):
-            return ("api", "Nova API: a call failed %.1fs ago, since the "
-                           "last successful read of Nova's services: %s"
-                    % (max(0.0, mono - failed_at), failure))
+            return ("api", "Nova API: a call failed at %s, since the last "
+                           "successful read of Nova's services: %s"
+                    % (self._utc(mono, failed_at), failure))
         if read_at is None:
             return ("unchecked", "Nova's services not read yet")
         age = mono - answered_at
         if age > self.view_max_age():
             return ("view", "no fresh view of Nova: its services last read "
-                            "%.1fs ago (more than %.1fs)"
-                    % (age, self.view_max_age()))
+                            "at %s (more than %.1fs ago)"
+                    % (self._utc(mono, answered_at), self.view_max_age()))
         return None
+
+    def _utc(self, mono, then):
+        """The monotonic instant ``then`` on this node's wall clock."""
+        at = self._clock() - max(0.0, mono - then)
+        return datetime.datetime.fromtimestamp(
+            int(at), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _problems(self, mono):
         """[(key, reason)] of everything not ready now."""

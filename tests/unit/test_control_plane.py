@@ -3,6 +3,7 @@ clock with in-memory drivers, the engine holding fencing on it, and the
 simulator's control plane (scheduler, conductor, Placement, a failing
 API) through the real Nova driver."""
 
+import datetime
 import tempfile
 
 import pytest
@@ -120,9 +121,9 @@ def test_the_first_failed_nova_call_holds_until_services_are_read_again():
         cb.ComputeError("GET /os-services: HTTP 503: down")]
     ok, reason = m.check()
     assert not ok
-    assert reason == ("Nova API: a call failed 0.0s ago, since the last "
+    assert reason == ("Nova API: a call failed at %s, since the last "
                       "successful read of Nova's services: GET "
-                      "/os-services: HTTP 503: down")
+                      "/os-services: HTTP 503: down" % _utc(m.clock()))
     assert m.check() == (True, "")
     # Any call through the driver counts (an action's, say), at once,
     # without waiting for the monitor's next check.
@@ -136,13 +137,40 @@ def test_the_first_failed_nova_call_holds_until_services_are_read_again():
     assert m.check() == (True, "")
 
 
+def _utc(at):
+    return datetime.datetime.fromtimestamp(
+        int(at), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_held_reason_does_not_change_while_the_outage_lasts():
+    """The gate's reason becomes the held host's reason, and a changed
+    reason is a new transition (a journal row, a log line): it names when
+    the call failed, not how long ago, so a host held through an outage
+    is not journalled again at every tick."""
+    m = Mon()
+    m.check()
+    m.compute.fail["list_control_services"] = [
+        cb.ComputeError("GET /os-services: HTTP 503: down")] * 3
+    m.check()
+    first = m.monitor.status()
+    reasons = set()
+    for _ in range(20):
+        m.clock.advance(0.1)
+        reasons.add(m.monitor.status())
+    assert reasons == {first} and not first[0], reasons
+    m.clock.advance(0.1)
+    m.check()          # fails again: a newer failure, a new reason
+    assert m.monitor.status() != first and not m.monitor.status()[0]
+
+
 def test_a_failed_first_call_is_not_ok_until_an_answer():
     m = Mon()
     m.compute.fail["list_control_services"] = [cb.ComputeError("refused")]
     ok, reason = m.check()
     assert not ok
-    assert reason == ("Nova API: a call failed 0.0s ago, since the last "
-                      "successful read of Nova's services: refused")
+    assert reason == ("Nova API: a call failed at %s, since the last "
+                      "successful read of Nova's services: refused"
+                      % _utc(m.clock()))
     assert m.check() == (True, "")
 
 
@@ -152,13 +180,14 @@ def test_no_power_off_on_an_old_view_of_nova():
     m = Mon({"detection": {"delta": 10, "poll_interval": 4}})
     assert m.monitor.view_max_age() == 6
     assert m.check() == (True, "")
+    read = m.clock()
     m.clock.advance(6)
     assert m.monitor.status() == (True, "")
     m.clock.advance(0.5)
     ok, reason = m.monitor.status()
     assert not ok
-    assert reason == ("no fresh view of Nova: its services last read 6.5s "
-                      "ago (more than 6.0s)")
+    assert reason == ("no fresh view of Nova: its services last read at %s "
+                      "(more than 6.0s ago)" % _utc(read))
     assert m.check() == (True, "")
     m.conf.set_override("view_max_age", 2, "control_plane")
     m.clock.advance(2.5)
