@@ -615,13 +615,7 @@ class Engine:
         except Exception as e:
             self.stats[("action", action.value, "error")] += 1
             error = "%s: %s" % (type(e).__name__, e)
-            try:
-                self.journal.action_finished(action_id, self.clock(), "error",
-                                             error)
-            except Exception as je:
-                LOG.error("journal_write_failed", host=rec.name,
-                          action=action.value, reason=str(je))
-                self._journal_health(je)
+            self._finish_action(rec, action, action_id, "error", error)
             if self.queue.failures(host_id) + 1 >= self.conf.action_retries:
                 # Bounded: give the state machine a definitive answer.
                 self.queue.forget(host_id)
@@ -677,19 +671,24 @@ class Engine:
         floor = max((r["id"] for r in rows), default=0)
         return dataclasses.replace(new, evac_floor=floor)
 
+    def _finish_action(self, rec, action, action_id, outcome, text):
+        """Journal an attempt's end; a failed write is logged and marks
+        the journal degraded, it never hides the action's own outcome."""
+        try:
+            self.journal.action_finished(action_id, self.clock(), outcome,
+                                         text)
+        except Exception as je:
+            LOG.error("journal_write_failed", host=rec.name,
+                      action=action.value, reason=str(je))
+            self._journal_health(je)
+
     def _hold_fence(self, host_id, rec, action, action_id, why):
         """The gate closed between the fencing decision and the power-off:
         nothing was powered off. The host stays fencing with the reason in
         status and the action runs again after a tick, without using up
         its retry budget (an outage is not a failure of this host)."""
         self.stats[("action", action.value, "held")] += 1
-        try:
-            self.journal.action_finished(action_id, self.clock(), "held",
-                                         why)
-        except Exception as je:
-            LOG.error("journal_write_failed", host=rec.name,
-                      action=action.value, reason=str(je))
-            self._journal_health(je)
+        self._finish_action(rec, action, action_id, "held", why)
         delay = max(self.conf.detection.tick_interval, 1.0)
         with self._lock:
             self._inbox[host_id].appendleft(_Pending(action, None))
@@ -865,11 +864,24 @@ class Engine:
             self.work(key)
 
     def _ticker(self):
-        while not self._stop.wait(self.conf.detection.tick_interval):
+        interval = self.conf.detection.tick_interval
+        last = time.monotonic()
+        while not self._stop.wait(interval):
+            started = time.monotonic()
             try:
                 self.tick()
             except Exception:
                 LOG.exception("ticker_error")
+            ended = time.monotonic()
+            # Timers (grace periods, retries) are decided here: say when
+            # they ran late, and whether tick() itself or the wait for
+            # this thread to run took the time.
+            if ended - last > max(5 * interval, 2.0):
+                LOG.warning("tick_late", seconds=round(ended - last, 2),
+                            in_tick=round(ended - started, 2),
+                            reason="timers were decided late: the ticker "
+                                   "thread did not run for this long")
+            last = ended
 
     def _evacuator(self):
         while True:
