@@ -48,7 +48,10 @@ class WorkQueue:
         self._dirty.add(key)
         if key not in self._processing:
             self._queue.append(key)
-            self._cond.notify()
+            # notify_all: the delayer waits on this condition too, and a
+            # notify() that woke it instead of a worker left the key queued
+            # with every worker asleep.
+            self._cond.notify_all()
 
     def add_after(self, key, delay):
         if delay <= 0:
@@ -118,7 +121,7 @@ class WorkQueue:
             self._processing.discard(key)
             if key in self._dirty:
                 self._queue.append(key)
-                self._cond.notify()
+                self._cond.notify_all()
 
     def shut_down(self):
         with self._cond:
