@@ -68,15 +68,10 @@ def _until(cond, what, budget=10.0):
         time.sleep(0.001)
 
 
-def test_a_key_added_wakes_a_worker_even_when_the_delayer_waits_first():
-    """The delayer thread and the workers wait on one condition, and a
-    notify() wakes the longest waiter. When that was the delayer, it only
-    pumped and slept again: the key stayed queued with every worker asleep
-    until some other key was added (11 s in the real engine: a suspect
-    host's events and timers not applied while Nova's API failed)."""
+def _worker_behind_the_delayer(q):
+    """A delayer thread waiting on the queue's condition first, then one
+    worker waiting in get(): a single notify() would reach the delayer."""
     import threading
-    import time
-    q = WorkQueue(time.monotonic)
     delayer = threading.Thread(target=q.run_delayer, daemon=True)
     delayer.start()
     _until(lambda: _waiters(q) == 1, "the delayer to wait")
@@ -85,6 +80,18 @@ def test_a_key_added_wakes_a_worker_even_when_the_delayer_waits_first():
                               daemon=True)
     worker.start()
     _until(lambda: _waiters(q) == 2, "the worker to wait")
+    return worker, got
+
+
+def test_a_key_added_wakes_a_worker_even_when_the_delayer_waits_first():
+    """The delayer thread and the workers wait on one condition, and a
+    notify() wakes the longest waiter. When that was the delayer, it only
+    pumped and slept again: the key stayed queued with every worker asleep
+    until some other key was added (11 s in the real engine: a suspect
+    host's events and timers not applied while Nova's API failed)."""
+    import time
+    q = WorkQueue(time.monotonic)
+    worker, got = _worker_behind_the_delayer(q)
     q.add("compute-7")
     worker.join(10)
     q.shut_down()
@@ -92,20 +99,12 @@ def test_a_key_added_wakes_a_worker_even_when_the_delayer_waits_first():
 
 
 def test_a_key_readded_during_processing_wakes_a_worker_when_done():
-    import threading
     import time
     q = WorkQueue(time.monotonic)
     q.add("a")
     assert q.get() == "a"
     q.add("a")                       # dirty while processing
-    delayer = threading.Thread(target=q.run_delayer, daemon=True)
-    delayer.start()
-    _until(lambda: _waiters(q) == 1, "the delayer to wait")
-    got = []
-    worker = threading.Thread(target=lambda: got.append(q.get(timeout=5)),
-                              daemon=True)
-    worker.start()
-    _until(lambda: _waiters(q) == 2, "the worker to wait")
+    worker, got = _worker_behind_the_delayer(q)
     q.done("a")
     worker.join(10)
     q.shut_down()
