@@ -55,16 +55,18 @@ class BMCLink:
 
     def _check(self, host, bmc):
         state = bmc.power_state()
-        last = self._last.get(host)
-        self._last[host] = state
-        if state == last:
+        if state == self._last.get(host):
             return
+        # The edge counts as handled only once its action succeeded: a
+        # start (or kill) that raised is tried again at the next poll,
+        # instead of leaving a powered-on machine without its compute.
         if state == "off":
             self.cloud.kill_compute(host)
             self.events.append((time.monotonic(), host, "power-off: compute killed"))
         elif state == "on":
             self.cloud.start_compute(host)
             self.events.append((time.monotonic(), host, "power-on: compute started"))
+        self._last[host] = state
 
     def __enter__(self):
         return self.start()
