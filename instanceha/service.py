@@ -11,6 +11,7 @@ import structlog
 import tenacity
 
 from instanceha import conf as conf_pkg
+from instanceha.api.server import OperatorAPI
 from instanceha import sdnotify
 from instanceha.log import mask_url
 from instanceha.conf import reload as conf_reload
@@ -18,6 +19,8 @@ from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine.engine import Context, Engine
 from instanceha.engine.progress import ProgressBoard
+# Re-exported: callers and tests name them as instanceha.service.*.
+from instanceha.errors import ConfigError, StartupError  # noqa: F401
 from instanceha.fsm.machine import Policy
 from instanceha.journal import Journal
 from instanceha.policy import storm
@@ -28,15 +31,6 @@ from instanceha import watchdog
 from instanceha.watchdog import SystemdLink
 
 LOG = structlog.get_logger("instanceha.service")
-
-
-class ConfigError(Exception):
-    pass
-
-
-class StartupError(Exception):
-    """A start-up step failed before anything was acted on; the message
-    names the step (``operator API: cannot bind ...``)."""
 
 
 class StartInterrupted(Exception):
@@ -339,7 +333,6 @@ class Service:
         self._add_event_sources()
         self.api = None
         if conf.api.enabled:
-            from instanceha.api.server import OperatorAPI
             self.api = OperatorAPI(conf, self.engine, clock)
             # /healthz and /readyz judge this service, not only its
             # engine (a standby runs no reconciler).

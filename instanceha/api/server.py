@@ -49,6 +49,7 @@ import structlog
 from instanceha.api import history as history_mod
 from instanceha.api import metrics as metrics_mod
 from instanceha.conf import api as api_conf
+from instanceha.errors import ConfigError, StartupError
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm import machine
 from instanceha.fsm.states import State
@@ -145,7 +146,7 @@ class _Collector:
 class OperatorAPI:
 
     def __init__(self, conf, engine, clock):
-        """Raises instanceha.service.ConfigError when the API must not
+        """Raises instanceha.errors.ConfigError when the API must not
         serve as configured (noauth off loopback, a broken policy file or
         [keystone_authtoken])."""
         self.conf = conf
@@ -162,13 +163,11 @@ class OperatorAPI:
             add_listener(self.timings.on_change)
         why = api_conf.check_listener(conf)
         if why is not None:
-            from instanceha.service import ConfigError
             raise ConfigError(why)
         from instanceha.api import auth, wsgi
         try:
             self.app = wsgi.Application(self, conf)
         except auth.AuthError as e:
-            from instanceha.service import ConfigError
             raise ConfigError(str(e))
         self._listeners = []     # [(where, cheroot server, thread)]
         self._port = None
@@ -397,7 +396,6 @@ class OperatorAPI:
     def _bind_unix(self, path, app):
         """The unix socket's server, its directory checked first (it must
         keep other users out). StartupError naming the socket."""
-        from instanceha.service import StartupError
         why = api_conf.check_unix_socket(path) or _served_by_another(path)
         if why is not None:
             raise StartupError("operator API: %s" % why)
