@@ -19,11 +19,12 @@ from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.states import Action
-from instanceha.sources import reconciler
+from instanceha.drivers.compute import nova_clock as reconciler
+from instanceha.util.marker import MARKER
 
 LOG = structlog.get_logger("instanceha.actions")
 
-REASON_PREFIX = "instanceha:"
+REASON_PREFIX = MARKER
 CLEANED_UP = {"completed", "error", "failed", "cancelled"}
 
 
@@ -164,11 +165,17 @@ def isolate(ctx, record):
     return _result(record, E.ISOLATE_OK, ctx, reason, written_at=written)
 
 
-def evacuate(ctx, record):
-    try:
-        out = evacuator.evacuate_host(ctx, record)
-    finally:
-        ctx.running.pop(record.id, None)
+#: An action's pass that is not finished: the engine runs the next one.
+Requeue = evacuator.Requeue
+
+
+def evacuate(ctx, record, carry=None):
+    """One pass of the host's evacuation (``carry``: the previous pass's
+    Requeue.carry): a Requeue while servers are still to send or in
+    flight, the result event once all are settled."""
+    out = evacuator.evacuate_pass(ctx, record, carry)
+    if isinstance(out, Requeue):
+        return out
     # Servers rebuilt by an earlier attempt of this recovery (a retried
     # action, a restart) count too: the summary is the recovery's.
     evacuable = out.total - len(out.skipped) + out.earlier
@@ -288,3 +295,15 @@ RUN = {
     Action.EVACUATE: evacuate,
     Action.CHECK_CLEANUP: check_cleanup,
 }
+
+#: Actions that run in passes: called again with the carry of their last
+#: Requeue, also once the host has left the state that started them (so
+#: that what Nova already has is followed to the end and journalled).
+PASSES = {Action.EVACUATE}
+
+
+def run(action, ctx, record, carry=None):
+    """Run one action (one pass of it): its result event, or a Requeue."""
+    if carry is not None:
+        return RUN[action](ctx, record, carry)
+    return RUN[action](ctx, record)

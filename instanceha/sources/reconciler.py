@@ -21,7 +21,7 @@ import time
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.drivers.compute.nova_clock import NovaClock, robust_newest
+from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -62,18 +62,6 @@ def _lost_reason(age):
     if age is None:
         return "never reported"
     return "last report %.0fs ago" % age
-
-
-def newest_heartbeat(services):
-    """Nova's now from one os-services answer alone (None if no row Nova
-    calls up has an updated_at): the lower median of those rows'
-    updated_at, so a minority of writers whose clock runs ahead cannot age
-    the others (see nova_clock.robust_newest): while fewer than half the
-    rows are written by a clock running ahead, ages measured against it
-    are never overestimated. The
-    reconciler itself uses the shared NovaClock, which also follows the
-    rows over time."""
-    return robust_newest(services)
 
 
 class Reconciler:

@@ -471,7 +471,7 @@ def test_in_step_reports_the_estimate_lags_a_small_part_of_a_poll():
 def test_a_minority_of_rows_from_the_future_never_becomes_now():
     """Also with no history: newest_heartbeat, which other modules use
     for one answer, takes the lower median, not the newest."""
-    from instanceha.sources.reconciler import newest_heartbeat
+    from instanceha.drivers.compute.nova_clock import newest_heartbeat
     rows = [svc(id="u%d" % i, updated_at=1000.0) for i in range(3)]
     rows += [svc(id="f%d" % i, updated_at=1025.0) for i in range(2)]
     rows.append(svc(id="d", state="down", updated_at=5000.0))

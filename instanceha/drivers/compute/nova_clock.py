@@ -174,12 +174,15 @@ class NovaClock:
         return None if est is None else mono_now + est.offset
 
 
-def robust_newest(services) -> Optional[float]:
-    """Nova's now from one answer alone (no history): the lower median of
-    the ``updated_at`` of the rows Nova calls up (and not forced down), so
-    a minority of writers ahead cannot age the others. It lags Nova by up
-    to about a report interval: ages measured against it are never
-    overestimated. None when no such row has an updated_at."""
+def newest_heartbeat(services) -> Optional[float]:
+    """Nova's now from one os-services answer alone (no history): the
+    lower median of the ``updated_at`` of the rows Nova calls up (and not
+    forced down), so a minority of writers whose clock runs ahead cannot
+    age the others: while fewer than half the rows are written by a clock
+    running ahead, ages measured against it are never overestimated. It
+    lags Nova by up to about a report interval. None when no such row has
+    an updated_at. The reconciler itself uses the shared NovaClock, which
+    also follows the rows over time."""
     values = sorted(s.updated_at for s in services
                     if s.updated_at is not None and s.state == "up"
                     and not s.forced_down)
