@@ -40,10 +40,11 @@ tag, but with exact matching):
 """
 
 import dataclasses
-import datetime
 import re
 from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
                     Tuple)
+
+from instanceha.util import timeparse
 
 SERVER = "server"
 IMAGE = "image"
@@ -152,19 +153,10 @@ def unique(problems: Iterable[Problem]) -> List[Problem]:
 
 # -- filling the records from Nova's and Glance's answers (pure) --------------
 
-def parse_nova_time(value):
-    """Nova's '2026-01-31T04:31:45Z' / naive-UTC timestamps to epoch
-    seconds; None for empty or unreadable."""
-    if not value:
-        return None
-    text = str(value).strip().replace("Z", "+00:00")
-    try:
-        t = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=datetime.timezone.utc)
-    return t.timestamp()
+#: Nova's '2026-01-31T04:31:45Z' / naive-UTC timestamps to epoch seconds;
+#: None for empty or unreadable. Kept for api/history.py, which reads
+#: operator input through it.
+parse_nova_time = timeparse.epoch_or_none
 
 
 def aggregates_of(host, aggregates: Iterable[AggregateFacts]):

@@ -49,6 +49,8 @@ import enum
 import re
 from typing import Any, Mapping, Optional, Tuple
 
+from instanceha.util import timeparse
+
 from instanceha.policy.evacuable import (AGGREGATE, ERROR, GLOBAL, SERVER,
                                          WARNING, AggregateFacts, Problem,
                                          ServerFacts, describe, short, unique)
@@ -109,25 +111,22 @@ def parse_until(value) -> Tuple[bool, Optional[float], Optional[str]]:
     if not m:
         return False, None, ("is neither 'forever' nor an ISO-8601 time "
                              "such as 2030-01-31T18:00:00Z")
-    year, month, day, hour, minute = (int(g) for g in m.groups()[:5])
-    second = int(m.group(6) or 0)
-    micro = int((m.group(7) or "0").ljust(6, "0"))
+    # The pattern is what an operator may write; the conversion is the
+    # one parser's (util.timeparse), given the canonical separator and
+    # offset.
     zone = m.group(8)
-    tz = datetime.timezone.utc
+    offset = "+00:00"
     if zone and zone.upper() not in ("Z", "UTC"):
-        sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
-        hours, minutes = int(digits[:2]), int(digits[2:])
-        if hours > 23 or minutes > 59:
+        if int(digits[:2]) > 23 or int(digits[2:]) > 59:
             return False, None, "has an impossible UTC offset"
-        tz = datetime.timezone(sign * datetime.timedelta(hours=hours,
-                                                         minutes=minutes))
+        offset = "%s%s:%s" % (zone[0], digits[:2], digits[2:])
+    stamp = text[:m.start(8)].rstrip() if zone else text
     try:
-        t = datetime.datetime(year, month, day, hour, minute, second, micro,
-                              tzinfo=tz)
+        until = timeparse.epoch("%sT%s%s" % (stamp[:10], stamp[11:], offset))
     except ValueError as e:
         return False, None, "is not a valid time (%s)" % e
-    return True, t.timestamp(), None
+    return True, until, None
 
 
 def format_time(epoch: Optional[float]) -> str:

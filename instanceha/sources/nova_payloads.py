@@ -17,8 +17,9 @@ used for instance progress only.
 """
 
 import dataclasses
-import datetime
 from typing import Any, Mapping, Optional
+
+from instanceha.util import timeparse
 
 
 class PayloadError(ValueError):
@@ -104,12 +105,9 @@ def parse_time(value):
     if not isinstance(value, str):
         raise PayloadError("time %r is not a string" % (value,))
     try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return timeparse.epoch(value)
     except ValueError:
         raise PayloadError("bad time %r" % (value,)) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.timestamp()
 
 
 def _str(data, key, required=True):

@@ -8,7 +8,6 @@ is read from version discovery; below 2.53 instanceha refuses to start.
 """
 
 import contextlib
-import datetime
 import threading
 import time
 import urllib.parse
@@ -23,6 +22,7 @@ from openstack.compute.v2 import server as sdk_server
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.util import timeparse
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -50,19 +50,15 @@ def _fmt_mv(mv):
 
 
 def parse_time(value):
-    """Nova's naive-UTC timestamps ('2026-11-22T04:31:45.000000') to epoch."""
+    """Nova's naive-UTC timestamps ('2026-11-22T04:31:45.000000') to epoch
+    seconds; None for none."""
     if not value:
         return None
-    value = value.replace("Z", "")
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            dt = datetime.datetime.strptime(value[:26], fmt)
-            break
-        except ValueError:
-            continue
-    else:
-        raise base.ComputeError("unparseable timestamp from Nova: %r" % value)
-    return dt.replace(tzinfo=datetime.timezone.utc).timestamp()
+    try:
+        return timeparse.epoch(value)
+    except ValueError:
+        raise base.ComputeError(
+            "unparseable timestamp from Nova: %r" % (value,)) from None
 
 
 class TTLCache:
