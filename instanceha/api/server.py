@@ -46,19 +46,19 @@ from prometheus_client.core import (CounterMetricFamily,
                                     GaugeMetricFamily)
 import structlog
 
+from instanceha.api import auth
 from instanceha.api import history as history_mod
 from instanceha.api import metrics as metrics_mod
+from instanceha.api import wsgi
+from instanceha.api.commands import COMMANDS
 from instanceha.conf import api as api_conf
 from instanceha.errors import ConfigError, StartupError
-from instanceha.events import Event, EventKind as E
+from instanceha.events import Event
 from instanceha.fsm import machine
 from instanceha.fsm.states import State
 
 LOG = structlog.get_logger("instanceha.api")
 
-COMMANDS = {"suspend": E.OPERATOR_SUSPEND,
-            "maintenance": E.OPERATOR_MAINTENANCE,
-            "resume": E.OPERATOR_RESUME}
 _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
                           "stops a recovery)",
           "resume": " (nothing to resume)"}
@@ -164,7 +164,6 @@ class OperatorAPI:
         why = api_conf.check_listener(conf)
         if why is not None:
             raise ConfigError(why)
-        from instanceha.api import auth, wsgi
         try:
             self.app = wsgi.Application(self, conf)
         except auth.AuthError as e:
@@ -334,7 +333,6 @@ class OperatorAPI:
         """[(where, WSGI app, what it serves)]: the unix socket serves the
         whole API; TCP too with Keystone or allow_unauthenticated_tcp,
         else only the open reads."""
-        from instanceha.api import wsgi
         api = self.conf.api
         plan = []
         if api.listen_tcp:

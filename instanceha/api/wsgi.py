@@ -21,6 +21,7 @@ import structlog
 import webob
 
 from instanceha.api import auth
+from instanceha.api.commands import COMMANDS
 from instanceha.conf import api as api_conf
 
 LOG = structlog.get_logger("instanceha.api")
@@ -57,7 +58,6 @@ def route(method, path):
     verb = m.group(2)
     if verb == "history":
         return "instanceha:history:read", False, _READS
-    from instanceha.api.server import COMMANDS
     if verb in COMMANDS:
         return "instanceha:host:%s" % verb, False, ("POST",)
     return None, False, ("POST",)
