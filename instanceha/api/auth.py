@@ -98,6 +98,7 @@ def _middleware_conf(conf):
     [keystone_authtoken] values: the middleware registers the auth
     plugin's options as required there, which our own conf (where they
     are optional: noauth needs none) must not."""
+    # Local, like keystone() below: only auth_strategy = keystone needs it.
     from keystoneauth1 import loading
     from keystonemiddleware.auth_token import _opts
     private = cfg.ConfigOpts()
@@ -138,6 +139,9 @@ def _middleware_conf(conf):
 
 def keystone(app, conf):
     """``app`` behind keystonemiddleware's auth_token."""
+    # Local: importing keystonemiddleware registers its options on
+    # oslo.config's global CONF (and costs ~0.1 s); only auth_strategy =
+    # keystone needs it, not noauth nor the oslo.policy tools (list_rules).
     from keystonemiddleware import auth_token
     try:
         return auth_token.AuthProtocol(

@@ -13,6 +13,9 @@ import socket
 import urllib.error
 import urllib.request
 
+from instanceha.conf import api as api_conf
+from instanceha.log import mask_url
+
 
 class ClientError(Exception):
     """The request could not be made; the message is for the operator."""
@@ -24,7 +27,6 @@ def api_url(conf):
     else from the config. TCP instead of the socket only where TCP serves
     commands (Keystone, or allow_unauthenticated_tcp) and no socket is at
     the path (a CLI on another machine)."""
-    from instanceha.conf import api as api_conf
     path = conf.api.unix_socket
     if path and (os.path.exists(path)
                  or not api_conf.tcp_serves_commands(conf)):
@@ -44,8 +46,9 @@ def api_url(conf):
 
 def keystone_token(conf):
     """A token for the clouds.yaml entry ``[DEFAULT] cloud``."""
+    # Local: openstacksdk costs ~0.3 s at import; only a CLI command sent
+    # with auth_strategy = keystone needs a token.
     from instanceha.drivers.compute import nova
-    from instanceha.log import mask_url
     try:
         token = nova.connect(conf).auth_token
     except Exception as e:   # noqa: BLE001 - keystoneauth's many errors
