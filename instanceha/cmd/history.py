@@ -12,6 +12,8 @@ import sys
 import time
 
 from instanceha.api import history as history_mod
+from instanceha.cmd.common import load_conf, reading_journal
+from instanceha.cmd.common import split_config_args
 
 PAGE = 500
 
@@ -34,8 +36,7 @@ def parser():
 
 
 def main(argv, now=None):
-    from instanceha.cmd import main as cli
-    mine, oslo = cli._split_config_args(argv)
+    mine, oslo = split_config_args(argv)
     p = parser()
     args, more = p.parse_known_args(mine)
     oslo += more
@@ -49,8 +50,8 @@ def main(argv, now=None):
         p.error(str(e))
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be at least 1")
-    conf = cli._conf(oslo)
-    result, rc = cli.reading_journal(
+    conf = load_conf(oslo)
+    result, rc = reading_journal(
         conf, lambda journal: _print(journal, args, since, until))
     return rc or result
 

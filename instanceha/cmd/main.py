@@ -39,9 +39,21 @@ the journal.
 import argparse
 import json
 import math
+import select
 import signal
+import socket
 import sys
 import time
+import urllib.parse
+
+from instanceha import log
+from instanceha import runtime
+from instanceha.api import client
+from instanceha.cmd import check
+from instanceha.cmd import demo
+from instanceha.cmd.common import load_conf, reading_journal
+from instanceha.cmd.common import split_config_args
+from instanceha.drivers.compute import base as compute_base
 
 USAGE = __doc__
 
@@ -61,12 +73,12 @@ def main(argv=None):
     if cmd == "policy":
         return policy(rest)
     if cmd == "demo":
-        from instanceha.cmd import demo
         return demo.main(rest)
     if cmd == "check":
-        from instanceha.cmd import check
         return check.main(rest)
     if cmd == "history":
+        # Local: it reads the journal; at module top SQLAlchemy would cost
+        # every CLI command ~0.2 s.
         from instanceha.cmd import history
         return history.main(rest)
     print("instanceha: unknown command %r\n\n%s" % (cmd, USAGE.strip()),
@@ -80,31 +92,22 @@ def policy(argv):
         print("usage: instanceha policy explain SERVER [--config-file F]",
               file=sys.stderr)
         return 2
-    server_id, conf = argv[1], _conf(argv[2:])
-    from instanceha.drivers.compute import base
+    server_id, conf = argv[1], load_conf(argv[2:])
+    # Local: openstacksdk and the engine cost ~0.3 s at import; only this
+    # command reads Nova.
     from instanceha.drivers.compute.nova import NovaDriver
     from instanceha.engine import selection
     try:
         lines = selection.explain(conf, NovaDriver(conf), server_id,
                                   time.time())
-    except base.NotFound:
+    except compute_base.NotFound:
         print("instanceha: no server %s" % server_id, file=sys.stderr)
         return 1
-    except base.ComputeError as e:
+    except compute_base.ComputeError as e:
         print("instanceha: cannot read Nova: %s" % e, file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0
-
-
-def _conf(argv):
-    from oslo_config import cfg
-    from instanceha import conf as conf_pkg
-    try:
-        return conf_pkg.load(argv)
-    except (cfg.Error, ValueError) as e:
-        print("instanceha: configuration error: %s" % e, file=sys.stderr)
-        raise SystemExit(2)
 
 
 #: Signals that stop the service; SIGHUP reloads it.
@@ -130,7 +133,6 @@ class Signals:
     """
 
     def __init__(self):
-        import socket
         self._r, self._w = socket.socketpair()
         self._r.setblocking(False)
         self._w.setblocking(False)
@@ -148,7 +150,6 @@ class Signals:
         pass
 
     def _read(self, timeout):
-        import select
         try:
             ready, _, _ = select.select([self._r], [], [], timeout)
         except InterruptedError:       # pragma: no cover - PEP 475 retries
@@ -207,15 +208,15 @@ def serve(svc, signals):
 
 
 def run(argv):
-    from instanceha import log
+    # Local: only ``run`` needs the service; at module top its openstacksdk,
+    # oslo.messaging and SQLAlchemy would cost every CLI command ~0.4 s.
     from instanceha import service as service_mod
-    from instanceha.drivers.compute.base import ComputeError
-    conf = _conf(argv)
+    conf = load_conf(argv)
     log.setup(conf.log_format, conf.debug)
     # Before anything starts a thread: a signal sent meanwhile is kept.
     signals = Signals()
     try:
-        return _run(conf, signals, service_mod, ComputeError)
+        return _run(conf, signals, service_mod, compute_base.ComputeError)
     finally:
         signals.close()
 
@@ -237,7 +238,6 @@ def _run(conf, signals, service_mod, ComputeError):
         print("instanceha: stopped before the start finished: %s" % e,
               file=sys.stderr)
         return 0
-    from instanceha import runtime
     runtime.freeze_startup_heap()
     serve(svc, signals)
     return 0
@@ -245,7 +245,6 @@ def _run(conf, signals, service_mod, ComputeError):
 
 def _api_url(conf):
     """The running service's API: its unix socket, else TCP."""
-    from instanceha.api import client
     return client.api_url(conf)
 
 
@@ -285,27 +284,9 @@ def command_parser(verb):
     return p
 
 
-def _split_config_args(argv):
-    """(command args, oslo.config args): --config-file/--config-dir and
-    their values go to oslo.config, so that an optional HOST cannot take
-    a config file's path."""
-    mine, oslo = [], []
-    it = iter(argv)
-    for arg in it:
-        if arg in ("--config-file", "--config-dir"):
-            oslo.append(arg)
-            oslo.append(next(it, ""))
-        elif arg.startswith(("--config-file=", "--config-dir=")):
-            oslo.append(arg)
-        else:
-            mine.append(arg)
-    return mine, oslo
-
-
 def command(verb, argv):
-    import urllib.parse
     p = command_parser(verb)
-    argv, rest = _split_config_args(argv)
+    argv, rest = split_config_args(argv)
     args, more = p.parse_known_args(argv)
     rest += more
     if verb == "suspend" and args.seconds is None and not args.forever:
@@ -313,7 +294,7 @@ def command(verb, argv):
     storm = verb == "resume" and args.storm
     if verb == "resume" and bool(args.host) == storm:
         p.error("give a HOST to resume, or --storm (not both)")
-    conf = _conf(rest)
+    conf = load_conf(rest)
     body = {"reason": args.reason or "by %s" % verb}
     if verb == "suspend":
         if args.forever:
@@ -324,7 +305,6 @@ def command(verb, argv):
                     % conf.api.max_suspend_seconds)
         else:
             body["seconds"] = args.seconds
-    from instanceha.api import client
     path = "/storm/resume" if storm else "/hosts/%s/%s" % (
         urllib.parse.quote(args.host, safe=""), verb)
     try:
@@ -499,26 +479,6 @@ def format_decisions(record, rows, reserved):
     return "\n".join(lines)
 
 
-def reading_journal(conf, read):
-    """``read(journal)`` on the configured journal, closed after. Returns
-    (its result, 0), or (None, 1) once a journal that cannot be opened or
-    read is said on stderr with its URL's password masked."""
-    from instanceha.journal import Journal
-    from instanceha.log import mask_url
-    journal = None
-    try:
-        journal = Journal(conf.journal.connection)
-        return read(journal), 0
-    except Exception as e:      # noqa: BLE001 - a CLI says it and exits
-        print("instanceha: cannot read the journal %s: %s"
-              % (mask_url(conf.journal.connection), mask_url(e)),
-              file=sys.stderr)
-        return None, 1
-    finally:
-        if journal is not None:
-            journal.close()
-
-
 def _status_host(conf, host):
     found, rc = reading_journal(conf,
                                 lambda j: server_decisions(j, host))
@@ -537,7 +497,7 @@ def status(argv):
     host = None
     if argv and not argv[0].startswith("-"):
         host, argv = argv[0], argv[1:]
-    conf = _conf(argv)
+    conf = load_conf(argv)
     if host is not None:
         return _status_host(conf, host)
     try:

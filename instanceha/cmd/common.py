@@ -1,0 +1,62 @@
+"""What the CLI's subcommands share: their configuration, the split of
+their arguments from oslo.config's, and reading the journal.
+
+A module of its own so that :mod:`instanceha.cmd.main` and the
+subcommands it dispatches to (:mod:`instanceha.cmd.history`) import it
+without importing each other.
+"""
+
+import sys
+
+from oslo_config import cfg
+
+from instanceha import conf as conf_pkg
+from instanceha.log import mask_url
+
+
+def load_conf(argv):
+    """The configuration from ``argv`` (--config-file, ...); a bad one is
+    said on stderr and exits 2."""
+    try:
+        return conf_pkg.load(argv)
+    except (cfg.Error, ValueError) as e:
+        print("instanceha: configuration error: %s" % e, file=sys.stderr)
+        raise SystemExit(2)
+
+
+def split_config_args(argv):
+    """(command args, oslo.config args): --config-file/--config-dir and
+    their values go to oslo.config, so that an optional HOST cannot take
+    a config file's path."""
+    mine, oslo = [], []
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--config-file", "--config-dir"):
+            oslo.append(arg)
+            oslo.append(next(it, ""))
+        elif arg.startswith(("--config-file=", "--config-dir=")):
+            oslo.append(arg)
+        else:
+            mine.append(arg)
+    return mine, oslo
+
+
+def reading_journal(conf, read):
+    """``read(journal)`` on the configured journal, closed after. Returns
+    (its result, 0), or (None, 1) once a journal that cannot be opened or
+    read is said on stderr with its URL's password masked."""
+    # Local: SQLAlchemy costs ~0.1 s at import; only the commands that
+    # read the journal (status HOST, history) need it.
+    from instanceha.journal import Journal
+    journal = None
+    try:
+        journal = Journal(conf.journal.connection)
+        return read(journal), 0
+    except Exception as e:      # noqa: BLE001 - a CLI says it and exits
+        print("instanceha: cannot read the journal %s: %s"
+              % (mask_url(conf.journal.connection), mask_url(e)),
+              file=sys.stderr)
+        return None, 1
+    finally:
+        if journal is not None:
+            journal.close()
