@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 from instanceha.events import EventKind as E
 from instanceha.fsm import table
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, State
+from instanceha.util import backoff
 
 
 class UndeclaredTransition(LookupError):
@@ -441,8 +442,8 @@ def _enter(r, dst, ev, p):
             # report before proving it dead again.
             delay = p.resume_boot_time + p.grace_period
         else:
-            delay = min(p.retry_backoff * (2 ** max(r.attempts - 1, 0)),
-                        p.retry_backoff_max)
+            delay = backoff.exponential(p.retry_backoff, r.attempts,
+                                        p.retry_backoff_max)
         changes["retry_at"] = ev.at + delay
     if dst is State.SUSPENDED:
         changes["until"] = _until(ev)

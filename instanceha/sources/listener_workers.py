@@ -33,6 +33,7 @@ import structlog
 
 from instanceha import runtime
 from instanceha.sources import notifications as nf
+from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.sources.listener_workers")
 
@@ -307,7 +308,7 @@ class ListenerWorkers:
         lived = now - (worker.started_at or now)
         first, longest = RESTART_BACKOFF
         delay = first if lived > longest * 2 \
-            else min(longest, first * 2 ** min(worker.restarts, 8))
+            else backoff.exponential(first, worker.restarts + 1, longest)
         with self._lock:
             worker.restarts += 1
             worker.restart_at = now + delay
