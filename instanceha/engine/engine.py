@@ -12,7 +12,6 @@ with per-host exponential back-off.
 import collections
 import concurrent.futures
 import dataclasses
-import queue
 import threading
 import time
 
@@ -46,8 +45,14 @@ class _Retry(Exception):
     pass
 
 
-class _Pending(collections.namedtuple("_Pending", "action action_id")):
-    """An action to run; action_id is its journal row (None: write one)."""
+class _Pending(collections.namedtuple("_Pending", "action action_id carry",
+                                      defaults=(None,))):
+    """An action to run; action_id is its journal row (None: write one);
+    carry: what its previous pass handed over (None: a first pass)."""
+
+
+class _Pass(collections.namedtuple("_Pass", "pending due")):
+    """The next pass of an unfinished action, not before ``due``."""
 
 
 class _Result(collections.namedtuple("_Result", "event finish")):
@@ -69,15 +74,13 @@ class Context:
         self._on_progress = on_progress or (lambda *a: None)
         #: True while an event source reliably reports evacuation progress.
         self.events_healthy = lambda: False
-        #: host_id -> True when an operator's hands-off is waiting: running
-        #: work stops at its next safe boundary (set by the engine).
-        self.preempted = lambda host_id: False
-        #: host_id -> short text of the running action's progress.
-        self.running = {}
         #: evacuate request row id -> when this process wrote it or first
         #: read it open, on this process's clock: the wait for an
         #: unanswered request never trusts another replica's clock
         self.rows_seen = {}
+        #: host_id -> its evacuation run (engine.evacuator), while one is
+        #: under way: what status shows of its progress
+        self.runs = {}
         #: None when this process may run actions now, else why not (set
         #: by the service when it coordinates with other members)
         self.may_act = lambda: None
@@ -118,7 +121,6 @@ class Engine:
         self.journal = journal
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
-        context.preempted = self.preempted
         context.fence_gate = self._gate
         #: True once the world has been observed since start (the service
         #: wires it to the reconciler's first completed pass): until then
@@ -141,11 +143,12 @@ class Engine:
         self._journal_down = None
         self._listeners = []
         self._threads = []
-        self._slow = queue.Queue()   # evacuations, off the worker pool
+        #: host_id -> _Pass: the next pass of an action run in passes
+        self._passes = {}
         #: BMC reads of hosts whose heartbeat was just lost
         self._probes = concurrent.futures.ThreadPoolExecutor(
             4, thread_name_prefix="instanceha-probe")
-        self._evacuators = 0         # threads serving it (0: run inline)
+        self._started = False        # threads running (else: inline)
         self._stop = threading.Event()
         self.health = {}             # name -> callable returning a dict
         self.stats = collections.Counter()   # read by /metrics
@@ -158,6 +161,9 @@ class Engine:
                                          clock())
         self._rate_waiting = {}      # host_id -> (detected at, last asked)
         self.started_at = clock()
+        # A notification about a server may settle an evacuation: the
+        # hosts waiting for their next pass take it now.
+        context.board.subscribe(self._wake_passes)
 
     # -- wiring --------------------------------------------------------------
     def add_listener(self, fn):
@@ -299,19 +305,6 @@ class Engine:
             fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
         self._adopt(rec, "nova")
 
-    def preempted(self, host_id):
-        """A running evacuation should stop at its next safe boundary: an
-        operator's hands-off waits in the host's inbox, or has already been
-        applied (an evacuation runs on its own thread)."""
-        with self._lock:
-            rec = self._records.get(host_id)
-            if rec is not None and rec.state is State.SUSPENDED:
-                return True
-            return rec is not None and any(
-                isinstance(e, Event) and e.kind in _PREEMPT
-                and fsm.machine.rules_for(rec.state, e.kind)
-                for e in self._inbox.get(host_id, ()))
-
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""
         with self._lock:
@@ -320,10 +313,20 @@ class Engine:
             return None
         action = ENTRY_ACTION.get(rec.state)
         text = action.value if action else rec.state.value
-        progress = self.ctx.running.get(host_id)
-        if progress:
-            text += ": " + progress
+        run = self.ctx.runs.get(host_id)
+        if run is not None:
+            text += ": " + run.status_text()
         return text
+
+    def _wake_passes(self, server_id=None):
+        """Every host waiting for its next pass takes it now."""
+        now = self.clock()
+        with self._lock:
+            hosts = [h for h, p in self._passes.items() if p.due > now]
+            for h in hosts:
+                self._passes[h] = self._passes[h]._replace(due=now)
+        for h in hosts:
+            self.queue.add(h)
 
     # -- events ----------------------------------------------------------------
     def settled(self):
@@ -347,13 +350,20 @@ class Engine:
         """Drain one host's inbox. Called by exactly one worker at a time."""
         while True:
             with self._lock:
-                box = self._inbox.get(host_id)
-                if not box:
-                    return
                 if self._backoff_until.get(host_id, 0) > self.clock():
                     return
-                item = box.popleft()
-                if isinstance(item, _Pending):
+                box = self._inbox.get(host_id)
+                if not box:
+                    # Events first, then the next pass of unfinished work
+                    # (an operator's suspend is applied before it).
+                    nxt = self._passes.get(host_id)
+                    if nxt is None or nxt.due > self.clock():
+                        return
+                    del self._passes[host_id]
+                    item = nxt.pending
+                else:
+                    item = box.popleft()
+                if box and isinstance(item, _Pending):
                     # An operator's hands-off comes before the next action,
                     # which the state check in _run then drops. Results of
                     # finished actions come first: they are facts (an
@@ -457,7 +467,7 @@ class Engine:
                 self._inbox[new.id].appendleft(due)
         if (self.policy.power_evidence and new.state is State.SUSPECT
                 and rec.heartbeat_ok and not new.heartbeat_ok):
-            if self._evacuators:
+            if self._started:
                 self._probes.submit(self._probe_power, new)
             else:                       # not started (tests): inline
                 self._probe_power(new)
@@ -553,7 +563,11 @@ class Engine:
         action = pending.action
         with self._lock:
             rec = self._records[host_id]
-        if ENTRY_ACTION.get(rec.state) is not action:
+        following = (pending.carry is not None
+                     and action in actions_mod.PASSES)
+        if pending.carry is None:
+            self._replace_pass(host_id, rec, action)
+        if ENTRY_ACTION.get(rec.state) is not action and not following:
             LOG.info("action_dropped", host=rec.name, action=action.value,
                      state=rec.state.value,
                      reason="state changed before the action started")
@@ -568,7 +582,10 @@ class Engine:
             LOG.warning("action_deferred", host=rec.name,
                         action=action.value, reason=why)
             with self._lock:
-                self._inbox[host_id].appendleft(pending)
+                if pending.carry is not None:
+                    self._passes[host_id] = _Pass(pending, self.clock())
+                else:
+                    self._inbox[host_id].appendleft(pending)
             raise _Retry()
         started = self.clock()
         action_id = pending.action_id
@@ -582,32 +599,36 @@ class Engine:
                 with self._lock:
                     self._inbox[host_id].appendleft(pending)
                 raise _Retry()
-        LOG.info("action_started", host=rec.name, action=action.value,
-                 state=rec.state.value)
-        if action is Action.EVACUATE and self._evacuators:
-            # Evacuations take minutes: they run on their own threads, so
-            # the workers stay free to fence the next hosts of a storm.
-            # The host's key is released meanwhile; its record stays busy,
-            # and the result comes back through its inbox.
-            self._slow.put(lambda: self._execute(host_id, rec, action,
-                                                 action_id, started, True))
-            return
-        self._execute(host_id, rec, action, action_id, started, False)
+        if pending.carry is None:
+            LOG.info("action_started", host=rec.name, action=action.value,
+                     state=rec.state.value)
+        self._execute(host_id, rec, action, action_id, started,
+                      pending.carry)
 
-    def _execute(self, host_id, rec, action, action_id, started, detached):
-        """Run the action and queue its result (or its retry). A detached
-        run (on an evacuation thread) hands the host back to the workers
-        when done."""
-        try:
-            self._execute_inline(host_id, rec, action, action_id, started)
-        finally:
-            if detached:
-                self.queue.add(host_id)
+    def _replace_pass(self, host_id, rec, action):
+        """A new attempt of an action run in passes: the unfinished one of
+        an earlier attempt (still following what Nova had after an
+        operator stepped in) is abandoned; the new one reads the world
+        afresh and follows what is still in flight."""
+        with self._lock:
+            old = self._passes.get(host_id)
+            if old is None or old.pending.action is not action:
+                return
+            del self._passes[host_id]
+        old.pending.carry.close()
+        LOG.info("action_pass_abandoned", host=rec.name, action=action.value,
+                 reason="a new attempt starts: it reads Nova afresh and "
+                        "follows what is still in flight")
 
-    def _execute_inline(self, host_id, rec, action, action_id, started):
+    def _execute(self, host_id, rec, action, action_id, started, carry):
+        """Run the action (one pass of it) and queue its result, its next
+        pass, or its retry."""
         try:
             failpoints.hit("before_action:" + action.value)
-            result = actions_mod.RUN[action](self.ctx, rec)
+            result = actions_mod.run(action, self.ctx, rec, carry)
+            if isinstance(result, actions_mod.Requeue):
+                self._requeue(host_id, action, action_id, result)
+                return
             failpoints.hit("after_action:" + action.value)
         except actions_mod.FenceHeld as e:
             self._hold_fence(host_id, rec, action, action_id, str(e))
@@ -654,6 +675,20 @@ class Engine:
             self._inbox[host_id].appendleft(_Result(
                 result, (action_id, self.clock(), result.kind.value,
                          result.reason)))
+
+    def _requeue(self, host_id, action, action_id, again):
+        """The action is not finished: its next pass runs after
+        ``again.after`` seconds, or sooner when woken. The host's key is
+        free meanwhile (its events are applied as they come); its record
+        stays busy."""
+        with self._lock:
+            self._passes[host_id] = _Pass(
+                _Pending(action, action_id, again.carry),
+                self.clock() + again.after)
+        if again.after > 0:
+            self.queue.add_after(host_id, again.after)
+        else:
+            self.queue.add(host_id)
 
     def _with_evac_floor(self, new, event, finish):
         """``new`` (entering FENCED) with the id of the host's last
@@ -883,22 +918,10 @@ class Engine:
                                    "thread did not run for this long")
             last = ended
 
-    def _evacuator(self):
-        while True:
-            job = self._slow.get()
-            if job is None:
-                return
-            try:
-                job()
-            except Exception:
-                LOG.exception("evacuation_thread_error")
-
     def start(self):
         for i in range(self.conf.workers):
             self._spawn(self._worker, "worker-%d" % i)
-        for i in range(self.conf.workers):
-            self._spawn(self._evacuator, "evacuator-%d" % i)
-            self._evacuators += 1
+        self._started = True
         self._spawn(self.queue.run_delayer, "delayer")
         self._spawn(self._ticker, "ticker")
 
@@ -910,8 +933,10 @@ class Engine:
     def stop(self, timeout=5.0):
         self._stop.set()
         self.queue.shut_down()
-        for _ in range(self._evacuators):
-            self._slow.put(None)
+        with self._lock:
+            passes, self._passes = list(self._passes.values()), {}
+        for p in passes:
+            p.pending.carry.close()
         self._probes.shutdown(wait=False)
         for t in self._threads:
             t.join(timeout)

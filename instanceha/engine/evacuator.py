@@ -129,9 +129,37 @@ class _Run:
         #: server id -> the reserved host its evacuation is aimed at
         self.targets = {}
         self.held_logged = 0
+        #: {server id: why the gate holds it} at the last pass
+        self.held = {}
         #: when the host was last proven dead (proof.reprove)
         self.proved_at = None
+        #: the next pass judges what is in flight (this one waited on it)
+        self.judging = False
+        #: when Nova's migrations were last read for the judging
+        self.last_poll = ctx.clock()
         self._read_journal()
+
+    def status_text(self):
+        """Where the evacuation stands, in a few words (status)."""
+        outcome = self.outcome
+        waiting = sum(1 for a in self.inflight.values() if a.waiting)
+        text = ("%d of %d servers sent, %d in flight, %d done"
+                % (self.sent, outcome.total, len(self.inflight),
+                   len(outcome.done)))
+        if outcome.retried or waiting:
+            text += ", %d retried, %d waiting on a dead destination" % (
+                len(outcome.retried), waiting)
+        if self.held:
+            text += ", %d held (%s)" % (len(self.held),
+                                        next(iter(self.held.values())))
+        return text
+
+    def close(self):
+        """The run is over (or abandoned): it neither waits at the gate
+        nor holds a slot there, nor shows in status."""
+        self.ctx.gate.release(self.host)
+        if self.ctx.runs.get(self.record.id) is self:
+            del self.ctx.runs[self.record.id]
 
     # -- journal ------------------------------------------------------------
     def _read_journal(self):
@@ -562,10 +590,48 @@ def close_open_rows(ctx, record, why):
     return len(run.open_rows)
 
 
-def evacuate_host(ctx, record):
-    """Returns an :class:`Outcome`. Raises ComputeError on API trouble that a
-    retry may cure (the engine backs off and calls again)."""
-    conf = ctx.conf.evacuation
+class Requeue:
+    """A pass that is not finished: the engine runs the next pass of the
+    same action after ``after`` seconds (sooner when woken: a
+    notification about a server), handing ``carry`` back."""
+
+    __slots__ = ("after", "carry")
+
+    def __init__(self, after, carry):
+        self.after = after
+        self.carry = carry
+
+    def close(self):
+        """The work is abandoned (the action raised, the engine stops)."""
+        if self.carry is not None:
+            self.carry.close()
+
+
+def evacuate_pass(ctx, record, run=None):
+    """One pass of the evacuation of ``record``'s host. ``run``: what the
+    previous pass returned in its :class:`Requeue` (None: a new attempt).
+    Returns the :class:`Outcome` once nothing is left to send or in
+    flight, else a :class:`Requeue`. Never waits: the engine comes back.
+
+    ``record`` is the host's record now: once it is no longer evacuating
+    (an operator suspended it), nothing more is sent and the servers Nova
+    already has are judged to the end (and journalled). Raises
+    ComputeError on API trouble that a retry may cure (the engine backs
+    off and starts a new attempt, which resumes what Nova took)."""
+    if run is None:
+        run = _start(ctx, record)
+        if isinstance(run, Outcome):
+            return run
+    try:
+        return _step(ctx, record, run)
+    except BaseException:
+        run.close()
+        raise
+
+
+def _start(ctx, record):
+    """The first pass's reading of the world: a :class:`_Run`, or the
+    :class:`Outcome` when the host is not proven dead now."""
     host = record.name
     # A proof of death is never reused (a restart, a takeover, a wait for
     # capacity may lie between the fence and now): proven dead again
@@ -585,12 +651,25 @@ def evacuate_host(ctx, record):
     servers = ctx.compute.list_servers(host)
     outcome = Outcome(total=len(servers))
     run = _Run(ctx, record, outcome, migrations)
+    # Where it stands, for status (Engine.running_work), while it runs.
+    ctx.runs[record.id] = run
+    try:
+        _plan(ctx, record, run, servers, migrations)
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
+def _plan(ctx, record, run, servers, migrations):
+    host = record.name
+    outcome = run.outcome
     listed = {s.id for s in servers}
     run.close_finished(listed, migrations)
     outcome.earlier = sum(1 for sid, status in run.last_status.items()
                           if status == "done" and sid not in listed)
     now = ctx.clock()
-    mv = power.parse_microversion(conf.microversion)
+    mv = power.parse_microversion(ctx.conf.evacuation.microversion)
     candidates = []
     for s in servers:
         plan = run.plans[s.id] = power.plan(s.vm_state, s.power_state, mv,
@@ -622,120 +701,119 @@ def evacuate_host(ctx, record):
     run.keys = chosen.keys
     run.proved_at = ctx.clock()
     run.record_waiting(held)
+    run.last_poll = ctx.clock()
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
-    try:
-        _drive(ctx, record, run, outcome)
-    finally:
-        ctx.gate.release(host)
-    return outcome
 
 
-def _drive(ctx, record, run, outcome):
-    """Send the servers as the gate admits them and judge them until none
-    is left to send or in flight."""
+def _step(ctx, record, run):
+    """Judge what is in flight (when the previous pass waited on it), then
+    send what may go; an Outcome when all is settled, else a Requeue."""
     conf = ctx.conf.evacuation
-    host = record.name
-    last_poll = ctx.clock()
-    held = {}
-    while run.todo or run.inflight:
-        waiting = sum(1 for a in run.inflight.values() if a.waiting)
-        text = ("%d of %d servers sent, %d in flight, %d done"
-                % (run.sent, outcome.total, len(run.inflight),
-                   len(outcome.done)))
-        if outcome.retried or waiting:
-            text += ", %d retried, %d waiting on a dead destination" % (
-                len(outcome.retried), waiting)
-        if held:
-            text += ", %d held (%s)" % (len(held), next(iter(held.values())))
-        ctx.running[record.id] = text
-        if run.todo and ctx.preempted(record.id):
-            # An operator suspended the host: send nothing more; what Nova
-            # already has finishes and is waited for (and journalled).
-            outcome.stopped = len(run.todo)
-            LOG.warning("evacuation_stopped", host=host, left=len(run.todo),
-                        in_flight=len(run.inflight),
-                        reason="operator suspended the host: no more "
-                               "servers sent, those in flight finish")
-            run.drop_todo("not evacuated: suspended by operator")
-        now = ctx.clock()
-        ready = [t for t in run.todo if t[1] <= now]
-        if run.todo:
-            run.services = ctx.compute.list_services()
-        if run.todo and _host_returned(record, run.services):
-            # A host that reports in again (a kdump reboot, someone powering
-            # it on) may be running the servers not yet sent: stop here.
-            outcome.returned = True
-            run.drop_todo("not evacuated: the host reported back")
-            ready = []
-        if ready and now - run.proved_at > conf.proof_max_age:
-            # A long wait (capacity, unanswered requests, the gate) since
-            # the host was proven dead: proven again before more is sent.
-            ok, why = proof.reprove(ctx, record)
-            if ok:
-                run.proved_at = ctx.clock()
-            else:
-                outcome.unproven = why
-                LOG.warning("evacuation_stopped", host=host,
-                            left=len(run.todo), in_flight=len(run.inflight),
-                            reason="not proven dead any more: " + why)
-                run.drop_todo("not evacuated: the host is not proven dead "
-                              "now: " + why)
-                ready = []
-        busy = sum(1 for a in run.inflight.values() if not a.waiting)
-        # The per-host limit, the cap across hosts and the priority order
-        # over every host being evacuated (engine.admission). Asked at
-        # every pass, even with nothing ready, so that the slots of
-        # evacuations finished since are given back at once.
-        send, held = ctx.gate.request(host, [
-            admission.Item(sid, host, run.priority(sid), run.key(sid))
-            for sid, _, _ in ready], busy)
-        if ready:
-            if held and len(held) != run.held_logged:
-                LOG.info("evacuations_held", host=host, count=len(held),
-                         reason=next(iter(held.values())))
-            run.held_logged = len(held)
-            if any(sid in outcome.retried for sid in send):
-                run.migs = _by_server(ctx.compute.list_evacuations(host))
-            by_id = {t[0]: t for t in ready}
-            for sid in send:
-                item = by_id[sid]
-                run.todo.remove(item)
-                run.send(sid, now, item[2])
-        if not run.inflight:
-            if not run.todo:
-                break
-            # Retries waiting for their back-off, or servers the gate
-            # holds for other hosts' evacuations.
-            wake = min(t[1] for t in run.todo)
-            if held:
-                wake = max(wake, ctx.clock() + conf.poll_interval)
-            ctx.board.wait(ctx.board.generation(),
-                           max(0.0, min(wake - ctx.clock(),
-                                        conf.poll_interval)))
-            continue
-        gen = ctx.board.generation()
-        ctx.board.wait(gen, conf.poll_interval)
-        now = ctx.clock()
-        # Notifications first: a server Nova reports active on another host
-        # is rebuilt. Nova's migration list is read every poll_interval
-        # without events (or while a destination is in doubt), and only
-        # every event_fallback_interval while the notification stream is
-        # healthy (the safety net for lost events).
-        for sid, dest in _rebuilt_by_event(ctx, host, run.inflight).items():
-            run.done(run.inflight[sid], dest, "seen in notifications")
-        if not run.inflight:
-            continue
-        doubtful = any(a.waiting or now - a.started >= conf.stall_timeout
-                       for a in run.inflight.values())
-        if (ctx.events_healthy() and not doubtful
-                and now - last_poll < conf.event_fallback_interval):
-            continue
-        last_poll = now
-        run.migs = _by_server(ctx.compute.list_evacuations(host))
+    if run.judging:
+        _judge_all(ctx, run)
+    if run.todo or run.inflight:
+        _send_ready(ctx, record, run)
+    if not run.inflight:
+        run.judging = False
+        if not run.todo:
+            run.close()
+            return run.outcome
+        # Retries waiting for their back-off, or servers the gate holds
+        # for other hosts' evacuations.
+        wake = min(t[1] for t in run.todo)
+        if run.held:
+            wake = max(wake, ctx.clock() + conf.poll_interval)
+        after = max(0.0, min(wake - ctx.clock(), conf.poll_interval))
+    else:
+        run.judging = True
+        after = conf.poll_interval
+    return Requeue(after, run)
+
+
+def _send_ready(ctx, record, run):
+    """Send the servers the gate admits now (nothing once the host is no
+    longer evacuating, reported back, or is not proven dead any more)."""
+    conf = ctx.conf.evacuation
+    host = run.host
+    outcome = run.outcome
+    if run.todo and record.state is not run.record.state:
+        # An operator suspended the host: send nothing more; what Nova
+        # already has finishes and is judged (and journalled).
+        outcome.stopped = len(run.todo)
+        LOG.warning("evacuation_stopped", host=host, left=len(run.todo),
+                    in_flight=len(run.inflight), state=record.state.value,
+                    reason="operator suspended the host: no more "
+                           "servers sent, those in flight finish")
+        run.drop_todo("not evacuated: suspended by operator")
+    now = ctx.clock()
+    ready = [t for t in run.todo if t[1] <= now]
+    if run.todo:
         run.services = ctx.compute.list_services()
-        for attempt in list(run.inflight.values()):
-            run.judge(attempt, now)
+    if run.todo and _host_returned(run.record, run.services):
+        # A host that reports in again (a kdump reboot, someone powering
+        # it on) may be running the servers not yet sent: stop here.
+        outcome.returned = True
+        run.drop_todo("not evacuated: the host reported back")
+        ready = []
+    if ready and now - run.proved_at > conf.proof_max_age:
+        # A long wait (capacity, unanswered requests, the gate) since
+        # the host was proven dead: proven again before more is sent.
+        ok, why = proof.reprove(ctx, run.record)
+        if ok:
+            run.proved_at = ctx.clock()
+        else:
+            outcome.unproven = why
+            LOG.warning("evacuation_stopped", host=host,
+                        left=len(run.todo), in_flight=len(run.inflight),
+                        reason="not proven dead any more: " + why)
+            run.drop_todo("not evacuated: the host is not proven dead "
+                          "now: " + why)
+            ready = []
+    busy = sum(1 for a in run.inflight.values() if not a.waiting)
+    # The per-host limit, the cap across hosts and the priority order
+    # over every host being evacuated (engine.admission). Asked at
+    # every pass, even with nothing ready, so that the slots of
+    # evacuations finished since are given back at once.
+    send, run.held = ctx.gate.request(host, [
+        admission.Item(sid, host, run.priority(sid), run.key(sid))
+        for sid, _, _ in ready], busy)
+    if ready:
+        if run.held and len(run.held) != run.held_logged:
+            LOG.info("evacuations_held", host=host, count=len(run.held),
+                     reason=next(iter(run.held.values())))
+        run.held_logged = len(run.held)
+        if any(sid in outcome.retried for sid in send):
+            run.migs = _by_server(ctx.compute.list_evacuations(host))
+        by_id = {t[0]: t for t in ready}
+        for sid in send:
+            item = by_id[sid]
+            run.todo.remove(item)
+            run.send(sid, now, item[2])
+
+
+def _judge_all(ctx, run):
+    """Notifications first: a server Nova reports active on another host
+    is rebuilt. Nova's migration list is read every poll_interval without
+    events (or while a destination is in doubt), and only every
+    event_fallback_interval while the notification stream is healthy
+    (the safety net for lost events)."""
+    conf = ctx.conf.evacuation
+    now = ctx.clock()
+    for sid, dest in _rebuilt_by_event(ctx, run.host, run.inflight).items():
+        run.done(run.inflight[sid], dest, "seen in notifications")
+    if not run.inflight:
+        return
+    doubtful = any(a.waiting or now - a.started >= conf.stall_timeout
+                   for a in run.inflight.values())
+    if (ctx.events_healthy() and not doubtful
+            and now - run.last_poll < conf.event_fallback_interval):
+        return
+    run.last_poll = now
+    run.migs = _by_server(ctx.compute.list_evacuations(run.host))
+    run.services = ctx.compute.list_services()
+    for attempt in list(run.inflight.values()):
+        run.judge(attempt, now)
 
 
 def _place(ctx, record, servers, ordered, outcome):

@@ -1,9 +1,9 @@
 """Evacuation progress board: lets event sources wake evacuation waits.
 
-The evacuate action polls Nova's migrations between waits; a notification
+An evacuation runs in passes that judge Nova's migrations; a notification
 listener that sees ``instance.*`` events for a server calls :meth:`record`,
-which wakes every waiter at once instead of letting it sleep the full poll
-interval. Without notifications it degrades to plain polling.
+which wakes the hosts waiting for their next pass at once instead of after
+the full poll interval. Without notifications it degrades to plain polling.
 """
 
 import threading
@@ -15,6 +15,12 @@ class ProgressBoard:
         self._cond = threading.Condition()
         self._seen = {}      # server_id -> dict(host=..., state=..., event=...)
         self._generation = 0
+        self._subscribers = []
+
+    def subscribe(self, fn):
+        """fn(server_id) after each record (outside the board's lock): the
+        engine wakes the evacuations waiting for their next pass."""
+        self._subscribers.append(fn)
 
     def record(self, server_id, **facts):
         """Note what an event said about a server and wake the waiters."""
@@ -22,6 +28,8 @@ class ProgressBoard:
             self._seen.setdefault(server_id, {}).update(facts)
             self._generation += 1
             self._cond.notify_all()
+        for fn in list(self._subscribers):
+            fn(server_id)
 
     def facts(self, server_id):
         with self._cond:

@@ -326,3 +326,21 @@ class FakeFencer(fb.FencingDriver):
     def power_state(self, bmc):
         return (fb.PowerState.OFF if bmc.host in self.powered_off
                 else fb.PowerState.ON)
+
+
+def evacuate_to_end(ctx, record, step=None, passes=100000):
+    """An evacuation's passes one after the other, as the engine runs
+    them: between two passes the board's wait lets the delay the pass
+    asked for go by (on the test's clock). ``step``: the pass function
+    (evacuator.evacuate_pass, or actions.evacuate for the result event)."""
+    from instanceha.engine import evacuator
+    step = step or evacuator.evacuate_pass
+    carry = None
+    for _ in range(passes):
+        out = step(ctx, record, carry)
+        if not isinstance(out, evacuator.Requeue):
+            return out
+        carry = out.carry
+        ctx.board.wait(ctx.board.generation(), out.after)
+    raise AssertionError("the evacuation did not finish in %d passes"
+                         % passes)

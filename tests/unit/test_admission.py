@@ -4,6 +4,7 @@ across hosts ([recovery] max_inflight) and priority over all hosts."""
 from instanceha.engine import admission, evacuator
 from instanceha.policy import order
 from tests.unit.test_engine import World
+from tests.unit import fakes  # noqa: E402
 
 
 def _item(sid, host, priority, age=0.0):
@@ -84,7 +85,7 @@ def test_an_evacuation_waits_for_a_slot_another_host_holds():
 
     w.compute.list_services = list_services
     w.compute.evacuate = evacuate
-    out = evacuator.evacuate_host(w.ctx, rec)
+    out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed
     assert sent_at and min(sent_at) >= 4, sent_at
     # one at a time under the cap

@@ -161,6 +161,7 @@ from instanceha.engine import actions, evacuator, failures   # noqa: E402
 from instanceha.engine.progress import ProgressBoard         # noqa: E402
 from instanceha.events import EventKind as E                 # noqa: E402
 from tests.unit.test_engine import World                     # noqa: E402
+from tests.unit import fakes  # noqa: E402
 
 
 def _svc(host, state="up", forced=False):
@@ -322,7 +323,7 @@ class _Storm:
                 svc.update(forced_down=True, status="disabled")
 
     def run(self):
-        return evacuator.evacuate_host(self.w.ctx, self.rec)
+        return fakes.evacuate_to_end(self.w.ctx, self.rec)
 
     def rows(self, sid):
         return [(r["status"], r["dest_host"])
@@ -395,7 +396,7 @@ def test_retries_are_bounded_per_server():
     # The budget is in the journal: the next attempt of the host (after
     # a restart, say) does not send it again.
     sent = len(st.requests)
-    result = actions.evacuate(st.w.ctx, st.rec)
+    result = fakes.evacuate_to_end(st.w.ctx, st.rec, actions.evacuate)
     assert result.kind == E.EVACUATE_FAILED and "gave up" in result.reason
     assert len(st.requests) == sent
 
@@ -458,7 +459,7 @@ def test_restart_resumes_a_stuck_server_without_sending_it_again():
 def test_evacuate_action_succeeds_when_retries_save_every_server():
     st = _Storm(fence_after=5)
     st.c.doomed.append(["claim", 1])
-    result = actions.evacuate(st.w.ctx, st.rec)
+    result = fakes.evacuate_to_end(st.w.ctx, st.rec, actions.evacuate)
     assert result.kind == E.EVACUATE_OK, result.reason
     assert "1 sent again after a failure" in result.reason
     assert result.detail["retried"] == 1

@@ -2,6 +2,7 @@
 
 from instanceha.engine import evacuator
 from tests.unit.test_engine import World
+from tests.unit import fakes  # noqa: E402
 
 
 def _isolated_world(**kw):
@@ -23,7 +24,7 @@ def test_done_from_notifications_without_reading_migrations_again():
     calls = []
     real = w.compute.list_evacuations
     w.compute.list_evacuations = lambda host: calls.append(host) or real(host)
-    out = evacuator.evacuate_host(w.ctx, rec)
+    out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed
     assert set(out.done.values()) <= {"compute-0", "compute-2"}
     assert calls == ["compute-1"]     # only the initial listing
@@ -49,7 +50,7 @@ def test_stale_or_incomplete_events_do_not_count():
 
 def test_without_events_migrations_decide():
     w, rec = _isolated_world()
-    out = evacuator.evacuate_host(w.ctx, rec)
+    out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2
 
 

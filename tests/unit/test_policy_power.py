@@ -13,6 +13,7 @@ from instanceha.policy import power
 from instanceha.sim import SimCloud
 from tests.unit.fakes import Clock
 from tests.unit.test_engine import World
+from tests.unit import fakes  # noqa: E402
 
 
 # -- the decision -------------------------------------------------------------
@@ -159,7 +160,7 @@ def test_active_and_stopped_servers_keep_their_power_state():
     w, rec = _world(**{"compute-1-vm-1": "stopped"})
     r = _Recorder(w, {"compute-1-vm-0": power.RUNNING,
                       "compute-1-vm-1": power.SHUTDOWN})
-    out = evacuator.evacuate_host(w.ctx, rec)
+    out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed and not out.skipped
     # Both sent at the configured microversion (the driver's default).
     assert r.requests == {"compute-1-vm-0": None, "compute-1-vm-1": None}
@@ -174,7 +175,7 @@ def test_error_server_with_power_off_is_stopped_on_its_new_host():
     r = _Recorder(w, {"compute-1-vm-0": power.SHUTDOWN,
                       "compute-1-vm-1": power.RUNNING})
     with capture_logs() as logs:
-        out = evacuator.evacuate_host(w.ctx, rec)
+        out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed
     assert r.stops == ["compute-1-vm-0"]
     vm0, vm1 = (w.compute.servers["compute-1-vm-%d" % i] for i in (0, 1))
@@ -192,7 +193,7 @@ def test_a_failed_stop_is_logged_and_the_evacuation_stands(error):
     w, rec = _world(**{"compute-1-vm-0": "error"})
     _Recorder(w, {"compute-1-vm-0": power.SHUTDOWN}, stop_error=error)
     with capture_logs() as logs:
-        out = evacuator.evacuate_host(w.ctx, rec)
+        out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and not out.failed
     errors = [e for e in logs if e["event"] == "evacuated_server_not_stopped"]
     assert [e["server"] for e in errors] == ["compute-1-vm-0"]
@@ -204,7 +205,7 @@ def test_driver_without_os_stop_is_logged_not_fatal():
     r = _Recorder(w, {"compute-1-vm-0": power.SHUTDOWN})
     del w.compute.stop_server          # the base class: NotImplementedError
     with capture_logs() as logs:
-        out = evacuator.evacuate_host(w.ctx, rec)
+        out = fakes.evacuate_to_end(w.ctx, rec)
     assert len(out.done) == 2 and r.stops == []
     assert any(e["event"] == "evacuated_server_not_stopped" for e in logs)
 
@@ -214,7 +215,7 @@ def test_paused_and_suspended_servers_are_reported_never_sent():
                        "compute-1-vm-1": "suspended"})
     r = _Recorder(w)
     with capture_logs() as logs:
-        out = evacuator.evacuate_host(w.ctx, rec)
+        out = fakes.evacuate_to_end(w.ctx, rec)
     assert r.requests == {} and not out.done
     assert set(out.skipped) == {"compute-1-vm-0", "compute-1-vm-1"}
     assert "vm_state paused" in out.skipped["compute-1-vm-0"]

@@ -13,6 +13,7 @@ from instanceha.fsm.states import Action, State as S
 from instanceha.policy import proof
 from instanceha.sources.reconciler import Reconciler
 from tests.unit.test_engine import World
+from tests.unit import fakes  # noqa: E402
 
 P = machine.Policy(grace_period=10.0, resume_boot_time=300.0,
                    max_attempts=3)
@@ -186,7 +187,7 @@ def test_a_long_pass_proves_the_host_dead_again_before_sending_more():
         w.power_on("compute-1")          # a technician, mid-pass
         w.clock.advance(2.0)
     w.compute.on_evacuate = on_evacuate
-    result = actions.evacuate(w.ctx, rec)
+    result = fakes.evacuate_to_end(w.ctx, rec, actions.evacuate)
     assert result.kind is E.REPROOF_FAILED, result
     assert "power On" in result.reason and "so far 1/3" in result.reason
     assert len(w.compute.migrations) == 1
