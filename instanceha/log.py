@@ -4,32 +4,52 @@ import logging
 import re
 import sys
 
+from oslo_utils import strutils
 import structlog
 
+#: Field names whose value is a secret, at the top of a log line or in a
+#: dict inside it. Ours, not mask_dict_password's list: that list knows
+#: neither ``transport_url`` nor ``credential`` nor ``auth``
+#: (tests/unit/test_log_masking.py shows it).
 SECRET_KEYS = re.compile(r"(pass(word)?|secret|token|transport_url|"
                          r"credential|auth)", re.I)
 MASK = "***"
+
+# Inside a text, oslo.utils' strutils.mask_password masks ``password=x``,
+# ``'password': 'x'``, ``"Password": "x"``, ``--password x`` and the like
+# for the names it knows (password, token, secret, ...). The patterns below
+# cover only what it misses; tests/unit/test_log_masking.py
+# (test_mask_password_misses_what_our_patterns_cover) shows each miss.
+
 #: ``scheme://user:password@host``: the password (up to the last ``@``
-#: before the host; a password with ``@`` in it is masked whole)
+#: before the host; a password with ``@`` in it is masked whole).
+#: mask_password leaves URLs alone.
 URL_PASSWORD = re.compile(r"(://[^:/@\s'\"]*:)[^\s'\"]*@")
 #: HTTP headers that carry credentials, as ``Name: value``, ``'Name':
 #: 'value'`` (a dict's repr) or ``Name=value``; a scheme word (Basic,
-#: Bearer) is kept, what follows it masked
+#: Bearer) is kept, what follows it masked. mask_password knows no header
+#: names (``Authorization: Bearer x``, ``Cookie: x``).
 SECRET_HEADER = re.compile(
     r"((?:authorization|proxy-authorization|x-auth-token|x-subject-token|"
     r"x-storage-token|x-service-token|cookie|set-cookie)['\"]?\s*[:=]\s*"
     r"['\"]?(?:(?:basic|bearer|digest|negotiate|token)\s+)?)"
     r"[^'\"\s,;}\]]+", re.I)
-#: ``password=...``, ``'password': '...'``, ``"Password": "..."`` (Redfish
-#: session bodies), ``token=...`` and the like inside a text, e.g. the repr
-#: of an exception's arguments
+#: Fields mask_password misses: the names it does not know (``passwd=x``,
+#: ``db_pass=x``, ``api_key=x``, ``credentials: x``) in any form, and the
+#: names it knows with the value after a colon unquoted (``password: x``)
+#: or as bytes (``b'password': b'x'``, a request body's repr).
 SECRET_FIELD = re.compile(
-    r"((?<![a-z])(?:[a-z_]*pass(?:word|wd)?|secret|[a-z_]*token|api_key|"
-    r"credentials?)['\"]?\s*[:=]\s*(?:b?['\"])?)"
+    r"((?<![a-z])(?:"
+    r"(?:[a-z_]*pass(?:wd)?|api_key|credentials?)['\"]?\s*[:=]\s*"
+    r"(?:b?['\"])?"
+    r"|(?:[a-z_]*password|[a-z_]*token|secret)['\"]?\s*"
+    r"(?::\s*b?['\"]?|=\s*b['\"])))"
     r"(?!\*\*\*)[^'\"\s,;}&)\]]+", re.I)
-#: command lines: ``ipmitool -P secret``, ``fence_* --password=secret``
-#: (``-p`` is a port for ipmitool: not masked), ``sshpass -p secret``
-SECRET_FLAG = re.compile(r"((?:^|\s)(?:-P|--password|--passwd|-k)(?:=|\s+))"
+#: Command lines: ``ipmitool -P secret``, ``sshpass -p secret``... as
+#: short flags (``-P``, ``-k``; ``-p`` is a port for ipmitool: not masked)
+#: and ``--passwd``, which mask_password does not know (it masks
+#: ``--password``).
+SECRET_FLAG = re.compile(r"((?:^|\s)(?:-P|--passwd|-k)(?:=|\s+))"
                          r"(?!\*\*\*)\S+")
 
 
@@ -41,9 +61,13 @@ def mask_url(text):
 
 
 def mask_text(text):
-    """``text`` with every credential the patterns above know masked."""
+    """``text`` with every credential masked: mask_password's, then the
+    patterns above. (mask_password also blanks the last quoted value after
+    a secret in a dict's repr: ``{'password': 'x', 'host': 'h'}`` becomes
+    ``{'password': '***', 'host': '}``.)"""
     if not text:
         return text
+    text = strutils.mask_password(text, secret=MASK)
     text = URL_PASSWORD.sub(r"\1" + MASK + "@", text)
     text = SECRET_HEADER.sub(r"\1" + MASK, text)
     text = SECRET_FIELD.sub(r"\1" + MASK, text)

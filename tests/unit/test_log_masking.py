@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+from oslo_utils import strutils
 import structlog
 
 from instanceha import log
@@ -101,3 +102,41 @@ def test_fields_named_secret_and_nested_values(captured):
     text = buf.getvalue()
     assert not [s for s in SECRETS if s in text], text
     assert "host" in text and "refused" in text
+
+
+#: Texts whose secret oslo.utils' mask_password leaves in place: each is
+#: why a pattern of instanceha.log stays beside it.
+MISSED = [
+    ("URL_PASSWORD", TEXTS[0]), ("URL_PASSWORD", TEXTS[1]),
+    ("SECRET_HEADER", "Authorization: Bearer bearer-abc"),
+    ("SECRET_HEADER", "X-Auth-Token: tok-123456"),
+    ("SECRET_HEADER", "Cookie: tok-123456"),
+    ("SECRET_FIELD", "login with passwd=hunter2-repr refused"),
+    ("SECRET_FIELD", "db_pass=hunter2-repr"),
+    ("SECRET_FIELD", "{'api_key': 'tok-123456'}"),
+    ("SECRET_FIELD", "credentials: tok-123456"),
+    ("SECRET_FIELD", "password: hunter2-repr"),
+    ("SECRET_FIELD", "body=b'{\"password\": b'redfish-pw-7'"),
+    ("SECRET_FLAG", TEXTS[4]),
+    ("SECRET_FLAG", "fence_ipmilan --passwd ipmi-pw-9 -o off"),
+    ("SECRET_FLAG", "fence_x -k ipmi-pw-9"),
+]
+
+
+@pytest.mark.parametrize("pattern,text", MISSED)
+def test_mask_password_misses_what_our_patterns_cover(pattern, text):
+    assert [s for s in SECRETS if s in strutils.mask_password(text)], text
+    assert getattr(log, pattern).search(text)
+    masked = log.mask_text(text)
+    assert "***" in masked
+    assert not [s for s in SECRETS if s in masked], masked
+
+
+def test_mask_dict_password_misses_field_names_we_mask(captured):
+    fields = {"transport_url": "tok-123456", "credential": "hunter2-repr",
+              "auth": "bearer-abc"}
+    assert strutils.mask_dict_password(fields) == fields
+    buf = captured()
+    structlog.get_logger("x").info("configured", conf=fields, **fields)
+    text = buf.getvalue()
+    assert not [s for s in SECRETS if s in text], text
