@@ -1,6 +1,7 @@
 from oslo_config import cfg
 
 from instanceha.conf import _group
+from instanceha.util.marker import MARKER
 
 GROUP = "notifications"
 DEFAULT_EVENT_TYPES = [
@@ -42,11 +43,16 @@ OPTS = [
                      "type matches one are handled, the rest are acked "
                      "unread. Dropping service.update here disables "
                      "event-driven detection."),
-    cfg.StrOpt("own_reason_prefix", default="instanceha:",
-               help="disabled_reason prefix that marks instanceha's own "
-                    "writes; service.update notifications carrying it are "
-                    "ignored so our own force-down does not loop back. "
-                    "Must match what the engine writes."),
+    cfg.StrOpt("own_reason_prefix", default=MARKER,
+               deprecated_for_removal=True,
+               deprecated_reason="The marker is fixed: the engine always "
+                                 "writes '%s', and the listener always "
+                                 "recognises it. This option no longer "
+                                 "changes anything." % MARKER,
+               help="Ignored. Was the disabled_reason prefix that marks "
+                    "instanceha's own writes; service.update notifications "
+                    "carrying the fixed marker '%s' are ignored so our own "
+                    "force-down does not loop back." % MARKER),
     cfg.FloatOpt("own_write_window", default=30.0, min=0, max=3600,
                  help="Seconds during which a service.update matching a "
                       "write the engine announced (note_own_write) is "

@@ -2,6 +2,7 @@ from oslo_config import cfg
 from oslo_config import types
 
 from instanceha.conf import _group
+from instanceha.util.marker import MARKER
 
 GROUP = "reserved_hosts"
 OPTS = [
@@ -75,9 +76,9 @@ def validate(conf):
     if not p or p != p.strip():
         raise cfg.Error("[%s] reason_prefix: must be a non-empty word "
                         "without blanks around it, not %r" % (GROUP, p))
-    if p.startswith("instanceha:") or "instanceha:".startswith(p):
+    if p.startswith(MARKER) or MARKER.startswith(p):
         raise cfg.Error("[%s] reason_prefix %r would match the reasons "
-                        "instanceha writes ('instanceha: ...')" % (GROUP, p))
+                        "instanceha writes ('%s ...')" % (GROUP, p, MARKER))
     if r.max_per_failed_host and r.max_per_failed_host < r.per_failed_host:
         raise cfg.Error("[%s] max_per_failed_host (%d) is below "
                         "per_failed_host (%d)" % (

@@ -47,14 +47,13 @@ import dataclasses
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from instanceha.policy import capacity as cap
+from instanceha.util.marker import MARKER, is_ours
 
 ZONE = "zone"
 AGGREGATE = "aggregate"
 MATCHES = (ZONE, AGGREGATE)
 
 DEFAULT_PREFIX = "reserved"
-#: reasons instanceha writes when it isolates a host: never a spare
-OWN_PREFIX = "instanceha:"
 _BLANKS = (" ", "\t")
 
 
@@ -83,9 +82,9 @@ class Settings:
         if not isinstance(p, str) or not p or p != p.strip():
             raise ValueError("reason_prefix must be a non-empty word without "
                              "blanks around it, not %r" % (p,))
-        if p.startswith(OWN_PREFIX) or OWN_PREFIX.startswith(p):
+        if p.startswith(MARKER) or MARKER.startswith(p):
             raise ValueError("reason_prefix %r would match the reasons "
-                             "instanceha writes (%s...)" % (p, OWN_PREFIX))
+                             "instanceha writes (%s...)" % (p, MARKER))
         unknown = [m for m in self.match if m not in MATCHES]
         if unknown:
             raise ValueError("unknown match rule(s) %s; known: %s" % (
@@ -153,7 +152,7 @@ def reserved_because(service, settings: Settings = Settings()
     if service.status != "disabled":
         return False, "%s is enabled" % host
     reason = service.disabled_reason
-    if isinstance(reason, str) and reason.startswith(OWN_PREFIX):
+    if is_ours(reason):
         return False, "%s was disabled by instanceha (%r)" % (host, reason)
     if service.forced_down:
         return False, "%s is forced down" % host
@@ -382,7 +381,7 @@ def release(failed_host: str, in_use: Mapping[str, str],
     for host in mine:
         old = originals.get(host)
         if isinstance(old, str) and old.strip() \
-                and not old.startswith(OWN_PREFIX):
+                and not is_ours(old):
             reasons[host] = old
         else:
             reasons[host] = settings.returned_reason

@@ -10,7 +10,8 @@ dropped; nothing raised by a payload or by the sink reaches oslo.messaging.
 
 ``service.update`` for nova-compute:
 
-* our own write (``disabled_reason`` starting with ``own_reason_prefix``, or
+* our own write (``disabled_reason`` starting with ``instanceha:``, the
+  marker of :mod:`instanceha.util.marker`, or
   a write announced with :meth:`NotificationSource.note_own_write`) -> none;
 * ``forced_down`` true (another actor) -> ``FORCED_DOWN``;
 * otherwise ``last_seen_up`` within ``[detection] delta`` -> ``HEARTBEAT_OK``
@@ -31,6 +32,7 @@ import structlog
 from instanceha.events import Event
 from instanceha.events import EventKind
 from instanceha.sources import nova_payloads as np
+from instanceha.util import marker
 
 LOG = structlog.get_logger("instanceha.sources.notifications")
 
@@ -38,7 +40,7 @@ SOURCE = "notification"
 PRIORITIES = ("audit", "debug", "info", "warn", "error", "critical", "sample")
 
 
-def service_event(facts, now, fresh_for, own_prefix, publisher_id=None,
+def service_event(facts, now, fresh_for, *, publisher_id=None,
                   event_type="service.update"):
     """Decide which host event a service.update is, if any.
 
@@ -46,8 +48,7 @@ def service_event(facts, now, fresh_for, own_prefix, publisher_id=None,
     """
     if facts.binary != "nova-compute":
         return None, "not_compute"
-    if facts.disabled_reason and own_prefix \
-            and facts.disabled_reason.startswith(own_prefix):
+    if marker.is_ours(facts.disabled_reason):
         return None, "own_write"
     detail = {"forced_down": facts.forced_down, "disabled": facts.disabled,
               "disabled_reason": facts.disabled_reason,
@@ -421,8 +422,8 @@ class NotificationSource:
                       host=facts.host, reason="own_write_announced")
             return
         event, reason = service_event(
-            facts, now, self._fresh_for, self._group.own_reason_prefix,
-            publisher_id=publisher_id, event_type=event_type)
+            facts, now, self._fresh_for, publisher_id=publisher_id,
+            event_type=event_type)
         if event is None:
             LOG.debug("notification_ignored", event_type=event_type,
                       host=facts.host, reason=reason)

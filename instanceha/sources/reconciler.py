@@ -23,11 +23,11 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
+from instanceha.util import marker
 
 LOG = structlog.get_logger("instanceha.reconciler")
 #: Passes start between DITHER and 1 times [detection] poll_interval apart.
 DITHER = 0.8
-OUR_PREFIX = "instanceha:"
 
 
 def classify(service, now, delta):
@@ -35,7 +35,7 @@ def classify(service, now, delta):
     must be on Nova's clock (NovaClock), like ``service.updated_at``."""
     age = None if service.updated_at is None else now - service.updated_at
     fresh = age is not None and age <= delta
-    ours = (service.disabled_reason or "").startswith(OUR_PREFIX)
+    ours = marker.is_ours(service.disabled_reason)
     if service.forced_down and not ours:
         return E.FORCED_DOWN, ("forced_down set with reason %r"
                                % (service.disabled_reason or ""))

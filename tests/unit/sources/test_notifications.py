@@ -28,8 +28,7 @@ def facts(**changes):
 # -- pure decisions ---------------------------------------------------------
 
 def decide(clock, **changes):
-    return notifications.service_event(facts(**changes), clock(), 30.0,
-                                       "instanceha:")
+    return notifications.service_event(facts(**changes), clock(), 30.0)
 
 
 def test_forced_down_by_another_actor_is_forced_down_event():
