@@ -178,14 +178,12 @@ class Reconciler:
         pass goes on: services matter more than aggregates)."""
         if not self._conf.policy.threshold_per_aggregate:
             return None
-        try:
-            found = self._compute.list_aggregates()
-        except (base.ComputeError, NotImplementedError) as e:
+        found = base.aggregates_or_none(
+            self._compute, LOG if self._host_aggregates is None else None,
+            effect="the threshold is applied globally and per zone only "
+                   "until os-aggregates answers")
+        if found is None:
             if self._host_aggregates is None:
-                LOG.warning("aggregates_unavailable", reason=str(e) or
-                            type(e).__name__, effect="the threshold is "
-                            "applied globally and per zone only until "
-                            "os-aggregates answers")
                 self._host_aggregates = {}
             return self._host_aggregates
         mapping = {}

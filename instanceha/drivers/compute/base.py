@@ -286,3 +286,18 @@ def _shared(obj, name, factory):
         # setdefault is atomic: two threads racing get one object.
         found = obj.__dict__.setdefault(name, factory())
     return found
+
+
+def aggregates_or_none(compute, log, effect, **fields):
+    """``compute.list_aggregates()``, or None when they cannot be read (Nova
+    refused or is unreachable, or the driver has no aggregates). Then
+    ``log`` (a structlog logger; None: say nothing, for a caller that has
+    already warned) warns ``aggregates_unavailable`` with the reason, what
+    the caller does without them (``effect``) and ``fields`` (its host)."""
+    try:
+        return compute.list_aggregates()
+    except (ComputeError, NotImplementedError) as e:
+        if log is not None:
+            log.warning("aggregates_unavailable", **fields,
+                        reason=str(e) or type(e).__name__, effect=effect)
+        return None
