@@ -21,10 +21,11 @@ backend, which a restart would only wait for again). :func:`liveness` and
 :func:`readiness` are the same judgements for GET /healthz and /readyz.
 """
 
-import threading
 import time
 
 import structlog
+
+from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.watchdog")
 
@@ -175,8 +176,13 @@ class SystemdLink:
             what="the coordination heartbeat attempted nothing")
         self.ready = False
         self._healthy = True
-        self._stop = threading.Event()
-        self._thread = None
+        # Quickly until ready (READY=1 soon after the first pass), then
+        # every half watchdog period.
+        self._periodic = periodic.Periodic(
+            "instanceha-systemd", self.step,
+            lambda: (self.interval if self.ready
+                     else min(self.interval, 0.2)),
+            error_event="watchdog_step_failed", log=LOG)
 
     @property
     def interval(self):
@@ -206,8 +212,8 @@ class SystemdLink:
             return ok, True, text
         rec = svc.reconciler
         threads = list(getattr(svc.engine, "_threads", ()))
-        if rec._thread is not None:
-            threads.append(rec._thread)
+        if rec.thread is not None:
+            threads.append(rec.thread)
         dead = [t.name for t in threads if not t.is_alive()]
         ok, why = self.liveness.judge(rec.passes + rec.errors, dead)
         # Ready once the engine has applied the first pass (every host
@@ -243,27 +249,18 @@ class SystemdLink:
             self.notifier.status(text)
         return ok
 
-    def _loop(self):
-        # Quickly until ready (READY=1 soon after the first pass), then
-        # every half watchdog period.
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception:          # noqa: BLE001 - keep feeding
-                LOG.exception("watchdog_step_failed")
-            self._stop.wait(self.interval if self.ready
-                            else min(self.interval, 0.2))
+    @property
+    def thread(self):
+        """The feeding thread; None before start or when systemd does not
+        listen."""
+        return self._periodic.thread
 
     def start(self):
         if not self.notifier.enabled:
             return
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="instanceha-systemd")
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self):
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._periodic.stop(5)
         if self.notifier.enabled:
             self.notifier.stopping()

@@ -33,6 +33,7 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.events import Event, EventKind as E
 from instanceha.log import MASK
+from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.audit")
 
@@ -121,8 +122,8 @@ class FencingAudit:
         self._clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = None
+        self._stop = threading.Event()      # ends both loops
+        self._loops = []
         self._unprotected = {}
         self._degraded = {}
         self.audits = 0
@@ -134,7 +135,6 @@ class FencingAudit:
         self._ids = dict(host_ids or {})
         self._power = {}            # host -> last PowerState the watch read
         self._lost_power = set()    # read On, then Off
-        self._watch_thread = None
 
     # -- one audit ------------------------------------------------------------
     def _check(self, service):
@@ -284,14 +284,6 @@ class FencingAudit:
         with self._lock:
             return set(self._lost_power)
 
-    def _watch_loop(self):
-        interval = self._conf.power_watch_interval
-        while not self._stop.wait(interval):
-            try:
-                self.watch_once()
-            except Exception as e:   # noqa: BLE001 - the loop must live
-                LOG.exception("power_watch_failed", reason=str(e))
-
     # -- answers ---------------------------------------------------------------
     def unprotected(self):
         with self._lock:
@@ -316,26 +308,23 @@ class FencingAudit:
         j = self._conf.jitter
         return self._conf.interval * (1 + self._rng.uniform(-j, j))
 
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception as e:   # noqa: BLE001 - the loop must live
-                LOG.exception("audit_failed", reason=str(e))
-            self._stop.wait(self.next_wait())
-
     def start(self):
+        """The audit at once, then every next_wait(); the power watch
+        (when on) every power_watch_interval, its first read one interval
+        after the start. An exception is logged and the loop goes on."""
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="fencing-audit")
-        self._thread.start()
-        if self._conf.power_watch_interval > 0:
-            self._watch_thread = threading.Thread(
-                target=self._watch_loop, daemon=True, name="power-watch")
-            self._watch_thread.start()
+        self._loops = [periodic.Periodic(
+            "fencing-audit", self.run_once, self.next_wait, stop=self._stop,
+            error_event="audit_failed", log=LOG)]
+        interval = self._conf.power_watch_interval
+        if interval > 0:
+            self._loops.append(periodic.Periodic(
+                "power-watch", self.watch_once, interval, first=interval,
+                stop=self._stop, error_event="power_watch_failed", log=LOG))
+        for loop in self._loops:
+            loop.start()
 
     def stop(self):
         self._stop.set()
-        for t in (self._thread, self._watch_thread):
-            if t:
-                t.join(5)
+        for loop in self._loops:
+            loop.join(5)

@@ -44,6 +44,7 @@ from instanceha.drivers.compute import base as cb
 from instanceha.events import EventKind as E
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.sources.reconciler import classify
+from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.control_plane")
 
@@ -93,8 +94,10 @@ class ControlPlaneMonitor:
         self._api_record = getattr(compute, "api_record", None) \
             or cb.CallRecord()
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread = None
+        self._periodic = periodic.Periodic(
+            "instanceha-control-plane", self.check_once,
+            lambda: self._opts.poll_interval,
+            error_event="control_plane_check_error", log=LOG)
         self.checks = 0
         self.last_check_at = None       # local clock
         self._checked_mono = None       # monotonic, when the last check ended
@@ -358,25 +361,14 @@ class ControlPlaneMonitor:
             return h
 
     # -- thread ---------------------------------------------------------------
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.check_once()
-            except Exception:   # noqa: BLE001 - a bug: keep checking
-                LOG.exception("control_plane_check_error")
-            self._stop.wait(self._opts.poll_interval)
-
+    # An exception from check_once is a bug: logged, and checking goes on.
     def start(self):
         if not self._opts.enabled:
             return
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="instanceha-control-plane")
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self):
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        self._periodic.stop(5)
 
 
 def _text(error):

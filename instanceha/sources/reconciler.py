@@ -15,7 +15,6 @@ control-plane monitor). The skew between writers is reported in health().
 """
 
 import random
-import threading
 import time
 
 import structlog
@@ -23,7 +22,7 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
-from instanceha.util import marker
+from instanceha.util import marker, periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
 #: Passes start between DITHER and 1 times [detection] poll_interval apart.
@@ -82,8 +81,9 @@ class Reconciler:
         self._nova_clock = getattr(compute, "nova_clock", None) \
             or NovaClock()
         self._api_record = getattr(compute, "api_record", None)
-        self._stop = threading.Event()
-        self._thread = None
+        self._periodic = periodic.Periodic(
+            "instanceha-reconciler", self._pass, self._next_wait,
+            on_error=self._failed, log=LOG)
         self._rng = random.Random()
         self.passes = 0
         self.errors = 0
@@ -254,17 +254,15 @@ class Reconciler:
                             "the others' clock again" % margin)
             self._writer_warned = None
 
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-                self.last_error = None
-            except Exception as e:
-                self.errors += 1
-                self.last_error = str(e)
-                LOG.warning("reconcile_failed", reason=str(e),
-                            retry_in=self._conf.detection.poll_interval)
-            self._stop.wait(self._next_wait())
+    def _pass(self):
+        self.run_once()
+        self.last_error = None
+
+    def _failed(self, e):
+        self.errors += 1
+        self.last_error = str(e)
+        LOG.warning("reconcile_failed", reason=str(e),
+                    retry_in=self._conf.detection.poll_interval)
 
     def _next_wait(self):
         """Seconds to the next pass: poll_interval times a random factor
@@ -275,15 +273,17 @@ class Reconciler:
         return self._conf.detection.poll_interval * self._rng.uniform(
             DITHER, 1.0)
 
+    @property
+    def thread(self):
+        """The thread of the passes (None before start), for the
+        watchdog's liveness check."""
+        return self._periodic.thread
+
     def start(self):
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="instanceha-reconciler")
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self):
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        self._periodic.stop(5)
 
     def health(self):
         w = self.writer_skew

@@ -279,6 +279,6 @@ def test_the_link_is_silent_outside_systemd(tmp_path):
     svc, _ = _service(tmp_path, sdnotify.Notifier({}))
     try:
         svc.systemd.start()
-        assert svc.systemd._thread is None
+        assert svc.systemd.thread is None
     finally:
         svc.journal.close()
