@@ -308,10 +308,14 @@ class FencingAudit:
         j = self._conf.jitter
         return self._conf.interval * (1 + self._rng.uniform(-j, j))
 
-    def start(self):
+    def start(self, sink=None):
         """The audit at once, then every next_wait(); the power watch
         (when on) every power_watch_interval, its first read one interval
-        after the start. An exception is logged and the loop goes on."""
+        after the start. An exception is logged and the loop goes on.
+        ``sink`` (else the one given at construction) receives the power
+        watch's POWER_OFF / POWER_ON events."""
+        if sink is not None:
+            self._sink = sink
         self._stop.clear()
         self._loops = [periodic.Periodic(
             "fencing-audit", self.run_once, self.next_wait, stop=self._stop,

@@ -362,7 +362,9 @@ class ControlPlaneMonitor:
 
     # -- thread ---------------------------------------------------------------
     # An exception from check_once is a bug: logged, and checking goes on.
-    def start(self):
+    def start(self, sink=None):
+        """``sink`` is accepted (sources.base.Source) and unused: this
+        watch sends no events; the engine's gate asks its status()."""
         if not self._opts.enabled:
             return
         self._periodic.start()

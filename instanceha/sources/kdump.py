@@ -129,7 +129,9 @@ class KdumpSource:
         self.port = None
 
     # -- lifecycle -----------------------------------------------------
-    def start(self):
+    def start(self, sink=None):
+        if sink is not None:
+            self._sink = sink
         address = self._group.listen_address
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_DGRAM)

@@ -269,7 +269,9 @@ class NotificationSource:
             else:
                 self._transport = transport
 
-    def start(self):
+    def start(self, sink=None):
+        if sink is not None:
+            self._sink = sink
         group = self._group
         if group.workers > 1:
             from instanceha.sources.listener_workers import ListenerWorkers

@@ -279,7 +279,9 @@ class Reconciler:
         watchdog's liveness check."""
         return self._periodic.thread
 
-    def start(self):
+    def start(self, sink=None):
+        if sink is not None:
+            self._sink = sink
         self._periodic.start()
 
     def stop(self):

@@ -1,0 +1,43 @@
+"""What every source is: something that turns input into events for the
+engine, started with the sink to send them to, stopped, and asked how it
+is doing.
+
+A source (the reconciler's poll, Nova's notifications, fence_kdump
+messages, the fencing audit's power watch, the control-plane watch) never
+calls a side effect: it reads, judges what it read, and hands
+:class:`~instanceha.events.Event` objects to its sink (the engine's
+``submit``). ``health()`` answers from memory, without I/O, for the status
+file and the API.
+
+The service holds its sources as a list of ``Source`` and starts and stops
+them alike. A source is built with the sink it will use (a test builds one
+with a list's ``append``); a sink given to ``start`` replaces it.
+"""
+
+from typing import Any, Callable, Mapping, Optional, Protocol, \
+    runtime_checkable
+
+from instanceha.events import Event
+
+#: Where a source sends its events: the engine's submit. It must not
+#: block for long and must not raise (a source logs and drops what its sink
+#: refuses).
+Sink = Callable[[Event], None]
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A source of host events."""
+
+    def start(self, sink: Optional[Sink] = None) -> None:
+        """Start reading (threads, sockets, listeners), sending events to
+        ``sink`` (None: the sink the source was built with). Raises when
+        the source cannot start (a port taken, a bad option)."""
+
+    def stop(self) -> None:
+        """Stop reading and wait a bounded time for the threads to end.
+        Safe to call when not started."""
+
+    def health(self) -> Mapping[str, Any]:
+        """How the source is doing (counts, last times, last error), from
+        memory: no I/O."""
