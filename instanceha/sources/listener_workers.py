@@ -31,8 +31,10 @@ import oslo_messaging
 import oslo_messaging.opts
 import structlog
 
+from instanceha import conf as ha_conf
+from instanceha import log
 from instanceha import runtime
-from instanceha.sources import notifications as nf
+from instanceha.sources import listener
 from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.sources.listener_workers")
@@ -65,7 +67,6 @@ def conf_values(conf):
 
 
 def conf_from_values(values):
-    from instanceha import conf as ha_conf
     conf = ha_conf.new_conf()
     for group, opts in _messaging_groups():
         conf.register_opts(opts, group=None if group == "DEFAULT" else group)
@@ -131,7 +132,6 @@ def child_main(values, conn, control, index, log_format, debug):
     whole group, and the parent stops its workers itself."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from instanceha import log
     log.setup(log_format, debug)
     logger = LOG.bind(worker=index, pid=os.getpid())
     stop = threading.Event()
@@ -142,14 +142,13 @@ def child_main(values, conn, control, index, log_format, debug):
     sender = _Sender(conn, logger)
 
     def handle_batch(priority, messages):
-        sender.send([nf.parse_message(priority, m.get("publisher_id"),
-                                      m.get("event_type"), m.get("payload"),
-                                      m.get("metadata"))
-                     for m in messages])
+        sender.send([listener.parse_message(
+            priority, m.get("publisher_id"), m.get("event_type"),
+            m.get("payload"), m.get("metadata")) for m in messages])
 
     transport = oslo_messaging.get_notification_transport(
         conf, url=group.transport_url)
-    server, _ = nf.make_batch_listener(conf, transport, handle_batch)
+    server, _ = listener.make_batch_listener(conf, transport, handle_batch)
     server.start()
     runtime.freeze_startup_heap("listener-worker-%d" % index)
     logger.info("listener_worker_started", pool=group.pool,
@@ -157,7 +156,7 @@ def child_main(values, conn, control, index, log_format, debug):
     try:
         while True:
             sender.send([(STATUS, index, None, None,
-                          nf.listener_connected(server))])
+                          listener.listener_connected(server))])
             if stop.wait(STATUS_INTERVAL):
                 break
     finally:
@@ -202,7 +201,7 @@ class ListenerWorkers:
         self._lock = threading.Lock()
 
     def start(self):
-        nf._event_filter(self._conf.notifications.event_types)
+        listener.event_filter(self._conf.notifications.event_types)
         self._values = conf_values(self._conf)
         for worker in self._workers:
             self._spawn(worker)

@@ -22,7 +22,6 @@ The reconciler keeps polling; :meth:`health` tells it whether events flow.
 """
 
 import collections
-import re
 import threading
 import time
 
@@ -32,12 +31,18 @@ import structlog
 from instanceha.events import Event
 from instanceha.events import EventKind
 from instanceha.sources import nova_payloads as np
+# The listener and its records (parse_message, the record kinds,
+# PRIORITIES) live in sources.listener, shared with the worker processes;
+# they stay reachable here under their old names.
+from instanceha.sources.listener import (  # noqa: F401
+    DROP, ERROR, INSTANCE, PRIORITIES, SERVICE, event_filter,
+    listener_connected, make_batch_listener, parse_message)
+from instanceha.sources.listener_workers import ListenerWorkers
 from instanceha.util import marker
 
 LOG = structlog.get_logger("instanceha.sources.notifications")
 
 SOURCE = "notification"
-PRIORITIES = ("audit", "debug", "info", "warn", "error", "critical", "sample")
 
 
 def service_event(facts, now, fresh_for, *, publisher_id=None,
@@ -78,56 +83,6 @@ def service_event(facts, now, fresh_for, *, publisher_id=None,
                  reason=reason, source=SOURCE, detail=detail), kind.value
 
 
-def _event_filter(patterns):
-    combined = "|".join("(?:%s)" % p for p in patterns if p)
-    re.compile(combined)   # a bad regex fails at start, not per message
-    return oslo_messaging.NotificationFilter(event_type=combined)
-
-
-# Records: what one notification says, as plain picklable tuples
-# (kind, event_type, publisher_id, emitted, body) so that a listener worker
-# process can parse and the engine's process apply (see listener_workers).
-SERVICE, INSTANCE, DROP, ERROR = "service", "instance", "drop", "error"
-
-
-def _is_instance(event_type):
-    if event_type.startswith(np.LEGACY_PREFIX):
-        event_type = event_type[len(np.LEGACY_PREFIX):]
-    return event_type in np.INSTANCE_EVENTS
-
-
-def parse_message(priority, publisher_id, event_type, payload, metadata):
-    """One notification -> a record. Pure, never raises.
-
-    ``emitted`` is the notifier's own timestamp from the message metadata
-    (oslo.messaging writes ``str(utcnow())``), used to keep per-key order.
-    """
-    emitted = metadata.get("timestamp") if isinstance(metadata, dict) \
-        else None
-    if not isinstance(emitted, str):
-        emitted = None
-    if not isinstance(publisher_id, str):
-        publisher_id = None
-    if not isinstance(event_type, str):
-        return (DROP, repr(event_type)[:80], publisher_id, emitted,
-                ("bad_event_type", "event type is not a string", None))
-    try:
-        if event_type in np.SERVICE_EVENTS:
-            return (SERVICE, event_type, publisher_id, emitted,
-                    np.parse_service(payload))
-        if _is_instance(event_type):
-            return (INSTANCE, event_type, publisher_id, emitted,
-                    np.parse_instance(event_type, publisher_id, payload))
-        return (DROP, event_type, publisher_id, emitted,
-                ("unhandled_event_type", None, None))
-    except np.PayloadError as exc:
-        return (DROP, event_type, publisher_id, emitted,
-                ("malformed_payload", str(exc), np.describe(payload)))
-    except Exception as exc:   # noqa: BLE001 - a parser bug, not the input
-        return (ERROR, event_type, publisher_id, emitted,
-                "%s: %s" % (type(exc).__name__, exc))
-
-
 class LatestSeen:
     """The newest emission time applied per key, so that a notification
     overtaken by a later one about the same service or server from the same
@@ -164,69 +119,6 @@ def _time_key(emitted):
     return emitted if "." in emitted[-7:] else emitted + ".000000"
 
 
-def listener_connected(server):
-    """Whether an oslo.messaging server's broker connection is up. Reads
-    the driver's kombu connection where there is one (rabbit); a driver
-    without one (fake) counts as connected while the server exists."""
-    if server is None:
-        return False
-    listener = getattr(server, "listener", None)
-    obj = getattr(listener, "_poll_style_listener", None)
-    obj = getattr(obj, "conn", None)
-    for _ in range(4):   # ConnectionContext -> Connection -> kombu
-        if obj is None:
-            return True
-        if hasattr(obj, "connected") and hasattr(obj, "transport"):
-            try:
-                return bool(obj.connected)
-            except Exception:   # noqa: BLE001 - a probe, never fatal
-                return False
-        obj = getattr(obj, "connection", None)
-    return True
-
-
-def make_batch_listener(conf, transport, handle_batch):
-    """An oslo.messaging batch notification listener (threading executor)
-    on ``[notifications]``'s exchange, topics and pool that calls
-    ``handle_batch(priority, messages)`` with the notifications whose type
-    passes the filter (each a dict: publisher_id, event_type, payload,
-    metadata). Returns (server, topic names)."""
-    group = conf.notifications
-    targets = [oslo_messaging.Target(topic=t, exchange=group.exchange)
-               for t in list(group.topics) + list(group.legacy_topics)]
-    endpoint = _Endpoint(handle_batch, _event_filter(group.event_types))
-    server = oslo_messaging.get_batch_notification_listener(
-        transport, targets, [endpoint], executor="threading",
-        pool=group.pool, allow_requeue=False,
-        batch_size=group.batch_size, batch_timeout=group.batch_timeout)
-    return server, [t.topic for t in targets]
-
-
-class _Endpoint:
-    """oslo.messaging batch endpoint: one method per priority, all alike,
-    each handing ``handle_batch(priority, messages)`` what arrived together
-    (up to ``batch_size``, waiting at most ``batch_timeout`` for more),
-    which costs far less per message than one dispatch per notification.
-    Every batch is acknowledged: a bad message is never redelivered."""
-
-    def __init__(self, handle_batch, filter_rule):
-        self.filter_rule = filter_rule
-        for priority in PRIORITIES:
-            setattr(self, priority, self._make(handle_batch, priority))
-
-    @staticmethod
-    def _make(handle_batch, priority):
-        def handle(messages):
-            try:
-                handle_batch(priority, messages)
-            except Exception:   # noqa: BLE001 - nothing reaches oslo.messaging
-                LOG.exception("notification_batch_failed", priority=priority,
-                              count=len(messages),
-                              reason="handler raised; batch acknowledged")
-            return None
-        return handle
-
-
 class NotificationSource:
 
     def __init__(self, conf, sink, clock=time.time, progress_board=None, *,
@@ -260,7 +152,7 @@ class NotificationSource:
         listener workers the transport is only built to check it: each
         worker process builds its own."""
         group = self._group
-        _event_filter(group.event_types)   # a bad regex fails here
+        event_filter(group.event_types)   # a bad regex fails here
         if self._transport is None:
             transport = oslo_messaging.get_notification_transport(
                 self._conf, url=group.transport_url)
@@ -274,12 +166,11 @@ class NotificationSource:
             self._sink = sink
         group = self._group
         if group.workers > 1:
-            from instanceha.sources.listener_workers import ListenerWorkers
             self._workers = ListenerWorkers(self._conf, self.apply)
             self._workers.start()
             topics = list(group.topics) + list(group.legacy_topics)
         else:
-            _event_filter(group.event_types)   # a bad regex fails here
+            event_filter(group.event_types)   # a bad regex fails here
             if self._transport is None:
                 self._transport = oslo_messaging.get_notification_transport(
                     self._conf, url=group.transport_url)
