@@ -44,6 +44,26 @@ class BMCLink:
         self._last[host] = bmc.power_state()
         self.bmcs[host] = bmc
 
+    def settle(self, host, timeout=15.0):
+        """Wait until the link has acted on the host's present power state
+        (its last edge handled). A power command a test sends right after
+        a fence would otherwise make an Off and an On that both fall
+        between two polls: the link sees no edge, and the machine runs
+        without its compute."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._last.get(host) == self.bmcs[host].power_state():
+                return
+            time.sleep(0.05)
+        raise AssertionError("BMC link: %s's power edge not handled after "
+                             "%.0fs (errors: %s)" % (host, timeout,
+                                                     self.errors[-3:]))
+
+    def linked(self, host):
+        """The host's BMC, whose power commands first wait for the link
+        to have handled the previous edge (settle)."""
+        return _Linked(self, host)
+
     def _run(self):
         while not self._stop.is_set():
             for host, bmc in list(self.bmcs.items()):
@@ -73,3 +93,22 @@ class BMCLink:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class _Linked:
+    """A BMC seen through the link: power_on/power_off settle first."""
+
+    def __init__(self, link, host):
+        self._link = link
+        self._host = host
+
+    def __getattr__(self, name):
+        return getattr(self._link.bmcs[self._host], name)
+
+    def power_on(self):
+        self._link.settle(self._host)
+        self._link.bmcs[self._host].power_on()
+
+    def power_off(self):
+        self._link.settle(self._host)
+        self._link.bmcs[self._host].power_off()

@@ -122,7 +122,9 @@ class TestBed:
         return self.redfish[host]
 
     def bmc(self, host):
-        return self.link.bmcs[host]
+        """The host's BMC; a power command waits until the link has
+        started or killed the compute for the previous power edge."""
+        return self.link.linked(host)
 
     def power_state(self, host):
         """The host's power as the BMC linked to its compute reports it
