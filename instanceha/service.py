@@ -17,13 +17,13 @@ from instanceha.log import mask_url
 from instanceha.conf import reload as conf_reload
 from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
-from instanceha.engine.engine import Context, Engine
+from instanceha.engine.context import Context
+from instanceha.engine.engine import Engine
+from instanceha.engine.fencing_gate import Readiness
 from instanceha.engine.progress import ProgressBoard
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
-from instanceha.fsm.machine import Policy
 from instanceha.journal import Journal
-from instanceha.policy import storm
 from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.sources.reconciler import Reconciler
@@ -302,35 +302,42 @@ class Service:
         if conf.coordination.backend_url:
             compute, fencer, journal = self._coordinate(compute, fencer)
         self.compute = compute
-        ctx = Context(conf, compute, journal, self.inventory,
-                      fencer, clock, self.board, on_progress=on_progress)
-        if self.membership is not None:
-            ctx.may_act = self.membership.may_act
-        self.engine = Engine(conf, ctx, journal, clock=clock)
-        self.reconciler = Reconciler(conf, compute, self.engine.submit, clock)
-        self.reconciler.on_capacity = self.engine.capacity_appeared
-        self.engine.health["reconciler"] = self.reconciler.health
-        self.engine.world_seen = lambda: self.reconciler.passes > 0
+        # The sources are built before the engine and hand their events
+        # to it through this sink (bound when the engine exists).
+        sink = self._sink
+        self.reconciler = Reconciler(conf, compute, sink, clock)
+        self.reconciler.on_capacity = self._capacity_appeared
+        health = {"reconciler": self.reconciler.health}
         self.sources = [self.reconciler]
         # No fencing while the control plane a recovery needs is not ready.
         self.control_plane = ControlPlaneMonitor(
             conf, compute, clock, reconciler_health=self.reconciler.health)
-        self.engine.health["control_plane"] = self.control_plane.health
-        self.engine.control_plane = self.control_plane.status
+        health["control_plane"] = self.control_plane.health
         self.sources.append(self.control_plane)
+        readiness = Readiness(
+            world_seen=lambda: self.reconciler.passes > 0,
+            control_plane=self.control_plane.status)
+        ctx = Context(conf, compute, journal, self.inventory,
+                      fencer, clock, self.board, on_progress=on_progress,
+                      readiness=readiness,
+                      may_act=(self.membership.may_act
+                               if self.membership is not None else None),
+                      events_healthy=self._events_healthy)
         self.audit = None
         if conf.audit.enabled:
             # Could each host be fenced now? Checked before any recovery
             # could be needed, then every [audit] interval.
             self.audit = FencingAudit(conf, compute, ctx.bmc_for,
-                                      ctx.fencer, clock,
-                                      sink=self.engine.submit)
+                                      ctx.fencer, clock, sink=sink)
             self.reconciler.powered_off = self.audit.powered_off
-            self.engine.health["audit"] = self.audit.health
-            self.engine.unprotected = self.audit.unprotected
+            health["audit"] = self.audit.health
             self.sources.append(self.audit)
         self.notifications = self.kdump = None
-        self._add_event_sources()
+        health.update(self._add_event_sources(sink))
+        self.engine = Engine(
+            conf, ctx, journal, clock=clock, health=health,
+            unprotected=self.audit.unprotected if self.audit else None,
+            status_extra=self._status_extra)
         self.api = None
         if conf.api.enabled:
             self.api = OperatorAPI(conf, self.engine, clock)
@@ -340,22 +347,35 @@ class Service:
         self._status_stop = threading.Event()
         self._status_dirty = threading.Event()
         self.engine.add_listener(lambda *a: self._status_dirty.set())
-        snapshot = self.engine.snapshot
-
-        def with_service():
-            data = snapshot()
-            if self.membership is not None:
-                data["coordination"] = self.membership.status()
-            starting = self.awaiting.view()
-            if starting is not None:
-                data["starting"] = starting
-            return data
-        # The status file and GET /status both show the group and what
-        # the start waits for.
-        self.engine.snapshot = with_service
         self.notifier = notifier if notifier is not None \
             else sdnotify.Notifier()
         self.systemd = SystemdLink(self, self.notifier, clock=clock)
+
+    def _sink(self, event):
+        """Where the sources' events go: the engine's inboxes."""
+        self.engine.submit(event)
+
+    def _capacity_appeared(self, hosts):
+        return self.engine.capacity_appeared(hosts)
+
+    def _events_healthy(self):
+        """True while the notification stream reliably reports evacuation
+        progress (connected and not quiet)."""
+        if self.notifications is None:
+            return False
+        h = self.notifications.health()
+        return bool(h.get("connected")) and not h.get("quiet")
+
+    def _status_extra(self):
+        """What the status file and GET /status show beside the engine's
+        snapshot: the group and what the start waits for."""
+        data = {}
+        if self.membership is not None:
+            data["coordination"] = self.membership.status()
+        starting = self.awaiting.view()
+        if starting is not None:
+            data["starting"] = starting
+        return data
 
     def _open_journal(self):
         """The journal, or a stand-in the start fills once its database
@@ -531,30 +551,28 @@ class Service:
         if self._acting:
             self.engine.submit(event)
 
-    def _add_event_sources(self):
+    def _add_event_sources(self, sink):
+        """The notification and kdump sources, where enabled. Returns
+        their health callables by name."""
         conf = self.conf
+        health = {}
         if getattr(conf, "notifications", None) is not None \
                 and conf.notifications.enabled:
             from instanceha.sources.notifications import NotificationSource
-            src = NotificationSource(conf, self.engine.submit, self.clock,
-                                     self.board)
+            src = NotificationSource(conf, sink, self.clock, self.board)
             self.sources.append(src)
             self.notifications = src
-            self.engine.health["notifications"] = src.health
-
-            def healthy(src=src):
-                h = src.health()
-                return bool(h.get("connected")) and not h.get("quiet")
-            self.engine.ctx.events_healthy = healthy
+            health["notifications"] = src.health
         if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
             from instanceha.sources.kdump import KdumpSource
-            sink = self.engine.submit if self.membership is None \
-                else self._submit_if_acting
+            if self.membership is not None:
+                sink = self._submit_if_acting
             src = KdumpSource(conf, sink, self.clock,
-                              self.engine.known_hosts)
+                              lambda: self.engine.known_hosts())
             self.sources.append(src)
             self.kdump = src
-            self.engine.health["kdump"] = src.health
+            health["kdump"] = src.health
+        return health
 
     def write_status(self):
         path = self.conf.status_file
@@ -731,8 +749,7 @@ class Service:
             return r
         if r.applied:
             # The engine keeps what it derived from the options.
-            self.engine.policy = Policy.from_conf(self.conf)
-            self.engine.storm = storm.Settings.from_conf(self.conf)
+            self.engine.reload_settings()
             LOG.info("config_reloaded", files=files,
                      changed=conf_reload.describe(r.applied),
                      reason="SIGHUP: mutable options applied")

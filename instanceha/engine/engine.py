@@ -19,17 +19,17 @@ import structlog
 
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing.base import PowerState
-from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import actions as actions_mod
-from instanceha.engine import admission
-from instanceha.engine.evidence import EvidenceStore
+from instanceha.engine.context import Context
+from instanceha.engine.fencing_gate import FencingGate
+from instanceha.engine import resume
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
 from instanceha import failpoints
 from instanceha import fsm
-from instanceha.policy import order, storm
+from instanceha.policy import storm
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
 
 LOG = structlog.get_logger("instanceha.engine")
@@ -59,80 +59,21 @@ class _Result(collections.namedtuple("_Result", "event finish")):
     """An action's result event and the journal update that finishes it."""
 
 
-class Context:
-    """What actions may touch: drivers, journal, clock, settings."""
-
-    def __init__(self, conf, compute, journal, inventory, fencer_factory,
-                 clock, board, on_progress=None):
-        self.conf = conf
-        self.compute = compute
-        self.journal = journal
-        self.inventory = inventory
-        self._fencers = fencing_pkg.Fencers(fencer_factory)
-        self.clock = clock
-        self.board = board
-        self._on_progress = on_progress or (lambda *a: None)
-        #: True while an event source reliably reports evacuation progress.
-        self.events_healthy = lambda: False
-        #: evacuate request row id -> when this process wrote it or first
-        #: read it open, on this process's clock: the wait for an
-        #: unanswered request never trusts another replica's clock
-        self.rows_seen = {}
-        #: host_id -> its evacuation run (engine.evacuator), while one is
-        #: under way: what status shows of its progress
-        self.runs = {}
-        #: None when this process may run actions now, else why not (set
-        #: by the service when it coordinates with other members)
-        self.may_act = lambda: None
-        #: None when a power-off may go out now, else why not (the
-        #: engine's start-up and control-plane gate, checked again by the
-        #: fence action right before each power-off)
-        self.fence_gate = lambda: None
-        #: which ready servers of every host being evacuated go now
-        #: ([evacuation] concurrency, [recovery] max_inflight, priority)
-        self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
-        #: what each host's BMC was seen to report (may its Off prove the
-        #: host dead?), kept in the journal
-        self.evidence = EvidenceStore(journal, clock)
-        self.evidence.load()
-
-    def bmc_for(self, host):
-        return inventory_mod.entry_for(self.inventory, host,
-                                       self.conf.fencing.default_driver)
-
-    def fencer(self, name):
-        return self._fencers.get(name)
-
-    def close_fencers(self):
-        """Release what drivers hold open (Redfish sessions) at stop."""
-        self._fencers.close()
-
-    def progress(self, record, done, total):
-        LOG.info("evacuation_progress", host=record.name, done=done,
-                 total=total)
-        self._on_progress(record, done, total)
-
-
 class Engine:
 
-    def __init__(self, conf, context, journal, clock=time.time):
+    def __init__(self, conf, context, journal, clock=time.time,
+                 health=None, unprotected=None, status_extra=None):
+        """``health``: {source name: callable returning its health dict}
+        (status); ``unprotected()``: {host: why it could not be fenced
+        now} (the readiness audit); ``status_extra()``: what the status
+        shows beside the engine's own (the service's group, its start)."""
         self.conf = conf
         self.ctx = context
         self.journal = journal
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
-        context.fence_gate = self._gate
-        #: True once the world has been observed since start (the service
-        #: wires it to the reconciler's first completed pass): until then
-        #: no fencing decision is taken on remembered observations.
-        self.world_seen = lambda: True
-        #: (ok, reason) of the control plane a recovery needs (scheduler,
-        #: conductor, Placement, Nova API): no fencing while not ok, since
-        #: a fenced host whose servers cannot be rebuilt is the worst
-        #: outcome. The service wires it to its control-plane monitor.
-        self.control_plane = lambda: (True, "")
-        #: {host: why it could not be fenced now} (the readiness audit)
-        self.unprotected = dict
+        self.unprotected = unprotected or dict
+        self._status_extra = status_extra or dict
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -150,16 +91,12 @@ class Engine:
             4, thread_name_prefix="instanceha-probe")
         self._started = False        # threads running (else: inline)
         self._stop = threading.Event()
-        self.health = {}             # name -> callable returning a dict
+        self.health = dict(health or {})   # name -> callable -> dict
         self.stats = collections.Counter()   # read by /metrics
         self._version = 0            # bumped on every record change
-        self._scope_cache = None     # (version, second, storm scopes)
-        self.storm = storm.Settings.from_conf(conf)
-        self._storm_ack = {}         # scope -> lost count an operator took
-        self._bucket = storm.TokenBucket(conf.policy.fence_rate_hosts,
-                                         conf.policy.fence_rate_interval,
-                                         clock())
-        self._rate_waiting = {}      # host_id -> (detected at, last asked)
+        #: storm threshold, acknowledgements and fencing rate
+        self.fencing = FencingGate(conf, clock, context.readiness,
+                                   self._view)
         self.started_at = clock()
         # A notification about a server may settle an evacuation: the
         # hosts waiting for their next pass take it now.
@@ -189,15 +126,8 @@ class Engine:
 
     # -- start / resume --------------------------------------------------------
     def resume_from_journal(self):
-        """Load each host's last journalled record; restart in-flight work.
-
-        What the journal says about a heartbeat is as old as the downtime:
-        a host that was suspect (or being fenced) is watched afresh, with a
-        full grace period from its next observed loss, and a host that was
-        being proven dead again is held in pending for a grace period, so
-        one that came back meanwhile is not powered off. No fencing decision
-        is taken before the first poll of Nova (see world_seen)."""
-        fields = {f.name for f in dataclasses.fields(fsm.HostRecord)}
+        """Load each host's last journalled record; restart in-flight work
+        (engine.resume says how each state is resumed)."""
         resumed = 0
         now = self.clock()
         self.ctx.evidence.load()
@@ -210,45 +140,13 @@ class Engine:
             LOG.warning("actions_interrupted", count=closed,
                         reason="left unfinished by a stopped process")
         for host_id, data in self.journal.latest().items():
-            data = {k: v for k, v in data.items() if k in fields}
-            data["state"] = State(data["state"])
-            data["busy"] = False
-            data["losses"] = tuple(data.get("losses") or ())
-            data["aggregates"] = tuple(data.get("aggregates") or ())
-            rec = fsm.HostRecord(**data)
+            rec = resume.from_journal(data)
             # In memory only: start-up writes nothing before it finished
             # (the next change of the host is journalled as usual).
-            self._adopt(self._observe_afresh(rec, now), "journal")
+            self._adopt(resume.observe_afresh(rec, now, self.policy),
+                        "journal")
             resumed += 1
         return resumed
-
-    def _observe_afresh(self, rec, now):
-        """The record to resume with (``rec`` itself when unchanged)."""
-        reset = dict(heartbeat_ok=True, lost_at=None, since=now)
-        if rec.state is State.SUSPECT:
-            return dataclasses.replace(
-                rec, reason="instanceha restarted: watching the host afresh "
-                            "(full grace period from its next loss)",
-                **reset)
-        if rec.state is State.FENCING and not rec.isolated:
-            return dataclasses.replace(
-                rec, state=State.SUSPECT,
-                reason="instanceha restarted while fencing: watching the "
-                       "host afresh before fencing it", **reset)
-        if rec.state is State.FENCING:
-            return dataclasses.replace(
-                rec, state=State.PENDING, since=now,
-                retry_at=now + self.policy.grace_period,
-                reason="instanceha restarted while re-proving the host dead: "
-                       "giving it a grace period to report first")
-        # 'since' is on the clock of the process that wrote it (another
-        # replica's after a takeover). A recovering host's old rebuilds
-        # get their whole wait from now (a clock that ran behind ours
-        # would end it early); no state was entered in our future (one
-        # that ran ahead would stretch a storm window past it).
-        if rec.state is State.RECOVERING or rec.since > now:
-            return dataclasses.replace(rec, since=now)
-        return rec
 
     def _adopt(self, rec, origin):
         action = ENTRY_ACTION.get(rec.state)
@@ -272,38 +170,16 @@ class Engine:
             return rec
         rec = fsm.HostRecord(id=event.host, name=event.name,
                              since=event.at, reason="first seen")
-        reason = (event.detail or {}).get("disabled_reason") or ""
-        if ((event.detail or {}).get("forced_down")
-                and reason.startswith(actions_mod.REASON_PREFIX)):
-            self._adopt_from_nova(rec, event, reason)
+        ours = resume.isolated_by_us(event, actions_mod.REASON_PREFIX)
+        if ours is not None:
+            rec = resume.adopted_from_nova(rec, event, ours, self.policy)
+            self.journal.record_transition(
+                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
+            self._adopt(rec, "nova")
             return None
         self._records[event.host] = rec
         self._version += 1
         return rec
-
-    def _adopt_from_nova(self, rec, event, reason):
-        """Nova says instanceha isolated this host, but the journal does not
-        know it (lost, wiped, a new machine). Its real state is unknown: it
-        may be dead, or back, or booting (nova-compute cleans up before its
-        first heartbeat). So it is held in PENDING for its boot time and a
-        grace period: a heartbeat newer than what Nova shows now (which may
-        be instanceha's own last write: Nova bumps updated_at on every PUT)
-        proves it back (cleanup check only); otherwise it is proven dead
-        again before anything more is evacuated."""
-        seen = (event.detail or {}).get("updated_at")
-        ok = event.kind is E.HEARTBEAT_OK
-        wait = self.policy.resume_boot_time + self.policy.grace_period
-        rec = dataclasses.replace(
-            rec, state=State.PENDING, isolated=True, heartbeat_ok=ok,
-            ok_at=event.at if ok else None, lost_at=None if ok else event.at,
-            written_at=float(seen) if seen is not None else None,
-            retry_at=event.at + wait,
-            reason="found isolated by instanceha (%r) with no journal: "
-                   "waiting %.0fs for a new heartbeat (back: cleanup check "
-                   "only) before re-proving the host dead" % (reason, wait))
-        self.journal.record_transition(
-            fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
-        self._adopt(rec, "nova")
 
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""
@@ -407,7 +283,7 @@ class Engine:
             # sent; a fencing it would start takes a token of the rate.
             ok, why = self.hold_for(rec, event.at)
             if ok and fsm.machine.fencing_due(rec, event, self.policy):
-                ok, why = self._take_token(rec, event.at)
+                ok, why = self.fencing.take_token(rec, event.at)
             if ok != event.cluster_ok or why != event.reason:
                 event = dataclasses.replace(event, cluster_ok=ok, reason=why)
         event = self._note_evidence(rec, event)
@@ -734,76 +610,25 @@ class Engine:
         LOG.warning("fence_held", host=rec.name, action=action.value,
                     retry_in=delay, reason=why)
 
-    # -- time ------------------------------------------------------------------
-    def _gate(self):
-        """Why no fencing decision may be taken at all now, or None."""
-        if not self.world_seen():
-            return ("waiting for the first poll of Nova since start: no "
-                    "fencing on what the journal remembers")
-        ok, why = self.control_plane()
-        if not ok:
-            return "control plane not ready for a recovery: %s" % why
-        return None
+    # -- the fencing gate ---------------------------------------------------
+    def _view(self):
+        with self._lock:
+            return self._version, dict(self._records)
 
-    def _scopes(self, at, pending=None):
-        """storm.assess of every record (``pending`` as it will be)."""
-        with self._lock:
-            if pending is None and self._scope_cache is not None \
-                    and self._scope_cache[:2] == (self._version, int(at)):
-                return self._scope_cache[2]
-            version = self._version
-            records = dict(self._records)
-        if pending is not None:
-            records[pending.id] = pending
-        scopes = storm.assess(records.values(), at, self.storm)
-        with self._lock:
-            # An acknowledged storm that has passed is forgotten.
-            for key in list(self._storm_ack):
-                scope = scopes.get(key)
-                if scope is None or not scope.over(self.storm):
-                    del self._storm_ack[key]
-            if pending is None:
-                self._scope_cache = (version, int(at), scopes)
-        return scopes
+    @property
+    def storm(self):
+        """The storm settings in use."""
+        return self.fencing.settings
+
+    def reload_settings(self):
+        """Options changed (SIGHUP): what the engine derived from them."""
+        self.policy = fsm.Policy.from_conf(self.conf)
+        self.fencing.settings = storm.Settings.from_conf(self.conf)
 
     def hold_for(self, rec, at, pending=None):
         """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
         concerned (start-up, control plane, storm threshold)?"""
-        gate = self._gate()
-        if gate:
-            return False, gate
-        scopes = self._scopes(at, pending)
-        with self._lock:
-            ack = dict(self._storm_ack)
-        scope = storm.holding(scopes, rec, self.storm, ack)
-        if scope is not None:
-            return False, scope.describe()
-        return True, ""
-
-    def _take_token(self, rec, at):
-        """(ok, reason): a fencing token for ``rec``, earliest detection
-        first; hosts beyond the rate wait."""
-        key = rec.lost_at if rec.lost_at is not None else rec.since
-        with self._lock:
-            # Waiters not seen for a while (back, held otherwise) step out.
-            stale = at - 2 * self.conf.detection.tick_interval - 1.0
-            self._rate_waiting = {h: w for h, w in self._rate_waiting.items()
-                                  if w[1] >= stale and h != rec.id}
-            order = {h: w[0] for h, w in self._rate_waiting.items()}
-            first = storm.queue_position(order, rec.id, key) == 1
-            if first and self._bucket.take(at):
-                return True, ""
-            self._rate_waiting[rec.id] = (key, at)
-            order[rec.id] = key
-            position = storm.queue_position(order, rec.id, key)
-            waiting = len(order)
-            next_at = self._bucket.next_at(at)
-        p = self.conf.policy
-        return False, ("rate limit: at most %d hosts fenced per %.0fs "
-                       "([policy] fence_rate_hosts); waiting, %d of %d in "
-                       "order of detection, next slot in %.0fs"
-                       % (p.fence_rate_hosts, p.fence_rate_interval,
-                          position, waiting, max(0.0, next_at - at)))
+        return self.fencing.hold_for(rec, at, pending)
 
     def capacity_appeared(self, hosts):
         """Compute hosts became schedulable: each host waiting for capacity
@@ -828,13 +653,7 @@ class Engine:
     def acknowledge_storm(self, reason=""):
         """Operator ``resume --storm``: lift the storm hold for the hosts
         lost now; more losses in a scope bring it back."""
-        now = self.clock()
-        scopes = self._scopes(now)
-        held = {key: len(scope.lost) for key, scope in scopes.items()
-                if scope.over(self.storm)}
-        with self._lock:
-            self._storm_ack.update(held)
-            self._version += 1
+        held = self.fencing.acknowledge()
         LOG.warning("storm_hold_lifted", scopes=",".join(sorted(held)) or None,
                     lost=sum(held.values()), reason=reason or
                     "operator: resume --storm")
@@ -843,18 +662,7 @@ class Engine:
     def cluster_status(self):
         """(ok, reason) of the whole cloud for status and metrics: False
         while a gate or the global storm hold stops new fencing."""
-        gate = self._gate()
-        if gate:
-            return False, gate
-        scopes = self._scopes(self.clock())
-        with self._lock:
-            ack = dict(self._storm_ack)
-        over = [scope for key, scope in sorted(scopes.items())
-                if scope.over(self.storm)
-                and len(scope.lost) > ack.get(key, -1)]
-        if over:
-            return False, "; ".join(scope.describe() for scope in over)
-        return True, ""
+        return self.fencing.cluster_status()
 
     def cluster_status_with(self, pending):
         """cluster_status() as it will be once ``pending`` is recorded."""
@@ -956,20 +764,13 @@ class Engine:
             errors = dict(self._last_error)
         ok, why = self.cluster_status()
         now = self.clock()
-        scopes = self._scopes(now)
-        with self._lock:
-            ack = dict(self._storm_ack)
-            waiting = sorted(self._rate_waiting.items(),
-                             key=lambda kv: (kv[1][0], kv[0]))
-        names = {r.id: r.name for r in hosts}
+        gate = self.fencing.summary({r.id: r.name for r in hosts})
         return {
             "generated_at": now,
             "started_at": self.started_at,
             "cluster": {"ok": ok, "reason": why},
-            "storm": storm.summary(scopes, self.storm, ack),
-            "rate_limit": {
-                "tokens": round(self._bucket.tokens, 2),
-                "waiting": [names.get(h, h) for h, _ in waiting]},
+            "storm": gate["storm"],
+            "rate_limit": gate["rate_limit"],
             "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
                        "since": r.since, "reason": r.reason,
                        "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
@@ -979,6 +780,7 @@ class Engine:
             "sources": {name: fn() for name, fn in self.health.items()},
             "unprotected": self._unprotected(),
             "degraded": self.degraded(),
+            **self._status_extra(),
         }
 
 

@@ -278,7 +278,7 @@ def test_engine_powers_nothing_off_while_novas_api_fails():
     w = World(hosts=4)
     monitor = ControlPlaneMonitor(w.conf, w.compute, w.clock,
                                   reconciler_health=w.reconciler.health)
-    w.engine.control_plane = monitor.status
+    w.ctx.readiness.control_plane = monitor.status
     w.pass_()
     monitor.check_once()
     w.compute.kill("compute-1")
@@ -327,7 +327,7 @@ def test_engine_holds_fencing_while_the_scheduler_is_down():
     w = World(hosts=4)
     monitor = ControlPlaneMonitor(w.conf, w.compute, w.clock,
                                   reconciler_health=w.reconciler.health)
-    w.engine.control_plane = monitor.status
+    w.ctx.readiness.control_plane = monitor.status
     w.compute.kill_control("nova-scheduler")
     for _ in range(10):
         w.pass_()

@@ -180,7 +180,7 @@ def _restart_with_journal(w):
     w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
     w.reconciler._sink = w.engine.submit
     polled = w.reconciler.passes
-    w.engine.world_seen = lambda: w.reconciler.passes > polled
+    w.ctx.readiness.world_seen = lambda: w.reconciler.passes > polled
     w.engine.resume_from_journal()
 
 

@@ -16,7 +16,7 @@ def _world():
     # and closes once the fence action has started (its first step looks
     # up the host's BMC), before it reaches the power-off.
     closed = {"on": False, "armed": True}
-    w.engine.control_plane = lambda: (False, OUTAGE) if closed["on"] \
+    w.ctx.readiness.control_plane = lambda: (False, OUTAGE) if closed["on"] \
         else (True, "")
     bmc_for = w.ctx.bmc_for
 

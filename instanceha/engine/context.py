@@ -1,0 +1,76 @@
+"""What actions may touch: drivers, journal, clock, settings.
+
+Everything is given at construction (the service builds it); the engine
+and the actions only read it. The mutable parts are bookkeeping shared by
+the actions of all hosts (rows seen, evacuation runs under way, the
+admission gate, the BMC evidence).
+"""
+
+import structlog
+
+from instanceha.drivers import fencing as fencing_pkg
+from instanceha.drivers.fencing import inventory as inventory_mod
+from instanceha.engine import admission
+from instanceha.engine.evidence import EvidenceStore
+from instanceha.engine.fencing_gate import Readiness
+from instanceha.policy import order
+
+LOG = structlog.get_logger("instanceha.engine")
+
+
+class Context:
+
+    def __init__(self, conf, compute, journal, inventory, fencer_factory,
+                 clock, board, on_progress=None, readiness=None,
+                 may_act=None, events_healthy=None):
+        """``readiness``: may fencing decisions be taken at all now
+        (fencing_gate.Readiness; default always); ``may_act()``: None when
+        this process may run actions now, else why not (a coordinated
+        member that is not the acting one); ``events_healthy()``: True
+        while an event source reliably reports evacuation progress."""
+        self.conf = conf
+        self.compute = compute
+        self.journal = journal
+        self.inventory = inventory
+        self._fencers = fencing_pkg.Fencers(fencer_factory)
+        self.clock = clock
+        self.board = board
+        self._on_progress = on_progress or (lambda *a: None)
+        self.readiness = readiness or Readiness()
+        self.may_act = may_act or (lambda: None)
+        self.events_healthy = events_healthy or (lambda: False)
+        #: evacuate request row id -> when this process wrote it or first
+        #: read it open, on this process's clock: the wait for an
+        #: unanswered request never trusts another replica's clock
+        self.rows_seen = {}
+        #: host_id -> its evacuation run (engine.evacuator), while one is
+        #: under way: what status shows of its progress
+        self.runs = {}
+        #: which ready servers of every host being evacuated go now
+        #: ([evacuation] concurrency, [recovery] max_inflight, priority)
+        self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))
+        #: what each host's BMC was seen to report (may its Off prove the
+        #: host dead?), kept in the journal
+        self.evidence = EvidenceStore(journal, clock)
+        self.evidence.load()
+
+    def fence_gate(self):
+        """None when a power-off may go out now, else why not (checked by
+        the fence action right before each power-off)."""
+        return self.readiness.closed()
+
+    def bmc_for(self, host):
+        return inventory_mod.entry_for(self.inventory, host,
+                                       self.conf.fencing.default_driver)
+
+    def fencer(self, name):
+        return self._fencers.get(name)
+
+    def close_fencers(self):
+        """Release what drivers hold open (Redfish sessions) at stop."""
+        self._fencers.close()
+
+    def progress(self, record, done, total):
+        LOG.info("evacuation_progress", host=record.name, done=done,
+                 total=total)
+        self._on_progress(record, done, total)
