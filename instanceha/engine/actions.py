@@ -279,6 +279,28 @@ def check_cleanup(ctx, record):
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
 
 
+def probe_power(ctx, record):
+    """Read the BMC of a host whose heartbeat was just lost (a read, no
+    action): Off is the second witness of its death (Policy
+    power_evidence) if that BMC was seen On for the host; On is kept
+    as that evidence; unknown or no answer changes nothing. Returns the
+    POWER_ON / POWER_OFF event to apply, or None."""
+    method, state = chain.first_reading(ctx.bmc_for(record.name),
+                                        ctx.fencer)
+    if state is None:
+        return None
+    LOG.info("power_probe", host=record.name, power=state.value,
+             reason="heartbeat lost: reading the BMC; Off is the second "
+                    "witness of death")
+    kind = E.POWER_OFF if state is fencing_base.PowerState.OFF \
+        else E.POWER_ON
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 source="bmc", reason="BMC reports power %s" % state.value,
+                 detail={"readings": [(inventory.method_key(method),
+                                       state.value)],
+                         "by": "heartbeat loss"})
+
+
 def give_up(ctx, record, action, error, attempts):
     """The definitive result for an action that kept raising."""
     why = "%s raised %d times in a row, last: %s" % (action.value, attempts,

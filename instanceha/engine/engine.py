@@ -17,13 +17,11 @@ import time
 
 import structlog
 
-from instanceha.drivers.fencing import chain
-from instanceha.drivers.fencing.base import PowerState
-from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import resume
+from instanceha.engine import evidence, resume
+from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
 from instanceha.events import Event, EventKind as E
@@ -80,8 +78,8 @@ class Engine:
         self._inbox = collections.defaultdict(collections.deque)
         self._backoff_until = {}
         self._last_error = {}        # host_id -> "action: error" while retrying
-        #: (since, error) while journal writes fail, else None
-        self._journal_down = None
+        #: are journal writes failing (status: degraded)?
+        self.journal_health = JournalHealth(clock)
         self._listeners = []
         self._threads = []
         #: host_id -> _Pass: the next pass of an action run in passes
@@ -274,7 +272,7 @@ class Engine:
                 rec = self._record_for(event)
         if rec is None:
             if known is not None:
-                self._note_evidence(known, event)
+                evidence.note(self.ctx, known, event)
             return
         if event.kind is E.TICK and rec.state in (State.SUSPECT,
                                                    State.PENDING):
@@ -286,7 +284,7 @@ class Engine:
                 ok, why = self.fencing.take_token(rec, event.at)
             if ok != event.cluster_ok or why != event.reason:
                 event = dataclasses.replace(event, cluster_ok=ok, reason=why)
-        event = self._note_evidence(rec, event)
+        event = evidence.note(self.ctx, rec, event)
         try:
             new, actions = fsm.step(rec, event, self.policy)
         except fsm.UndeclaredTransition as e:
@@ -305,12 +303,12 @@ class Engine:
             except Exception as e:
                 LOG.error("journal_write_failed", host=rec.name,
                           reason=str(e))
-                self._journal_health(e)
+                self.journal_health.note(e)
                 with self._lock:
                     self._inbox[event.host].appendleft(
                         _Result(event, finish) if finish else event)
                 raise _Retry()
-            self._journal_health(None)
+            self.journal_health.note(None)
         if changed:
             failpoints.hit("after_transition:" + new.state.value)
             LOG.info("transition", host=new.name, host_id=new.id,
@@ -351,89 +349,12 @@ class Engine:
             for fn in self._listeners:
                 fn(rec, new, event)
 
-    def _journal_health(self, error):
-        """Note a journal write's outcome: while writes fail, status says
-        the journal is degraded (and since when); the first write that
-        succeeds clears it."""
-        with self._lock:
-            if error is None:
-                if self._journal_down is not None:
-                    LOG.warning("journal_recovered", reason="writes succeed "
-                                "again; held work resumes",
-                                down_for=round(self.clock()
-                                               - self._journal_down[0], 1))
-                self._journal_down = None
-            elif self._journal_down is None:
-                self._journal_down = (self.clock(), "%s: %s" % (
-                    type(error).__name__, error))
-
-    def degraded(self):
-        """{what: why} for what does not work now."""
-        with self._lock:
-            down = self._journal_down
-        if down is None:
-            return {}
-        return {"journal": "writes failing for %.0fs (%s); every decision "
-                           "waits for it" % (self.clock() - down[0],
-                                             down[1][:300])}
-
     def _probe_power(self, rec):
-        """Read the BMC of a host whose heartbeat was just lost (a read, no
-        action): Off is the second witness of its death (Policy
-        power_evidence) if that BMC was seen On for the host; On is kept
-        as that evidence; unknown or no answer changes nothing."""
-        method, state = chain.first_reading(self.ctx.bmc_for(rec.name),
-                                            self.ctx.fencer)
-        if state is None:
-            return
-        LOG.info("power_probe", host=rec.name, power=state.value,
-                 reason="heartbeat lost: reading the BMC; Off is the second "
-                        "witness of death")
-        kind = E.POWER_OFF if state is PowerState.OFF else E.POWER_ON
-        self.submit(Event(kind, rec.id, self.clock(), name=rec.name,
-                          source="bmc",
-                          reason="BMC reports power %s" % state.value,
-                          detail={"readings": [
-                              (inventory_mod.method_key(method),
-                               state.value)],
-                              "by": "heartbeat loss"}))
-
-    def _note_evidence(self, rec, event):
-        """Keep what a BMC read or a heartbeat says about the host's BMC
-        (engine.evidence); returns the event to step, a POWER_OFF saying
-        whether that Off may count as the second witness of death."""
-        ev = self.ctx.evidence
-        d = event.detail or {}
-        if event.kind in (E.POWER_ON, E.POWER_OFF):
-            for key, power in d.get("readings") or ():
-                ev.read_key(rec.name, key, power, d.get("by") or
-                            event.source, bool(d.get("nova_up")),
-                            d.get("after"))
-            for key, found in d.get("identities") or ():
-                ev.identity_key(rec.name, key, found)
-            if event.kind is E.POWER_OFF:
-                bmc = self.ctx.bmc_for(rec.name)
-                keys = [k for k, p in d.get("readings") or ()
-                        if p == PowerState.OFF.value]
-                vouched = bool(keys) and bmc is not None \
-                    and ev.untrusted(bmc) is None and all(
-                        ev.off_proves(rec.name, m)[0] for m in bmc.methods
-                        if inventory_mod.method_key(m) in keys)
-                if vouched != bool(d.get("vouched")):
-                    event = dataclasses.replace(
-                        event, detail=dict(d, vouched=vouched))
-                if not vouched:
-                    LOG.info("power_off_not_evidence", host=rec.name,
-                             reason="the BMC reporting Off was never seen "
-                                    "reporting On for this host (or is "
-                                    "untrusted): no shortcut")
-        elif event.kind is E.HEARTBEAT_OK:
-            ev.heartbeat(rec.name, d.get("updated_at"), d.get("status"),
-                         d.get("disabled_reason"),
-                         ours=rec.written_at if rec.isolated else None)
-        elif event.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
-            ev.lost(rec.name)
-        return event
+        """The BMC read of a host whose heartbeat was just lost (on the
+        probe pool): its answer is the host's next event."""
+        event = actions_mod.probe_power(self.ctx, rec)
+        if event is not None:
+            self.submit(event)
 
     def _run(self, host_id, pending):
         action = pending.action
@@ -471,7 +392,7 @@ class Engine:
             except Exception as e:
                 LOG.error("journal_write_failed", host=rec.name,
                           action=action.value, reason=str(e))
-                self._journal_health(e)
+                self.journal_health.note(e)
                 with self._lock:
                     self._inbox[host_id].appendleft(pending)
                 raise _Retry()
@@ -574,7 +495,7 @@ class Engine:
             rows = self.journal.evacuations(new.id)
         except Exception as e:
             LOG.error("journal_read_failed", host=new.name, reason=str(e))
-            self._journal_health(e)
+            self.journal_health.note(e)
             with self._lock:
                 self._inbox[event.host].appendleft(
                     _Result(event, finish) if finish else event)
@@ -591,7 +512,7 @@ class Engine:
         except Exception as je:
             LOG.error("journal_write_failed", host=rec.name,
                       action=action.value, reason=str(je))
-            self._journal_health(je)
+            self.journal_health.note(je)
 
     def _hold_fence(self, host_id, rec, action, action_id, why):
         """The gate closed between the fencing decision and the power-off:
@@ -779,7 +700,7 @@ class Engine:
                       for r in hosts],
             "sources": {name: fn() for name, fn in self.health.items()},
             "unprotected": self._unprotected(),
-            "degraded": self.degraded(),
+            "degraded": self.journal_health.degraded(),
             **self._status_extra(),
         }
 

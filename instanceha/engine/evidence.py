@@ -10,11 +10,14 @@ a takeover keeps it: a host that died while instanceha was down is still
 recovered through a BMC seen On before.
 """
 
+import dataclasses
 import threading
 
 import structlog
 
 from instanceha.drivers.fencing import inventory
+from instanceha.drivers.fencing.base import PowerState
+from instanceha.events import EventKind as E
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.evidence")
@@ -156,3 +159,41 @@ class EvidenceStore:
 
     def off_proves(self, host, method, isolated=False):
         return proof.off_proves(self.get(host, method), isolated)
+
+
+def note(ctx, rec, event):
+    """Keep what a BMC read or a heartbeat says about the host's BMC
+    (the context's EvidenceStore); returns the event to step, a POWER_OFF saying
+    whether that Off may count as the second witness of death."""
+    ev = ctx.evidence
+    d = event.detail or {}
+    if event.kind in (E.POWER_ON, E.POWER_OFF):
+        for key, power in d.get("readings") or ():
+            ev.read_key(rec.name, key, power, d.get("by") or
+                        event.source, bool(d.get("nova_up")),
+                        d.get("after"))
+        for key, found in d.get("identities") or ():
+            ev.identity_key(rec.name, key, found)
+        if event.kind is E.POWER_OFF:
+            bmc = ctx.bmc_for(rec.name)
+            keys = [k for k, p in d.get("readings") or ()
+                    if p == PowerState.OFF.value]
+            vouched = bool(keys) and bmc is not None \
+                and ev.untrusted(bmc) is None and all(
+                    ev.off_proves(rec.name, m)[0] for m in bmc.methods
+                    if inventory.method_key(m) in keys)
+            if vouched != bool(d.get("vouched")):
+                event = dataclasses.replace(
+                    event, detail=dict(d, vouched=vouched))
+            if not vouched:
+                LOG.info("power_off_not_evidence", host=rec.name,
+                         reason="the BMC reporting Off was never seen "
+                                "reporting On for this host (or is "
+                                "untrusted): no shortcut")
+    elif event.kind is E.HEARTBEAT_OK:
+        ev.heartbeat(rec.name, d.get("updated_at"), d.get("status"),
+                     d.get("disabled_reason"),
+                     ours=rec.written_at if rec.isolated else None)
+    elif event.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
+        ev.lost(rec.name)
+    return event
