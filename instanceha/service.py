@@ -305,8 +305,10 @@ class Service:
         # The sources are built before the engine and hand their events
         # to it through this sink (bound when the engine exists).
         sink = self._sink
-        self.reconciler = Reconciler(conf, compute, sink, clock)
-        self.reconciler.on_capacity = self._capacity_appeared
+        self.audit = None
+        self.reconciler = Reconciler(conf, compute, sink, clock,
+                                     on_capacity=self._capacity_appeared,
+                                     powered_off=self._powered_off)
         health = {"reconciler": self.reconciler.health}
         self.sources = [self.reconciler]
         # No fencing while the control plane a recovery needs is not ready.
@@ -323,13 +325,11 @@ class Service:
                       may_act=(self.membership.may_act
                                if self.membership is not None else None),
                       events_healthy=self._events_healthy)
-        self.audit = None
         if conf.audit.enabled:
             # Could each host be fenced now? Checked before any recovery
             # could be needed, then every [audit] interval.
             self.audit = FencingAudit(conf, compute, ctx.bmc_for,
                                       ctx.fencer, clock, sink=sink)
-            self.reconciler.powered_off = self.audit.powered_off
             health["audit"] = self.audit.health
             self.sources.append(self.audit)
         self.notifications = self.kdump = None
@@ -357,6 +357,10 @@ class Service:
 
     def _capacity_appeared(self, hosts):
         return self.engine.capacity_appeared(hosts)
+
+    def _powered_off(self):
+        """Hosts the audit's power watch saw go Off (none without it)."""
+        return self.audit.powered_off() if self.audit is not None else set()
 
     def _events_healthy(self):
         """True while the notification stream reliably reports evacuation

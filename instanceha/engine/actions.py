@@ -19,19 +19,18 @@ from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.states import Action
-from instanceha.drivers.compute import nova_clock as reconciler
+from instanceha.drivers.compute import nova_clock
 from instanceha.util.marker import MARKER
 
 LOG = structlog.get_logger("instanceha.actions")
 
-REASON_PREFIX = MARKER
 CLEANED_UP = {"completed", "error", "failed", "cancelled"}
 
 
 def disabled_reason(state, at):
     """The marker instanceha writes into Nova: 'instanceha: <state> <time>'."""
     iso = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
-    return "%s %s %s" % (REASON_PREFIX, state,
+    return "%s %s %s" % (MARKER, state,
                          iso.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -90,7 +89,7 @@ def live_sharers(ctx, record, bmc):
         return []
     everyone = ctx.compute.list_services()
     # Nova's now: the newest heartbeat of a service Nova calls up.
-    newest = reconciler.newest_heartbeat(everyone) or 0
+    newest = nova_clock.newest_heartbeat(everyone) or 0
     delta = ctx.conf.detection.delta
     out = []
     for s in everyone:

@@ -168,7 +168,7 @@ class Engine:
             return rec
         rec = fsm.HostRecord(id=event.host, name=event.name,
                              since=event.at, reason="first seen")
-        ours = resume.isolated_by_us(event, actions_mod.REASON_PREFIX)
+        ours = resume.isolated_by_us(event)
         if ours is not None:
             rec = resume.adopted_from_nova(rec, event, ours, self.policy)
             self.journal.record_transition(

@@ -32,6 +32,7 @@ from instanceha.drivers.compute import base
 from instanceha.engine import admission, failures, proof, reserve, selection
 from instanceha.fsm import machine as fsm_machine
 from instanceha.policy import capacity, power, reserved
+from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -398,8 +399,8 @@ class _Run:
         k = self.request_failures[sid]
         if k > self.conf.server_retries and not unanswered:
             self._give_up_requests(sid, verdict.reason)
-        delay = min(self.conf.server_retry_delay * 2 ** (k - 1),
-                    self.conf.retry_backoff_max)
+        delay = backoff.exponential(self.conf.server_retry_delay, k,
+                                    self.conf.retry_backoff_max)
         why = " (checked before it is sent again: Nova may have taken it)"
         if unanswered:
             delay = max(delay, self.conf.unanswered_request_wait)
@@ -477,8 +478,8 @@ class _Run:
                       outcome="retries_exhausted", reason=reason)
             return
         # A failed rebuild waits, doubling each time.
-        delay = min(self.conf.server_retry_delay * 2 ** (n - 1),
-                    self.conf.retry_backoff_max)
+        delay = backoff.exponential(self.conf.server_retry_delay, n,
+                                    self.conf.retry_backoff_max)
         self.outcome.retried[sid] = n + self.request_failures[sid]
         self.todo.append((sid, self.ctx.clock() + delay, None))
         LOG.warning("evacuation_retry", host=self.host, server=sid,
@@ -852,13 +853,9 @@ def _place(ctx, record, servers, ordered, outcome):
     aggregates = ()
     if cs.scope == capacity.AGGREGATE or (
             rs.enabled and reserved.AGGREGATE in rs.match):
-        try:
-            aggregates = ctx.compute.list_aggregates()
-        except (base.ComputeError, NotImplementedError) as e:
-            LOG.warning("aggregates_unavailable", host=host,
-                        reason=str(e) or type(e).__name__,
-                        effect="the aggregate scope falls back to the lost "
-                               "host's zone")
+        aggregates = base.aggregates_or_none(
+            ctx.compute, LOG, "the aggregate scope falls back to the lost "
+            "host's zone", host=host) or ()
     needs = []
     for sid in ordered:
         need, problem = capacity.need_of(servers[sid].raw or {})

@@ -16,6 +16,7 @@ import dataclasses
 from instanceha import fsm
 from instanceha.events import EventKind as E
 from instanceha.fsm.states import State
+from instanceha.util import marker
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(fsm.HostRecord))
 
@@ -59,12 +60,12 @@ def observe_afresh(rec, now, policy):
     return rec
 
 
-def isolated_by_us(event, marker):
+def isolated_by_us(event):
     """Does Nova's word ``event`` say instanceha isolated this host (its
     marker in disabled_reason, forced down)? Returns that reason or None."""
     detail = event.detail or {}
-    reason = detail.get("disabled_reason") or ""
-    if detail.get("forced_down") and reason.startswith(marker):
+    reason = detail.get("disabled_reason")
+    if detail.get("forced_down") and marker.is_ours(reason):
         return reason
     return None
 

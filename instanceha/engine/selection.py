@@ -34,14 +34,9 @@ class Selection:
 
 
 def _aggregates(compute, host):
-    try:
-        found = compute.list_aggregates()
-    except (base.ComputeError, NotImplementedError) as e:
-        LOG.warning("aggregates_unavailable", host=host,
-                    reason=str(e) or type(e).__name__,
-                    effect="aggregate-scope recovery policies are not "
-                           "consulted for this evacuation")
-        return ()
+    found = base.aggregates_or_none(
+        compute, LOG, "aggregate-scope recovery policies are not consulted "
+        "for this evacuation", host=host) or ()
     return tuple(evacuable.AggregateFacts(
         name=a.name, id=str(a.id or ""), metadata=dict(a.metadata or {}),
         hosts=tuple(a.hosts)) for a in found)

@@ -17,6 +17,8 @@ import heapq
 import itertools
 import threading
 
+from instanceha.util import backoff
+
 
 class ShutDown(Exception):
     pass
@@ -66,7 +68,7 @@ class WorkQueue:
         with self._cond:
             n = self._failures[key]
             self._failures[key] += 1
-        delay = min(self._base * (2 ** n), self._max)
+        delay = backoff.exponential(self._base, n + 1, self._max)
         self.add_after(key, delay)
         return delay
 

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 from instanceha.events import EventKind as E
 from instanceha.fsm import table
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, State
-from instanceha.util import backoff
+from instanceha.util import backoff, marker
 
 
 class UndeclaredTransition(LookupError):
@@ -321,7 +321,7 @@ def _operator_disabled(r, ev):
     if not disabled:
         return None
     reason = d.get("disabled_reason") or ""
-    if reason.startswith(OWN_PREFIX):
+    if marker.is_ours(reason):
         return r.operator_disabled
     return reason or "no reason given"
 
@@ -375,7 +375,6 @@ def _observe(r, ev, p):
     return dataclasses.replace(r, **changes) if changes else r
 
 
-OWN_PREFIX = "instanceha:"
 _OBSERVATIONS = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN}
 
 

@@ -65,7 +65,12 @@ def _lost_reason(age):
 
 class Reconciler:
 
-    def __init__(self, conf, compute, sink, clock, monotonic=None):
+    def __init__(self, conf, compute, sink, clock, monotonic=None,
+                 on_capacity=None, powered_off=None):
+        """``on_capacity(hosts)``: called with the hosts that became
+        schedulable (enabled, up, heartbeating) since the last pass:
+        capacity may have appeared; ``powered_off()``: the hosts whose
+        BMC the power watch saw go Off."""
         self._conf = conf
         self._compute = compute
         self._sink = sink
@@ -95,11 +100,8 @@ class Reconciler:
         self.writer_skew = None     # nova_clock.Estimate of the last pass
         self._writer_warned = None  # writer skew last warned about
         self._host_aggregates = None  # {host: aggregate names}, last read
-        #: hosts whose BMC the power watch saw go Off (set by the service)
-        self.powered_off = set
-        #: called with the hosts that became schedulable (enabled, up,
-        #: heartbeating) since the last pass: capacity may have appeared
-        self.on_capacity = lambda hosts: None
+        self.powered_off = powered_off or set
+        self.on_capacity = on_capacity or (lambda hosts: None)
         self._schedulable = None
 
     def run_once(self):

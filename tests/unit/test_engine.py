@@ -45,9 +45,9 @@ class World:
                            lambda name: self.fencer, self.clock,
                            ClockBoard(self.clock))
         self.engine = Engine(self.conf, self.ctx, self.journal, self.clock)
-        self.reconciler = Reconciler(self.conf, self.compute,
-                                     self.engine.submit, self.clock)
-        self.reconciler.on_capacity = self.engine.capacity_appeared
+        self.reconciler = Reconciler(
+            self.conf, self.compute, self.engine.submit, self.clock,
+            on_capacity=self.engine.capacity_appeared)
 
     def drain(self):
         for _ in range(1000):
