@@ -11,7 +11,7 @@ import re
 import time
 
 from instanceha.journal.store import HISTORY_KINDS
-from instanceha.policy import evacuable
+from instanceha.util import timeparse
 
 DEFAULT_LIMIT = 100
 _PREFIX = {"transition": "t", "action": "a", "evacuation": "e"}
@@ -42,7 +42,7 @@ def parse_time(text, now, name="time"):
         if value != value or value in (float("inf"), float("-inf")):
             raise BadRequest("%s must be finite" % name)
         return value
-    parsed = evacuable.parse_nova_time(text)
+    parsed = timeparse.epoch_or_none(text)
     if parsed is not None:
         return parsed
     raise BadRequest("%s %r: give epoch seconds, an ISO 8601 UTC time "
