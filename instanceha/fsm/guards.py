@@ -1,0 +1,175 @@
+"""The guards of the transition table: ``(record, event, policy) -> bool``.
+
+:data:`GUARDS` maps each guard name used in :mod:`instanceha.fsm.table` to
+its predicate; the helpers above it say when fencing is due, whether a
+dump is running or proves death, whether the host really came back.
+Pure: time comes from ``event.at`` (or the ``now`` given), settings from
+:class:`instanceha.fsm.settings.Policy`.
+"""
+
+from instanceha.fsm import table
+from instanceha.fsm.states import State
+
+
+def fence_at(r, p):
+    """When fencing becomes due: the grace period after the loss, or after
+    the end of a resumed host's boot time (``hold_until``)."""
+    if r.lost_at is None:
+        return None
+    delay = p.grace_period
+    if p.kdump_enabled:
+        delay = max(delay, p.kdump_fence_delay)
+    if _power_proof(r, p):
+        delay = 0.0          # no late heartbeat, no dump from a host Off
+    start = r.lost_at
+    if r.hold_until is not None:
+        start = max(start, r.hold_until)
+    return start + delay
+
+
+def _dump_seen(r, p):
+    """A kdump message arrived after the host was last seen alive."""
+    return (p.kdump_enabled and r.kdump_at is not None
+            and (r.ok_at is None or r.kdump_at > r.ok_at))
+
+
+def dumping(r, now, p):
+    """The host is running its dump kernel: a message came after it was
+    last seen alive, less than kdump_timeout before ``now``."""
+    return _dump_seen(r, p) and now - r.kdump_at < p.kdump_timeout
+
+
+def _dump_overdue(r, now, p):
+    """The dump has run longer than [kdump] max_dump_time."""
+    first = r.kdump_first_at if r.kdump_first_at is not None else r.kdump_at
+    return first is not None and now - first >= p.kdump_max_dump
+
+
+def dump_holds(r, now, p):
+    """A dump in progress holds the power-off (it would destroy the dump),
+    but never longer than max_dump_time."""
+    return dumping(r, now, p) and not _dump_overdue(r, now, p)
+
+
+def kdump_proof(r, p, now):
+    """Only with [kdump] action = evacuate (a trusted kdump network): a
+    kdump message that arrived after the heartbeat was lost (and after the
+    host was last seen alive), not longer than kdump_timeout before
+    ``now``, counts as proof of death without a power-off."""
+    return (p.kdump_enabled and p.kdump_action == "evacuate"
+            and not r.heartbeat_ok and r.lost_at is not None
+            and r.kdump_at is not None and r.kdump_at >= r.lost_at
+            and (r.ok_at is None or r.kdump_at > r.ok_at)
+            and now - r.kdump_at <= p.kdump_timeout)
+
+
+def _power_proof(r, p):
+    """Two independent witnesses of death: Nova's heartbeat is lost and
+    the host's BMC reports power Off. Either alone is not enough: a BMC
+    entry may point at another machine (the audit flags that), and a lost
+    heartbeat may come back within the grace period."""
+    return (p.power_evidence and r.power_off_at is not None
+            and not r.heartbeat_ok and r.lost_at is not None)
+
+
+def _fence_due(r, ev, p):
+    due = fence_at(r, p)
+    if due is None or ev.at < due or r.heartbeat_ok:
+        return False
+    return _power_proof(r, p) or not dump_holds(r, ev.at, p)
+
+
+def _flapping(r, ev, p):
+    """Lost flap_count times within flap_window (this loss included)."""
+    return p.flap_count > 0 and sum(
+        1 for t in r.losses if ev.at - t <= p.flap_window) >= p.flap_count
+
+
+def _disabled_hold(r, p):
+    return not p.recover_disabled_hosts and r.operator_disabled is not None
+
+
+def fencing_due(r, ev, p):
+    """A TICK at ``ev.at`` would start fencing ``r`` unless the cluster is
+    held (threshold, storm, rate limit): what the engine asks before it
+    spends a fencing token."""
+    if r.state is State.SUSPECT:
+        return (_decision_due(r, ev, p) and not _disabled_hold(r, p)
+                and not _flapping(r, ev, p))
+    if r.state is State.PENDING:
+        return _retry_due(r, ev) and not (r.isolated and r.returned
+                                          and r.heartbeat_ok)
+    return False
+
+
+def _retry_due(r, ev):
+    return not r.busy and r.retry_at is not None and ev.at >= r.retry_at
+
+
+def _decision_due(r, ev, p):
+    return _fence_due(r, ev, p) or kdump_proof(r, p, ev.at)
+
+
+def reported_after_fencing(r, ev, p):
+    """The heartbeat is newer than the fencing and than instanceha's own
+    write to the service: the host really came back.
+
+    Right after a fast fence (kdump, external force-down) Nova's updated_at
+    is still fresh from before the death, and Nova bumps updated_at on every
+    PUT, our force-down included; neither must count as a return. The
+    write's updated_at comes from Nova's own answer, on Nova's clock like
+    the heartbeat, so no clock skew enters; it is cleared when a new
+    fencing starts. Only before that write is the local fencing time used.
+    """
+    reported = (ev.detail or {}).get("updated_at")
+    if reported is None:
+        return False            # no timestamp: not a proof of return
+    return reported > returned_floor(r)
+
+
+def returned_floor(r):
+    """The Nova updated_at a heartbeat must pass to prove a return."""
+    if r.written_at is not None:
+        return r.written_at
+    return r.fenced_at if r.fenced_at is not None else float("-inf")
+
+
+GUARDS = {
+    table.ALWAYS: lambda r, ev, p: True,
+    "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
+    "kdump_proves_dead": lambda r, ev, p: kdump_proof(r, p, ev.at),
+    "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
+                                     and dumping(r, ev.at, p)),
+    "fence_due": _fence_due,
+    "power_off_due": lambda r, ev, p: (_fence_due(r, ev, p)
+                                       and _power_proof(r, p)),
+    "dump_overdue": lambda r, ev, p: (_fence_due(r, ev, p)
+                                      and dumping(r, ev.at, p)),
+    "dump_over": lambda r, ev, p: (_fence_due(r, ev, p)
+                                   and _dump_seen(r, p)),
+    "decision_due_but_threshold": lambda r, ev, p: (
+        not ev.cluster_ok and _decision_due(r, ev, p)),
+    "decision_due_but_disabled_by_operator": lambda r, ev, p: (
+        _disabled_hold(r, p) and _decision_due(r, ev, p)),
+    "decision_due_but_flapping": lambda r, ev, p: (
+        _flapping(r, ev, p) and _decision_due(r, ev, p)),
+    "attempts_left": lambda r, ev, p: r.attempts < p.max_attempts,
+    "retry_due": lambda r, ev, p: _retry_due(r, ev),
+    "waits_for_capacity": lambda r, ev, p: (
+        r.waits_for_capacity and not r.busy and r.retry_at is not None
+        and r.retry_at > ev.at),
+    "retry_due_but_threshold": lambda r, ev, p: (not ev.cluster_ok
+                                                 and _retry_due(r, ev)),
+    "stopped_for_operator": lambda r, ev, p: bool(
+        (ev.detail or {}).get("stopped_for_operator")),
+    "isolated": lambda r, ev, p: r.isolated,
+    "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
+    "not_isolated": lambda r, ev, p: not r.isolated,
+    "suspension_expired": lambda r, ev, p: (r.until is not None
+                                            and ev.at >= r.until),
+    "suspension_expired_returned": lambda r, ev, p: (
+        r.until is not None and ev.at >= r.until and r.isolated
+        and r.returned and r.heartbeat_ok),
+    "suspension_expired_isolated": lambda r, ev, p: (
+        r.until is not None and ev.at >= r.until and r.isolated),
+}

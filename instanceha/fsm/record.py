@@ -1,0 +1,65 @@
+"""What the machine knows of one host: :class:`HostRecord`, as the journal keeps it."""
+
+import dataclasses
+from typing import Optional, Tuple
+
+from instanceha.fsm.states import State
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRecord:
+    id: str                              # compute service UUID
+    name: str = ""
+    state: State = State.ACTIVE
+    since: float = 0.0                   # when the current state was entered
+    reason: str = ""
+    heartbeat_ok: bool = True            # last observation
+    lost_at: Optional[float] = None      # first observation of the loss
+    ok_at: Optional[float] = None        # last heartbeat-ok observation
+    kdump_at: Optional[float] = None     # last kdump message
+    kdump_first_at: Optional[float] = None  # first message of this dump
+    fenced_at: Optional[float] = None    # when the host was proven dead
+    written_at: Optional[float] = None   # service updated_at after our write
+    returned: bool = False               # reported in after it was fenced
+    isolated: bool = False               # instanceha forced the service down
+    attempts: int = 0                    # evacuation attempts in this recovery
+    retry_at: Optional[float] = None     # PENDING / RECOVERING: next try
+    until: Optional[float] = None        # SUSPENDED: expiry (None = forever)
+    busy: bool = False                   # an action is in flight
+    #: The service is disabled by someone else: their reason (else None).
+    operator_disabled: Optional[str] = None
+    #: No fencing before this time: a resumed host may still be booting.
+    hold_until: Optional[float] = None
+    zone: Optional[str] = None           # availability zone, as Nova says
+    #: host aggregates it belongs to (read only with threshold_per_aggregate)
+    aggregates: Tuple[str, ...] = ()
+    #: When the host was lost (left active), within [policy] flap_window.
+    losses: Tuple[float, ...] = ()
+    #: A read of its BMC reported power Off (cleared by a read of On)
+    power_off_at: Optional[float] = None
+    #: PENDING because servers found no capacity (not a resume's wait)
+    waits_for_capacity: bool = False
+    #: what proved the host dead when it entered FENCED: "power" (the BMC
+    #: confirmed Off) or "kdump" ([kdump] action = evacuate)
+    proven_by: str = ""
+    #: id of the host's last evacuation journal row written before it
+    #: entered FENCED (set by the engine, which reads the journal): rows
+    #: above it are this recovery's. Row ids, not a stamp compared with
+    #: fenced_at: the two may be written on different replicas' clocks.
+    evac_floor: Optional[int] = None
+
+    @property
+    def loss_count(self):
+        return len(self.losses)
+
+    @property
+    def attempts_next(self):
+        return self.attempts + 1
+
+    def to_dict(self):
+        d = {f: getattr(self, f) for f in _FIELDS}
+        d["state"] = self.state.value
+        return d
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(HostRecord))

@@ -1,0 +1,51 @@
+"""The machine's settings: :class:`Policy`, read once from the configuration."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    grace_period: float = 10.0
+    kdump_enabled: bool = False
+    # fence_after_dump: a dump delays the power-off (up to kdump_max_dump),
+    # never replaces it. evacuate: a kdump message counts as fenced (opt-in
+    # for a trusted kdump network).
+    kdump_action: str = "fence_after_dump"
+    kdump_fence_delay: float = 0.0      # wait this long for a dump to begin
+    kdump_timeout: float = 60.0         # a host is dumping this long after a message
+    kdump_max_dump: float = 600.0       # power off after this long dumping anyway
+    recover_disabled_hosts: bool = False  # recover services an operator disabled
+    resume_boot_time: float = 300.0     # after a resume: time to boot and report
+    flap_count: int = 3                 # losses within flap_window: held (0: off)
+    flap_window: float = 600.0
+    retry_backoff: float = 30.0
+    retry_backoff_max: float = 600.0
+    max_attempts: int = 5
+    cleanup_check_interval: float = 5.0
+    #: a BMC read reporting Off, with the heartbeat lost, skips the grace
+    power_evidence: bool = True
+
+    @classmethod
+    def from_conf(cls, conf):
+        kdump = getattr(conf, "kdump", None)
+        kw = dict(
+            grace_period=conf.detection.grace_period,
+            recover_disabled_hosts=conf.policy.recover_disabled_hosts,
+            resume_boot_time=conf.policy.resume_boot_time,
+            flap_count=conf.policy.flap_count,
+            flap_window=conf.policy.flap_window,
+            retry_backoff=conf.evacuation.retry_backoff,
+            retry_backoff_max=conf.evacuation.retry_backoff_max,
+            max_attempts=conf.evacuation.max_attempts,
+            cleanup_check_interval=conf.evacuation.cleanup_check_interval,
+            power_evidence=conf.fencing.power_evidence,
+        )
+        if kdump is not None:
+            action = kdump.action
+            if action == "wait":            # the old name of the same thing
+                action = "fence_after_dump"
+            kw.update(kdump_enabled=kdump.enabled, kdump_action=action,
+                      kdump_fence_delay=kdump.fence_delay,
+                      kdump_timeout=kdump.timeout,
+                      kdump_max_dump=kdump.max_dump_time)
+        return cls(**kw)
