@@ -158,6 +158,7 @@ def test_sim_instance_actions_over_http():
 
 from instanceha.drivers.compute import base as cb            # noqa: E402
 from instanceha.engine import actions, evacuator, failures   # noqa: E402
+from instanceha.engine import evac_run, evac_state            # noqa: E402
 from instanceha.engine.progress import ProgressBoard         # noqa: E402
 from instanceha.events import EventKind as E                 # noqa: E402
 from tests.unit.test_engine import World                     # noqa: E402
@@ -818,5 +819,5 @@ def test_an_earlier_recoverys_rows_stay_out_by_row_id():
                                             st.rec.fenced_at + 100)
     st.w.journal.evacuation_finished(old, st.rec.fenced_at + 101, "retry")
     st.rec = st.rec.__class__(**dict(st.rec.__dict__, evac_floor=old))
-    run = evacuator._Run(st.w.ctx, st.rec, evacuator.Outcome(2), {})
+    run = evac_run.Run(st.w.ctx, st.rec, evac_state.Outcome(2), {})
     assert run.retries[sid] == 0 and run.open_rows == {}

@@ -1,6 +1,6 @@
 """Evacuation tracking: notifications first, Nova's migrations as fallback."""
 
-from instanceha.engine import evacuator
+from instanceha.engine import evac_judge, evacuator
 from tests.unit.test_engine import World
 from tests.unit import fakes  # noqa: E402
 
@@ -42,10 +42,10 @@ def test_stale_or_incomplete_events_do_not_count():
                  state="active", task_state="rebuilding")
     inflight = {"compute-1-vm-0": (w.clock(), None),
                 "compute-1-vm-1": (w.clock(), None)}
-    assert evacuator._rebuilt_by_event(w.ctx, "compute-1", inflight) == {}
+    assert evac_judge.rebuilt_by_event(w.ctx, "compute-1", inflight) == {}
     board.record("compute-1-vm-1", at=w.clock(), host="compute-1",
                  state="active", task_state=None)
-    assert evacuator._rebuilt_by_event(w.ctx, "compute-1", inflight) == {}
+    assert evac_judge.rebuilt_by_event(w.ctx, "compute-1", inflight) == {}
 
 
 def test_without_events_migrations_decide():

@@ -1,0 +1,239 @@
+"""One host's evacuation run: the servers to send, the attempts in flight,
+the per-server retry budget, and their journal rows (this recovery's rows
+are those above the record's evac_floor; retries spent and requests left
+open by a stopped process are read back from them).
+
+Run by the EVACUATE action's passes (engine.evacuator); sending is
+engine.evac_send's half of the run, judging engine.evac_judge's. Idempotent:
+a server already rebuilt elsewhere is not on the host any more; one whose
+evacuation is still in flight (task state rebuilding, or an unfinished
+migration) is waited for, not evacuated again. Completion is a migration
+of the server reaching ``done`` (Nova has rebuilt it on its destination),
+not the server's task state, which can read ACTIVE on the old host right
+after the request.
+"""
+
+import collections
+
+import structlog
+
+from instanceha.drivers.compute import base
+from instanceha.engine.evac_send import Sending
+from instanceha.engine.evac_state import Outcome
+from instanceha.policy import power
+
+LOG = structlog.get_logger("instanceha.evacuator")
+
+class Run(Sending):
+    """The evacuation of one host: servers waiting to be sent, attempts in
+    flight, and the per-server retry budget (kept across restarts through
+    the journal)."""
+
+    def __init__(self, ctx, record, outcome, migrations):
+        self.ctx = ctx
+        self.migs = migrations              # server_id -> [Migration]
+        self.conf = ctx.conf.evacuation
+        self.record = record
+        self.host = record.name
+        self.outcome = outcome
+        #: (server_id, not_before, a retry expecting it rebuilding)
+        self.todo = collections.deque()
+        self.inflight = {}                  # server_id -> _Attempt
+        self.retries = collections.Counter()
+        #: server_id -> evacuate requests Nova's API failed, in a row
+        self.request_failures = collections.Counter()
+        self.open_rows = {}                 # server_id -> (row id, at)
+        self.sent = 0
+        self.services = []
+        #: server_id -> power.Plan, from the listing (its power state)
+        self.plans = {}
+        self.skips_recorded = set()
+        #: server id -> the status of its last journal row in this
+        #: recovery ("done": rebuilt by an earlier attempt or process)
+        self.last_status = {}
+        #: server id -> order.sort_key, from the recovery policies
+        self.keys = {}
+        #: server id -> the reserved host its evacuation is aimed at
+        self.targets = {}
+        self.held_logged = 0
+        #: {server id: why the gate holds it} at the last pass
+        self.held = {}
+        #: when the host was last proven dead (proof.reprove)
+        self.proved_at = None
+        #: the next pass judges what is in flight (this one waited on it)
+        self.judging = False
+        #: when Nova's migrations were last read for the judging
+        self.last_poll = ctx.clock()
+        self._read_journal()
+
+    def status_text(self):
+        """Where the evacuation stands, in a few words (status)."""
+        outcome = self.outcome
+        waiting = sum(1 for a in self.inflight.values() if a.waiting)
+        text = ("%d of %d servers sent, %d in flight, %d done"
+                % (self.sent, outcome.total, len(self.inflight),
+                   len(outcome.done)))
+        if outcome.retried or waiting:
+            text += ", %d retried, %d waiting on a dead destination" % (
+                len(outcome.retried), waiting)
+        if self.held:
+            text += ", %d held (%s)" % (len(self.held),
+                                        next(iter(self.held.values())))
+        return text
+
+    def close(self):
+        """The run is over (or abandoned): it neither waits at the gate
+        nor holds a slot there, nor shows in status."""
+        self.ctx.gate.release(self.host)
+        if self.ctx.runs.get(self.record.id) is self:
+            del self.ctx.runs[self.record.id]
+
+    # -- journal ------------------------------------------------------------
+    def _read_journal(self):
+        """Retries already spent in this recovery, and rows a previous
+        process left open (its requests still in flight). This recovery's
+        rows are those above the record's evac_floor (row ids: a stamp
+        and fenced_at may come from two replicas' clocks)."""
+        since = self.record.fenced_at
+        floor = self.record.evac_floor
+        seen = self.ctx.rows_seen
+        now = self.ctx.clock()
+        for row in self.ctx.journal.evacuations(self.record.id):
+            if row["status"] != "requested":
+                seen.pop(row["id"], None)
+            if floor is not None:
+                if row["id"] <= floor:
+                    continue      # an earlier recovery's
+            elif since is not None and row["requested_at"] < since:
+                # A record journalled before evac_floor existed.
+                continue
+            sid = row["server_id"]
+            if row["status"] == "skipped":
+                self.skips_recorded.add(sid)
+            if row["status"] == "retry":
+                self.retries[sid] += 1
+            if row["status"] == "requested":
+                # Stamped on the clock of whoever wrote it (another
+                # replica's may run behind ours): a row this process did
+                # not write counts from when it first read it.
+                at = max(row["requested_at"], seen.setdefault(row["id"], now))
+                self.open_rows[sid] = (row["id"], at)
+            else:
+                self.open_rows.pop(sid, None)
+            self.last_status[sid] = row["status"]
+
+    def record_skips(self):
+        """Each server left on the host, and why, once per recovery in the
+        journal (evacuations, status ``skipped``)."""
+        now = self.ctx.clock()
+        for sid, why in sorted(self.outcome.skipped.items()):
+            if sid in self.skips_recorded:
+                continue
+            row = self.ctx.journal.evacuation_requested(
+                self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(row, now, "skipped",
+                                                 detail=why)
+            self.skips_recorded.add(sid)
+
+    def close_finished(self, listed, migrations):
+        """Servers an earlier attempt (or process) of this recovery sent
+        and did not see finish (it stopped, or its request was answered
+        with an error Nova had applied anyway) that have left the host
+        with a ``done`` migration (this recovery's: an older one would be
+        ``completed``): journalled as done now."""
+        now = self.ctx.clock()
+        for sid, status in sorted(self.last_status.items()):
+            if sid in listed or status in ("done", "skipped"):
+                continue
+            ok = [m for m in migrations.get(sid, ()) if m.status == "done"]
+            if not ok:
+                continue
+            row = self.open_rows.pop(sid, (None, None))[0]
+            if row is None:
+                row = self.ctx.journal.evacuation_requested(
+                    self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(
+                row, now, "done", ok[-1].dest_host, "rebuilt; seen by a "
+                "later attempt of this recovery")
+            self.last_status[sid] = "done"
+
+    def record_waiting(self, held):
+        """Each server the capacity preflight held back, and why: a
+        journal row (status ``no_capacity``) per server and attempt."""
+        now = self.ctx.clock()
+        for sid, why in held.items():
+            row = self.ctx.journal.evacuation_requested(
+                self.record.id, self.host, sid, now)
+            self.ctx.journal.evacuation_finished(row, now, "no_capacity",
+                                                 detail="preflight: " + why)
+
+    def finish(self, attempt, status, dest=None, detail=""):
+        if attempt.evac_id is not None:
+            self.ctx.rows_seen.pop(attempt.evac_id, None)
+            self.ctx.journal.evacuation_finished(
+                attempt.evac_id, self.ctx.clock(), status, dest, detail)
+
+    def close_unanswered(self, attempt, what):
+        """Close the row an unanswered request left open: who left it
+        (this process, or one that stopped while sending it) and what
+        became of it (``what``)."""
+        if attempt.inherited:
+            self.finish(attempt, "interrupted", detail="instanceha stopped "
+                        "while sending this request; " + what)
+        else:
+            self.finish(attempt, "request_failed", detail="no answer; " + what)
+
+    def key(self, sid):
+        return self.keys.get(sid) or (0, True, 0.0, sid)
+
+    def priority(self, sid):
+        return -self.key(sid)[0]
+
+    # -- judging ----------------------------------------------------------------
+    def done(self, attempt, dest, detail=""):
+        self.inflight.pop(attempt.server_id, None)
+        self.outcome.done[attempt.server_id] = dest
+        self.finish(attempt, "done", dest, detail)
+        self.ctx.progress(self.record, len(self.outcome.done),
+                          self.outcome.total)
+        keep_powered_off(self.ctx, self.host, attempt.server_id,
+                          self.plans.get(attempt.server_id))
+
+def close_open_rows(ctx, record, why):
+    """Close the evacuate request rows of this recovery still open
+    ('requested': sent by a process that stopped before Nova answered)
+    once nothing more will be sent for them (the host is put back: Nova
+    refuses to evacuate from a service that is up). Returns how many."""
+    run = Run(ctx, record, Outcome(total=0), {})
+    now = ctx.clock()
+    for sid, (row, _) in sorted(run.open_rows.items()):
+        ctx.journal.evacuation_finished(
+            row, now, "interrupted",
+            detail="instanceha stopped while sending this request; not "
+                   "sent again: " + why)
+        ctx.rows_seen.pop(row, None)
+        LOG.info("evacuation_row_closed", host=record.name, server=sid,
+                 reason=why)
+    return len(run.open_rows)
+
+
+
+def keep_powered_off(ctx, host, sid, plan):
+    """A server that was powered off when its host was lost ends powered
+    off (instanceha.policy.power): read once it has arrived, stopped if
+    Nova started it. A failure is logged; the evacuation stands."""
+    if plan is None or not plan.keep_off:
+        return
+    reason = None
+    try:
+        reason = power.stop_reason(plan, ctx.compute.get_server(sid), host)
+        if reason:
+            ctx.compute.stop_server(sid)
+            LOG.warning("evacuated_server_stopped", host=host, server=sid,
+                        reason=reason)
+    except (base.ComputeError, NotImplementedError) as e:
+        if isinstance(e, base.NotFound) and reason is None:
+            return                      # deleted since it arrived
+        LOG.error("evacuated_server_not_stopped", host=host, server=sid,
+                  reason="it was powered off before its evacuation and may "
+                         "be running now: %s" % (str(e) or type(e).__name__))
