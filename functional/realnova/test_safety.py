@@ -297,12 +297,6 @@ def test_host_disabled_by_operator_is_left_alone(bed, engine):
 
 # -- issue 21, hole 1: a proof of death is never reused ------------------------
 
-# Out of CI until investigated (INSTANCEHA_LONG_TESTS=1 runs it): in 1 of 4
-# full runs the safety half held (the re-proof read the BMC On, nothing was
-# sent, the invariant check was clean) but the host stayed 'pending' for
-# 120 s instead of coming back through the cleanup check. The simulator's
-# version (functional/sim/test_proof_of_death.py) stays in CI.
-@pytest.mark.long
 def test_restart_never_evacuates_a_fenced_host_powered_on_meanwhile(
         bed, engine):
     """The engine journals the host ``fenced`` (its BMC confirmed Off) and
