@@ -14,7 +14,6 @@ engine's status file and journal are checked only for what they must
 record.
 """
 
-import pytest
 import contextlib
 import datetime
 import math
