@@ -1,0 +1,59 @@
+"""Nova's answers (bodies as Nova gives them) to instanceha's records.
+
+Pure translation: a service, server, migration or aggregate body to the
+:mod:`instanceha.drivers.compute.base` record, Nova's timestamps to epoch
+seconds. A missing key raises KeyError / TypeError: the driver turns it
+into a ComputeError naming the call.
+"""
+
+from instanceha.drivers.compute import base
+from instanceha.util import timeparse
+
+
+def parse_time(value):
+    """Nova's naive-UTC timestamps ('2026-11-22T04:31:45.000000') to epoch
+    seconds; None for none."""
+    if not value:
+        return None
+    try:
+        return timeparse.epoch(value)
+    except ValueError:
+        raise base.ComputeError(
+            "unparseable timestamp from Nova: %r" % (value,)) from None
+
+
+def to_aggregate(a):
+    return base.Aggregate(name=str(a["name"]),
+                          hosts=tuple(a.get("hosts") or ()),
+                          zone=a.get("availability_zone"),
+                          metadata=dict(a.get("metadata") or {}),
+                          id=str(a["id"]) if a.get("id") is not None
+                          else None)
+
+
+def to_service(s):
+    return base.ComputeService(
+        id=str(s["id"]), host=s["host"], state=s["state"], status=s["status"],
+        forced_down=bool(s.get("forced_down")),
+        disabled_reason=s.get("disabled_reason"),
+        updated_at=parse_time(s.get("updated_at")), zone=s.get("zone"),
+        binary=s.get("binary") or "nova-compute")
+
+
+def to_server(s):
+    fault = s.get("fault") or {}
+    return base.Server(
+        id=s["id"], name=s.get("name", ""), status=s.get("status", ""),
+        host=s.get("OS-EXT-SRV-ATTR:host"),
+        task_state=s.get("OS-EXT-STS:task_state"),
+        vm_state=s.get("OS-EXT-STS:vm_state"),
+        fault=fault.get("message"),
+        power_state=s.get("OS-EXT-STS:power_state"), raw=s)
+
+
+def to_migration(m):
+    return base.Migration(
+        id=str(m.get("uuid") or m["id"]), server_id=m["instance_uuid"],
+        source_host=m.get("source_compute"), dest_host=m.get("dest_compute"),
+        status=m["status"], migration_type=m.get("migration_type", ""),
+        created_at=parse_time(m.get("created_at")))
