@@ -30,117 +30,36 @@ command) and TCP ``listen_address:port`` (the whole API with Keystone or
 :mod:`instanceha.api.wsgi` checks the transport, authentication and policy
 before :meth:`OperatorAPI.handle` (which tests call directly). See
 doc/api.md.
+
+Beside this module: :mod:`instanceha.api.listeners` (the cheroot servers),
+:mod:`instanceha.api.payload` (request bodies and JSON answers),
+:mod:`instanceha.api.collector` and :mod:`instanceha.api.metrics` (what
+/metrics reports).
 """
 
-import json
-import math
-import os
-import re
-import socket
 import threading
 
-from cheroot import server as cheroot_server
-from cheroot import wsgi as cheroot_wsgi
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (CounterMetricFamily,
-                                    GaugeMetricFamily)
 import structlog
 
 from instanceha.api import auth
 from instanceha.api import history as history_mod
+from instanceha.api import listeners
 from instanceha.api import metrics as metrics_mod
 from instanceha.api import wsgi
+from instanceha.api.collector import SnapshotCollector
 from instanceha.api.commands import COMMANDS
+from instanceha.api.payload import answer, load_object, suspend_seconds
 from instanceha.conf import api as api_conf
-from instanceha.errors import ConfigError, StartupError
+from instanceha.errors import ConfigError
 from instanceha.events import Event
 from instanceha.fsm import machine
-from instanceha.fsm.states import State
 
 LOG = structlog.get_logger("instanceha.api")
 
 _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
                           "stops a recovery)",
           "resume": " (nothing to resume)"}
-_HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
-
-
-class _Collector:
-    def __init__(self, api):
-        self._api = api
-
-    def collect(self):
-        snap = self._api.engine.snapshot()
-        state = GaugeMetricFamily("instanceha_host_state",
-                                  "1 for the state each host is in",
-                                  labels=["host", "state"])
-        counts = GaugeMetricFamily("instanceha_hosts",
-                                   "Hosts per state", labels=["state"])
-        per_state = {s.value: 0 for s in State}
-        for h in snap["hosts"]:
-            state.add_metric([h["name"] or h["id"], h["state"]], 1)
-            per_state[h["state"]] += 1
-        for s, n in per_state.items():
-            counts.add_metric([s], n)
-        hold = GaugeMetricFamily(
-            "instanceha_threshold_hold",
-            "1 while more hosts look dead than the threshold allows")
-        hold.add_metric([], 0 if snap["cluster"]["ok"] else 1)
-        storm_hold = GaugeMetricFamily(
-            "instanceha_storm_hold",
-            "1 while a storm (hosts lost within the storm window above the "
-            "threshold) holds new fencing in a scope", labels=["scope"])
-        lost = GaugeMetricFamily(
-            "instanceha_storm_lost_hosts",
-            "Hosts lost or recovering within the storm window",
-            labels=["scope"])
-        for scope, view in sorted((snap.get("storm") or {}).items()):
-            held = view["over"] and (view["acknowledged"] is None
-                                     or view["lost"] > view["acknowledged"])
-            storm_hold.add_metric([scope], 1 if held else 0)
-            lost.add_metric([scope], view["lost"])
-        waiting = GaugeMetricFamily(
-            "instanceha_fence_rate_waiting",
-            "Hosts waiting for the fencing rate limit")
-        waiting.add_metric([], len((snap.get("rate_limit") or {})
-                                   .get("waiting", [])))
-        trans = CounterMetricFamily("instanceha_transitions",
-                                    "State transitions, by new state",
-                                    labels=["state"])
-        acts = CounterMetricFamily("instanceha_actions",
-                                   "Actions run, by outcome",
-                                   labels=["action", "outcome"])
-        for key, n in sorted(self._api.engine.stats.items()):
-            if key[0] == "transition":
-                trans.add_metric([key[1]], n)
-            elif key[0] == "action":
-                acts.add_metric([key[1], key[2]], n)
-        unprotected = snap.get("unprotected") or {}
-        per_host = GaugeMetricFamily(
-            "instanceha_host_unprotected",
-            "1 for a host the last fencing readiness audit found could not "
-            "be fenced now", labels=["host"])
-        for host in sorted(unprotected):
-            per_host.add_metric([host], 1)
-        count = GaugeMetricFamily(
-            "instanceha_unprotected_hosts",
-            "Hosts the last fencing readiness audit found could not be "
-            "fenced now")
-        count.add_metric([], len(unprotected))
-        yield from (state, counts, hold, storm_hold, lost, waiting, trans,
-                    acts, per_host, count)
-        yield from self._api.audit_ages.collect(self._api.engine, snap,
-                                                self._api.clock())
-        for name, health in sorted(snap["sources"].items()):
-            for field, value in sorted(health.items()):
-                if isinstance(value, bool) or not isinstance(value,
-                                                             (int, float)):
-                    continue
-                g = GaugeMetricFamily(
-                    "instanceha_source_%s_%s" % (name, field),
-                    "%s of source %s" % (field, name))
-                g.add_metric([], value)
-                yield g
 
 
 class OperatorAPI:
@@ -157,7 +76,7 @@ class OperatorAPI:
         self.timings = metrics_mod.Timings(self.registry, self.journal,
                                            clock())
         self.audit_ages = metrics_mod.AuditAges()
-        self.registry.register(_Collector(self))
+        self.registry.register(SnapshotCollector(self))
         add_listener = getattr(engine, "add_listener", None)
         if add_listener is not None:
             add_listener(self.timings.on_change)
@@ -178,10 +97,10 @@ class OperatorAPI:
         """Return (status, content_type, bytes). ``query``: the request's
         query parameters ({name: text})."""
         if method == "GET" and path == "/status":
-            return _json(200, self.engine.snapshot())
+            return answer(200, self.engine.snapshot())
         if method == "GET" and path == "/healthz":
             ok, why = self.healthy()
-            return _json(200 if ok else 503, {"ok": ok, "reason": why})
+            return answer(200 if ok else 503, {"ok": ok, "reason": why})
         if method == "GET" and path == "/readyz":
             return self.readyz()
         if method == "GET" and path == "/metrics":
@@ -192,13 +111,13 @@ class OperatorAPI:
                 self.registry)
         if method == "POST" and path == "/storm/resume":
             return self.resume_storm(body)
-        m = _HOST_PATH.match(path)
+        m = wsgi.HOST_PATH.match(path)
         if m and method == "GET" and m.group(2) == "history":
             return self.history(m.group(1), query or {})
         if m and method == "POST":
             return self.command(m.group(1), m.group(2), body)
-        return _json(404, {"error": "no such endpoint: %s %s"
-                           % (method, path)})
+        return answer(404, {"error": "no such endpoint: %s %s"
+                            % (method, path)})
 
     #: The service whose liveness and readiness the API reports (set by
     #: instanceha.service.Service); None: the engine alone (tests).
@@ -231,30 +150,30 @@ class OperatorAPI:
         else:
             ok, why = self.healthy()
             ready, role = ok, "acting"
-        return _json(200 if ready else 503,
-                     {"ready": ready, "role": role, "reason": why})
+        return answer(200 if ready else 503,
+                      {"ready": ready, "role": role, "reason": why})
 
     def command(self, host, verb, body):
         kind = COMMANDS.get(verb)
         if kind is None:
-            return _json(404, {"error": "unknown command %r (known: %s)"
-                               % (verb, ", ".join(sorted(COMMANDS)))})
+            return answer(404, {"error": "unknown command %r (known: %s)"
+                                % (verb, ", ".join(sorted(COMMANDS)))})
         rec = self.engine.find(host)
         if rec is None:
-            return _json(404, {"error": "unknown host %r" % host})
+            return answer(404, {"error": "unknown host %r" % host})
         try:
-            args = _load_object(body)
+            args = load_object(body)
             seconds = suspend_seconds(args, verb,
                                       self.conf.api.max_suspend_seconds)
         except ValueError as e:
-            return _json(400, {"error": "bad request body: %s" % e})
+            return answer(400, {"error": "bad request body: %s" % e})
         if not machine.rules_for(rec.state, kind):
             # Said now rather than accepted and silently ignored.
-            return _json(409, {"error": "%s does not apply to host %s in "
-                               "state %s%s" % (verb, rec.name,
-                                               rec.state.value,
-                                               _HINTS.get(verb, "")),
-                               "state": rec.state.value})
+            return answer(409, {"error": "%s does not apply to host %s in "
+                                "state %s%s" % (verb, rec.name,
+                                                rec.state.value,
+                                                _HINTS.get(verb, "")),
+                                "state": rec.state.value})
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None
@@ -266,16 +185,16 @@ class OperatorAPI:
         LOG.info("operator_command", host=rec.name, command=verb,
                  reason=reason, seconds=seconds, until=until,
                  still_running=running)
-        answer = {"host": rec.name, "command": verb,
-                  "state": rec.state.value, "still_running": running}
+        out = {"host": rec.name, "command": verb,
+               "state": rec.state.value, "still_running": running}
         if verb == "suspend":
-            answer["until"] = until
-        return _json(202, answer)
+            out["until"] = until
+        return answer(202, out)
 
     def history(self, host, query):
         """A page of ``host``'s journal (see instanceha.api.history)."""
         if self.journal is None:
-            return _json(404, {"error": "no journal to read"})
+            return answer(404, {"error": "no journal to read"})
         now = self.clock()
         try:
             since, until = (
@@ -286,35 +205,35 @@ class OperatorAPI:
             marker = history_mod.parse_marker(query.get("marker"))
             found = history_mod.find_host(self.journal, self.engine, host)
             if found is None:
-                return _json(404, {"error": "unknown host %r" % host})
+                return answer(404, {"error": "unknown host %r" % host})
             host_id, name = found
             entries, next_marker = history_mod.page(
                 self.journal, host_id, since=since, until=until,
                 marker=marker, limit=limit)
         except history_mod.BadRequest as e:
-            return _json(400, {"error": str(e)})
+            return answer(400, {"error": str(e)})
         except Exception as e:   # noqa: BLE001 - said, not raised
             LOG.warning("history_unreadable", host=host[:100],
                         reason="%s: %s" % (type(e).__name__, e))
-            return _json(503, {"error": "cannot read the journal: %s"
-                               % type(e).__name__})
-        return _json(200, {"host": name, "host_id": host_id,
-                           "entries": entries, "next_marker": next_marker})
+            return answer(503, {"error": "cannot read the journal: %s"
+                                % type(e).__name__})
+        return answer(200, {"host": name, "host_id": host_id,
+                            "entries": entries, "next_marker": next_marker})
 
     def resume_storm(self, body):
         """Lift the storm hold for the hosts lost now (more losses hold
         again)."""
         try:
-            args = _load_object(body)
+            args = load_object(body)
         except ValueError as e:
-            return _json(400, {"error": "bad request body: %s" % e})
+            return answer(400, {"error": "bad request body: %s" % e})
         reason = str(args.get("reason") or "no reason given")
         held = self.engine.acknowledge_storm(reason)
         if not held:
-            return _json(409, {"error": "no storm hold to lift"})
+            return answer(409, {"error": "no storm hold to lift"})
         LOG.info("operator_command", command="resume --storm", reason=reason,
                  scopes=",".join(sorted(held)))
-        return _json(202, {"command": "resume --storm", "lifted": held})
+        return answer(202, {"command": "resume --storm", "lifted": held})
 
     def _running_work(self, rec):
         """The engine's short text of the host's running work, or None."""
@@ -347,22 +266,6 @@ class OperatorAPI:
             plan.append((api.unix_socket, self.app, "all"))
         return plan
 
-    def _server_for(self, where, app):
-        api = self.conf.api
-        server = _Server(where, app, numthreads=api.threads,
-                         timeout=int(max(1, api.request_timeout)),
-                         shutdown_timeout=2)
-        server.max_request_body_size = api.max_request_body
-        server.max_request_header_size = api.max_request_header
-        server.server_name = "instanceha"
-        server.software = "instanceha"
-        try:
-            server.prepare()
-        except OSError as e:
-            # cheroot folds the cause into a sentence; say the cause.
-            raise (server.bind_error or e) from None
-        return server
-
     def bind(self):
         """Create and bind the listening sockets (TCP first, then the unix
         socket); serve nothing yet. Raises OSError for the TCP port (in
@@ -374,34 +277,20 @@ class OperatorAPI:
         try:
             for where, app, serves in self._plan():
                 if isinstance(where, str):
-                    server = self._bind_unix(where, app)
-                    # cheroot makes it 0777; the directory (checked at
-                    # start) keeps others out, the socket its owner and
-                    # group in.
-                    os.chmod(where, 0o660)
+                    server = listeners.bind_unix(where, app,
+                                                 self.conf.api)
                 else:
-                    server = self._server_for(where, app)
+                    server = listeners.make_server(where, app,
+                                                   self.conf.api)
                     self._port = server.bind_addr[1]
                 bound.append((where, server, serves))
         except BaseException:
             for where, server, _serves in bound:
                 server.stop()
-                self._unlink(where)
+                listeners.unlink(where)
             raise
         self._listeners = [(where, server, serves, None)
                            for where, server, serves in bound]
-
-    def _bind_unix(self, path, app):
-        """The unix socket's server, its directory checked first (it must
-        keep other users out). StartupError naming the socket."""
-        why = api_conf.check_unix_socket(path) or _served_by_another(path)
-        if why is not None:
-            raise StartupError("operator API: %s" % why)
-        try:
-            return self._server_for(path, app)
-        except OSError as e:
-            raise StartupError("operator API: cannot bind unix socket %s: "
-                               "%s" % (path, e.strerror or e)) from None
 
     def start(self):
         """Serve requests (binding first if :meth:`bind` was not called)."""
@@ -433,125 +322,9 @@ class OperatorAPI:
         return self._port
 
     def stop(self):
-        listeners, self._listeners = self._listeners, []
-        for where, server, _serves, thread in listeners:
+        bound, self._listeners = self._listeners, []
+        for where, server, _serves, thread in bound:
             server.stop()
             if thread is not None:
                 thread.join(5)
-            self._unlink(where)
-
-    @staticmethod
-    def _unlink(where):
-        """Remove our unix socket (only a socket, in a directory that
-        passes the start checks)."""
-        if isinstance(where, str) and api_conf.check_unix_socket(where) \
-                is None:
-            try:
-                os.unlink(where)
-            except FileNotFoundError:
-                pass
-
-
-def _served_by_another(path):
-    """A reason not to replace the socket at ``path``: a process (another
-    instanceha on this machine) still accepts connections on it, or None
-    (no socket, or an old one nobody serves)."""
-    if not os.path.exists(path):
-        return None
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return ("[api] unix_socket %s: another process serves it (a second "
-            "instanceha on this machine?): give each its own path" % path)
-
-
-class _Request(cheroot_server.HTTPRequest):
-    """cheroot's own refusals (a CONNECT, a malformed request line) say
-    what they are, never with an empty body."""
-
-    def simple_response(self, status, msg=""):
-        return super().simple_response(status, msg or str(status))
-
-
-class _Connection(cheroot_server.HTTPConnection):
-    RequestHandlerClass = _Request
-
-
-class _Server(cheroot_wsgi.Server):
-    """cheroot's server, its errors logged through structlog and the cause
-    of a failed bind kept."""
-
-    ConnectionClass = _Connection
-    bind_error = None
-
-    def bind(self, family, type, proto=0):
-        try:
-            return super().bind(family, type, proto)
-        except OSError as e:
-            self.bind_error = e
-            raise
-
-    def error_log(self, msg="", level=20, traceback=False):
-        if level < 40:
-            return
-        if traceback:
-            LOG.exception("api_server_error", reason=str(msg)[:300])
-        else:
-            LOG.error("api_server_error", reason=str(msg)[:300])
-
-
-def _no_constant(name):
-    raise ValueError("%s is not a number" % name)
-
-
-def _load_object(body):
-    """A request body's JSON object; ValueError saying what is wrong."""
-    try:
-        args = json.loads(body or b"{}", parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    if not isinstance(args, dict):
-        raise ValueError("body must be a JSON object")
-    return args
-
-
-def suspend_seconds(args, verb, maximum):
-    """How long a command's body asks to suspend: seconds (a positive,
-    finite number up to ``maximum``) or None for ``"forever": true``. A
-    suspension without end is never implied: one of the two is required,
-    and not both. Raises ValueError saying what is wrong."""
-    seconds = args.get("seconds")
-    forever = args.get("forever", False)
-    if verb != "suspend":
-        if seconds is not None or forever:
-            raise ValueError("seconds and forever apply to suspend only")
-        return None
-    if not isinstance(forever, bool):
-        raise ValueError("forever must be true or false")
-    if seconds is not None and forever:
-        raise ValueError("give either seconds or forever, not both")
-    if seconds is None:
-        if forever:
-            return None
-        raise ValueError("say how long: give \"seconds\": N (at most %g) "
-                         "or \"forever\": true" % maximum)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-            or seconds <= 0 or (isinstance(seconds, float)
-                                and not math.isfinite(seconds)):
-        # (an int is finite, and may be too large for math.isfinite)
-        raise ValueError("seconds must be a positive, finite number, not %s"
-                         % json.dumps(seconds)[:40])
-    if seconds > maximum:
-        raise ValueError("seconds must be at most %g ([api] "
-                         "max_suspend_seconds); for a suspension without "
-                         "end give \"forever\": true" % maximum)
-    return float(seconds)
-
-
-def _json(status, data):
-    return status, "application/json", json.dumps(data, default=str).encode()
+            listeners.unlink(where)

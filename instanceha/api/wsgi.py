@@ -26,7 +26,7 @@ from instanceha.conf import api as api_conf
 
 LOG = structlog.get_logger("instanceha.api")
 
-_HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
+HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
 _READS = ("GET", "HEAD")
 
 
@@ -52,7 +52,7 @@ def route(method, path):
         return "instanceha:metrics:read", True, _READS
     if path == "/storm/resume":
         return "instanceha:storm:resume", False, ("POST",)
-    m = _HOST_PATH.match(path)
+    m = HOST_PATH.match(path)
     if m is None:
         return None
     verb = m.group(2)

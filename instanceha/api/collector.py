@@ -1,0 +1,93 @@
+"""The /metrics families read from the engine at each scrape: the state of
+every host and the count per state, the threshold and storm holds, the
+hosts waiting for the fencing rate limit, transitions and actions run, the
+hosts the fencing readiness audit found unprotected, the audit ages
+(:class:`instanceha.api.metrics.AuditAges`) and each source's numeric
+health fields.
+"""
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from instanceha.fsm.states import State
+
+
+class SnapshotCollector:
+    """A prometheus_client collector over ``api.engine``'s snapshot and
+    stats (``api``: the :class:`instanceha.api.server.OperatorAPI`, for its
+    engine, audit ages and clock)."""
+
+    def __init__(self, api):
+        self._api = api
+
+    def collect(self):
+        snap = self._api.engine.snapshot()
+        state = GaugeMetricFamily("instanceha_host_state",
+                                  "1 for the state each host is in",
+                                  labels=["host", "state"])
+        counts = GaugeMetricFamily("instanceha_hosts",
+                                   "Hosts per state", labels=["state"])
+        per_state = {s.value: 0 for s in State}
+        for h in snap["hosts"]:
+            state.add_metric([h["name"] or h["id"], h["state"]], 1)
+            per_state[h["state"]] += 1
+        for s, n in per_state.items():
+            counts.add_metric([s], n)
+        hold = GaugeMetricFamily(
+            "instanceha_threshold_hold",
+            "1 while more hosts look dead than the threshold allows")
+        hold.add_metric([], 0 if snap["cluster"]["ok"] else 1)
+        storm_hold = GaugeMetricFamily(
+            "instanceha_storm_hold",
+            "1 while a storm (hosts lost within the storm window above the "
+            "threshold) holds new fencing in a scope", labels=["scope"])
+        lost = GaugeMetricFamily(
+            "instanceha_storm_lost_hosts",
+            "Hosts lost or recovering within the storm window",
+            labels=["scope"])
+        for scope, view in sorted((snap.get("storm") or {}).items()):
+            held = view["over"] and (view["acknowledged"] is None
+                                     or view["lost"] > view["acknowledged"])
+            storm_hold.add_metric([scope], 1 if held else 0)
+            lost.add_metric([scope], view["lost"])
+        waiting = GaugeMetricFamily(
+            "instanceha_fence_rate_waiting",
+            "Hosts waiting for the fencing rate limit")
+        waiting.add_metric([], len((snap.get("rate_limit") or {})
+                                   .get("waiting", [])))
+        trans = CounterMetricFamily("instanceha_transitions",
+                                    "State transitions, by new state",
+                                    labels=["state"])
+        acts = CounterMetricFamily("instanceha_actions",
+                                   "Actions run, by outcome",
+                                   labels=["action", "outcome"])
+        for key, n in sorted(self._api.engine.stats.items()):
+            if key[0] == "transition":
+                trans.add_metric([key[1]], n)
+            elif key[0] == "action":
+                acts.add_metric([key[1], key[2]], n)
+        unprotected = snap.get("unprotected") or {}
+        per_host = GaugeMetricFamily(
+            "instanceha_host_unprotected",
+            "1 for a host the last fencing readiness audit found could not "
+            "be fenced now", labels=["host"])
+        for host in sorted(unprotected):
+            per_host.add_metric([host], 1)
+        count = GaugeMetricFamily(
+            "instanceha_unprotected_hosts",
+            "Hosts the last fencing readiness audit found could not be "
+            "fenced now")
+        count.add_metric([], len(unprotected))
+        yield from (state, counts, hold, storm_hold, lost, waiting, trans,
+                    acts, per_host, count)
+        yield from self._api.audit_ages.collect(self._api.engine, snap,
+                                                self._api.clock())
+        for name, health in sorted(snap["sources"].items()):
+            for field, value in sorted(health.items()):
+                if isinstance(value, bool) or not isinstance(value,
+                                                             (int, float)):
+                    continue
+                g = GaugeMetricFamily(
+                    "instanceha_source_%s_%s" % (name, field),
+                    "%s of source %s" % (field, name))
+                g.add_metric([], value)
+                yield g
