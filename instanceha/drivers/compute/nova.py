@@ -1,7 +1,8 @@
 """Nova driver through openstacksdk, with explicit microversions.
 
-The only module that imports openstacksdk or keystoneauth. Every call names
-its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
+With nova_transport.py and nova_capacity.py (the driver's plumbing and its
+capacity reads), the only modules that import openstacksdk or keystoneauth.
+Every call names its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
 keeping a server's power state below 2.95, migration fields) changes between
 microversions, so "latest" is never used. At connect time the server's maximum
 is read from version discovery; below 2.53 instanceha refuses to start.
