@@ -20,7 +20,7 @@ import structlog
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, resume
+from instanceha.engine import evidence, executor, resume
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
@@ -418,74 +418,52 @@ class Engine:
                         "follows what is still in flight")
 
     def _execute(self, host_id, rec, action, action_id, started, carry):
-        """Run the action (one pass of it) and queue its result, its next
-        pass, or its retry."""
-        try:
-            failpoints.hit("before_action:" + action.value)
-            result = actions_mod.run(action, self.ctx, rec, carry)
-            if isinstance(result, actions_mod.Requeue):
-                self._requeue(host_id, action, action_id, result)
-                return
-            failpoints.hit("after_action:" + action.value)
-        except actions_mod.FenceHeld as e:
-            self._hold_fence(host_id, rec, action, action_id, str(e))
+        """Run the action (one pass of it, engine.executor) and queue what
+        comes next: its result, its next pass, or its retry."""
+        out = executor.attempt(self.ctx, self.conf, self.stats,
+                               self.journal_health, rec, action, action_id,
+                               started, carry, self.queue.failures(host_id))
+        if isinstance(out, executor.Again):
+            # Not finished: the next pass after its delay, or sooner when
+            # woken. The host's key is free meanwhile (its events are
+            # applied as they come); its record stays busy.
+            with self._lock:
+                self._passes[host_id] = _Pass(
+                    _Pending(action, action_id, out.carry),
+                    self.clock() + out.after)
+            if out.after > 0:
+                self.queue.add_after(host_id, out.after)
+            else:
+                self.queue.add(host_id)
             return
-        except Exception as e:
-            self.stats[("action", action.value, "error")] += 1
-            error = "%s: %s" % (type(e).__name__, e)
-            self._finish_action(rec, action, action_id, "error", error)
-            if self.queue.failures(host_id) + 1 >= self.conf.action_retries:
-                # Bounded: give the state machine a definitive answer.
-                self.queue.forget(host_id)
-                result = actions_mod.give_up(self.ctx, rec, action, error,
-                                             self.conf.action_retries)
-                LOG.error("action_given_up", host=rec.name,
-                          action=action.value,
-                          attempts=self.conf.action_retries, reason=error)
-                with self._lock:
-                    self._backoff_until.pop(host_id, None)
-                    self._last_error.pop(host_id, None)
-                    self._inbox[host_id].appendleft(_Result(result, None))
-                return
+        if isinstance(out, executor.Finished):
+            self.queue.forget(host_id)
             with self._lock:
-                self._inbox[host_id].appendleft(_Pending(action, None))
+                self._backoff_until.pop(host_id, None)
+                self._last_error.pop(host_id, None)
+                self._inbox[host_id].appendleft(_Result(out.event,
+                                                        out.finish))
+            return
+        # Retry or Held: a new attempt later, the host's key held back.
+        with self._lock:
+            self._inbox[host_id].appendleft(_Pending(action, None))
+        if isinstance(out, executor.Held):
+            delay = out.delay
+            self.queue.add_after(host_id, delay)
+            error = "%s held, nothing powered off: %s" % (action.value,
+                                                          out.why)
+        else:
             delay = self.queue.add_rate_limited(host_id)
-            with self._lock:
-                self._backoff_until[host_id] = self.clock() + delay
-                self._last_error[host_id] = "%s failed (%s: %s); retry %d" % (
-                    action.value, type(e).__name__, e,
-                    self.queue.failures(host_id))
+            e = out.error
+            error = "%s failed (%s: %s); retry %d" % (
+                action.value, type(e).__name__, e,
+                self.queue.failures(host_id))
             LOG.warning("action_error", host=rec.name, action=action.value,
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
-            return
-        self.stats[("action", action.value, result.kind.value)] += 1
-        LOG.info("action_finished", host=rec.name, action=action.value,
-                 outcome=result.kind.value,
-                 seconds=round(self.clock() - started, 3),
-                 reason=result.reason)
-        self.queue.forget(host_id)
         with self._lock:
-            self._backoff_until.pop(host_id, None)
-            self._last_error.pop(host_id, None)
-            # Its finish is journalled with the transition it causes.
-            self._inbox[host_id].appendleft(_Result(
-                result, (action_id, self.clock(), result.kind.value,
-                         result.reason)))
-
-    def _requeue(self, host_id, action, action_id, again):
-        """The action is not finished: its next pass runs after
-        ``again.after`` seconds, or sooner when woken. The host's key is
-        free meanwhile (its events are applied as they come); its record
-        stays busy."""
-        with self._lock:
-            self._passes[host_id] = _Pass(
-                _Pending(action, action_id, again.carry),
-                self.clock() + again.after)
-        if again.after > 0:
-            self.queue.add_after(host_id, again.after)
-        else:
-            self.queue.add(host_id)
+            self._backoff_until[host_id] = self.clock() + delay
+            self._last_error[host_id] = error
 
     def _with_evac_floor(self, new, event, finish):
         """``new`` (entering FENCED) with the id of the host's last
@@ -502,34 +480,6 @@ class Engine:
             raise _Retry()
         floor = max((r["id"] for r in rows), default=0)
         return dataclasses.replace(new, evac_floor=floor)
-
-    def _finish_action(self, rec, action, action_id, outcome, text):
-        """Journal an attempt's end; a failed write is logged and marks
-        the journal degraded, it never hides the action's own outcome."""
-        try:
-            self.journal.action_finished(action_id, self.clock(), outcome,
-                                         text)
-        except Exception as je:
-            LOG.error("journal_write_failed", host=rec.name,
-                      action=action.value, reason=str(je))
-            self.journal_health.note(je)
-
-    def _hold_fence(self, host_id, rec, action, action_id, why):
-        """The gate closed between the fencing decision and the power-off:
-        nothing was powered off. The host stays fencing with the reason in
-        status and the action runs again after a tick, without using up
-        its retry budget (an outage is not a failure of this host)."""
-        self.stats[("action", action.value, "held")] += 1
-        self._finish_action(rec, action, action_id, "held", why)
-        delay = max(self.conf.detection.tick_interval, 1.0)
-        with self._lock:
-            self._inbox[host_id].appendleft(_Pending(action, None))
-            self._backoff_until[host_id] = self.clock() + delay
-            self._last_error[host_id] = "%s held, nothing powered off: %s" % (
-                action.value, why)
-        self.queue.add_after(host_id, delay)
-        LOG.warning("fence_held", host=rec.name, action=action.value,
-                    retry_in=delay, reason=why)
 
     # -- the fencing gate ---------------------------------------------------
     def _view(self):

@@ -1,0 +1,82 @@
+"""Run one attempt of an action (one pass of it) and say what comes next.
+
+The engine decides *whether* an action runs (its state still asks for
+it, this process may act, the attempt has its journal row); this module
+runs it and turns what happened into one of four answers, which the
+engine applies to the host's inbox and the work queue:
+
+* :class:`Finished` -- a result event for the state machine (the action's
+  own, or the definitive answer for one that kept raising), with the
+  journal update that finishes the attempt (None: already journalled);
+* :class:`Again` -- the action is not finished (a Requeue): its next pass
+  after a delay;
+* :class:`Retry` -- it raised something a retry may cure: run again after
+  the host's back-off;
+* :class:`Held` -- the fencing gate closed between the decision and the
+  power-off: nothing was powered off; run again after a tick without
+  using up the retry budget.
+"""
+
+import collections
+
+import structlog
+
+from instanceha import failpoints
+from instanceha.engine import actions as actions_mod
+
+LOG = structlog.get_logger("instanceha.engine")
+
+Finished = collections.namedtuple("Finished", "event finish")
+Again = collections.namedtuple("Again", "after carry")
+Retry = collections.namedtuple("Retry", "error")
+Held = collections.namedtuple("Held", "delay why")
+
+
+def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
+            started, carry, failures):
+    """Run ``action`` for ``rec`` (``carry``: its previous pass's, None
+    for a first pass; ``failures``: how many attempts in a row raised
+    before this one). Returns Finished, Again, Retry or Held."""
+    try:
+        failpoints.hit("before_action:" + action.value)
+        result = actions_mod.run(action, ctx, rec, carry)
+        if isinstance(result, actions_mod.Requeue):
+            return Again(result.after, result.carry)
+        failpoints.hit("after_action:" + action.value)
+    except actions_mod.FenceHeld as e:
+        why = str(e)
+        stats[("action", action.value, "held")] += 1
+        finish(ctx, journal_health, rec, action, action_id, "held", why)
+        delay = max(conf.detection.tick_interval, 1.0)
+        LOG.warning("fence_held", host=rec.name, action=action.value,
+                    retry_in=delay, reason=why)
+        return Held(delay, why)
+    except Exception as e:
+        stats[("action", action.value, "error")] += 1
+        error = "%s: %s" % (type(e).__name__, e)
+        finish(ctx, journal_health, rec, action, action_id, "error", error)
+        if failures + 1 >= conf.action_retries:
+            # Bounded: give the state machine a definitive answer.
+            LOG.error("action_given_up", host=rec.name, action=action.value,
+                      attempts=conf.action_retries, reason=error)
+            return Finished(actions_mod.give_up(ctx, rec, action, error,
+                                                conf.action_retries), None)
+        return Retry(e)
+    stats[("action", action.value, result.kind.value)] += 1
+    LOG.info("action_finished", host=rec.name, action=action.value,
+             outcome=result.kind.value,
+             seconds=round(ctx.clock() - started, 3), reason=result.reason)
+    # Its finish is journalled with the transition it causes.
+    return Finished(result, (action_id, ctx.clock(), result.kind.value,
+                             result.reason))
+
+
+def finish(ctx, journal_health, rec, action, action_id, outcome, text):
+    """Journal an attempt's end; a failed write is logged and marks the
+    journal degraded, it never hides the action's own outcome."""
+    try:
+        ctx.journal.action_finished(action_id, ctx.clock(), outcome, text)
+    except Exception as je:
+        LOG.error("journal_write_failed", host=rec.name,
+                  action=action.value, reason=str(je))
+        journal_health.note(je)
