@@ -1,9 +1,9 @@
 """What the CLI's subcommands share: their configuration, the split of
-their arguments from oslo.config's, and reading the journal.
+their arguments from oslo.config's, reading the journal, and how an age
+is printed.
 
 A module of its own so that :mod:`instanceha.cmd.main` and the
-subcommands it dispatches to (:mod:`instanceha.cmd.history`) import it
-without importing each other.
+subcommands it dispatches to import it without importing each other.
 """
 
 import sys
@@ -60,3 +60,13 @@ def reading_journal(conf, read):
     finally:
         if journal is not None:
             journal.close()
+
+
+def age(seconds):
+    """A duration for the operator: 42s, 17m, 3h05m (never negative)."""
+    seconds = int(max(seconds, 0))
+    if seconds < 120:
+        return "%ds" % seconds
+    if seconds < 7200:
+        return "%dm" % (seconds // 60)
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)

@@ -1,0 +1,109 @@
+"""``instanceha suspend|maintenance|resume``: the operator's commands,
+sent to the running service's API (its unix socket, else TCP; a Keystone
+token with [api] auth_strategy = keystone), and its answer printed."""
+
+import argparse
+import math
+import sys
+import time
+import urllib.parse
+
+from instanceha.api import client
+from instanceha.cmd.common import age, load_conf, split_config_args
+
+
+def positive_seconds(text):
+    """argparse type for --seconds: a positive, finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds"
+                                         % text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            "must be a positive, finite number of seconds, not %r (for a "
+            "suspension without end give --forever)" % text)
+    return value
+
+
+def command_parser(verb):
+    p = argparse.ArgumentParser(prog="instanceha %s" % verb)
+    p.add_argument("host", nargs="?" if verb == "resume" else None)
+    p.add_argument("--reason", default="")
+    if verb == "resume":
+        p.add_argument("--storm", action="store_true",
+                       help="lift the storm hold for the hosts lost now "
+                            "(more losses hold again), instead of "
+                            "resuming one host")
+    if verb == "suspend":
+        how_long = p.add_mutually_exclusive_group()
+        how_long.add_argument("--seconds", type=positive_seconds,
+                              default=None,
+                              help="the suspension ends by itself after "
+                                   "this long (at most [api] "
+                                   "max_suspend_seconds)")
+        how_long.add_argument("--forever", action="store_true",
+                              help="the suspension lasts until 'instanceha "
+                                   "resume HOST'")
+    return p
+
+
+def main(verb, argv):
+    p = command_parser(verb)
+    argv, rest = split_config_args(argv)
+    args, more = p.parse_known_args(argv)
+    rest += more
+    if verb == "suspend" and args.seconds is None and not args.forever:
+        p.error("say how long: give --seconds N or --forever")
+    storm = verb == "resume" and args.storm
+    if verb == "resume" and bool(args.host) == storm:
+        p.error("give a HOST to resume, or --storm (not both)")
+    conf = load_conf(rest)
+    body = {"reason": args.reason or "by %s" % verb}
+    if verb == "suspend":
+        if args.forever:
+            body["forever"] = True
+        elif args.seconds > conf.api.max_suspend_seconds:
+            p.error("--seconds: at most %g ([api] max_suspend_seconds); for "
+                    "a suspension without end give --forever"
+                    % conf.api.max_suspend_seconds)
+        else:
+            body["seconds"] = args.seconds
+    path = "/storm/resume" if storm else "/hosts/%s/%s" % (
+        urllib.parse.quote(args.host, safe=""), verb)
+    try:
+        code, answer = client.call(conf, "POST", path, body)
+    except client.ClientError as e:
+        print("instanceha: %s" % e, file=sys.stderr)
+        return 1
+    if code != 202:
+        print("instanceha: %s refused (%d): %s" % (
+            verb, code, client.error_text(answer)), file=sys.stderr)
+        return 1
+    if storm:
+        print("storm hold lifted for %s; more losses hold again" % ", ".join(
+            "%s (%d hosts lost)" % kv for kv in sorted(
+                answer["lifted"].items())))
+        return 0
+    print(format_answer(verb, answer))
+    return 0
+
+
+def format_answer(verb, answer, now=None):
+    """The service's 202 answer to a host command, for the operator."""
+    now = time.time() if now is None else now
+    text = "%s: %s requested (was %s)" % (answer["host"], verb,
+                                          answer["state"])
+    if verb == "suspend":
+        until = answer.get("until")
+        if until is None:
+            text += "; until 'instanceha resume %s'" % answer["host"]
+        else:
+            text += "; until %s (in %s)" % (
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until)),
+                age(until - now))
+    running = answer.get("still_running")
+    if running:
+        text += "\nstill running for %s: %s" % (answer["host"], running)
+    return text
+
