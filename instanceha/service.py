@@ -540,6 +540,12 @@ class Service:
                 pass
         os._exit(coordination.EXIT_LOST)
 
+    @property
+    def acting(self):
+        """True while this process acts (alone, or the group's elected
+        member); a standby only watches."""
+        return self.membership is None or self._acting
+
     def _start_acting(self):
         self.acting_since = self.clock()
         self._acting = True

@@ -188,14 +188,10 @@ class SystemdLink:
     def interval(self):
         return self.notifier.watchdog_interval or STATUS_INTERVAL
 
-    def _acting(self):
-        svc = self.service
-        return svc.membership is None or svc._acting
-
     def check(self):
         """(healthy, ready to serve, STATUS= text)."""
         svc = self.service
-        if not self._acting():
+        if not svc.acting:
             # A standby is alive while its heartbeat loop keeps trying.
             m = svc.membership
             st = m.status()
@@ -211,7 +207,7 @@ class SystemdLink:
                 text = "UNHEALTHY: %s; %s" % (why, text)
             return ok, True, text
         rec = svc.reconciler
-        threads = list(getattr(svc.engine, "_threads", ()))
+        threads = svc.engine.threads()
         if rec.thread is not None:
             threads.append(rec.thread)
         dead = [t.name for t in threads if not t.is_alive()]
@@ -240,7 +236,7 @@ class SystemdLink:
         if ready and ok and not self.ready:
             self.ready = True
             LOG.info("ready", reason="first reconcile pass completed"
-                     if self._acting() else "standby joined its group",
+                     if self.service.acting else "standby joined its group",
                      effect="READY=1 sent to systemd")
             self.notifier.ready(text)
         if ok and self.notifier.watchdog_interval:

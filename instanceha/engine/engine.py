@@ -20,7 +20,7 @@ import structlog
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, executor, resume
+from instanceha.engine import evidence, executor, resume, status
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.workqueue import ShutDown, WorkQueue
@@ -71,7 +71,7 @@ class Engine:
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
         self.unprotected = unprotected or dict
-        self._status_extra = status_extra or dict
+        self.status_extra = status_extra or dict
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
@@ -183,14 +183,7 @@ class Engine:
         """What is still running for a host, in a few words, or None."""
         with self._lock:
             rec = self._records.get(host_id)
-        if rec is None or not rec.busy:
-            return None
-        action = ENTRY_ACTION.get(rec.state)
-        text = action.value if action else rec.state.value
-        run = self.ctx.runs.get(host_id)
-        if run is not None:
-            text += ": " + run.status_text()
-        return text
+        return status.running_work(self.ctx, rec)
 
     def _wake_passes(self, server_id=None):
         """Every host waiting for its next pass takes it now."""
@@ -620,46 +613,17 @@ class Engine:
         for t in self._threads:
             t.join(timeout)
 
-    # -- status ------------------------------------------------------------------
-    def _unprotected(self):
-        """{host: why it could not be fenced now}: the readiness audit's
-        verdicts, and every entry whose BMC reported Off while its host
-        was up (never fenced through it until the inventory is fixed)."""
-        return _merge_unprotected(
-            self.unprotected(),
-            self.ctx.evidence.untrusted_hosts(self.ctx.inventory))
-
+    # -- status ------------------------------------------------------------
     def snapshot(self):
+        """Everything status shows (engine.status)."""
         with self._lock:
             hosts = sorted(self._records.values(), key=lambda r: r.name)
             errors = dict(self._last_error)
-        ok, why = self.cluster_status()
-        now = self.clock()
-        gate = self.fencing.summary({r.id: r.name for r in hosts})
-        return {
-            "generated_at": now,
-            "started_at": self.started_at,
-            "cluster": {"ok": ok, "reason": why},
-            "storm": gate["storm"],
-            "rate_limit": gate["rate_limit"],
-            "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
-                       "since": r.since, "reason": r.reason,
-                       "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
-                       "retrying": errors.get(r.id),
-                       "operator_disabled": r.operator_disabled}
-                      for r in hosts],
-            "sources": {name: fn() for name, fn in self.health.items()},
-            "unprotected": self._unprotected(),
-            "degraded": self.journal_health.degraded(),
-            **self._status_extra(),
-        }
+        return status.snapshot(self, hosts, errors)
 
-
-def _merge_unprotected(audit, untrusted):
-    out = dict(audit)
-    for host, why in untrusted.items():
-        out[host] = why if host not in out else "%s; %s" % (why, out[host])
-    return out
+    def threads(self):
+        """The engine's threads (the watchdog checks they are alive)."""
+        return list(self._threads)
 
 
 def new_board():

@@ -1,0 +1,53 @@
+"""What status shows of the engine: hosts, the cloud's fencing gate, the
+sources' health, unprotected hosts, degraded parts, and the progress of
+the work running for a host. Read-only; built from the engine's records
+under its lock and from its collaborators."""
+
+from instanceha.fsm.states import ENTRY_ACTION
+
+
+def snapshot(engine, hosts, errors):
+    """``hosts``: the records sorted by name; ``errors``: host id -> the
+    retrying action's last error."""
+    ok, why = engine.cluster_status()
+    gate = engine.fencing.summary({r.id: r.name for r in hosts})
+    return {
+        "generated_at": engine.clock(),
+        "started_at": engine.started_at,
+        "cluster": {"ok": ok, "reason": why},
+        "storm": gate["storm"],
+        "rate_limit": gate["rate_limit"],
+        "hosts": [{"id": r.id, "name": r.name, "state": r.state.value,
+                   "since": r.since, "reason": r.reason,
+                   "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
+                   "retrying": errors.get(r.id),
+                   "operator_disabled": r.operator_disabled}
+                  for r in hosts],
+        "sources": {name: fn() for name, fn in engine.health.items()},
+        "unprotected": unprotected(engine),
+        "degraded": engine.journal_health.degraded(),
+        **engine.status_extra(),
+    }
+
+
+def unprotected(engine):
+    """{host: why it could not be fenced now}: the readiness audit's
+    verdicts, and every entry whose BMC reported Off while its host was
+    up (never fenced through it until the inventory is fixed)."""
+    ctx = engine.ctx
+    out = dict(engine.unprotected())
+    for host, why in ctx.evidence.untrusted_hosts(ctx.inventory).items():
+        out[host] = why if host not in out else "%s; %s" % (why, out[host])
+    return out
+
+
+def running_work(ctx, rec):
+    """What is still running for ``rec``'s host, in a few words, or None."""
+    if rec is None or not rec.busy:
+        return None
+    action = ENTRY_ACTION.get(rec.state)
+    text = action.value if action else rec.state.value
+    run = ctx.runs.get(rec.id)
+    if run is not None:
+        text += ": " + run.status_text()
+    return text
