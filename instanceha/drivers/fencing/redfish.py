@@ -1,26 +1,9 @@
-"""Redfish fencing through sushy — the only module that imports sushy.
+"""Redfish fencing through sushy — with redfish_options.py and
+redfish_clients.py, the only modules that import sushy.
 
 Per host (an inventory.BMC): ``address`` is the BMC URL, ``username`` and
-``password`` its credentials. ``options`` may hold:
-
-``system_id``
-    the system's path (default: the only system in the Systems collection;
-    a BMC listing several is an error that lists their ids).
-``verify``
-    TLS: true (default), false, or a CA bundle path.
-``auth``
-    ``basic`` (default: HTTP basic auth on every request), ``session`` (a
-    Redfish session from the BMC's SessionService; the X-Auth-Token is used
-    until it expires, then a new session is opened once) or ``auto``
-    (a session when the BMC offers one, basic auth otherwise).
-``cert_file``, ``key_file``
-    a TLS client certificate (and its key, unless ``cert_file`` holds both)
-    for BMCs that authenticate clients by certificate.
-``reset_type``
-    the ComputerSystem.Reset type sent to power the system off: ``ForceOff``
-    (default), ``GracefulShutdown`` or ``PushPowerButton``.
-``timeout``
-    seconds for one HTTP request (default: ``[fencing] timeout``, at most 30).
+``password`` its credentials; the options an entry may hold are described
+in :mod:`instanceha.drivers.fencing.redfish_options`.
 
 ``power_off`` sends the reset unless the BMC already says Off, then polls
 PowerState every ``[fencing] poll_interval`` until Off or ``[fencing]
@@ -39,14 +22,9 @@ credentials, when the host's settings change, and on :meth:`close` (also run
 when the driver is garbage collected or the process exits).
 """
 
-import dataclasses
-import hashlib
-import hmac
 import math
-import os
 import threading
 import time
-import urllib.parse
 import weakref
 
 import requests
@@ -57,29 +35,20 @@ from sushy import exceptions as sushy_exc
 import tenacity
 
 from instanceha.drivers.fencing import base
+from instanceha.drivers.fencing.redfish_clients import (
+    Client, close_all, close_client)
+from instanceha.drivers.fencing.redfish_options import (
+    RedfishOptions, endpoint)
 
 LOG = structlog.get_logger("instanceha.fencing.redfish")
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-AUTH_MODES = ("basic", "session", "auto")
 _AUTH_CLASSES = {
     "basic": sushy.auth.BasicAuth,
     "session": sushy.auth.SessionAuth,
     "auto": sushy.auth.SessionOrBasicAuth,
 }
-DEFAULT_RESET_TYPE = "ForceOff"
-#: reset types that leave a running system powered off; the others (On,
-#: restarts, Nmi, Pause...) would never prove it dead
-OFF_RESET_TYPES = tuple(t.value for t in (sushy.ResetType.FORCE_OFF,
-                                          sushy.ResetType.GRACEFUL_SHUTDOWN,
-                                          sushy.ResetType.PUSH_POWER_BUTTON))
 #: answers to a reset that may only mean "it is off already"
 _ALREADY_OFF_STATUSES = (400, 409)
-MAX_REQUEST_TIMEOUT = 30.0
-#: key of the password digests in Settings: random, per process
-_DIGEST_KEY = os.urandom(32)
 
 
 class _Transient(Exception):
@@ -104,109 +73,7 @@ def _is_tls_error(exc):
     return False
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """A host's validated Redfish options. Holds no secret: the password
-    is represented by a keyed digest (the key lives in this process only),
-    so that a changed password is a change."""
-    address: str
-    username: str
-    password_digest: str
-    auth: str
-    verify: object
-    cert: object
-    reset_type: str
-    read_timeout: float
-    connect_timeout: float
-
-
-class _Client:
-    """One sushy root kept for one BMC and user, and the lock that
-    serialises every request made through it."""
-
-    def __init__(self, key):
-        self.key = key
-        self.lock = threading.RLock()
-        self.settings = None
-        self.root = None
-        self.auth = None
-        self.conn = None
-
-    def has_session(self):
-        return (isinstance(self.auth, sushy.auth.SessionAuth)
-                and self.auth.can_refresh_session())
-
-
-def _endpoint(address):
-    """(scheme, host, port) of a BMC URL, however it is spelt (case,
-    trailing slash, default port)."""
-    parts = urllib.parse.urlsplit(address.strip())
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return (scheme, (parts.hostname or "").lower(),
-            port or {"https": 443, "http": 80}.get(scheme))
-
-
-def _base_url(address):
-    """The BMC URL spelt one way: scheme://host:port, lower case, no
-    trailing slash (an address sushy cannot use is left as written)."""
-    scheme, host, port = _endpoint(address)
-    parts = urllib.parse.urlsplit(address.strip())
-    try:
-        parts.port
-    except ValueError:
-        return address
-    if not scheme or not host or port is None:
-        return address
-    if ":" in host:
-        host = "[%s]" % host
-    path = parts.path.rstrip("/")
-    return "%s://%s:%d%s" % (scheme, host, port, path)
-
-
-def _close_client(client, host, reason):
-    """Forget ``client``'s sushy root; delete its session on the BMC.
-    Never raises."""
-    with client.lock:
-        auth, conn, settings = client.auth, client.conn, client.settings
-        had_session = client.has_session()
-        client.root = client.auth = client.conn = client.settings = None
-        if had_session:
-            # Not auth.close(): on a 401 (the session expired) sushy would
-            # open a new session to retry the DELETE, and leak that one.
-            try:
-                conn.delete(auth.get_session_resource_id(),
-                            allow_reauth=False)
-                outcome = "deleted"
-            except sushy_exc.AccessError:
-                outcome = "expired already"
-            except Exception as e:   # noqa: BLE001 - unreachable BMC, TLS...
-                outcome = "not deleted: %s" % type(e).__name__
-            finally:
-                auth.reset_session_attrs()
-            LOG.info("redfish_session_closed", host=host, driver="redfish",
-                     bmc=settings.address if settings else None,
-                     reason=reason, session=outcome)
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:        # noqa: BLE001
-                pass
-
-
-def _close_all(clients, lock, reason):
-    # The clients stay registered (empty): a call still under way on one
-    # reopens it there, where the next close finds it, instead of leaking.
-    with lock:
-        items = list(clients.values())
-    for client in items:
-        _close_client(client, host=None, reason=reason)
-
-
-class RedfishDriver(base.FencingDriver):
+class RedfishDriver(RedfishOptions, base.FencingDriver):
     name = "redfish"
 
     def __init__(self, conf, sleep=None):
@@ -219,7 +86,7 @@ class RedfishDriver(base.FencingDriver):
         self._clients_lock = threading.Lock()
         # Sessions are deleted on the BMCs when the driver goes away, at the
         # latest when the process exits.
-        self._finalizer = weakref.finalize(self, _close_all, self._clients,
+        self._finalizer = weakref.finalize(self, close_all, self._clients,
                                            self._clients_lock,
                                            "driver discarded")
 
@@ -298,103 +165,16 @@ class RedfishDriver(base.FencingDriver):
 
     def close(self):
         """Forget every kept client and delete its session on its BMC."""
-        _close_all(self._clients, self._clients_lock, "driver closed")
-
-    # -- options -------------------------------------------------------------
-
-    def settings(self, bmc):
-        """The host's validated options (:class:`Settings`); an invalid one
-        is a FenceError naming the host and the field."""
-        auth = str(bmc.options.get("auth", "basic")).strip().lower()
-        if auth not in AUTH_MODES:
-            raise self._option_error(bmc, "auth", "%r is not one of %s"
-                                     % (bmc.options.get("auth"),
-                                        ", ".join(AUTH_MODES)))
-        read_timeout = min(self.timeout, MAX_REQUEST_TIMEOUT)
-        if bmc.options.get("timeout") is not None:
-            try:
-                read_timeout = float(bmc.options["timeout"])
-            except (TypeError, ValueError):
-                read_timeout = -1
-            if not read_timeout > 0:
-                raise self._option_error(bmc, "timeout", "%r is not a "
-                                         "positive number of seconds"
-                                         % (bmc.options["timeout"],))
-        return Settings(
-            address=_base_url(bmc.address), username=bmc.username,
-            password_digest=hmac.new(_DIGEST_KEY, (bmc.password or "")
-                                     .encode(), hashlib.sha256).hexdigest(),
-            auth=auth, verify=self._verify(bmc), cert=self._cert(bmc),
-            reset_type=self._reset_type(bmc), read_timeout=read_timeout,
-            connect_timeout=min(read_timeout, 10.0))
-
-    def _option_error(self, bmc, field, reason):
-        LOG.error("fence_error", host=bmc.host, driver=self.name,
-                  field=field, reason=reason)
-        return base.FenceError("host %s: option %s: %s"
-                               % (bmc.host, field, reason))
-
-    def _reset_type(self, bmc):
-        value = bmc.options.get("reset_type", DEFAULT_RESET_TYPE)
-        known = {t.value.lower(): t.value for t in sushy.ResetType}
-        canonical = known.get(str(value).strip().lower())
-        if canonical is None:
-            raise self._option_error(bmc, "reset_type", "%r is not a Redfish "
-                                     "reset type (known: %s)"
-                                     % (value, ", ".join(sorted(
-                                         known.values()))))
-        if canonical not in OFF_RESET_TYPES:
-            raise self._option_error(bmc, "reset_type", "%s does not power "
-                                     "the system off (use one of %s)"
-                                     % (canonical, ", ".join(OFF_RESET_TYPES)))
-        return canonical
-
-    def _cert(self, bmc):
-        """``cert=`` for requests: None, a path, or (cert, key)."""
-        cert = bmc.options.get("cert_file")
-        key = bmc.options.get("key_file")
-        if key and not cert:
-            raise self._option_error(bmc, "key_file", "set without cert_file")
-        if not cert:
-            return None
-        for field, path in (("cert_file", cert), ("key_file", key)):
-            if path is None:
-                continue
-            if not isinstance(path, str) or not os.path.isfile(path):
-                raise self._option_error(bmc, field, "no such file: %s"
-                                         % (path,))
-        return (cert, key) if key else cert
-
-    def _verify(self, bmc):
-        """The TLS verify value for requests.
-
-        ``True`` becomes the default CA bundle path explicitly: requests
-        replaces a plain ``True`` with $REQUESTS_CA_BUNDLE, and the
-        inventory's setting must win over the environment.
-        """
-        value = bmc.options.get("verify", True)
-        if isinstance(value, str):
-            if value.strip().lower() in _TRUE:
-                value = True
-            elif value.strip().lower() in _FALSE:
-                value = False
-        if value is True:
-            return requests.certs.where()
-        if value is False:
-            return False
-        if isinstance(value, str) and value:
-            return value
-        raise base.FenceError("host %s: option verify must be true, false or "
-                              "a CA bundle path" % bmc.host)
+        close_all(self._clients, self._clients_lock, "driver closed")
 
     # -- kept clients --------------------------------------------------------
 
     def _client(self, bmc):
-        key = (_endpoint(bmc.address), bmc.username)
+        key = (endpoint(bmc.address), bmc.username)
         with self._clients_lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._clients[key] = _Client(key)
+                client = self._clients[key] = Client(key)
             return client
 
     def _root(self, bmc, client, settings):
@@ -403,7 +183,7 @@ class RedfishDriver(base.FencingDriver):
         if client.root is not None and client.settings == settings:
             return client.root
         if client.root is not None:
-            _close_client(client, bmc.host, "settings changed")
+            close_client(client, bmc.host, "settings changed")
         conn = sushy_connector.Connector(
             settings.address, verify=settings.verify,
             # One attempt per call: retries are ours.
@@ -504,7 +284,7 @@ class RedfishDriver(base.FencingDriver):
                              "verify, cert_file, key_file): %s"
                              % self._reason(bmc, e))
         except sushy_exc.AccessError as e:
-            _close_client(client, bmc.host, "credentials refused")
+            close_client(client, bmc.host, "credentials refused")
             raise self._fail(bmc, what, "BMC rejected the credentials of "
                              "user %s (HTTP %s)" % (bmc.username,
                                                     e.status_code))
