@@ -1,0 +1,149 @@
+"""Checks 2 and 7: the BMC inventory (fields, secrets, shared BMCs, the
+noop driver said loudly), every compute host having a way to be fenced,
+and one power-state read per fencing method of every host (no action),
+judged as the service's readiness audit judges it."""
+
+import concurrent.futures
+
+from instanceha import service as service_mod
+from instanceha.cmd.check.report import FAIL, OK, WARN
+from instanceha.drivers import fencing as fencing_pkg
+from instanceha.drivers.compute import base as compute_base
+from instanceha.drivers.fencing import base as fencing_base
+from instanceha.drivers.fencing import inventory as inventory_mod
+from instanceha.policy import proof
+from instanceha.sources import audit
+
+
+def fencer(name, conf):
+    """The fencing driver ``name`` as ``instanceha run`` would load it."""
+    return fencing_pkg.load_driver(name, conf)
+
+
+def check_inventory(conf, report):
+    path = conf.fencing.inventory
+    try:
+        inv, warnings = inventory_mod.read(path, fencing_pkg.FIELDS)
+        service_mod.check_inventory(conf, inv)
+    except (inventory_mod.InventoryError, service_mod.ConfigError) as e:
+        report.add(FAIL, "inventory", e)
+        return None
+    report.add(OK, "inventory", "%s: %d host(s)" % (path, len(inv)))
+    for w in warnings:
+        report.add(WARN, "inventory", "%s (chmod 600 it)" % w)
+    # One BMC entered by IP address and by DNS name is one BMC.
+    for address, hosts in inventory_mod.shared(inv, inventory_mod.resolve):
+        report.add(WARN, "inventory", "hosts %s share the BMC %s: powering "
+                   "it off for one kills the others"
+                   % (", ".join(hosts), address))
+    noop = sorted(h for h, bmc in inv.items()
+                  if any(m.driver == "noop" for m in bmc.methods))
+    if noop:
+        report.add(WARN, "inventory", "driver noop for %s: these hosts are "
+                   "NOT powered off before their servers are evacuated; a "
+                   "host that is only unreachable may corrupt their disks. "
+                   "Test clouds only ([fencing] allow_unfenced = true)"
+                   % ", ".join(noop))
+    return inv
+
+
+def check_coverage(conf, inventory, services, report):
+    """Every compute host can be fenced: an inventory entry or
+    [fencing] default_driver."""
+    if inventory is None or services is None:
+        return
+    hosts = {s.host for s in services}
+    missing = sorted(hosts - set(inventory))
+    if missing and not conf.fencing.default_driver:
+        report.add(FAIL, "inventory", "no entry for compute host(s) %s and "
+                   "[fencing] default_driver is unset: they cannot be "
+                   "fenced, so never evacuated" % ", ".join(missing))
+    elif missing:
+        report.add(WARN, "inventory", "compute host(s) %s fenced with "
+                   "[fencing] default_driver %s"
+                   % (", ".join(missing), conf.fencing.default_driver))
+    stale = sorted(set(inventory) - hosts)
+    if stale:
+        report.add(WARN, "inventory", "entries for host(s) Nova does not "
+                   "list as compute services: %s (renamed or removed?)"
+                   % ", ".join(stale))
+
+
+def check_fencing(conf, inventory, services, report, fencer_factory):
+    """One power-state read per fencing method of every host (no action),
+    judged as the service's readiness audit judges it."""
+    if inventory is None:
+        return
+    by_host = {s.host: s for s in services or ()}
+    hosts = sorted(set(inventory) | set(by_host))
+    fencers = fencing_pkg.Fencers(lambda name: fencer_factory(name, conf))
+
+    def one(host):
+        bmc = inventory_mod.entry_for(inventory, host,
+                                      conf.fencing.default_driver)
+        found = [audit.read_identity(fencers.get, m) for m in
+                 (bmc.methods if bmc is not None else ())
+                 if m.driver != "noop"]
+        return host, bmc, audit.readings(bmc, fencers.get), found
+
+    with concurrent.futures.ThreadPoolExecutor(
+            conf.audit.concurrency,
+            thread_name_prefix="instanceha-check") as pool:
+        results = list(pool.map(one, hosts))
+    for problem in machines_shared(results, set(by_host)):
+        report.add(FAIL, "inventory", problem)
+    results = [r[:3] for r in results]
+    for host, bmc, readings in results:
+        what = "fencing %s" % host
+        if bmc is None:
+            continue        # reported by check_coverage
+        if all(m.driver == "noop" for m in bmc.methods):
+            report.add(WARN, what, "noop: NOT powered off before "
+                       "evacuation (test clouds only)")
+            continue
+        service = by_host.get(host) or compute_base.ComputeService(
+            id="", host=host, state="down", status="enabled",
+            forced_down=False, disabled_reason=None, updated_at=None)
+        reason, degraded = audit.judge(service, bmc, readings)
+        shown = ", ".join("%s: power %s" % (name, r.value)
+                          for name, r in readings
+                          if isinstance(r, fencing_base.PowerState))
+        if reason is not None:
+            report.add(FAIL, what, reason)
+        elif degraded:
+            report.add(WARN, what, "%s; but %s" % (shown, "; ".join(degraded)))
+        else:
+            report.add(OK, what, shown)
+    fencers.close()
+
+
+def machines_shared(results, computes):
+    """What the BMCs say about their machines, against each other and
+    Nova: [problem] for entries of different hosts whose BMCs report one
+    system UUID (one machine by its Redfish and its IPMI address, say),
+    and for an entry whose BMC reports another compute host's name (that
+    host's machine, whether or not it has an entry of its own): fencing
+    one would power the other off. ``results``: [(host, entry, readings,
+    [system identity per method])]."""
+    owners = {}
+    problems = []
+    shorts = {proof.short_name(h): h for h in computes}
+    for host, bmc, _, found in results:
+        if bmc is None:
+            continue
+        for ident in found:
+            for u in (ident or {}).get("uuids") or ():
+                owners.setdefault(u, set()).add(host)
+            name = proof.short_name((ident or {}).get("hostname"))
+            other = shorts.get(name)
+            if name and other and other != host:
+                problems.append(
+                    "the BMC of %s's entry reports the machine %s, i.e. "
+                    "compute host %s: fencing %s would power %s off"
+                    % (host, name, other, host, other))
+    for u, hosts in sorted(owners.items()):
+        if len(hosts) > 1:
+            problems.append("hosts %s reach one machine (system UUID %s "
+                            "reported by their BMCs): fencing one powers the "
+                            "others off" % (", ".join(sorted(hosts)), u))
+    return sorted(set(problems))
