@@ -15,7 +15,7 @@ import pytest
 
 from instanceha import conf as iha_conf
 from instanceha.drivers.fencing import FIELDS, base, inventory, load_driver
-from instanceha.drivers.fencing import fence_agent
+from instanceha.drivers.fencing import fence_agent, fence_agent_run
 
 PASSWORD = "s3cr3t-pw"
 AGENT_DIR = "/opt/fake-agents"
@@ -403,7 +403,7 @@ def test_detail_keeps_error_lines_and_drops_noise():
            "2024-05-01 10:00:00,002 ERROR: Failed: Timed out waiting to "
            "power OFF\n\n2024-05-01 10:00:00,003 ERROR: Please use '-h' "
            "for usage\n")
-    assert fence_agent._detail("", err) == \
+    assert fence_agent_run.detail("", err) == \
         "Failed: Timed out waiting to power OFF"
 
 
@@ -411,4 +411,4 @@ def test_detail_of_a_crash_is_its_last_line():
     err = ("Traceback (most recent call last):\n  File \"/usr/sbin/fence_"
            "redfish\", line 100, in find_systems_resource\n    for member "
            "in data[u'Members']:\nKeyError: 'Members'\n")
-    assert fence_agent._detail("", err) == "agent crashed: KeyError: 'Members'"
+    assert fence_agent_run.detail("", err) == "agent crashed: KeyError: 'Members'"
