@@ -23,7 +23,8 @@ from instanceha.engine.fencing_gate import FencingGate
 from instanceha.engine import evidence, executor, resume, status
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
-from instanceha.engine.workqueue import ShutDown, WorkQueue
+from instanceha.engine.runner import Runner
+from instanceha.engine.workqueue import WorkQueue
 from instanceha.events import Event, EventKind as E
 from instanceha import failpoints
 from instanceha import fsm
@@ -81,14 +82,14 @@ class Engine:
         #: are journal writes failing (status: degraded)?
         self.journal_health = JournalHealth(clock)
         self._listeners = []
-        self._threads = []
+        #: the engine's threads
+        self._runner = Runner(self, conf)
         #: host_id -> _Pass: the next pass of an action run in passes
         self._passes = {}
         #: BMC reads of hosts whose heartbeat was just lost
         self._probes = concurrent.futures.ThreadPoolExecutor(
             4, thread_name_prefix="instanceha-probe")
         self._started = False        # threads running (else: inline)
-        self._stop = threading.Event()
         self.health = dict(health or {})   # name -> callable -> dict
         self.stats = collections.Counter()   # read by /metrics
         self._version = 0            # bumped on every record change
@@ -562,56 +563,18 @@ class Engine:
         finally:
             self.queue.done(key)
 
-    def _worker(self):
-        while True:
-            try:
-                key = self.queue.get()
-            except ShutDown:
-                return
-            self.work(key)
-
-    def _ticker(self):
-        interval = self.conf.detection.tick_interval
-        last = time.monotonic()
-        while not self._stop.wait(interval):
-            started = time.monotonic()
-            try:
-                self.tick()
-            except Exception:
-                LOG.exception("ticker_error")
-            ended = time.monotonic()
-            # Timers (grace periods, retries) are decided here: say when
-            # they ran late, and whether tick() itself or the wait for
-            # this thread to run took the time.
-            if ended - last > max(5 * interval, 2.0):
-                LOG.warning("tick_late", seconds=round(ended - last, 2),
-                            in_tick=round(ended - started, 2),
-                            reason="timers were decided late: the ticker "
-                                   "thread did not run for this long")
-            last = ended
-
     def start(self):
-        for i in range(self.conf.workers):
-            self._spawn(self._worker, "worker-%d" % i)
+        """Workers, the work queue's delayer and the ticker (engine.runner)."""
         self._started = True
-        self._spawn(self.queue.run_delayer, "delayer")
-        self._spawn(self._ticker, "ticker")
-
-    def _spawn(self, fn, name):
-        t = threading.Thread(target=fn, name="instanceha-" + name, daemon=True)
-        t.start()
-        self._threads.append(t)
+        self._runner.start()
 
     def stop(self, timeout=5.0):
-        self._stop.set()
-        self.queue.shut_down()
+        self._runner.stop(timeout)
         with self._lock:
             passes, self._passes = list(self._passes.values()), {}
         for p in passes:
             p.pending.carry.close()
         self._probes.shutdown(wait=False)
-        for t in self._threads:
-            t.join(timeout)
 
     # -- status ------------------------------------------------------------
     def snapshot(self):
@@ -623,7 +586,7 @@ class Engine:
 
     def threads(self):
         """The engine's threads (the watchdog checks they are alive)."""
-        return list(self._threads)
+        return self._runner.threads()
 
 
 def new_board():

@@ -264,7 +264,7 @@ def test_a_dead_engine_thread_stops_the_watchdog_pings(tmp_path, listener):
     dead = threading.Thread(target=lambda: None, name="instanceha-worker-0")
     dead.start()
     dead.join()
-    svc.engine._threads.append(dead)
+    svc.engine.threads = lambda: [dead]
     try:
         svc.reconciler.run_once()
         assert not link.step()
