@@ -23,30 +23,34 @@ fencing methods and reloading are described in ``doc/inventory.md``)::
 
 Every error names the host (and the method, counted from 1) and the field;
 none holds a secret.
+
+The entry itself is :mod:`~instanceha.drivers.fencing.inventory_entry`,
+the passwords' sources :mod:`~instanceha.drivers.fencing.inventory_secrets`,
+and which entries reach one BMC
+:mod:`~instanceha.drivers.fencing.inventory_identity`; their public names
+stay importable from here.
 """
 
 import dataclasses
-import functools
-import ipaddress
 import os
-import socket
 import stat
 import urllib.parse
-from typing import Any, Mapping
+from typing import Mapping
 
 import structlog
 import yaml
 
+from instanceha.drivers.fencing.inventory_entry import BMC, InventoryError
+from instanceha.drivers.fencing.inventory_secrets import (
+    SECRET_FIELDS, ModeWarning, Secrets, check_sources, readable_by_others,
+    sources)
+# Re-exported: callers and tests use them as inventory.<name>.
+from instanceha.drivers.fencing.inventory_entry import entry_for  # noqa: F401
+from instanceha.drivers.fencing.inventory_identity import (  # noqa: F401
+    identities, identity, method_key, resolve, same_bmc, shared)
+
 LOG = structlog.get_logger("instanceha.inventory")
 
-
-class InventoryError(ValueError):
-    pass
-
-
-#: where a password may come from; an entry (or a method, or ``defaults``)
-#: sets at most one of them
-SECRET_FIELDS = ("password", "password_file", "password_env")
 #: fields every entry may carry; a driver's own fields come from the
 #: ``known_drivers`` mapping given to :func:`parse`
 COMMON_FIELDS = {"driver", "address", "username", "methods",
@@ -55,282 +59,6 @@ NEEDS_ADDRESS = {"redfish", "ipmi"}
 #: fields that are not driver options (everything else lands in BMC.options)
 _NOT_OPTIONS = set(COMMON_FIELDS)
 
-
-@dataclasses.dataclass(frozen=True)
-class BMC:
-    """One host's fencing entry.
-
-    The entry's own fields are its first fencing method; ``fallbacks`` holds
-    the methods tried after it (empty for an entry with one method).
-    ``methods`` lists every method in order, each a plain BMC whose own
-    ``methods`` is ``(itself,)``; for a one-method entry ``bmc.methods ==
-    (bmc,)``. Drivers are always given one of ``methods``.
-    """
-
-    host: str
-    driver: str
-    address: str = ""
-    username: str = ""
-    password: str = dataclasses.field(default="", repr=False)
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    fallbacks: tuple = dataclasses.field(default=(), repr=False)
-
-    def __post_init__(self):
-        if self.fallbacks:
-            first = dataclasses.replace(self, fallbacks=())
-            methods = (first,) + tuple(self.fallbacks)
-        else:
-            methods = (self,)
-        object.__setattr__(self, "_methods", methods)
-
-    @property
-    def methods(self):
-        return self._methods
-
-    def __str__(self):
-        text = "BMC(host=%s, driver=%s, address=%s" % (
-            self.host, self.driver, self.address)
-        if self.fallbacks:
-            text += ", then %s" % ", ".join(
-                "%s %s" % (m.driver, m.address) if m.address else m.driver
-                for m in self.fallbacks)
-        return text + ")"
-
-
-_DEFAULT_PORTS = {"https": 443, "http": 80, "redfish": 443, "ipmi": 623}
-
-
-def entry_for(inventory, host, default_driver=None):
-    """The host's entry, else one for ``[fencing] default_driver`` (when
-    set), else None: the host cannot be fenced."""
-    bmc = inventory.get(host)
-    if bmc is None and default_driver:
-        bmc = BMC(host=host, driver=default_driver)
-    return bmc
-
-
-def _identity(bmc):
-    if bmc.driver == "bmh":
-        # A BareMetalHost: one Kubernetes API (URL, or the kubeconfig that
-        # names it), one namespace/name (the name defaults to the host's).
-        api = str(bmc.options.get("api_url") or bmc.options.get("kubeconfig")
-                  or ("in-cluster" if bmc.options.get("in_cluster") else ""))
-        api = api.strip().lower().rstrip("/")
-        name = "%s/%s" % (bmc.options.get("namespace") or "",
-                          bmc.options.get("name") or bmc.host)
-        return ("bmh:" + api, "", name.lower()) if api else None
-    if not bmc.address:
-        return None
-    address = bmc.address.strip()
-    if "://" in address:
-        parts = urllib.parse.urlsplit(address)
-        host = (parts.hostname or "").lower()
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        port = port or _DEFAULT_PORTS.get(parts.scheme.lower())
-    else:
-        host = address.lower().strip("[]")
-        params = bmc.options.get("params") or {}
-        # fence_agent: the agent's own port parameter, if any
-        agent_port = next((params[k] for k in ("ipport", "port", "ip_port")
-                           if isinstance(params, Mapping) and k in params),
-                          None)
-        port = (bmc.options.get("port") or agent_port
-                or _DEFAULT_PORTS.get(bmc.driver))
-    system = str(bmc.options.get("system_id") or "").strip().lower()
-    return (host, str(port or ""), system.rstrip("/"))
-
-
-def identities(bmc):
-    """[(host, port, system)] of every method of ``bmc`` that names a BMC,
-    in method order (see :func:`identity`)."""
-    if bmc is None:
-        return []
-    return [i for i in map(_identity, bmc.methods) if i is not None]
-
-
-def identity(bmc):
-    """(host, port, system) naming one BMC and the system behind it,
-    whatever host name the inventory files it under and however its address
-    is spelt (case, trailing slash, default port); None when it names no
-    BMC (noop). ``system`` is "" when the entry does not choose one.
-
-    For an entry with several methods this is the first method that names a
-    BMC (so ``identity(bmc) is None`` still means "no method reaches any
-    BMC"); :func:`identities` lists them all."""
-    found = identities(bmc)
-    return found[0] if found else None
-
-
-def method_key(method):
-    """A stable text naming one fencing method of an entry: its driver
-    and the BMC it reaches (see :func:`identity`), so that evidence kept
-    about it (instanceha.policy.proof) follows the BMC, not its spelling,
-    and a changed entry starts with none."""
-    ident = _identity(method)
-    if ident is None:
-        return "%s:%s" % (method.driver, method.address or method.host)
-    return "%s:%s" % (method.driver, "|".join(ident))
-
-
-@functools.lru_cache(maxsize=4096)
-def resolve(host):
-    """The addresses a BMC's host part stands for: itself for an IP
-    address, else what the name resolves to (and the name itself, so a
-    name that does not resolve still equals itself). Cached for the
-    process: one machine entered once by IP and once by DNS name is one
-    BMC."""
-    try:
-        return frozenset({str(ipaddress.ip_address(host))})
-    except ValueError:
-        pass
-    found = {host}
-    try:
-        for info in socket.getaddrinfo(host, None):
-            found.add(str(ipaddress.ip_address(info[4][0].split("%")[0])))
-    except (OSError, ValueError, UnicodeError):
-        pass
-    return frozenset(found)
-
-
-def _same_host(a, b, resolver):
-    if a == b:
-        return True
-    if resolver is None or not a or not b:
-        return False
-    return bool(resolver(a) & resolver(b))
-
-
-def _same_identity(ia, ib, resolver=None):
-    if ia[1] != ib[1] or not _same_host(ia[0], ib[0], resolver):
-        return False
-    return ia[2] == ib[2] or not ia[2] or not ib[2]
-
-
-def same_bmc(a, b, resolver=None):
-    """Both entries reach one BMC (and one system behind it: an entry that
-    chooses none reaches whichever system the BMC has): true when any
-    method of one reaches the BMC of any method of the other. With
-    ``resolver`` (e.g. :func:`resolve`), a BMC entered by IP address and
-    by a DNS name of that address is one BMC."""
-    theirs = identities(b)
-    return any(_same_identity(mine, t, resolver)
-               for mine in identities(a) for t in theirs)
-
-
-def shared(inventory, resolver=None):
-    """[(address, [host, ...])] for BMCs that several entries reach (by any
-    of their methods): one group per BMC, ``address`` as the first host's
-    method spells it. A host whose methods reach two shared BMCs is in two
-    groups."""
-    hosts = sorted(inventory)
-    groups = []
-    for i, host in enumerate(hosts):
-        for method in inventory[host].methods:
-            mine = _identity(method)
-            if mine is None:
-                continue
-            mates = [other for other in hosts[i + 1:]
-                     if any(_same_identity(mine, theirs, resolver)
-                            for theirs in identities(inventory[other]))]
-            group = [host] + mates
-            if mates and not any(set(group) <= set(g) for _, g in groups):
-                groups.append((method.address, group))
-    return groups
-
-
-# -- secrets -----------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ModeWarning:
-    """A file holding a secret that users other than its owner may read.
-    Names the file and its mode, never what it holds."""
-
-    path: str
-    mode: int
-    what: str           # "password file" or "inventory"
-
-    def __str__(self):
-        return ("%s %s is readable by its group or others (mode %04o); "
-                "chmod 600 it" % (self.what, self.path, self.mode))
-
-
-def _readable_by_others(mode):
-    return bool(mode & (stat.S_IRGRP | stat.S_IROTH))
-
-
-class _Secrets:
-    """Reads password files and variables once per parse, noting files
-    with a loose mode."""
-
-    def __init__(self, base_dir, environ):
-        self.base_dir = base_dir
-        self.environ = os.environ if environ is None else environ
-        self.files = {}
-        self.warnings = []
-
-    def from_file(self, where, path):
-        if not os.path.isabs(path) and self.base_dir:
-            path = os.path.join(self.base_dir, path)
-        if path in self.files:
-            return self.files[path]
-        try:
-            with open(path, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode
-                raw = f.read()
-        except OSError as e:
-            raise InventoryError("%s: field password_file: cannot read %s: %s"
-                                 % (where, path, e.strerror or e))
-        except ValueError as e:     # a NUL in the path
-            raise InventoryError("%s: field password_file: cannot read %r: "
-                                 "%s" % (where, path, e))
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InventoryError("%s: field password_file: %s is not UTF-8 "
-                                 "text" % (where, path))
-        text = text.rstrip("\r\n")
-        if not text:
-            raise InventoryError("%s: field password_file: %s is empty"
-                                 % (where, path))
-        if _readable_by_others(mode):
-            self.warnings.append(ModeWarning(path, stat.S_IMODE(mode),
-                                             "password file"))
-        self.files[path] = text
-        return text
-
-    def from_env(self, where, name):
-        value = self.environ.get(name)
-        if value is None:
-            raise InventoryError("%s: field password_env: environment "
-                                 "variable %s is not set" % (where, name))
-        if not value:
-            raise InventoryError("%s: field password_env: environment "
-                                 "variable %s is empty" % (where, name))
-        return value
-
-
-def _sources(level):
-    return [f for f in SECRET_FIELDS if f in level]
-
-
-def _check_sources(where, level):
-    found = _sources(level)
-    if len(found) > 1:
-        raise InventoryError("%s: fields %s and %s are both set; a password "
-                             "comes from one of %s" % (
-                                 where, found[0], found[1],
-                                 ", ".join(SECRET_FIELDS)))
-    for field in found:
-        if not isinstance(level[field], str):
-            raise InventoryError("%s: field %s must be a string"
-                                 % (where, field))
-        if field != "password" and not level[field]:
-            raise InventoryError("%s: field %s is empty" % (where, field))
-
-
 # -- parsing -----------------------------------------------------------------
 
 def _merge(levels):
@@ -338,7 +66,7 @@ def _merge(levels):
     source comes only from the most specific level that names one."""
     merged = {}
     for level in levels:
-        if _sources(level):
+        if sources(level):
             for field in SECRET_FIELDS:
                 merged.pop(field, None)
         merged.update(level)
@@ -396,8 +124,8 @@ def _parse(data, known_drivers, base_dir, environ):
     if "methods" in defaults:
         raise InventoryError("inventory: defaults: field methods belongs to "
                              "a host, not to defaults")
-    _check_sources("inventory: defaults", defaults)
-    secrets = _Secrets(base_dir, environ)
+    check_sources("inventory: defaults", defaults)
+    secrets = Secrets(base_dir, environ)
     result = {}
     for host, entry in data["hosts"].items():
         host = str(host)
@@ -406,7 +134,7 @@ def _parse(data, known_drivers, base_dir, environ):
             entry = {}
         if not isinstance(entry, Mapping):
             raise InventoryError("%s: entry must be a mapping" % where)
-        _check_sources(where, entry)
+        check_sources(where, entry)
         levels = [defaults, {k: v for k, v in entry.items() if k != "methods"}]
         if "methods" not in entry:
             merged = _merge(levels)
@@ -425,7 +153,7 @@ def _parse(data, known_drivers, base_dir, environ):
             if "methods" in method:
                 raise InventoryError("%s: field methods cannot be nested"
                                      % mwhere)
-            _check_sources(mwhere, method)
+            check_sources(mwhere, method)
             merged = _merge(levels + [method])
             methods.append(_method(mwhere, host, merged, known_drivers,
                                    known_fields, secrets))
@@ -481,7 +209,7 @@ def read(path, known_drivers, *, environ=None):
                              % (path, type(e).__name__, e))
     base_dir = os.path.dirname(os.path.abspath(path))
     inv, warnings, inline = _parse(data, known_drivers, base_dir, environ)
-    if inline and _readable_by_others(mode):
+    if inline and readable_by_others(mode):
         warnings.insert(0, ModeWarning(path, stat.S_IMODE(mode), "inventory"))
     return inv, warnings
 
