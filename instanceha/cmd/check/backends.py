@@ -16,9 +16,9 @@ from oslo_messaging._drivers import common as messaging_common
 import sqlalchemy as sa
 from tooz import coordination as tooz_coord
 
-from instanceha import coordination
 from instanceha import log
 from instanceha.cmd.check.report import FAIL, OK, SKIP, WARN
+from instanceha.coordination import backend as coord_backend
 from instanceha.journal import store
 
 #: seconds allowed for the broker connection before it counts as failed
@@ -74,7 +74,7 @@ def probe_coordination(conf):
     """Reach the tooz backend without joining the group: the members the
     group has now."""
     c = conf.coordination
-    coordination._probe(c.backend_url, max(1, c.lease // 3))
+    coord_backend.probe(c.backend_url, max(1, c.lease // 3))
     coord = tooz_coord.get_coordinator(
         c.backend_url, ("instanceha-check-%s" % uuid.uuid4().hex[:8])
         .encode(), timeout=str(max(1, int(c.lease // 3))))

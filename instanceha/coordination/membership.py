@@ -1,32 +1,7 @@
-"""Several replicas: one elected member acts, the others stand by.
-
-See doc/replicas.md for why it is one leader and not a hash ring.
-
-The leadership is a tooz lock with a lease (``[coordination] lease``): the
-backend drops it when the holder stops renewing it. A member acts only
-while its leadership is *provably* current: :meth:`Membership.may_act`
-returns a reason (no action) once ``lease - margin`` seconds have passed,
-on this host's monotonic clock, since the start of the last renewal that
-succeeded. The start, not the end: the backend extended the lease at some
-moment after the request left, so the lease there ends no earlier than
-that start + lease. A member whose leadership lapsed never acts again:
-the first thread that notices calls ``on_lost`` (the service exits the
-process; its service manager restarts it as a standby).
-
-A newly elected member waits one whole lease before it acts
-(:meth:`Membership.wait_out`). A lock freed by expiry needs no wait, but a
-backend that loses its keys (Redis restarted without persistence, a
-failover to a replica that had not seen the last renewal) frees it early:
-the previous leader then still acts until its own ``lease - margin`` runs
-out, and a request it sent just before has up to ``margin`` to land. The
-lock cannot tell the two cases apart, so every election waits.
-
-The writes of the compute and fencing drivers go through :class:`Guard`,
-which asks ``may_act`` right before each call, so a member that was frozen
-(SIGSTOP, a VM pause, a long GC) for longer than the lease does nothing
-when it wakes. What no guard can stop is a request already on the wire
-when the process froze: see doc/replicas.md, "Residual window".
-"""
+"""This process's membership of the group of replicas and its leadership
+(the rules are in :mod:`instanceha.coordination`): joining, the heartbeat
+that renews both or takes the leadership, the rule that says whether this
+member may act now, and what ``instanceha status`` shows of the group."""
 
 import os
 import socket
@@ -35,26 +10,14 @@ import time
 import uuid
 
 import structlog
+from tooz import coordination as tooz_coord
 
-from instanceha.drivers.compute.base import ComputeError
-from instanceha.drivers.fencing.base import FenceError
+from instanceha.coordination.backend import (CoordinationError, fail_fast,
+                                             probe, unreachable)
 from instanceha.log import mask_url
+from instanceha.util.periodic import Periodic
 
 LOG = structlog.get_logger("instanceha.coordination")
-
-#: Compute driver methods that change the cloud.
-COMPUTE_WRITES = frozenset({
-    "force_down", "restore", "evacuate", "stop_server", "reset_state",
-    "enable_service", "disable_service", "delete_server_metadata",
-    "unset_aggregate_metadata"})
-#: Fencing driver methods that change a host's power.
-FENCE_WRITES = frozenset({"power_off", "power_on"})
-#: Journal methods that record a decision (the acting member's alone).
-JOURNAL_WRITES = frozenset({
-    "record", "record_transition", "action_started", "action_finished",
-    "evacuation_requested", "evacuation_finished",
-    "stale_rebuild_suspected", "stale_rebuild_resolved", "reserved_taken",
-    "reserved_returned", "evidence_saved"})
 
 #: Exit status of a member whose leadership lapsed (its service manager
 #: restarts it; it joins again as a standby).
@@ -72,106 +35,6 @@ def monotonic():
         except OSError:
             pass
     return time.monotonic()
-
-
-class NotActingCompute(ComputeError):
-    """A compute write refused: this member may not act now."""
-
-
-class NotActingFence(FenceError):
-    """A power action refused: this member may not act now."""
-
-
-class NotActingJournal(Exception):
-    """A journal write refused: this member may not act now."""
-
-
-class CoordinationError(Exception):
-    """The backend could not be reached or joined at start. ``retry``:
-    it did not answer (refused, timed out, not resolved, still loading),
-    which waiting may cure; False for what it cannot (a wrong password,
-    an unknown driver or URL)."""
-
-    def __init__(self, text, retry=False):
-        super().__init__(text)
-        self.retry = retry
-
-
-#: Errors (by class name, anywhere in the cause chain) that say the backend
-#: refused us for good: waiting does not cure them.
-_REFUSED = frozenset({"AuthenticationError",
-                      "AuthenticationWrongNumberOfArgsError",
-                      "NoMatches", "NoSuchDriver", "NoUniqueMatch"})
-#: ... and those that say it did not answer (yet).
-_NO_ANSWER = frozenset({"ToozConnectionError", "OperationTimedOut",
-                        "ConnectionError", "TimeoutError",
-                        "BusyLoadingError", "ConnectionFailedError",
-                        "Etcd3Exception"})
-
-
-def _chain(e):
-    seen = []
-    while e is not None and len(seen) < 8 and e not in seen:
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    return seen
-
-
-def unreachable(e):
-    """True when ``e``, raised while reaching the backend, says it does
-    not answer (yet): refused or reset connections, timeouts, a name that
-    does not resolve (DNS may come back after a site power loss too), a
-    Redis still loading its data. False when it answered no (a wrong
-    password) or the URL names no driver: a retry cannot cure that."""
-    chain = _chain(e)
-    for x in chain:
-        text = str(x)
-        if type(x).__name__ in _REFUSED or "WRONGPASS" in text \
-                or "NOAUTH" in text or "invalid password" in text:
-            return False
-    return any(isinstance(x, (OSError, TimeoutError))
-               or type(x).__name__ in _NO_ANSWER for x in chain)
-
-
-class Guard:
-    """Forward everything to ``target``; a method named in ``writes`` asks
-    ``may_act()`` right before the call and raises ``error`` with its
-    reason instead of calling."""
-
-    def __init__(self, target, may_act, writes, error):
-        self._target = target
-        self._may_act = may_act
-        self._writes = writes
-        self._error = error
-
-    def __getattr__(self, name):
-        value = getattr(self._target, name)
-        if name not in self._writes or not callable(value):
-            return value
-        may_act, error = self._may_act, self._error
-
-        def guarded(*args, **kwargs):
-            why = may_act()
-            if why is not None:
-                raise error("%s refused: %s" % (name, why))
-            return value(*args, **kwargs)
-        guarded.__name__ = name
-        return guarded
-
-
-def guard_compute(compute, may_act):
-    return Guard(compute, may_act, COMPUTE_WRITES, NotActingCompute)
-
-
-def guard_fencer(factory, may_act):
-    """A fencer factory whose drivers' power actions are guarded."""
-    def make(name):
-        return Guard(factory(name), may_act, FENCE_WRITES, NotActingFence)
-    return make
-
-
-def guard_journal(journal, may_act):
-    return Guard(journal, may_act, JOURNAL_WRITES, NotActingJournal)
 
 
 def member_id():
@@ -228,23 +91,25 @@ class Membership:
         self._stop = threading.Event()
         self.sleep = sleep or self._stop.wait
         self.spawn = spawn or _election_thread
-        self._thread = None
+        self._heartbeat = Periodic("instanceha-coordination", self.beat,
+                                   self.interval, stop=self._stop,
+                                   error_event="coordination_beat_failed",
+                                   log=LOG)
 
     # -- start -------------------------------------------------------------
     def connect(self):
         """Reach the backend and join the group. Raises
         CoordinationError (one line) when it cannot."""
         try:
-            from tooz import coordination as tooz_coord
             if self._coord is None:
-                _probe(self.url, max(1, self.lease // 3))
+                probe(self.url, max(1, self.lease // 3))
                 self._coord = tooz_coord.get_coordinator(
                     self.url, self.member.encode(),
                     lock_timeout=str(self.lease),
                     membership_timeout=str(self.lease),
                     timeout=str(max(1, self.lease // 3)))
             self._coord.start(start_heart=False)
-            _fail_fast(self._coord)
+            fail_fast(self._coord)
             group = self.group.encode()
             try:
                 self._coord.create_group(group).get()
@@ -263,16 +128,14 @@ class Membership:
                  reason="standing by until elected")
 
     def start(self):
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="instanceha-coordination")
-        self._thread.start()
+        """Beat at once, then every ``interval`` seconds after the end of
+        the previous beat, until :meth:`stop`."""
+        self._heartbeat.start()
 
     def stop(self):
         """Leave cleanly (SIGTERM): release the leadership at once so a
         standby takes over without waiting for the lease."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.interval + 5)
+        self._heartbeat.stop(self.interval + 5)
         try:
             if self._leader and self._lock_obj is not None:
                 self._lock_obj.release()
@@ -340,12 +203,7 @@ class Membership:
                   effect="no further action by this member")
         self.on_lost(why)
 
-    # -- the loop ----------------------------------------------------------
-    def _loop(self):
-        while not self._stop.is_set():
-            self.beat()
-            self._stop.wait(self.interval)
-
+    # -- the heartbeat -----------------------------------------------------
     def beat(self):
         """One round: renew the membership (and the leadership), or try to
         take the leadership."""
@@ -380,7 +238,6 @@ class Membership:
         try:
             held = self._lock_obj.heartbeat()
         except Exception as e:   # noqa: BLE001
-            from tooz import coordination as tooz_coord
             if isinstance(e, (tooz_coord.ToozConnectionError,
                               tooz_coord.OperationTimedOut, OSError,
                               TimeoutError)) \
@@ -510,39 +367,6 @@ class Membership:
                          "acting_since": c.get("acting_since")}
                         for m, c in sorted(members.items())],
         }
-
-
-#: Default ports of the URL schemes whose server is probed before tooz
-#: tries (and retries for a minute) to reach it.
-_PORTS = {"redis": 6379, "rediss": 6379, "etcd3+http": 2379,
-          "etcd3+https": 2379, "etcd3": 2379}
-
-
-def _probe(url, timeout):
-    """Fail at once (OSError) when the backend's port does not answer."""
-    import urllib.parse
-    parsed = urllib.parse.urlsplit(url)
-    port = parsed.port or _PORTS.get(parsed.scheme)
-    if not parsed.hostname or port is None:
-        return
-    socket.create_connection((parsed.hostname, port), timeout).close()
-
-
-def _fail_fast(coord):
-    """tooz's Redis driver retries a refused connection 15 times, and the
-    redis client retries each with back-off: a minute in all, longer than
-    any lease. One attempt per call is enough here: the loop calls again
-    every heartbeat_interval."""
-    client = getattr(coord, "_client", None)
-    set_retry = getattr(client, "set_retry", None)
-    if set_retry is None:
-        return
-    try:
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-        set_retry(Retry(NoBackoff(), 0))
-    except Exception as e:   # noqa: BLE001 - slower, not wrong
-        LOG.warning("coordination_retry_unchanged", reason=str(e))
 
 
 def _election_thread(target):
