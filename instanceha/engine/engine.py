@@ -268,19 +268,9 @@ class Engine:
             if known is not None:
                 evidence.note(self.ctx, known, event)
             return
-        if event.kind is E.TICK and rec.state in (State.SUSPECT,
-                                                   State.PENDING):
-            # A TICK may have waited in the queue while other hosts died:
-            # the threshold is judged as it stands now, not when it was
-            # sent; a fencing it would start takes a token of the rate.
-            ok, why = self.hold_for(rec, event.at)
-            if ok and fsm.machine.fencing_due(rec, event, self.policy):
-                ok, why = self.fencing.take_token(rec, event.at)
-            if ok != event.cluster_ok or why != event.reason:
-                event = dataclasses.replace(event, cluster_ok=ok, reason=why)
         event = evidence.note(self.ctx, rec, event)
         try:
-            new, actions = fsm.step(rec, event, self.policy)
+            event, new, actions = self._step_then_admit(rec, event)
         except fsm.UndeclaredTransition as e:
             LOG.error("undeclared_transition", host=rec.name,
                       state=rec.state.value, trigger=event.kind.value,
@@ -342,6 +332,30 @@ class Engine:
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
+
+    def _step_then_admit(self, rec, event):
+        """Step the state machine first; ask the fencing gate (start-up,
+        control plane, storm threshold, rate limit) only when the step
+        would start proving the host dead (into fencing, or fenced by a
+        kdump proof), and step again with its refusal. Returns (the event
+        as stepped, the new record, its actions)."""
+        if event.kind is not E.TICK:
+            return (event,) + fsm.step(rec, event, self.policy)
+        # A TICK may have waited in the queue while other hosts died: the
+        # gate is judged as it stands now, not when the TICK was sent.
+        trial = dataclasses.replace(event, cluster_ok=True, reason="")
+        new, actions = fsm.step(rec, trial, self.policy)
+        if new.state is rec.state or new.state not in (State.FENCING,
+                                                       State.FENCED):
+            return (trial, new, actions)
+        ok, why = self.hold_for(rec, event.at)
+        if ok and fsm.machine.fencing_due(rec, trial, self.policy):
+            # The fencing it starts takes a token of the rate.
+            ok, why = self.fencing.take_token(rec, event.at)
+        if ok:
+            return (trial, new, actions)
+        held = dataclasses.replace(event, cluster_ok=False, reason=why)
+        return (held,) + fsm.step(rec, held, self.policy)
 
     def _probe_power(self, rec):
         """The BMC read of a host whose heartbeat was just lost (on the
