@@ -40,202 +40,27 @@ Malformed values fail towards doing nothing:
   suspended forever, with an error, until it is fixed or removed.
 
 ``now`` is an argument (seconds since the epoch); nothing reads a clock.
+
+The values are read in :mod:`~instanceha.policy.repair_values`, what each
+scope says in :mod:`~instanceha.policy.repair_scopes`; their public names
+stay importable from here.
 """
 
 import dataclasses
-import datetime
-import difflib
-import enum
-import re
-from typing import Any, Mapping, Optional, Tuple
+from typing import Optional, Tuple
 
-from instanceha.util import timeparse
-
-from instanceha.policy.evacuable import (AGGREGATE, ERROR, GLOBAL, SERVER,
-                                         WARNING, AggregateFacts, Problem,
+from instanceha.policy.evacuable import (AGGREGATE, SERVER, WARNING,
+                                         AggregateFacts, Problem,
                                          ServerFacts, describe, short, unique)
-
-DEFAULT_REPAIR_KEY = "instanceha:repair"
-DEFAULT_SUSPEND_KEY = "instanceha:suspended_until"
-FOREVER = "forever"
-
-#: scopes, nearest first
-SCOPES = (SERVER, AGGREGATE, GLOBAL)
-DEFAULT = "default"
-
-
-class Level(enum.IntEnum):
-    """Repair levels by rank; gaps keep room for reboot and rebuild."""
-    NONE = 0
-    EVACUATE = 20
-
-    @property
-    def label(self):
-        return self.name.lower()
-
-
-#: levels planned but not implemented: named in errors, never returned
-RESERVED = {"reboot": 10, "rebuild": 30}
-
-
-def parse_level(value) -> Tuple[Optional[Level], Optional[str]]:
-    """(Level, None) or (None, why not) for a metadata value."""
-    if not isinstance(value, str):
-        return None, "is not a level name"
-    text = value.strip().lower()
-    for level in Level:
-        if level.label == text:
-            return level, None
-    if text in RESERVED:
-        return None, "is a level not supported yet"
-    return None, "is not a level (%s)" % " or ".join(
-        level.label for level in Level)
-
-
-_TIME = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})"
-    r"(?::(\d{2})(?:\.(\d{1,6}))?)?"
-    r"\s*(Z|z|UTC|[+-]\d{2}:?\d{2})?$")
-
-
-def parse_until(value) -> Tuple[bool, Optional[float], Optional[str]]:
-    """(ok, until, why not) for a suspension value: until is seconds
-    since the epoch, None for ``forever``. A time without an offset is
-    UTC; a date without a time is refused (which end of the day?)."""
-    if not isinstance(value, str):
-        return False, None, "is not a time"
-    text = value.strip()
-    if text.lower() == FOREVER:
-        return True, None, None
-    m = _TIME.match(text)
-    if not m:
-        return False, None, ("is neither 'forever' nor an ISO-8601 time "
-                             "such as 2030-01-31T18:00:00Z")
-    # The pattern is what an operator may write; the conversion is the
-    # one parser's (util.timeparse), given the canonical separator and
-    # offset.
-    zone = m.group(8)
-    offset = "+00:00"
-    if zone and zone.upper() not in ("Z", "UTC"):
-        digits = zone[1:].replace(":", "")
-        if int(digits[:2]) > 23 or int(digits[2:]) > 59:
-            return False, None, "has an impossible UTC offset"
-        offset = "%s%s:%s" % (zone[0], digits[:2], digits[2:])
-    stamp = text[:m.start(8)].rstrip() if zone else text
-    try:
-        until = timeparse.epoch("%sT%s%s" % (stamp[:10], stamp[11:], offset))
-    except ValueError as e:
-        return False, None, "is not a valid time (%s)" % e
-    return True, until, None
-
-
-def format_time(epoch: Optional[float]) -> str:
-    """'2030-01-31T18:00:00Z', or 'forever' for None."""
-    if epoch is None:
-        return FOREVER
-    t = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    repair_key: str = DEFAULT_REPAIR_KEY
-    suspend_key: str = DEFAULT_SUSPEND_KEY
-    #: the level when no scope sets one
-    default_level: Level = Level.EVACUATE
-    #: name of the aggregate whose metadata is the global scope
-    global_aggregate: Optional[str] = None
-    #: False: a server's own level may lower, never raise, the level its
-    #: aggregates or the global scope give (server metadata is writable
-    #: by the server's owner)
-    server_may_raise: bool = True
-    #: other metadata keys in use (priority, evacuable): never reported
-    #: as looking like a misspelt repair or suspension key
-    known_keys: Tuple[str, ...] = ()
-
-    def __post_init__(self):
-        for name in ("repair_key", "suspend_key"):
-            key = getattr(self, name)
-            if not isinstance(key, str) or not key.strip() \
-                    or key != key.strip():
-                raise ValueError("%s must be a non-empty name without "
-                                 "blanks around it, not %r" % (name, key))
-        if self.repair_key == self.suspend_key:
-            raise ValueError("repair_key and suspend_key must differ")
-        object.__setattr__(self, "default_level", Level(self.default_level))
-
-    @classmethod
-    def from_conf(cls, conf):
-        r = conf.recovery
-        level, why = parse_level(r.repair_level)
-        if level is None:
-            raise ValueError("[recovery] repair_level %r %s" % (
-                r.repair_level, why))
-        return cls(repair_key=r.repair_key, suspend_key=r.suspend_key,
-                   default_level=level,
-                   global_aggregate=r.global_aggregate or None,
-                   server_may_raise=r.server_may_raise_level,
-                   known_keys=(r.priority_key, r.evacuable_key))
-
-
-# -- results ------------------------------------------------------------------
-
-ACTIVE = "active"
-EXPIRED = "expired"
-MALFORMED = "malformed"
-
-
-@dataclasses.dataclass(frozen=True)
-class Marker:
-    """A suspension marker found on one object."""
-    scope: str
-    object_id: str
-    object_name: str
-    key: str
-    value: str
-    until: Optional[float]      # None: forever (or malformed)
-    state: str                  # ACTIVE | EXPIRED | MALFORMED
-
-    @property
-    def where(self):
-        return short(self.scope, self.object_name, self.object_id)
-
-    def describe(self):
-        if self.state == MALFORMED:
-            return ("%s: %s=%r is malformed, treated as suspended until "
-                    "fixed or removed" % (self.where, self.key, self.value))
-        if self.state == EXPIRED:
-            return "%s: %s=%s expired at %s (remove it)" % (
-                self.where, self.key, self.value, format_time(self.until))
-        return "%s: suspended %s (%s=%s)" % (
-            self.where, "forever" if self.until is None else
-            "until " + format_time(self.until), self.key, self.value)
-
-
-@dataclasses.dataclass(frozen=True)
-class LevelSetting:
-    """A level set on one object (or the configured default)."""
-    scope: str                  # server | aggregate | global | default
-    object_id: str
-    object_name: str
-    key: str
-    value: Optional[str]        # the raw value; None for the default
-    level: Level
-    valid: bool = True          # False: malformed, counted as none
-
-    @property
-    def where(self):
-        if self.scope == DEFAULT:
-            return "the default ([recovery] repair_level)"
-        return short(self.scope, self.object_name, self.object_id)
-
-    def describe(self):
-        if self.scope == DEFAULT:
-            return "%s %s" % (self.where, self.level.label)
-        if not self.valid:
-            return "%s says %s=%r (malformed, counted as none)" % (
-                self.where, self.key, self.value)
-        return "%s says %s=%s" % (self.where, self.key, self.value)
+from instanceha.policy.repair_scopes import (
+    ACTIVE, DEFAULT, EXPIRED, MALFORMED, SCOPES, LevelSetting, Marker,
+    level_at, marker_at, note_misspelt, scopes)
+from instanceha.policy.repair_values import Level, Settings, format_time
+# Re-exported: the engine, the API and tests use them as repair.<name>.
+from instanceha.policy.evacuable import GLOBAL  # noqa: F401
+from instanceha.policy.repair_values import (  # noqa: F401
+    DEFAULT_REPAIR_KEY, DEFAULT_SUSPEND_KEY, RESERVED, parse_level,
+    parse_until)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,86 +90,6 @@ class RepairDecision:
         return self.reason
 
 
-# -- reading the scopes -------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class _Obj:
-    scope: str
-    id: str
-    name: str
-    metadata: Mapping[str, Any]
-
-
-def scopes(server: ServerFacts, s: Settings,
-           global_scope: Optional[AggregateFacts] = None):
-    """The objects consulted, nearest first: the server, its host's
-    aggregates (by name, without the global one), the global aggregate."""
-    out = [_Obj(SERVER, server.id, server.name, server.metadata or {})]
-    for agg in sorted(server.aggregates, key=lambda a: (a.name, a.id)):
-        if s.global_aggregate is not None and agg.name == s.global_aggregate:
-            continue
-        out.append(_Obj(AGGREGATE, agg.id, agg.name, agg.metadata or {}))
-    if global_scope is not None:
-        out.append(_Obj(GLOBAL, global_scope.id, global_scope.name,
-                        global_scope.metadata or {}))
-    return out
-
-
-def _misspelt(obj, s, problems):
-    wanted = {s.repair_key: s.repair_key.lower(),
-              s.suspend_key: s.suspend_key.lower()}
-    ignore = {s.repair_key, s.suspend_key} | set(s.known_keys)
-    for name in obj.metadata:
-        if not isinstance(name, str) or name in ignore:
-            continue
-        low = name.strip().lower().replace("-", "_")
-        for key, key_low in wanted.items():
-            if low == key_low or difflib.SequenceMatcher(
-                    None, low, key_low).ratio() >= 0.85:
-                problems.append(Problem(
-                    WARNING, obj.scope, obj.id, obj.name, name,
-                    str(obj.metadata[name]),
-                    "%s: metadata key %r is not %r (exact match only); "
-                    "ignored" % (describe(obj.scope, obj.name, obj.id),
-                                 name, key)))
-                break
-
-
-def _level_at(obj, s, problems) -> Optional[LevelSetting]:
-    if s.repair_key not in obj.metadata:
-        return None
-    raw = obj.metadata[s.repair_key]
-    level, why = parse_level(raw)
-    if level is None:
-        problems.append(Problem(
-            ERROR, obj.scope, obj.id, obj.name, s.repair_key, str(raw),
-            "%s: %s=%r %s; counted as none (no automatic repair) until "
-            "fixed" % (describe(obj.scope, obj.name, obj.id), s.repair_key,
-                       raw, why)))
-        return LevelSetting(obj.scope, obj.id, obj.name, s.repair_key,
-                            str(raw), Level.NONE, valid=False)
-    return LevelSetting(obj.scope, obj.id, obj.name, s.repair_key,
-                        raw.strip(), level)
-
-
-def _marker_at(obj, s, now, problems) -> Optional[Marker]:
-    if s.suspend_key not in obj.metadata:
-        return None
-    raw = obj.metadata[s.suspend_key]
-    ok, until, why = parse_until(raw)
-    if not ok:
-        problems.append(Problem(
-            ERROR, obj.scope, obj.id, obj.name, s.suspend_key, str(raw),
-            "%s: %s=%r %s; treated as suspended until fixed or removed"
-            % (describe(obj.scope, obj.name, obj.id), s.suspend_key, raw,
-               why)))
-        return Marker(obj.scope, obj.id, obj.name, s.suspend_key, str(raw),
-                      None, MALFORMED)
-    state = EXPIRED if until is not None and until <= now else ACTIVE
-    return Marker(obj.scope, obj.id, obj.name, s.suspend_key, raw.strip(),
-                  until, state)
-
-
 @dataclasses.dataclass(frozen=True)
 class Line:
     """One object's part in a decision, for explain."""
@@ -361,11 +106,11 @@ def _evaluate(server, now, s, global_scope):
     settings_by_scope = {scope: [] for scope in SCOPES}
     markers = []
     for obj in objs:
-        _misspelt(obj, s, problems)
-        setting = _level_at(obj, s, problems)
+        note_misspelt(obj, s, problems)
+        setting = level_at(obj, s, problems)
         if setting is not None:
             settings_by_scope[obj.scope].append(setting)
-        marker = _marker_at(obj, s, now, problems)
+        marker = marker_at(obj, s, now, problems)
         if marker is not None:
             markers.append(marker)
 

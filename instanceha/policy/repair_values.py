@@ -1,0 +1,133 @@
+"""What a repair level or a suspension may say, and the keys that say it; pure.
+
+:class:`Level` and :func:`parse_level` (a metadata value to a level),
+:func:`parse_until` and :func:`format_time` (a suspension's time), and
+:class:`Settings` (the metadata keys, the default level, the global
+aggregate). The rules are in :mod:`instanceha.policy.repair`.
+"""
+
+import dataclasses
+import datetime
+import enum
+import re
+from typing import Optional, Tuple
+
+from instanceha.util import timeparse
+
+DEFAULT_REPAIR_KEY = "instanceha:repair"
+DEFAULT_SUSPEND_KEY = "instanceha:suspended_until"
+FOREVER = "forever"
+
+
+class Level(enum.IntEnum):
+    """Repair levels by rank; gaps keep room for reboot and rebuild."""
+    NONE = 0
+    EVACUATE = 20
+
+    @property
+    def label(self):
+        return self.name.lower()
+
+
+#: levels planned but not implemented: named in errors, never returned
+RESERVED = {"reboot": 10, "rebuild": 30}
+
+
+def parse_level(value) -> Tuple[Optional[Level], Optional[str]]:
+    """(Level, None) or (None, why not) for a metadata value."""
+    if not isinstance(value, str):
+        return None, "is not a level name"
+    text = value.strip().lower()
+    for level in Level:
+        if level.label == text:
+            return level, None
+    if text in RESERVED:
+        return None, "is a level not supported yet"
+    return None, "is not a level (%s)" % " or ".join(
+        level.label for level in Level)
+
+
+_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})"
+    r"(?::(\d{2})(?:\.(\d{1,6}))?)?"
+    r"\s*(Z|z|UTC|[+-]\d{2}:?\d{2})?$")
+
+
+def parse_until(value) -> Tuple[bool, Optional[float], Optional[str]]:
+    """(ok, until, why not) for a suspension value: until is seconds
+    since the epoch, None for ``forever``. A time without an offset is
+    UTC; a date without a time is refused (which end of the day?)."""
+    if not isinstance(value, str):
+        return False, None, "is not a time"
+    text = value.strip()
+    if text.lower() == FOREVER:
+        return True, None, None
+    m = _TIME.match(text)
+    if not m:
+        return False, None, ("is neither 'forever' nor an ISO-8601 time "
+                             "such as 2030-01-31T18:00:00Z")
+    # The pattern is what an operator may write; the conversion is the
+    # one parser's (util.timeparse), given the canonical separator and
+    # offset.
+    zone = m.group(8)
+    offset = "+00:00"
+    if zone and zone.upper() not in ("Z", "UTC"):
+        digits = zone[1:].replace(":", "")
+        if int(digits[:2]) > 23 or int(digits[2:]) > 59:
+            return False, None, "has an impossible UTC offset"
+        offset = "%s%s:%s" % (zone[0], digits[:2], digits[2:])
+    stamp = text[:m.start(8)].rstrip() if zone else text
+    try:
+        until = timeparse.epoch("%sT%s%s" % (stamp[:10], stamp[11:], offset))
+    except ValueError as e:
+        return False, None, "is not a valid time (%s)" % e
+    return True, until, None
+
+
+def format_time(epoch: Optional[float]) -> str:
+    """'2030-01-31T18:00:00Z', or 'forever' for None."""
+    if epoch is None:
+        return FOREVER
+    t = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    repair_key: str = DEFAULT_REPAIR_KEY
+    suspend_key: str = DEFAULT_SUSPEND_KEY
+    #: the level when no scope sets one
+    default_level: Level = Level.EVACUATE
+    #: name of the aggregate whose metadata is the global scope
+    global_aggregate: Optional[str] = None
+    #: False: a server's own level may lower, never raise, the level its
+    #: aggregates or the global scope give (server metadata is writable
+    #: by the server's owner)
+    server_may_raise: bool = True
+    #: other metadata keys in use (priority, evacuable): never reported
+    #: as looking like a misspelt repair or suspension key
+    known_keys: Tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("repair_key", "suspend_key"):
+            key = getattr(self, name)
+            if not isinstance(key, str) or not key.strip() \
+                    or key != key.strip():
+                raise ValueError("%s must be a non-empty name without "
+                                 "blanks around it, not %r" % (name, key))
+        if self.repair_key == self.suspend_key:
+            raise ValueError("repair_key and suspend_key must differ")
+        object.__setattr__(self, "default_level", Level(self.default_level))
+
+    @classmethod
+    def from_conf(cls, conf):
+        r = conf.recovery
+        level, why = parse_level(r.repair_level)
+        if level is None:
+            raise ValueError("[recovery] repair_level %r %s" % (
+                r.repair_level, why))
+        return cls(repair_key=r.repair_key, suspend_key=r.suspend_key,
+                   default_level=level,
+                   global_aggregate=r.global_aggregate or None,
+                   server_may_raise=r.server_may_raise_level,
+                   known_keys=(r.priority_key, r.evacuable_key))
