@@ -16,8 +16,7 @@ import dataclasses
 import math
 from typing import Iterable, Mapping, Optional, Tuple
 
-from instanceha.policy.evacuable import ERROR, FLAVOR, SERVER, WARNING, \
-    Problem
+from instanceha.policy.facts import ERROR, FLAVOR, SERVER, WARNING, Problem
 
 VCPUS = "vcpus"
 RAM = "ram"

@@ -1,11 +1,9 @@
 """Which servers of a lost host are evacuable, pure: data in, decision out.
 
-This module also holds the plain records every policy module reads
-(:class:`ServerFacts`, :class:`ImageFacts`, :class:`FlavorFacts`,
-:class:`AggregateFacts`) and the :class:`Problem` they report. The caller
-fills them from Nova and Glance (server metadata and tags, the image's
-properties and tags, the flavor's extra specs, the metadata of the host
-aggregates the server's host belongs to); nothing here does I/O.
+The records it reads (:class:`ServerFacts` and the others) and the
+:class:`Problem` it reports are in :mod:`instanceha.policy.facts`, filled
+by :mod:`instanceha.policy.facts_nova`; their names stay importable from
+here. Nothing here does I/O.
 
 Evacuable tagging (compatible with upstream InstanceHA's ``evacuable``
 tag, but with exact matching):
@@ -41,174 +39,25 @@ tag, but with exact matching):
 
 import dataclasses
 import re
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
-                    Tuple)
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, \
+    Tuple
 
-from instanceha.util import timeparse
+from instanceha.policy.facts import (AGGREGATE, ERROR, FLAVOR, IMAGE, SERVER,
+                                     WARNING, Problem, ServerFacts, describe,
+                                     short, unique)
+# Re-exported: the engine and tests use them as evacuable.<name>.
+from instanceha.policy.facts import (  # noqa: F401
+    GLOBAL, AggregateFacts, FlavorFacts, ImageFacts)
+from instanceha.policy.facts_nova import (  # noqa: F401
+    aggregate_from_nova, aggregates_of, image_from_glance, parse_nova_time,
+    server_from_nova)
 
-SERVER = "server"
-IMAGE = "image"
-FLAVOR = "flavor"
-AGGREGATE = "aggregate"
-GLOBAL = "global"
 #: evacuable scopes, nearest first
 SCOPES = (SERVER, IMAGE, FLAVOR, AGGREGATE)
-
-ERROR = "error"
-WARNING = "warning"
 
 DEFAULT_KEY = "evacuable"
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-# -- the records the caller fills ---------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ImageFacts:
-    """A Glance image: its custom properties and its tags. For a
-    volume-backed server, the boot volume's ``volume_image_metadata``."""
-    id: str = ""
-    name: str = ""
-    properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    tags: Tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class FlavorFacts:
-    """A flavor and its extra specs (embedded in the server from compute
-    microversion 2.47, where only ``original_name`` is given: id may be
-    empty)."""
-    id: str = ""
-    name: str = ""
-    extra_specs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class AggregateFacts:
-    """A host aggregate and its metadata."""
-    name: str
-    id: str = ""
-    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    hosts: Tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerFacts:
-    """One server as the policies see it. ``aggregates``: those of the
-    server's host (see :func:`aggregates_of`). ``created_at``: seconds
-    since the epoch, None if unknown."""
-    id: str
-    name: str = ""
-    host: Optional[str] = None
-    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    tags: Tuple[str, ...] = ()
-    created_at: Optional[float] = None
-    image: Optional[ImageFacts] = None
-    flavor: Optional[FlavorFacts] = None
-    aggregates: Tuple[AggregateFacts, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """A malformed or doubtful value on one object. Hashable: a caller
-    keeps a set of those already reported to report each once."""
-    level: str              # ERROR | WARNING
-    scope: str              # server, image, flavor, aggregate, global
-    object_id: str
-    object_name: str
-    key: str
-    value: Optional[str]
-    message: str
-
-    def __str__(self):
-        return self.message
-
-
-def _kind(scope):
-    return "global aggregate" if scope == GLOBAL else scope
-
-
-def describe(scope, name, obj_id=""):
-    """'flavor m1.pinned (42)', 'server web-1 (5f0c...)', 'image 8d3e...'."""
-    if name and obj_id and name != obj_id:
-        return "%s %s (%s)" % (_kind(scope), name, obj_id)
-    return "%s %s" % (_kind(scope), name or obj_id or "?")
-
-
-def short(scope, name, obj_id=""):
-    """'flavor m1.pinned': the name only, for reasons."""
-    return "%s %s" % (_kind(scope), name or obj_id or "?")
-
-
-def unique(problems: Iterable[Problem]) -> List[Problem]:
-    """``problems`` without repeats, first-seen order kept."""
-    seen, out = set(), []
-    for p in problems:
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
-
-
-# -- filling the records from Nova's and Glance's answers (pure) --------------
-
-#: Nova's '2026-01-31T04:31:45Z' / naive-UTC timestamps to epoch seconds;
-#: None for empty or unreadable. Kept for api/history.py, which reads
-#: operator input through it.
-parse_nova_time = timeparse.epoch_or_none
-
-
-def aggregates_of(host, aggregates: Iterable[AggregateFacts]):
-    """The aggregates that list ``host``, sorted by name."""
-    return tuple(sorted((a for a in aggregates if host in a.hosts),
-                        key=lambda a: (a.name, a.id)))
-
-
-def image_from_glance(body: Mapping[str, Any]) -> ImageFacts:
-    """Glance v2 lists custom properties as top-level fields of the
-    image: every field except ``tags`` is kept as a property."""
-    props = {k: v for k, v in body.items() if k != "tags"}
-    return ImageFacts(id=str(body.get("id") or ""),
-                      name=str(body.get("name") or ""), properties=props,
-                      tags=tuple(body.get("tags") or ()))
-
-
-def aggregate_from_nova(body: Mapping[str, Any]) -> AggregateFacts:
-    """One entry of os-aggregates."""
-    return AggregateFacts(name=str(body.get("name") or ""),
-                          id=str(body.get("uuid") or body.get("id") or ""),
-                          metadata=dict(body.get("metadata") or {}),
-                          hosts=tuple(body.get("hosts") or ()))
-
-
-def server_from_nova(body: Mapping[str, Any],
-                     image: Optional[ImageFacts] = None,
-                     aggregates: Iterable[AggregateFacts] = ()
-                     ) -> ServerFacts:
-    """A server of GET /servers/detail (microversion >= 2.47 for the
-    embedded flavor with extra specs, >= 2.26 for tags). ``image``: the
-    Glance image (or the boot volume's image metadata) if the caller read
-    it; ``aggregates``: every aggregate, filtered here to the host's."""
-    host = body.get("OS-EXT-SRV-ATTR:host")
-    flavor = body.get("flavor")
-    flavor_facts = None
-    if isinstance(flavor, Mapping):
-        flavor_facts = FlavorFacts(
-            id=str(flavor.get("id") or ""),
-            name=str(flavor.get("original_name") or flavor.get("name") or ""),
-            extra_specs=dict(flavor.get("extra_specs") or {}))
-    if image is None:
-        ref = body.get("image")
-        if isinstance(ref, Mapping) and ref.get("id"):
-            image = ImageFacts(id=str(ref["id"]))
-    return ServerFacts(
-        id=str(body["id"]), name=str(body.get("name") or ""), host=host,
-        metadata=dict(body.get("metadata") or {}),
-        tags=tuple(body.get("tags") or ()),
-        created_at=parse_nova_time(body.get("created")),
-        image=image, flavor=flavor_facts,
-        aggregates=aggregates_of(host, aggregates) if host else ())
 
 
 # -- values -------------------------------------------------------------------

@@ -20,8 +20,8 @@ import dataclasses
 import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from instanceha.policy.evacuable import (ERROR, FLAVOR, SERVER, Problem,
-                                         ServerFacts, describe, short, unique)
+from instanceha.policy.facts import (ERROR, FLAVOR, SERVER, Problem,
+                                     ServerFacts, describe, short, unique)
 
 DEFAULT_PRIORITY_KEY = "instanceha:priority"
 #: where a priority may come from, nearest first

@@ -49,15 +49,15 @@ stay importable from here.
 import dataclasses
 from typing import Optional, Tuple
 
-from instanceha.policy.evacuable import (AGGREGATE, SERVER, WARNING,
-                                         AggregateFacts, Problem,
-                                         ServerFacts, describe, short, unique)
+from instanceha.policy.facts import (AGGREGATE, SERVER, WARNING,
+                                     AggregateFacts, Problem, ServerFacts,
+                                     describe, short, unique)
 from instanceha.policy.repair_scopes import (
     ACTIVE, DEFAULT, EXPIRED, MALFORMED, SCOPES, LevelSetting, Marker,
     level_at, marker_at, note_misspelt, scopes)
 from instanceha.policy.repair_values import Level, Settings, format_time
 # Re-exported: the engine, the API and tests use them as repair.<name>.
-from instanceha.policy.evacuable import GLOBAL  # noqa: F401
+from instanceha.policy.facts import GLOBAL  # noqa: F401
 from instanceha.policy.repair_values import (  # noqa: F401
     DEFAULT_REPAIR_KEY, DEFAULT_SUSPEND_KEY, RESERVED, parse_level,
     parse_until)

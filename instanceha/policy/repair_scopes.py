@@ -12,9 +12,9 @@ import dataclasses
 import difflib
 from typing import Any, Mapping, Optional
 
-from instanceha.policy.evacuable import (AGGREGATE, ERROR, GLOBAL, SERVER,
-                                         WARNING, AggregateFacts, Problem,
-                                         ServerFacts, describe, short)
+from instanceha.policy.facts import (AGGREGATE, ERROR, GLOBAL, SERVER,
+                                     WARNING, AggregateFacts, Problem,
+                                     ServerFacts, describe, short)
 from instanceha.policy.repair_values import (Level, Settings, format_time,
                                              parse_level, parse_until)
 

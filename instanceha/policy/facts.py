@@ -1,0 +1,110 @@
+"""The plain records every policy module reads, and the Problems they report.
+
+:class:`ServerFacts`, :class:`ImageFacts`, :class:`FlavorFacts` and
+:class:`AggregateFacts` hold what the policies need of a server (its
+metadata and tags, the image's properties and tags, the flavor's extra
+specs, the metadata of the host aggregates the server's host belongs
+to); :class:`Problem` is a malformed or doubtful value on one of them,
+named with :func:`describe` and :func:`short`. The caller fills them
+(:mod:`instanceha.policy.facts_nova` from Nova's and Glance's answers);
+nothing here does I/O.
+"""
+
+import dataclasses
+from typing import Any, Iterable, List, Mapping, Optional, Tuple
+
+SERVER = "server"
+IMAGE = "image"
+FLAVOR = "flavor"
+AGGREGATE = "aggregate"
+GLOBAL = "global"
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFacts:
+    """A Glance image: its custom properties and its tags. For a
+    volume-backed server, the boot volume's ``volume_image_metadata``."""
+    id: str = ""
+    name: str = ""
+    properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tags: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FlavorFacts:
+    """A flavor and its extra specs (embedded in the server from compute
+    microversion 2.47, where only ``original_name`` is given: id may be
+    empty)."""
+    id: str = ""
+    name: str = ""
+    extra_specs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregateFacts:
+    """A host aggregate and its metadata."""
+    name: str
+    id: str = ""
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    hosts: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFacts:
+    """One server as the policies see it. ``aggregates``: those of the
+    server's host (see :func:`aggregates_of`). ``created_at``: seconds
+    since the epoch, None if unknown."""
+    id: str
+    name: str = ""
+    host: Optional[str] = None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tags: Tuple[str, ...] = ()
+    created_at: Optional[float] = None
+    image: Optional[ImageFacts] = None
+    flavor: Optional[FlavorFacts] = None
+    aggregates: Tuple[AggregateFacts, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A malformed or doubtful value on one object. Hashable: a caller
+    keeps a set of those already reported to report each once."""
+    level: str              # ERROR | WARNING
+    scope: str              # server, image, flavor, aggregate, global
+    object_id: str
+    object_name: str
+    key: str
+    value: Optional[str]
+    message: str
+
+    def __str__(self):
+        return self.message
+
+
+def _kind(scope):
+    return "global aggregate" if scope == GLOBAL else scope
+
+
+def describe(scope, name, obj_id=""):
+    """'flavor m1.pinned (42)', 'server web-1 (5f0c...)', 'image 8d3e...'."""
+    if name and obj_id and name != obj_id:
+        return "%s %s (%s)" % (_kind(scope), name, obj_id)
+    return "%s %s" % (_kind(scope), name or obj_id or "?")
+
+
+def short(scope, name, obj_id=""):
+    """'flavor m1.pinned': the name only, for reasons."""
+    return "%s %s" % (_kind(scope), name or obj_id or "?")
+
+
+def unique(problems: Iterable[Problem]) -> List[Problem]:
+    """``problems`` without repeats, first-seen order kept."""
+    seen, out = set(), []
+    for p in problems:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
