@@ -1,4 +1,4 @@
-"""What the machine knows of one host: :class:`HostRecord`, as the journal keeps it."""
+"""What the machine knows of one host (:class:`HostRecord`), as journaled."""
 
 import dataclasses
 from typing import Optional, Tuple

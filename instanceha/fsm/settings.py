@@ -1,4 +1,4 @@
-"""The machine's settings: :class:`Policy`, read once from the configuration."""
+"""The machine's settings: :class:`Policy`, read from the configuration."""
 
 import dataclasses
 
