@@ -9,11 +9,17 @@ the source's injected clock); the state machine never reads a clock.
 The host key is the compute service's UUID as Nova reports it from
 microversion 2.53 on; ``name`` is the service's ``host`` field, kept for
 logs and for drivers that address hosts by name.
+
+What an event carries beyond that is its *payload*: one small frozen
+dataclass per family of kinds (:data:`PAYLOADS`), read by attribute.
+``Event(..., detail={...})`` is still accepted (the dict becomes the
+kind's payload; an unknown key is refused), and ``event.detail`` gives
+the payload as a dict (the fields the source gave, ``None`` left out).
 """
 
 import dataclasses
 import enum
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, Union
 
 
 class EventKind(str, enum.Enum):
@@ -49,7 +55,200 @@ class EventKind(str, enum.Enum):
     OPERATOR_RESUME = "operator_resume"
 
 
+# -- payloads: what an event of each kind carries ----------------------------
+
 @dataclasses.dataclass(frozen=True)
+class ServiceReport:
+    """Nova's word about the compute service (HEARTBEAT_OK,
+    HEARTBEAT_LOST, FORCED_DOWN), as the reconciler's poll of
+    os-services gives it. ``None``: the source did not say."""
+
+    forced_down: bool = False
+    status: Optional[str] = None            # "enabled" | "disabled" (poll)
+    disabled: Optional[bool] = None         # (notification)
+    disabled_reason: Optional[str] = None
+    # Nova's time of the last heartbeat (a notification's last_seen_up):
+    # compared with the fencing time to tell a host that came back.
+    updated_at: Optional[float] = None
+    zone: Optional[str] = None
+    aggregates: Optional[Tuple[str, ...]] = None   # None: not read
+
+    def __post_init__(self) -> None:
+        if self.aggregates is not None and type(self.aggregates) is not tuple:
+            object.__setattr__(self, "aggregates", tuple(self.aggregates))
+
+    def says_disabled(self) -> Optional[bool]:
+        """Whether the service is disabled, None when the source did not
+        say (a notification says ``disabled``, the poll ``status``)."""
+        if self.disabled is not None:
+            return bool(self.disabled)
+        if self.status is not None:
+            return self.status == "disabled"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceNotice(ServiceReport):
+    """A :class:`ServiceReport` from a service.update notification, with
+    what the notification adds (for the logs; nothing decides on it).
+    A class of its own so that the reconciler's report, made for every
+    host on every poll, stays small."""
+
+    last_seen_up: Optional[float] = None
+    heartbeat_age: Optional[float] = None    # seconds, on our clock
+    event_type: Optional[str] = None
+    publisher_id: Optional[str] = None
+    schema: Optional[str] = None             # "ServiceStatusPayload 1.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerReading:
+    """A read of the host's BMC (POWER_ON, POWER_OFF): by the audit, the
+    power watch, or the engine when a heartbeat is lost."""
+
+    # (method key, "on" | "off") per fencing method read.
+    readings: Tuple[Tuple[str, str], ...] = ()
+    by: str = ""                    # who read it; "" -> the event's source
+    nova_up: bool = False           # audit: Nova reported the service up
+    # Audit: the service's (updated_at, status, disabled_reason) read
+    # again after the BMC reads, or None.
+    after: Optional[Tuple[Any, ...]] = None
+    # Audit: (method key, what the BMC reported about its machine).
+    identities: Tuple[Tuple[str, Any], ...] = ()
+    # Set by the engine (engine/evidence.py): this Off comes from a BMC
+    # that may prove the host dead (the second witness).
+    vouched: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "readings",
+                           tuple(tuple(r) for r in self.readings))
+        object.__setattr__(self, "identities",
+                           tuple(tuple(i) for i in self.identities))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fenced:
+    """FENCE_OK: the method of the inventory entry that powered the host
+    off, and the ones that failed before it."""
+
+    method: int                     # its place in the entry, from 1
+    method_driver: str
+    method_address: str
+    methods: int = 1                # how many methods the entry has
+    failed_methods: Tuple[Mapping[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "failed_methods",
+                           tuple(self.failed_methods))
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolated:
+    """ISOLATE_OK: Nova's updated_at after our force-down (Nova bumps it
+    on every write), so that it is not taken for a heartbeat."""
+
+    written_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EvacuationSummary:
+    """EVACUATE_OK, EVACUATE_NO_CAPACITY, EVACUATE_FAILED,
+    REPROOF_FAILED: the servers of the recovery, counted."""
+
+    done: int = 0
+    total: int = 0
+    skipped: int = 0
+    failed: int = 0
+    no_capacity: int = 0
+    retried: int = 0
+    # EVACUATE_FAILED: the operator's suspend stopped it (not a failure).
+    stopped_for_operator: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """CLEANUP_CONFIRMED: forced_down unset; enabled, or left disabled."""
+
+    enabled: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class KdumpMessage:
+    """KDUMP: a fence_kdump message from the host, and its dump so far."""
+
+    address: str
+    port: int
+    count: int                      # messages of this dump
+    first_at: float
+    last_at: float
+    byte_order: str                 # "little" | "big"
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspension:
+    """OPERATOR_SUSPEND: until when (None: until resumed)."""
+
+    until: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.until is not None:
+            object.__setattr__(self, "until", float(self.until))
+
+
+Payload = Union[ServiceReport, PowerReading, Fenced, Isolated,
+                EvacuationSummary, Restored, KdumpMessage, Suspension]
+
+#: The payload class of each kind that carries one.
+PAYLOADS: Dict[EventKind, Type[Any]] = {
+    EventKind.HEARTBEAT_OK: ServiceReport,
+    EventKind.HEARTBEAT_LOST: ServiceReport,
+    EventKind.FORCED_DOWN: ServiceReport,
+    EventKind.KDUMP: KdumpMessage,
+    EventKind.POWER_ON: PowerReading,
+    EventKind.POWER_OFF: PowerReading,
+    EventKind.FENCE_OK: Fenced,
+    EventKind.ISOLATE_OK: Isolated,
+    EventKind.EVACUATE_OK: EvacuationSummary,
+    EventKind.EVACUATE_NO_CAPACITY: EvacuationSummary,
+    EventKind.EVACUATE_FAILED: EvacuationSummary,
+    EventKind.REPROOF_FAILED: EvacuationSummary,
+    EventKind.CLEANUP_CONFIRMED: Restored,
+    EventKind.OPERATOR_SUSPEND: Suspension,
+}
+
+
+def payload_from(kind: EventKind, detail: Mapping[str, Any]) -> Payload:
+    """The payload of a ``kind`` event from a detail dict. Raises
+    ValueError naming the first key the kind's payload does not have."""
+    cls = PAYLOADS.get(kind)
+    if cls is None:
+        raise ValueError("a %s event carries no detail; got key %r"
+                         % (kind.value, sorted(detail)[0]))
+    # The kind's class, or the first subclass that has every key (a
+    # ServiceNotice for a notification's keys).
+    for klass in (cls,) + tuple(cls.__subclasses__()):
+        known = {f.name for f in dataclasses.fields(klass)}
+        if known.issuperset(detail):
+            payload: Payload = klass(**detail)
+            return payload
+    unknown = sorted(k for k in detail if k not in known)
+    raise ValueError("unknown detail key %r for a %s event (%s has: %s)"
+                     % (unknown[0], kind.value, klass.__name__,
+                        ", ".join(sorted(known))))
+
+
+def as_detail(payload: Optional[Payload]) -> Dict[str, Any]:
+    """A payload as a dict: its fields, those that are None left out."""
+    if payload is None:
+        return {}
+    return {f.name: getattr(payload, f.name)
+            for f in dataclasses.fields(payload)
+            if getattr(payload, f.name) is not None}
+
+
+# -- the event ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Event:
     kind: EventKind
     host: str                 # compute service UUID
@@ -58,9 +257,40 @@ class Event:
     reason: str = ""          # human-readable: why the source says this
     source: str = ""          # reconciler | notification | kdump | operator | action
     cluster_ok: bool = True   # TICK only: False when the suspect threshold is exceeded
-    detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    payload: Optional[Payload] = None   # PAYLOADS[kind], or None
 
-    def log_fields(self):
+    def __init__(self, kind: EventKind, host: str, at: float,
+                 name: str = "", reason: str = "", source: str = "",
+                 cluster_ok: bool = True, payload: Optional[Payload] = None,
+                 detail: Optional[Mapping[str, Any]] = None) -> None:
+        if detail:
+            if payload is not None:
+                raise TypeError("give an event a payload or a detail, "
+                                "not both")
+            payload = payload_from(kind, detail)
+        elif payload is not None and not isinstance(
+                payload, PAYLOADS.get(kind, ())):
+            raise TypeError("a %s event carries %s, not %s" % (
+                kind.value, getattr(PAYLOADS.get(kind), "__name__",
+                                    "no payload"),
+                type(payload).__name__))
+        # Frozen: set as the generated __init__ of a frozen dataclass does.
+        setattr_ = object.__setattr__
+        setattr_(self, "kind", kind)
+        setattr_(self, "host", host)
+        setattr_(self, "at", at)
+        setattr_(self, "name", name)
+        setattr_(self, "reason", reason)
+        setattr_(self, "source", source)
+        setattr_(self, "cluster_ok", cluster_ok)
+        setattr_(self, "payload", payload)
+
+    @property
+    def detail(self) -> Dict[str, Any]:
+        """The payload as a dict (a copy: see :func:`as_detail`)."""
+        return as_detail(self.payload)
+
+    def log_fields(self) -> Dict[str, Any]:
         # Not "event": structlog takes that key for the log line's name.
         return {"kind": self.kind.value, "host": self.name or self.host,
                 "host_id": self.host, "source": self.source,

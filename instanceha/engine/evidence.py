@@ -18,6 +18,7 @@ import structlog
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.events import EventKind as E
+from instanceha.events import PowerReading
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.evidence")
@@ -183,8 +184,8 @@ def note(ctx, rec, event):
                     ev.off_proves(rec.name, m)[0] for m in bmc.methods
                     if inventory.method_key(m) in keys)
             if vouched != bool(d.get("vouched")):
-                event = dataclasses.replace(
-                    event, detail=dict(d, vouched=vouched))
+                event = dataclasses.replace(event, payload=dataclasses.replace(
+                    event.payload or PowerReading(), vouched=vouched))
             if not vouched:
                 LOG.info("power_off_not_evidence", host=rec.name,
                          reason="the BMC reporting Off was never seen "

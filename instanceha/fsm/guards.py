@@ -7,6 +7,7 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 :class:`instanceha.fsm.settings.Policy`.
 """
 
+from instanceha.events import EvacuationSummary, ServiceReport
 from instanceha.fsm import table
 from instanceha.fsm.states import State
 
@@ -121,7 +122,9 @@ def reported_after_fencing(r, ev, p):
     the heartbeat, so no clock skew enters; it is cleared when a new
     fencing starts. Only before that write is the local fencing time used.
     """
-    reported = (ev.detail or {}).get("updated_at")
+    report = ev.payload
+    reported = (report.updated_at if isinstance(report, ServiceReport)
+                else None)
     if reported is None:
         return False            # no timestamp: not a proof of return
     return reported > returned_floor(r)
@@ -160,8 +163,9 @@ GUARDS = {
         and r.retry_at > ev.at),
     "retry_due_but_threshold": lambda r, ev, p: (not ev.cluster_ok
                                                  and _retry_due(r, ev)),
-    "stopped_for_operator": lambda r, ev, p: bool(
-        (ev.detail or {}).get("stopped_for_operator")),
+    "stopped_for_operator": lambda r, ev, p: (
+        isinstance(ev.payload, EvacuationSummary)
+        and ev.payload.stopped_for_operator),
     "isolated": lambda r, ev, p: r.isolated,
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,

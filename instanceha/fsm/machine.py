@@ -13,6 +13,8 @@ live in modules of their own; their public names stay importable from here.
 import dataclasses
 
 from instanceha.events import EventKind as E
+from instanceha.events import (
+    Isolated, PowerReading, ServiceReport, Suspension)
 from instanceha.fsm import table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
@@ -48,16 +50,15 @@ def _operator_disabled(r, ev):
     """The service's disabled state as the event reports it: the reason
     of someone else's disable, None when enabled; unchanged when the event
     does not say, or when the reason is instanceha's own marker."""
-    d = ev.detail or {}
-    if "disabled" in d:
-        disabled = bool(d["disabled"])
-    elif "status" in d:
-        disabled = d["status"] == "disabled"
-    else:
+    report = ev.payload
+    if not isinstance(report, ServiceReport):
+        return r.operator_disabled
+    disabled = report.says_disabled()
+    if disabled is None:
         return r.operator_disabled
     if not disabled:
         return None
-    reason = d.get("disabled_reason") or ""
+    reason = report.disabled_reason or ""
     if marker.is_ours(reason):
         return r.operator_disabled
     return reason or "no reason given"
@@ -80,7 +81,8 @@ def _observe(r, ev, p):
         # Only from a BMC that may prove this host dead (seen On for it,
         # never Off while it was up: instanceha.policy.proof); the engine
         # says so in the event.
-        if r.power_off_at is None and (ev.detail or {}).get("vouched"):
+        if (r.power_off_at is None and isinstance(ev.payload, PowerReading)
+                and ev.payload.vouched):
             changes["power_off_at"] = ev.at
     elif ev.kind is E.POWER_ON:
         if r.power_off_at is not None:
@@ -103,12 +105,13 @@ def _observe(r, ev, p):
         changes["busy"] = False
     if ev.name and not r.name:
         changes["name"] = ev.name
-    zone = (ev.detail or {}).get("zone")
-    if zone and zone != r.zone:
-        changes["zone"] = zone
-    aggregates = (ev.detail or {}).get("aggregates")
-    if aggregates is not None and tuple(aggregates) != r.aggregates:
-        changes["aggregates"] = tuple(aggregates)
+    if isinstance(ev.payload, ServiceReport):
+        zone = ev.payload.zone
+        if zone and zone != r.zone:
+            changes["zone"] = zone
+        aggregates = ev.payload.aggregates
+        if aggregates is not None and tuple(aggregates) != r.aggregates:
+            changes["aggregates"] = tuple(aggregates)
     return dataclasses.replace(r, **changes) if changes else r
 
 
@@ -167,9 +170,8 @@ def _enter(r, dst, ev, p):
         changes["fenced_at"] = ev.at
         changes["proven_by"] = ("power" if ev.kind is E.FENCE_OK
                                 else "kdump")
-    written = (ev.detail or {}).get("written_at")
-    if written is not None:
-        changes["written_at"] = float(written)
+    if isinstance(ev.payload, Isolated):
+        changes["written_at"] = float(ev.payload.written_at)
     if dst is State.PENDING:
         if resumed or ev.kind is E.REPROOF_FAILED:
             # An isolated host that has not reported back (or one not
@@ -187,8 +189,9 @@ def _enter(r, dst, ev, p):
 
 
 def _until(ev):
-    until = ev.detail.get("until") if ev.detail else None
-    return float(until) if until is not None else None
+    if isinstance(ev.payload, Suspension):
+        return ev.payload.until
+    return None
 
 
 def step(record, event, policy):
