@@ -6,6 +6,7 @@ event; trouble a retry may cure (Nova unreachable, HTTP 5xx) is raised, and
 the engine retries the action with back-off.
 """
 
+import dataclasses
 import datetime
 
 import structlog
@@ -17,6 +18,8 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
+from instanceha.events import (
+    EvacuationSummary, Fenced, Isolated, PowerReading, Restored)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.states import Action
 from instanceha.drivers.compute import nova_clock
@@ -57,9 +60,9 @@ def _gated(ctx, check):
     return guarded
 
 
-def _result(record, kind, ctx, reason, **detail):
+def _result(record, kind, ctx, reason, payload=None):
     return Event(kind, record.id, ctx.clock(), name=record.name,
-                 reason=reason, source="action", detail=detail)
+                 reason=reason, source="action", payload=payload)
 
 
 def live_sharers(ctx, record, bmc):
@@ -146,8 +149,10 @@ def fence(ctx, record):
         raise
     except fencing_base.FenceError as e:
         return _result(record, E.FENCE_FAILED, ctx, str(e))
-    return _result(record, E.FENCE_OK, ctx, outcome.describe(),
-                   **outcome.detail())
+    return _result(record, E.FENCE_OK, ctx, outcome.describe(), Fenced(
+        method=outcome.index, method_driver=outcome.driver,
+        method_address=outcome.address, methods=outcome.methods,
+        failed_methods=tuple(f.as_dict() for f in outcome.failures)))
 
 
 def isolate(ctx, record):
@@ -161,7 +166,7 @@ def isolate(ctx, record):
     written = svc.updated_at if svc is not None and svc.updated_at else None
     if written is None:
         written = ctx.clock()
-    return _result(record, E.ISOLATE_OK, ctx, reason, written_at=written)
+    return _result(record, E.ISOLATE_OK, ctx, reason, Isolated(written))
 
 
 #: An action's pass that is not finished: the engine runs the next one.
@@ -191,33 +196,33 @@ def evacuate(ctx, record, carry=None):
         # Servers whose destination died (or whose request Nova failed)
         # and that were sent again: not a failure of this host.
         summary += ", %d sent again after a failure" % len(out.retried)
-    detail = dict(done=len(out.done) + out.earlier,
-                  total=out.total + out.earlier,
-                  skipped=len(out.skipped), failed=len(out.failed),
-                  no_capacity=len(out.no_capacity),
-                  retried=len(out.retried))
+    counts = EvacuationSummary(
+        done=len(out.done) + out.earlier, total=out.total + out.earlier,
+        skipped=len(out.skipped), failed=len(out.failed),
+        no_capacity=len(out.no_capacity), retried=len(out.retried))
     if out.unproven:
         # Not proven dead when servers were to be sent: what was sent
         # before finishes; nothing more goes, and the host is watched.
         text = out.unproven
         if out.done or out.earlier:
             text += "; so far " + summary
-        return _result(record, E.REPROOF_FAILED, ctx, text, **detail)
+        return _result(record, E.REPROOF_FAILED, ctx, text, counts)
     if out.stopped:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped for the operator's suspend: %d servers "
                        "not sent, left on the host" % (summary, out.stopped),
-                       stopped_for_operator=True, **detail)
+                       dataclasses.replace(counts,
+                                           stopped_for_operator=True))
     if out.returned:
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; stopped: the host reported back while being "
                        "evacuated, %d servers left on it"
-                       % (summary, len(out.failed)), **detail)
+                       % (summary, len(out.failed)), counts)
     if out.failed:
         sid, why = next(iter(out.failed.items()))
         return _result(record, E.EVACUATE_FAILED, ctx,
                        "%s; %d failed (server %s: %s)"
-                       % (summary, len(out.failed), sid, why), **detail)
+                       % (summary, len(out.failed), sid, why), counts)
     if out.no_capacity:
         sid, why = next(iter(out.no_capacity.items()))
         if out.capacity:
@@ -226,8 +231,8 @@ def evacuate(ctx, record, carry=None):
         else:
             text = "%s; %d found no host (%s)" % (
                 summary, len(out.no_capacity), why)
-        return _result(record, E.EVACUATE_NO_CAPACITY, ctx, text, **detail)
-    return _result(record, E.EVACUATE_OK, ctx, summary, **detail)
+        return _result(record, E.EVACUATE_NO_CAPACITY, ctx, text, counts)
+    return _result(record, E.EVACUATE_OK, ctx, summary, counts)
 
 
 def check_cleanup(ctx, record):
@@ -275,7 +280,7 @@ def check_cleanup(ctx, record):
         text += "; " + stale_rebuilds.text()
     if returned:
         text += "; " + returned
-    return _result(record, E.CLEANUP_CONFIRMED, ctx, text, enabled=enable)
+    return _result(record, E.CLEANUP_CONFIRMED, ctx, text, Restored(enable))
 
 
 def probe_power(ctx, record):
@@ -295,9 +300,9 @@ def probe_power(ctx, record):
         else E.POWER_ON
     return Event(kind, record.id, ctx.clock(), name=record.name,
                  source="bmc", reason="BMC reports power %s" % state.value,
-                 detail={"readings": [(inventory.method_key(method),
-                                       state.value)],
-                         "by": "heartbeat loss"})
+                 payload=PowerReading(
+                     readings=((inventory.method_key(method), state.value),),
+                     by="heartbeat loss"))
 
 
 def give_up(ctx, record, action, error, attempts):

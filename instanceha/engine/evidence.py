@@ -18,7 +18,7 @@ import structlog
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.events import EventKind as E
-from instanceha.events import PowerReading
+from instanceha.events import PowerReading, ServiceReport
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.evidence")
@@ -167,33 +167,36 @@ def note(ctx, rec, event):
     (the context's EvidenceStore); returns the event to step, a POWER_OFF saying
     whether that Off may count as the second witness of death."""
     ev = ctx.evidence
-    d = event.detail or {}
+    payload = event.payload
     if event.kind in (E.POWER_ON, E.POWER_OFF):
-        for key, power in d.get("readings") or ():
-            ev.read_key(rec.name, key, power, d.get("by") or
-                        event.source, bool(d.get("nova_up")),
-                        d.get("after"))
-        for key, found in d.get("identities") or ():
+        reading = (payload if isinstance(payload, PowerReading)
+                   else PowerReading())
+        for key, power in reading.readings:
+            ev.read_key(rec.name, key, power, reading.by or event.source,
+                        reading.nova_up, reading.after)
+        for key, found in reading.identities:
             ev.identity_key(rec.name, key, found)
         if event.kind is E.POWER_OFF:
             bmc = ctx.bmc_for(rec.name)
-            keys = [k for k, p in d.get("readings") or ()
+            keys = [k for k, p in reading.readings
                     if p == PowerState.OFF.value]
             vouched = bool(keys) and bmc is not None \
                 and ev.untrusted(bmc) is None and all(
                     ev.off_proves(rec.name, m)[0] for m in bmc.methods
                     if inventory.method_key(m) in keys)
-            if vouched != bool(d.get("vouched")):
+            if vouched != reading.vouched:
                 event = dataclasses.replace(event, payload=dataclasses.replace(
-                    event.payload or PowerReading(), vouched=vouched))
+                    reading, vouched=vouched))
             if not vouched:
                 LOG.info("power_off_not_evidence", host=rec.name,
                          reason="the BMC reporting Off was never seen "
                                 "reporting On for this host (or is "
                                 "untrusted): no shortcut")
     elif event.kind is E.HEARTBEAT_OK:
-        ev.heartbeat(rec.name, d.get("updated_at"), d.get("status"),
-                     d.get("disabled_reason"),
+        report = (payload if isinstance(payload, ServiceReport)
+                  else ServiceReport())
+        ev.heartbeat(rec.name, report.updated_at, report.status,
+                     report.disabled_reason,
                      ours=rec.written_at if rec.isolated else None)
     elif event.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
         ev.lost(rec.name)

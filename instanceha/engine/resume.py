@@ -15,6 +15,7 @@ import dataclasses
 
 from instanceha import fsm
 from instanceha.events import EventKind as E
+from instanceha.events import ServiceReport
 from instanceha.fsm.states import State
 from instanceha.util import marker
 
@@ -63,9 +64,11 @@ def observe_afresh(rec, now, policy):
 def isolated_by_us(event):
     """Does Nova's word ``event`` say instanceha isolated this host (its
     marker in disabled_reason, forced down)? Returns that reason or None."""
-    detail = event.detail or {}
-    reason = detail.get("disabled_reason")
-    if detail.get("forced_down") and marker.is_ours(reason):
+    report = event.payload
+    if not isinstance(report, ServiceReport):
+        return None
+    reason = report.disabled_reason
+    if report.forced_down and marker.is_ours(reason):
         return reason
     return None
 
@@ -79,7 +82,9 @@ def adopted_from_nova(rec, event, reason, policy):
     be instanceha's own last write: Nova bumps updated_at on every PUT)
     proves it back (cleanup check only); otherwise it is proven dead
     again before anything more is evacuated."""
-    seen = (event.detail or {}).get("updated_at")
+    report = event.payload
+    seen = (report.updated_at if isinstance(report, ServiceReport)
+            else None)
     ok = event.kind is E.HEARTBEAT_OK
     wait = policy.resume_boot_time + policy.grace_period
     return dataclasses.replace(
