@@ -52,7 +52,7 @@ from instanceha.api.commands import COMMANDS
 from instanceha.api.payload import answer, load_object, suspend_seconds
 from instanceha.conf import api as api_conf
 from instanceha.errors import ConfigError
-from instanceha.events import Event
+from instanceha.events import Event, Suspension
 from instanceha.fsm import machine
 
 LOG = structlog.get_logger("instanceha.api")
@@ -177,10 +177,10 @@ class OperatorAPI:
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None
-        detail = {"until": until} if until is not None else {}
-        self.engine.submit(Event(kind, rec.id, now, name=rec.name,
-                                 reason=reason, source="operator",
-                                 detail=detail))
+        self.engine.submit(Event(
+            kind, rec.id, now, name=rec.name, reason=reason,
+            source="operator",
+            payload=Suspension(until) if until is not None else None))
         running = self._running_work(rec)
         LOG.info("operator_command", host=rec.name, command=verb,
                  reason=reason, seconds=seconds, until=until,

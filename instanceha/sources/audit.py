@@ -32,6 +32,7 @@ from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.events import Event, EventKind as E
+from instanceha.events import PowerReading
 from instanceha.log import MASK
 from instanceha.util import periodic
 
@@ -183,9 +184,10 @@ class FencingAudit:
                 name=host, source="audit",
                 reason="audit: BMC reports power %s" % (
                     "Off" if off else "On"),
-                detail={"readings": powers, "by": "audit",
-                        "nova_up": bool(up.get(host)),
-                        "after": after.get(host), "identities": found}))
+                payload=PowerReading(
+                    readings=tuple(powers), by="audit",
+                    nova_up=bool(up.get(host)), after=after.get(host),
+                    identities=tuple(found))))
 
     def run_once(self):
         """Audit every compute host; returns {host: reason} unprotected."""
@@ -272,9 +274,10 @@ class FencingAudit:
                 self._sink(Event(E.POWER_OFF if off else E.POWER_ON,
                                  ids[host], now, name=host, source="bmc",
                                  reason="BMC reports power %s" % state.value,
-                                 detail={"readings": [
-                                     (inventory.method_key(method),
-                                      state.value)], "by": "power watch"}))
+                                 payload=PowerReading(
+                                     readings=((inventory.method_key(method),
+                                                state.value),),
+                                     by="power watch")))
         return states
 
     def powered_off(self):

@@ -27,6 +27,7 @@ import structlog
 from instanceha.conf import kdump as kdump_conf
 from instanceha.events import Event
 from instanceha.events import EventKind
+from instanceha.events import KdumpMessage
 
 LOG = structlog.get_logger("instanceha.sources.kdump")
 
@@ -261,8 +262,9 @@ class KdumpSource:
             kind=EventKind.KDUMP, host=uuid, at=now, name=name,
             reason="fence_kdump message %d from %s" % (count, address),
             source=SOURCE,
-            detail={"address": address, "port": sender[1], "count": count,
-                    "first_at": first, "last_at": now, "byte_order": order})
+            payload=KdumpMessage(address=address, port=sender[1],
+                                 count=count, first_at=first, last_at=now,
+                                 byte_order=order))
         LOG.info("kdump_event", host=name, host_id=uuid, address=address,
                  count=count, reason="host is dumping its kernel")
         self._sink(event)

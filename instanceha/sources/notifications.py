@@ -30,6 +30,7 @@ import structlog
 
 from instanceha.events import Event
 from instanceha.events import EventKind
+from instanceha.events import ServiceNotice
 from instanceha.sources import nova_payloads as np
 # The listener and its records (parse_message, the record kinds,
 # PRIORITIES) live in sources.listener, shared with the worker processes;
@@ -55,18 +56,13 @@ def service_event(facts, now, fresh_for, *, publisher_id=None,
         return None, "not_compute"
     if marker.is_ours(facts.disabled_reason):
         return None, "own_write"
-    detail = {"forced_down": facts.forced_down, "disabled": facts.disabled,
-              "disabled_reason": facts.disabled_reason,
-              "last_seen_up": facts.last_seen_up,
-              "event_type": event_type, "publisher_id": publisher_id,
-              "schema": facts.schema}
+    age = updated_at = None
     if facts.forced_down:
         kind, reason = EventKind.FORCED_DOWN, "forced down by another actor"
     elif facts.last_seen_up is None:
         return None, "no_heartbeat_info"
     else:
         age = now - facts.last_seen_up
-        detail["heartbeat_age"] = age
         if age > fresh_for:
             # A notification can arrive late (broker backlog): it never says
             # a host is dead; the reconciler's poll of Nova decides that.
@@ -76,11 +72,17 @@ def service_event(facts, now, fresh_for, *, publisher_id=None,
         # Nova's last_seen_up moves only with heartbeats (unlike updated_at,
         # which our own writes bump): the engine compares it with the
         # fencing time to tell a returned host.
-        detail["updated_at"] = facts.last_seen_up
+        updated_at = facts.last_seen_up
     if facts.disabled:
         reason += ", disabled (%s)" % (facts.disabled_reason or "no reason")
+    notice = ServiceNotice(
+        forced_down=facts.forced_down, disabled=facts.disabled,
+        disabled_reason=facts.disabled_reason, updated_at=updated_at,
+        last_seen_up=facts.last_seen_up, heartbeat_age=age,
+        event_type=event_type, publisher_id=publisher_id,
+        schema=facts.schema)
     return Event(kind=kind, host=facts.uuid, at=now, name=facts.host,
-                 reason=reason, source=SOURCE, detail=detail), kind.value
+                 reason=reason, source=SOURCE, payload=notice), kind.value
 
 
 class LatestSeen:

@@ -22,6 +22,7 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
+from instanceha.events import ServiceReport
 from instanceha.util import marker, periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -141,13 +142,14 @@ class Reconciler:
                 delta = min(delta, self._conf.audit.power_off_delta)
             kind, reason = classify(svc, ref, delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
-            detail = {"forced_down": svc.forced_down, "zone": svc.zone,
-                      "updated_at": svc.updated_at, "status": svc.status,
-                      "disabled_reason": svc.disabled_reason}
-            if aggregates is not None:
-                detail["aggregates"] = aggregates.get(svc.host, ())
+            report = ServiceReport(
+                forced_down=svc.forced_down, zone=svc.zone,
+                updated_at=svc.updated_at, status=svc.status,
+                disabled_reason=svc.disabled_reason,
+                aggregates=(None if aggregates is None
+                            else aggregates.get(svc.host, ())))
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
-                             source="reconciler", detail=detail))
+                             source="reconciler", payload=report))
         self._note_schedulable(services, ref)
         self.passes += 1
         self.last_pass_at = now
