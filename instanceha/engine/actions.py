@@ -8,6 +8,7 @@ the engine retries the action with back-off.
 
 import dataclasses
 import datetime
+from typing import Any, Callable, Dict
 
 import structlog
 
@@ -315,7 +316,9 @@ def give_up(ctx, record, action, error, attempts):
     return _result(record, kind, ctx, why)
 
 
-RUN = {
+#: Action -> its function: (ctx, record) -> Event; a pass action also
+#: (ctx, record, carry) -> Event or Requeue.
+RUN: Dict[Action, Callable[..., Any]] = {
     Action.FENCE: fence,
     Action.ISOLATE: isolate,
     Action.EVACUATE: evacuate,

@@ -14,6 +14,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
+from typing import Counter, Tuple
 
 import structlog
 
@@ -91,7 +92,8 @@ class Engine:
             4, thread_name_prefix="instanceha-probe")
         self._started = False        # threads running (else: inline)
         self.health = dict(health or {})   # name -> callable -> dict
-        self.stats = collections.Counter()   # read by /metrics
+        #: (what, ...) -> count, read by /metrics
+        self.stats: Counter[Tuple[str, ...]] = collections.Counter()
         self._version = 0            # bumped on every record change
         #: storm threshold, acknowledgements and fencing rate
         self.fencing = FencingGate(conf, clock, context.readiness,

@@ -11,13 +11,15 @@ would accept a second evacuation of a server still rebuilding; this rule
 is what keeps a server from running on two hosts.
 """
 
+from typing import Any, Callable, Counter, Deque, Dict, List, Optional, Tuple
+
 import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
-                                          Attempt, schedulable)
+                                          Attempt, Outcome, schedulable)
 from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.evacuator")
@@ -25,6 +27,27 @@ LOG = structlog.get_logger("instanceha.evacuator")
 
 class Sending:
     """Run's sending half; the run holds the state (engine.evac_run)."""
+
+    # What this half uses of the run, declared for the type checker (set
+    # by Run.__init__; the three callables are Run's methods).
+    ctx: Any                            # engine.context.Context
+    conf: Any                           # the [evacuation] options
+    record: Any                         # fsm.HostRecord
+    host: str
+    outcome: Outcome
+    migs: Dict[str, List[Any]]          # server id -> [Migration]
+    #: (server id, not before, the failed attempt to check or None)
+    todo: Deque[Tuple[str, float, Optional[Attempt]]]
+    inflight: Dict[str, Attempt]
+    retries: Counter[str]
+    request_failures: Counter[str]
+    open_rows: Dict[str, Tuple[int, float]]     # server id -> (row, at)
+    sent: int
+    services: List[Any]                 # [ComputeService]
+    targets: Dict[str, str]             # server id -> reserved host
+    finish: Callable[..., None]
+    done: Callable[..., None]
+    close_unanswered: Callable[..., None]
 
     def resume(self, server, now):
         """A request a previous run (or process) left in Nova: wait for it.

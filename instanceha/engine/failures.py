@@ -100,10 +100,10 @@ def in_flight(source, dest, via, services, candidates, events, age,
         # Known from a migration it claimed or an instance action event it
         # wrote, the destination took the rebuild: nothing waits in its
         # queue. Known only from the conductor's notification, it may not.
-        suspects = (dest,) if via == "notification" else ()
+        queued: Tuple[str, ...] = (dest,) if via == "notification" else ()
         return Verdict("retry", "destination %s (from the %s) went down "
                                 "during the rebuild and is forced down now"
-                                % (dest, via), suspects), None
+                                % (dest, via), queued), None
     if events is None or age < stall_timeout:
         return None, None
     # The conductor records its step as "rebuild_server" (EventReporter,

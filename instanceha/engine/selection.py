@@ -20,6 +20,7 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.policy import evacuable, order, repair
+from instanceha.policy.facts import Problem
 
 LOG = structlog.get_logger("instanceha.selection")
 
@@ -149,7 +150,9 @@ def select(ctx, host, servers, now) -> Selection:
                              if a.name == rs.global_aggregate), None)
     images = _images(ctx.compute, host, servers, es)
     facts = [_facts(s, aggregates, images) for s in servers]
-    skipped, problems, expired = {}, [], []
+    skipped: Dict[str, str] = {}
+    problems: List[Problem] = []
+    expired: List[repair.Marker] = []
     verdicts = evacuable.decide_all(facts, es)
     problems.extend(verdicts.problems)
     skipped.update(verdicts.skipped)

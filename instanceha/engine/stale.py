@@ -10,6 +10,8 @@ runs from the returning host's cleanup check, before the host is put back
 in service. The decisions are ``failures.stale_rebuild`` (pure).
 """
 
+from typing import Dict, Set
+
 import structlog
 
 from instanceha.drivers.compute import base
@@ -47,7 +49,7 @@ def settle(ctx, record):
     waited = ctx.clock() - record.since
     limit = ctx.conf.evacuation.stale_rebuild_wait
     # Every host each server's old rebuild may have been cast to.
-    suspects = {}
+    suspects: Dict[str, Set[str]] = {}
     for r in ctx.journal.stale_rebuilds(unresolved=False):
         suspects.setdefault(r["server_id"], set()).add(r["suspect_host"])
     migrations, done = {}, {}

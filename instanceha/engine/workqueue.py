@@ -16,6 +16,7 @@ import collections
 import heapq
 import itertools
 import threading
+from typing import Counter, Deque, Hashable
 
 from instanceha.util import backoff
 
@@ -31,12 +32,12 @@ class WorkQueue:
         self._base = base_delay
         self._max = max_delay
         self._cond = threading.Condition()
-        self._queue = collections.deque()
+        self._queue: Deque[Hashable] = collections.deque()
         self._dirty = set()
         self._processing = set()
         self._delayed = []                 # heap of (due, seq, key)
         self._seq = itertools.count()
-        self._failures = collections.Counter()
+        self._failures: Counter[Hashable] = collections.Counter()
         self._shutdown = False
 
     # -- adding -------------------------------------------------------------

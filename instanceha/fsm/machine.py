@@ -11,6 +11,7 @@ live in modules of their own; their public names stay importable from here.
 """
 
 import dataclasses
+from typing import Any, Dict, List, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
@@ -30,7 +31,8 @@ class UndeclaredTransition(LookupError):
     """A (state, event) pair the table neither handles nor ignores."""
 
 
-_INDEX = {}
+#: (state, kind) -> the table's rules for it, in order
+_INDEX: Dict[Tuple[State, E], List[Tuple[Any, ...]]] = {}
 for _rule in table.RULES:
     _INDEX.setdefault((_rule[0], _rule[1]), []).append(_rule)
 
@@ -66,7 +68,7 @@ def _operator_disabled(r, ev):
 
 def _observe(r, ev, p):
     """Facts every event updates whatever the state."""
-    changes = {}
+    changes: Dict[str, Any] = {}
     if ev.kind is E.HEARTBEAT_OK:
         changes.update(heartbeat_ok=True, lost_at=None, ok_at=ev.at)
         if r.isolated:

@@ -11,7 +11,7 @@ other aggregate falls back to ``zone``.
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Set, Tuple
 
 from instanceha.policy.capacity_settings import AGGREGATE, ZONE, Settings
 
@@ -75,7 +75,7 @@ def neighbours(host, zone, scope, aggregates, exclude=()):
     if scope == AGGREGATE:
         mine = set(aggregates_with(host, aggregates, exclude))
         if mine:
-            members = {}
+            members: Dict[str, Set[str]] = {}
             for a in aggregates or ():
                 if a.name in mine:
                     for h in a.hosts or ():

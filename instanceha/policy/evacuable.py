@@ -209,7 +209,7 @@ def _aggregates(aggregates, key):
 def _objects(server: ServerFacts, s: Settings):
     """[(scope, Said or None, [Problem])] nearest first, for the scopes in
     s.sources."""
-    out = []
+    out: List[Tuple[str, Optional[Said], List[Problem]]] = []
     for scope in s.sources:
         if scope == SERVER:
             said, probs = _read(SERVER, server.id, server.name,
@@ -257,9 +257,11 @@ def decide(server: ServerFacts, s: Settings) -> Decision:
     if not s.enabled:
         return Decision(server.id, True, "off",
                         "evacuable tagging is off: every server is evacuable")
-    problems, trail, winner = [], [], None
+    found: List[Problem] = []
+    trail: List[Tuple[str, str]] = []
+    winner: Optional[Said] = None
     for scope, said, probs in _objects(server, s):
-        problems.extend(probs)
+        found.extend(probs)
         if said is None or said.verdict is None:
             if said is None and scope in (IMAGE, FLAVOR):
                 trail.append((scope, "no %s known" % scope))
@@ -274,13 +276,14 @@ def decide(server: ServerFacts, s: Settings) -> Decision:
             trail.append((scope, text))
         else:
             trail.append((scope, text + " (overridden by %s)" % winner.name))
-    problems = tuple(unique(problems))
+    problems = tuple(unique(found))
     if winner is not None:
         reason = "%s says %s" % (winner.name, winner.how)
         if winner.how.startswith("tag "):
             reason = "%s has the tag %s" % (winner.name, s.key)
-        return Decision(server.id, winner.verdict, winner.scope, reason,
-                        problems, tuple(trail))
+        # (Its verdict is not None: a scope that says none is passed by.)
+        return Decision(server.id, bool(winner.verdict), winner.scope,
+                        reason, problems, tuple(trail))
     where = ", ".join(s.sources)
     if s.untagged:
         reason = ("no %s on %s: evacuable (untagged servers are evacuated)"
@@ -311,7 +314,8 @@ class Verdicts:
 def decide_all(servers: Sequence[ServerFacts], s: Settings) -> Verdicts:
     """Decisions for many servers; a problem of an object shared by
     several servers (a flavor, an aggregate) is listed once."""
-    decisions, problems = {}, []
+    decisions: Dict[str, Decision] = {}
+    problems: List[Problem] = []
     for server in servers:
         d = decide(server, s)
         decisions[server.id] = d

@@ -18,7 +18,7 @@ server goes ahead of a waiting server of higher priority.
 
 import dataclasses
 import re
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from instanceha.policy.facts import (ERROR, FLAVOR, SERVER, Problem,
                                      ServerFacts, describe, short, unique)
@@ -143,7 +143,8 @@ def sort_key(server: ServerFacts, priority: int):
 
 def rank(servers: Sequence[ServerFacts], s: Settings = Settings()) -> Ranking:
     """``servers`` in evacuation order."""
-    found, problems = [], []
+    found: List[Tuple[Tuple[Any, ...], ServerFacts, Any]] = []
+    problems: List[Problem] = []
     for server in servers:
         p = priority_of(server, s)
         problems.extend(p.problems)
@@ -196,7 +197,7 @@ def _fields(item) -> Tuple[str, Optional[str], Optional[int]]:
 
 
 def admit(ordered: Sequence[Any], limits: Limits,
-          inflight: Mapping[Optional[str], int] = None,
+          inflight: Optional[Mapping[Optional[str], int]] = None,
           inflight_total: Optional[int] = None) -> Admission:
     """Which of ``ordered`` (Ranked, or ServerFacts already in order; not
     those in flight) may be sent now. ``inflight``: {host: evacuations in
@@ -243,7 +244,7 @@ def admit(ordered: Sequence[Any], limits: Limits,
 
 
 def plan(servers: Sequence[ServerFacts], s: Settings, limits: Limits,
-         inflight: Mapping[Optional[str], int] = None,
+         inflight: Optional[Mapping[Optional[str], int]] = None,
          inflight_total: Optional[int] = None):
     """rank() then admit(): (Ranking, Admission)."""
     ranking = rank(servers, s)

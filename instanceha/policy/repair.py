@@ -47,7 +47,7 @@ stay importable from here.
 """
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from instanceha.policy.facts import (AGGREGATE, SERVER, WARNING,
                                      AggregateFacts, Problem, ServerFacts,
@@ -101,9 +101,11 @@ class Line:
 
 
 def _evaluate(server, now, s, global_scope):
-    problems, lines = [], []
+    problems: List[Problem] = []
+    lines: List[Line] = []
     objs = scopes(server, s, global_scope)
-    settings_by_scope = {scope: [] for scope in SCOPES}
+    settings_by_scope: Dict[str, List[LevelSetting]] = {
+        scope: [] for scope in SCOPES}
     markers = []
     for obj in objs:
         note_misspelt(obj, s, problems)
@@ -115,7 +117,8 @@ def _evaluate(server, now, s, global_scope):
             markers.append(marker)
 
     # The level: nearest scope; within a scope the lowest level.
-    chosen, outer = None, None
+    chosen: Optional[LevelSetting] = None
+    outer: Optional[LevelSetting] = None
     for scope in SCOPES:
         found = settings_by_scope[scope]
         if not found:
@@ -138,7 +141,8 @@ def _evaluate(server, now, s, global_scope):
                            s.default_level)
     if chosen is None:
         chosen = default
-    elif outer is None:
+    if outer is None:
+        # (Also when chosen is the default: then it is never read.)
         outer = default
     capped = None
     if (chosen.scope == SERVER and not s.server_may_raise
@@ -158,7 +162,7 @@ def _evaluate(server, now, s, global_scope):
     suspended = bool(suspending)
     until = None
     if suspended and all(m.until is not None for m in suspending):
-        until = max(m.until for m in suspending)
+        until = max(m.until for m in suspending if m.until is not None)
 
     # Lines for explain, object by object.
     for obj in objs:

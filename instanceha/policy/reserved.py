@@ -44,7 +44,7 @@ instanceha"``. Servers that landed on it stay there.
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from instanceha.policy import capacity as cap
 from instanceha.util.marker import MARKER, is_ours
@@ -220,7 +220,8 @@ def _service_of(host, services):
 
 
 def choose(failed, services, aggregates, in_use: Mapping[str, str],
-           settings: Settings = Settings(), shortfall: "cap.Need" = None,
+           settings: Settings = Settings(),
+           shortfall: Optional["cap.Need"] = None,
            capacities: Optional[Mapping[str, Any]] = None) -> Choice:
     """Which reserved hosts to bring in for ``failed`` (the lost host's
     ComputeService). ``services``: [ComputeService]; ``aggregates``:
@@ -292,7 +293,8 @@ def _by_shortfall(already, candidates, refused, shortfall, capacities,
     for host in already:
         if host in capacities:
             left = left.minus(cap.free_of(capacities[host]))
-    chosen, unknown = [], []
+    chosen: List[str] = []
+    unknown: List[str] = []
     for host in candidates:
         if not left:
             break

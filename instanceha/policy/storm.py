@@ -12,7 +12,7 @@ left out of both the count and the total.
 """
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from instanceha.fsm.states import State
 
@@ -105,7 +105,8 @@ class Scope:
 def assess(records, now, s):
     """{scope name: Scope} for the global scope and, with per_zone, every
     zone; with per_aggregate, every host aggregate."""
-    groups = {GLOBAL: ([], 0)}
+    #: scope -> (names of the lost hosts, hosts counted)
+    groups: Dict[str, Tuple[List[str], int]] = {GLOBAL: ([], 0)}
     for rec in records:
         if not counted(rec, s):
             continue
@@ -182,7 +183,7 @@ def queue_position(waiting, host_id, key):
 def summary(scopes, s, acknowledged=None) -> Dict[str, Optional[dict]]:
     """What status shows: every scope over the threshold."""
     acknowledged = acknowledged or {}
-    out = {}
+    out: Dict[str, Optional[dict]] = {}
     for key, scope in sorted(scopes.items()):
         out[key] = {"lost": len(scope.lost), "total": scope.total,
                     "pct": round(scope.pct, 1), "hosts": list(scope.lost),
