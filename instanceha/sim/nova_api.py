@@ -347,9 +347,10 @@ class NovaAPI:
         agg = self.cloud.update_aggregate_metadata(aggregate_id, metadata)
         return {"aggregate": self.aggregate_view(agg, version)}
 
-    def hypervisor_view(self, h, version):
+    def hypervisor_view(self, h, version, claims=None):
         """A compute node as os-hypervisors/detail shows it: its sizes and
-        usage up to 2.87 (Nova 2.88 removed them: read Placement)."""
+        usage up to 2.87 (Nova 2.88 removed them: read Placement).
+        ``claims``: SimCloud._claims(), read once for a whole listing."""
         c = self.cloud
         view = {"id": h.node_uuid if version >= (2, 53) else h.service_id,
                 "hypervisor_hostname": h.name,
@@ -362,7 +363,7 @@ class NovaAPI:
                             else h.service_id,
                             "disabled_reason": h.disabled_reason}}
         if version < (2, 88):
-            used = c.usage(h.name)
+            used = c.usage(h.name, claims)
             view.update(
                 vcpus=h.vcpus, vcpus_used=used["VCPU"],
                 memory_mb=h.ram_mb, memory_mb_used=used["MEMORY_MB"],
@@ -371,8 +372,7 @@ class NovaAPI:
                 free_disk_gb=h.disk_gb - used["DISK_GB"],
                 disk_available_least=h.disk_gb - used["DISK_GB"],
                 current_workload=0,
-                running_vms=sum(1 for s in c.servers.values()
-                                if s.host == h.name),
+                running_vms=len(c._servers_on(h.name)),
                 cpu_info="{}")
         else:
             view["uptime"] = None
@@ -392,7 +392,8 @@ class NovaAPI:
                     lambda h: h.node_uuid if version >= (2, 53)
                     else str(h.service_id),
                     "marker [%s] not found", self.cloud.api_max_limit)
-            body = {"hypervisors": [self.hypervisor_view(h, version)
+            claims = self.cloud._claims()
+            body = {"hypervisors": [self.hypervisor_view(h, version, claims)
                                     for h in hosts]}
             if more:
                 body["hypervisors_links"] = next_links(

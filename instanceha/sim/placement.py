@@ -88,8 +88,9 @@ class Placement:
         with c.lock:
             c.now()
             summaries, requests = {}, []
+            claims = c._claims()
             for h in c.hosts.values():
-                inv, used = c.inventories(h.name), c.usage(h.name)
+                inv, used = c.inventories(h.name), c.usage(h.name, claims)
                 res = {rc: {"capacity": int((i["total"] - i["reserved"])
                                             * i["allocation_ratio"]),
                             "used": used.get(rc, 0)}
