@@ -22,6 +22,7 @@ from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
 from instanceha.engine import evidence, executor, resume, status
+from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.runner import Runner
@@ -34,29 +35,8 @@ from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
 
 LOG = structlog.get_logger("instanceha.engine")
 
-#: Operator commands applied before a host's next queued action.
-_PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
-
-#: Observations where only the newest pending one matters.
-_COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
-
-
 class _Retry(Exception):
     pass
-
-
-class _Pending(collections.namedtuple("_Pending", "action action_id carry",
-                                      defaults=(None,))):
-    """An action to run; action_id is its journal row (None: write one);
-    carry: what its previous pass handed over (None: a first pass)."""
-
-
-class _Pass(collections.namedtuple("_Pass", "pending due")):
-    """The next pass of an unfinished action, not before ``due``."""
-
-
-class _Result(collections.namedtuple("_Result", "event finish")):
-    """An action's result event and the journal update that finishes it."""
 
 
 class Engine:
@@ -77,16 +57,13 @@ class Engine:
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
         self._lock = threading.RLock()
         self._records = {}
-        self._inbox = collections.defaultdict(collections.deque)
-        self._backoff_until = {}
-        self._last_error = {}        # host_id -> "action: error" while retrying
+        #: what waits for each host (engine.inbox)
+        self._inbox = Inboxes()
         #: are journal writes failing (status: degraded)?
         self.journal_health = JournalHealth(clock)
         self._listeners = []
         #: the engine's threads
         self._runner = Runner(self, conf)
-        #: host_id -> _Pass: the next pass of an action run in passes
-        self._passes = {}
         #: BMC reads of hosts whose heartbeat was just lost
         self._probes = concurrent.futures.ThreadPoolExecutor(
             4, thread_name_prefix="instanceha-probe")
@@ -154,7 +131,7 @@ class Engine:
         with self._lock:
             if action is not None:
                 rec = dataclasses.replace(rec, busy=True)
-                self._inbox[rec.id].append(_Pending(action, None))
+                self._inbox.append(rec.id, Pending(action, None))
             self._records[rec.id] = rec
             self._version += 1
         LOG.info("host_resumed", host=rec.name, host_id=rec.id,
@@ -190,11 +167,8 @@ class Engine:
 
     def _wake_passes(self, server_id=None):
         """Every host waiting for its next pass takes it now."""
-        now = self.clock()
         with self._lock:
-            hosts = [h for h, p in self._passes.items() if p.due > now]
-            for h in hosts:
-                self._passes[h] = self._passes[h]._replace(due=now)
+            hosts = self._inbox.wake_passes(self.clock())
         for h in hosts:
             self.queue.add(h)
 
@@ -207,46 +181,19 @@ class Engine:
     def submit(self, event):
         """Hand an event to the host's inbox. Thread-safe, never blocks long."""
         with self._lock:
-            box = self._inbox[event.host]
-            if (event.kind in _COALESCE and box and isinstance(box[-1], Event)
-                    and box[-1].kind in _COALESCE
-                    and box[-1].kind is event.kind):
-                box[-1] = event
-            else:
-                box.append(event)
+            self._inbox.put(event)
         self.queue.add(event.host)
 
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""
         while True:
             with self._lock:
-                if self._backoff_until.get(host_id, 0) > self.clock():
-                    return
-                box = self._inbox.get(host_id)
-                if not box:
-                    # Events first, then the next pass of unfinished work
-                    # (an operator's suspend is applied before it).
-                    nxt = self._passes.get(host_id)
-                    if nxt is None or nxt.due > self.clock():
-                        return
-                    del self._passes[host_id]
-                    item = nxt.pending
-                else:
-                    item = box.popleft()
-                if box and isinstance(item, _Pending):
-                    # An operator's hands-off comes before the next action,
-                    # which the state check in _run then drops. Results of
-                    # finished actions come first: they are facts (an
-                    # isolation done in Nova must be recorded).
-                    held = [e for e in box if isinstance(e, Event)
-                            and e.kind in _PREEMPT]
-                    if held:
-                        box.remove(held[0])
-                        box.appendleft(item)
-                        item = held[0]
+                item = self._inbox.take(host_id, self.clock())
+            if item is None:
+                return
             if isinstance(item, Event):
                 self._apply(item)
-            elif isinstance(item, _Result):
+            elif isinstance(item, Result):
                 self._apply(item.event, item.finish)
             else:
                 self._run(host_id, item)
@@ -291,8 +238,8 @@ class Engine:
                           reason=str(e))
                 self.journal_health.note(e)
                 with self._lock:
-                    self._inbox[event.host].appendleft(
-                        _Result(event, finish) if finish else event)
+                    self._inbox.put_front(
+                        event.host, Result(event, finish) if finish else event)
                 raise _Retry()
             self.journal_health.note(None)
         if changed:
@@ -322,9 +269,9 @@ class Engine:
                 self._version += 1
             self._records[new.id] = new
             for action, action_id in reversed(list(zip(actions, ids))):
-                self._inbox[new.id].appendleft(_Pending(action, action_id))
+                self._inbox.put_front(new.id, Pending(action, action_id))
             if due is not None:
-                self._inbox[new.id].appendleft(due)
+                self._inbox.put_front(new.id, due)
         if (self.policy.power_evidence and new.state is State.SUSPECT
                 and rec.heartbeat_ok and not new.heartbeat_ok):
             if self._started:
@@ -390,9 +337,9 @@ class Engine:
                         action=action.value, reason=why)
             with self._lock:
                 if pending.carry is not None:
-                    self._passes[host_id] = _Pass(pending, self.clock())
+                    self._inbox.set_pass(host_id, pending, self.clock())
                 else:
-                    self._inbox[host_id].appendleft(pending)
+                    self._inbox.put_front(host_id, pending)
             raise _Retry()
         started = self.clock()
         action_id = pending.action_id
@@ -404,7 +351,7 @@ class Engine:
                           action=action.value, reason=str(e))
                 self.journal_health.note(e)
                 with self._lock:
-                    self._inbox[host_id].appendleft(pending)
+                    self._inbox.put_front(host_id, pending)
                 raise _Retry()
         if pending.carry is None:
             LOG.info("action_started", host=rec.name, action=action.value,
@@ -418,10 +365,9 @@ class Engine:
         operator stepped in) is abandoned; the new one reads the world
         afresh and follows what is still in flight."""
         with self._lock:
-            old = self._passes.get(host_id)
-            if old is None or old.pending.action is not action:
-                return
-            del self._passes[host_id]
+            old = self._inbox.pop_pass(host_id, action)
+        if old is None:
+            return
         old.pending.carry.close()
         LOG.info("action_pass_abandoned", host=rec.name, action=action.value,
                  reason="a new attempt starts: it reads Nova afresh and "
@@ -438,9 +384,9 @@ class Engine:
             # woken. The host's key is free meanwhile (its events are
             # applied as they come); its record stays busy.
             with self._lock:
-                self._passes[host_id] = _Pass(
-                    _Pending(action, action_id, out.carry),
-                    self.clock() + out.after)
+                self._inbox.set_pass(host_id,
+                                     Pending(action, action_id, out.carry),
+                                     self.clock() + out.after)
             if out.after > 0:
                 self.queue.add_after(host_id, out.after)
             else:
@@ -449,14 +395,12 @@ class Engine:
         if isinstance(out, executor.Finished):
             self.queue.forget(host_id)
             with self._lock:
-                self._backoff_until.pop(host_id, None)
-                self._last_error.pop(host_id, None)
-                self._inbox[host_id].appendleft(_Result(out.event,
-                                                        out.finish))
+                self._inbox.clear_back_off(host_id)
+                self._inbox.put_front(host_id, Result(out.event, out.finish))
             return
         # Retry or Held: a new attempt later, the host's key held back.
         with self._lock:
-            self._inbox[host_id].appendleft(_Pending(action, None))
+            self._inbox.put_front(host_id, Pending(action, None))
         if isinstance(out, executor.Held):
             delay = out.delay
             self.queue.add_after(host_id, delay)
@@ -472,8 +416,7 @@ class Engine:
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
         with self._lock:
-            self._backoff_until[host_id] = self.clock() + delay
-            self._last_error[host_id] = error
+            self._inbox.back_off(host_id, self.clock() + delay, error)
 
     def _with_evac_floor(self, new, event, finish):
         """``new`` (entering FENCED) with the id of the host's last
@@ -485,8 +428,8 @@ class Engine:
             LOG.error("journal_read_failed", host=new.name, reason=str(e))
             self.journal_health.note(e)
             with self._lock:
-                self._inbox[event.host].appendleft(
-                    _Result(event, finish) if finish else event)
+                self._inbox.put_front(
+                    event.host, Result(event, finish) if finish else event)
             raise _Retry()
         floor = max((r["id"] for r in rows), default=0)
         return dataclasses.replace(new, evac_floor=floor)
@@ -572,7 +515,7 @@ class Engine:
         except _Retry:
             delay = self.queue.add_rate_limited(key)
             with self._lock:
-                self._backoff_until[key] = self.clock() + delay
+                self._inbox.back_off(key, self.clock() + delay)
         except Exception:
             LOG.exception("worker_error", host_id=key)
             self.queue.add_rate_limited(key)
@@ -587,7 +530,7 @@ class Engine:
     def stop(self, timeout=5.0):
         self._runner.stop(timeout)
         with self._lock:
-            passes, self._passes = list(self._passes.values()), {}
+            passes = self._inbox.pop_all_passes()
         for p in passes:
             p.pending.carry.close()
         self._probes.shutdown(wait=False)
@@ -597,7 +540,7 @@ class Engine:
         """Everything status shows (engine.status)."""
         with self._lock:
             hosts = sorted(self._records.values(), key=lambda r: r.name)
-            errors = dict(self._last_error)
+            errors = self._inbox.errors()
         return status.snapshot(self, hosts, errors)
 
     def threads(self):

@@ -205,7 +205,7 @@ def test_restart_resumes_from_journal():
     w.engine.tick()
     key = w.engine.queue.get(timeout=0)
     rec = w.engine.records()[key]
-    w.engine._apply(w.engine._inbox[key].popleft())
+    w.engine._apply(w.engine._inbox.take(key, w.clock()))
     assert w.journal.latest()[key]["state"] == "fencing"
     assert w.fencer.powered_off == []
     w2 = Engine(w.conf, w.ctx, w.journal, w.clock)
@@ -362,7 +362,7 @@ def test_operator_suspend_preempts_the_next_action():
     w.clock.advance(10)
     w.engine.tick()                       # TICK queued: would start fencing
     key = w.engine.queue.get(timeout=0)
-    w.engine._apply(w.engine._inbox[key].popleft())   # -> fencing + FENCE
+    w.engine._apply(w.engine._inbox.take(key, w.clock()))   # -> fencing + FENCE
     w.engine.submit(Event(E.OPERATOR_SUSPEND, rec.id, w.clock(),
                           name="compute-1", source="operator",
                           reason="wrong BMC"))

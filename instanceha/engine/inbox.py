@@ -1,0 +1,121 @@
+"""What waits for each host, in the order it is to be handled.
+
+A host's inbox holds its events (observations, operator commands), the
+results of its actions (put at the front: they are facts, an isolation
+done in Nova must be recorded first) and the action to run next. Beside
+it: the next pass of an unfinished action (an evacuation), which runs
+once the inbox is empty and its time has come, and the host's back-off
+while its action is retried. Not locked on its own: the engine calls it
+under its lock.
+"""
+
+import collections
+
+from instanceha.events import Event, EventKind as E
+
+#: Operator commands applied before a host's next queued action.
+PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
+
+#: Observations where only the newest pending one matters.
+COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
+
+
+class Pending(collections.namedtuple("Pending", "action action_id carry",
+                                     defaults=(None,))):
+    """An action to run; action_id is its journal row (None: write one);
+    carry: what its previous pass handed over (None: a first pass)."""
+
+
+class Pass(collections.namedtuple("Pass", "pending due")):
+    """The next pass of an unfinished action, not before ``due``."""
+
+
+class Result(collections.namedtuple("Result", "event finish")):
+    """An action's result event and the journal update that finishes it."""
+
+
+class Inboxes:
+
+    def __init__(self):
+        self._boxes = collections.defaultdict(collections.deque)
+        self._passes = {}            # host_id -> Pass
+        self._backoff_until = {}     # host_id -> time
+        self._errors = {}            # host_id -> "action: error" (retrying)
+
+    def put(self, event):
+        """An event at the back; a newer observation of the same kind
+        replaces one still waiting at the back."""
+        box = self._boxes[event.host]
+        if (event.kind in COALESCE and box and isinstance(box[-1], Event)
+                and box[-1].kind in COALESCE
+                and box[-1].kind is event.kind):
+            box[-1] = event
+        else:
+            box.append(event)
+
+    def put_front(self, host_id, item):
+        self._boxes[host_id].appendleft(item)
+
+    def append(self, host_id, item):
+        self._boxes[host_id].append(item)
+
+    def take(self, host_id, now):
+        """The next item to handle for the host, or None (nothing, or it
+        is backing off). An operator's hands-off comes before the next
+        action, which the state check then drops; the next pass of
+        unfinished work comes once the inbox is empty and it is due."""
+        if self._backoff_until.get(host_id, 0) > now:
+            return None
+        box = self._boxes.get(host_id)
+        if not box:
+            nxt = self._passes.get(host_id)
+            if nxt is None or nxt.due > now:
+                return None
+            del self._passes[host_id]
+            return nxt.pending
+        item = box.popleft()
+        if box and isinstance(item, Pending):
+            held = [e for e in box if isinstance(e, Event)
+                    and e.kind in PREEMPT]
+            if held:
+                box.remove(held[0])
+                box.appendleft(item)
+                item = held[0]
+        return item
+
+    # -- passes of unfinished work ---------------------------------------------
+    def set_pass(self, host_id, pending, due):
+        self._passes[host_id] = Pass(pending, due)
+
+    def wake_passes(self, now):
+        """Every pass waiting is due now; returns their hosts."""
+        hosts = [h for h, p in self._passes.items() if p.due > now]
+        for h in hosts:
+            self._passes[h] = self._passes[h]._replace(due=now)
+        return hosts
+
+    def pop_pass(self, host_id, action):
+        """The waiting pass of ``action`` for the host, removed, or None."""
+        old = self._passes.get(host_id)
+        if old is None or old.pending.action is not action:
+            return None
+        del self._passes[host_id]
+        return old
+
+    def pop_all_passes(self):
+        passes, self._passes = list(self._passes.values()), {}
+        return passes
+
+    # -- back-off ----------------------------------------------------------------
+    def back_off(self, host_id, until, error=None):
+        self._backoff_until[host_id] = until
+        if error is not None:
+            self._errors[host_id] = error
+
+    def clear_back_off(self, host_id):
+        self._backoff_until.pop(host_id, None)
+        self._errors.pop(host_id, None)
+
+    def errors(self):
+        """host_id -> the retrying action's last error."""
+        return dict(self._errors)
