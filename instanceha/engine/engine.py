@@ -21,7 +21,8 @@ import structlog
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, executor, resume, status
+from instanceha.engine import evidence, executor, status
+from instanceha.engine.hosts import Hosts
 from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.progress import ProgressBoard
@@ -39,7 +40,7 @@ class _Retry(Exception):
     pass
 
 
-class Engine:
+class Engine(Hosts):
 
     def __init__(self, conf, context, journal, clock=time.time,
                  health=None, unprotected=None, status_extra=None):
@@ -84,80 +85,6 @@ class Engine:
     def add_listener(self, fn):
         """fn(old_record, new_record, event) after every persisted change."""
         self._listeners.append(fn)
-
-    def records(self):
-        with self._lock:
-            return dict(self._records)
-
-    def find(self, name_or_id):
-        """The record whose host name or service UUID is ``name_or_id``."""
-        with self._lock:
-            rec = self._records.get(name_or_id)
-            if rec is None:
-                rec = next((r for r in self._records.values()
-                            if r.name == name_or_id), None)
-            return rec
-
-    def known_hosts(self):
-        with self._lock:
-            return [(r.id, r.name) for r in self._records.values()]
-
-    # -- start / resume --------------------------------------------------------
-    def resume_from_journal(self):
-        """Load each host's last journalled record; restart in-flight work
-        (engine.resume says how each state is resumed)."""
-        resumed = 0
-        now = self.clock()
-        self.ctx.evidence.load()
-        # Actions a stopped process left unfinished: each runs again (as a
-        # new attempt row) where its state still asks for it.
-        closed = self.journal.close_open_actions(
-            now, "interrupted: the process stopped before it finished; run "
-                 "again as a new attempt where still needed")
-        if closed:
-            LOG.warning("actions_interrupted", count=closed,
-                        reason="left unfinished by a stopped process")
-        for host_id, data in self.journal.latest().items():
-            rec = resume.from_journal(data)
-            # In memory only: start-up writes nothing before it finished
-            # (the next change of the host is journalled as usual).
-            self._adopt(resume.observe_afresh(rec, now, self.policy),
-                        "journal")
-            resumed += 1
-        return resumed
-
-    def _adopt(self, rec, origin):
-        action = ENTRY_ACTION.get(rec.state)
-        with self._lock:
-            if action is not None:
-                rec = dataclasses.replace(rec, busy=True)
-                self._inbox.append(rec.id, Pending(action, None))
-            self._records[rec.id] = rec
-            self._version += 1
-        LOG.info("host_resumed", host=rec.name, host_id=rec.id,
-                 state=rec.state.value, origin=origin,
-                 action=action.value if action else None,
-                 reason="resuming %s found in %s: %s" % (
-                     rec.state.value, origin, rec.reason))
-        if action is not None:
-            self.queue.add(rec.id)
-
-    def _record_for(self, event):
-        rec = self._records.get(event.host)
-        if rec is not None:
-            return rec
-        rec = fsm.HostRecord(id=event.host, name=event.name,
-                             since=event.at, reason="first seen")
-        ours = resume.isolated_by_us(event)
-        if ours is not None:
-            rec = resume.adopted_from_nova(rec, event, ours, self.policy)
-            self.journal.record_transition(
-                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
-            self._adopt(rec, "nova")
-            return None
-        self._records[event.host] = rec
-        self._version += 1
-        return rec
 
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""
@@ -454,26 +381,6 @@ class Engine:
         concerned (start-up, control plane, storm threshold)?"""
         return self.fencing.hold_for(rec, at, pending)
 
-    def capacity_appeared(self, hosts):
-        """Compute hosts became schedulable: each host waiting for capacity
-        retries at the next tick instead of after its back-off."""
-        now = self.clock()
-        with self._lock:
-            waiting = [r for r in self._records.values()
-                       if r.state is State.PENDING and r.waits_for_capacity]
-        if not waiting:
-            return 0
-        text = "compute host(s) %s enabled and up" % ", ".join(hosts[:5])
-        if len(hosts) > 5:
-            text += " and %d more" % (len(hosts) - 5)
-        LOG.info("capacity_appeared", hosts=list(hosts),
-                 waiting=[r.name for r in waiting],
-                 reason="hosts waiting for capacity try again now")
-        for rec in waiting:
-            self.submit(Event(E.CAPACITY, rec.id, now, name=rec.name,
-                              source="reconciler", reason=text))
-        return len(waiting)
-
     def acknowledge_storm(self, reason=""):
         """Operator ``resume --storm``: lift the storm hold for the hosts
         lost now; more losses in a scope bring it back."""
@@ -491,21 +398,6 @@ class Engine:
     def cluster_status_with(self, pending):
         """cluster_status() as it will be once ``pending`` is recorded."""
         return self.hold_for(pending, self.clock(), pending)
-
-    def tick(self):
-        """Send TICK to every host whose timer is due. Returns count."""
-        now = self.clock()
-        ok, why = self.cluster_status()
-        due = []
-        with self._lock:
-            for rec in self._records.values():
-                when = fsm.machine.next_wakeup(rec, self.policy)
-                if when is not None and now >= when:
-                    due.append(rec)
-        for rec in due:
-            self.submit(Event(E.TICK, rec.id, now, name=rec.name,
-                              source="timer", cluster_ok=ok, reason=why))
-        return len(due)
 
     # -- threads ---------------------------------------------------------------
     def work(self, key):
