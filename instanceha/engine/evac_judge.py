@@ -100,13 +100,14 @@ def _failed(run, attempt, bad):
 
 
 def host_returned(record, services):
-    """The compute service reported after it was fenced and isolated (on
-    Nova's clock: compared with the updated_at of our own write)."""
-    floor = fsm_machine.returned_floor(record)
-    if floor == float("-inf"):
-        return False
+    """The compute service reported after it was fenced and isolated, as
+    the state machine judges a heartbeat (fsm.guards.reported_after, on
+    Nova's clock), applied to the service list this pass just read."""
+    if fsm_machine.returned_floor(record) == float("-inf"):
+        return False            # never fenced: nothing to come back from
     svc = next((s for s in services if s.id == record.id), None)
-    return bool(svc and svc.updated_at and svc.updated_at > floor)
+    return bool(svc and svc.updated_at
+                and fsm_machine.reported_after(record, svc.updated_at))
 
 
 def rebuilt_by_event(ctx, host, inflight):

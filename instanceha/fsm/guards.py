@@ -123,11 +123,18 @@ def reported_after_fencing(r, ev, p):
     fencing starts. Only before that write is the local fencing time used.
     """
     report = ev.payload
-    reported = (report.updated_at if isinstance(report, ServiceReport)
-                else None)
-    if reported is None:
+    return reported_after(r, report.updated_at
+                          if isinstance(report, ServiceReport) else None)
+
+
+def reported_after(r, updated_at):
+    """Does a compute service's ``updated_at`` (on Nova's clock) prove the
+    host came back after it was fenced? The one answer to "has the host
+    returned?": the state machine asks it of each heartbeat, an
+    evacuation pass of the service list it just read."""
+    if updated_at is None:
         return False            # no timestamp: not a proof of return
-    return reported > returned_floor(r)
+    return updated_at > returned_floor(r)
 
 
 def returned_floor(r):

@@ -20,7 +20,8 @@ from instanceha.fsm import table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
 # Re-exported: the engine and the tests reach them through this module.
-from instanceha.fsm.guards import fencing_due, returned_floor  # noqa: F401
+from instanceha.fsm.guards import (  # noqa: F401 (re-exported)
+    fencing_due, reported_after, returned_floor)
 from instanceha.fsm.record import HostRecord  # noqa: F401 (re-exported)
 from instanceha.fsm.settings import Policy  # noqa: F401 (re-exported)
 from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, State
