@@ -22,7 +22,7 @@ from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     EvacuationSummary, Fenced, Isolated, PowerReading, Restored)
 from instanceha.policy import proof as proof_policy
-from instanceha.fsm.states import Action
+from instanceha.fsm.states import Action, gave_up_kind
 from instanceha.drivers.compute import nova_clock
 from instanceha.util.marker import MARKER
 
@@ -310,10 +310,7 @@ def give_up(ctx, record, action, error, attempts):
     """The definitive result for an action that kept raising."""
     why = "%s raised %d times in a row, last: %s" % (action.value, attempts,
                                                     error)
-    kind = {Action.FENCE: E.FENCE_FAILED, Action.ISOLATE: E.ISOLATE_FAILED,
-            Action.EVACUATE: E.EVACUATE_FAILED,
-            Action.CHECK_CLEANUP: E.CLEANUP_PENDING}[action]
-    return _result(record, kind, ctx, why)
+    return _result(record, gave_up_kind(action), ctx, why)
 
 
 #: Action -> its function: (ctx, record) -> Event; a pass action also

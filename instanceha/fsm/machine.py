@@ -24,7 +24,8 @@ from instanceha.fsm.guards import (  # noqa: F401 (re-exported)
     fencing_due, reported_after, returned_floor)
 from instanceha.fsm.record import HostRecord  # noqa: F401 (re-exported)
 from instanceha.fsm.settings import Policy  # noqa: F401 (re-exported)
-from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, State
+from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
+                                   RESULT_KINDS, RESULT_STATES, State)
 from instanceha.util import backoff, marker
 
 
@@ -44,9 +45,6 @@ def rules_for(state, kind):
 
 # -- the step ------------------------------------------------------------------
 
-_RESULT_KINDS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
-                 E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
-                 E.REPROOF_FAILED, E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
 
 
 def _operator_disabled(r, ev):
@@ -104,7 +102,7 @@ def _observe(r, ev, p):
                 changes.update(hold_until=ev.at + p.resume_boot_time,
                                lost_at=None if ev.kind is E.HEARTBEAT_OK
                                else ev.at)
-    if ev.kind in _RESULT_KINDS and r.state in _RESULT_STATE.get(ev.kind, ()):
+    if ev.kind in RESULT_KINDS and r.state in RESULT_STATES.get(ev.kind, ()):
         changes["busy"] = False
     if ev.name and not r.name:
         changes["name"] = ev.name
@@ -119,20 +117,6 @@ def _observe(r, ev, p):
 
 
 _OBSERVATIONS = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN}
-
-
-# Which state's action produces which results (a result in another state is
-# stale and must not clear that state's busy flag).
-_RESULT_STATE = {
-    E.FENCE_OK: (State.FENCING,), E.FENCE_FAILED: (State.FENCING,),
-    E.ISOLATE_OK: (State.FENCED,), E.ISOLATE_FAILED: (State.FENCED,),
-    E.EVACUATE_OK: (State.EVACUATING,),
-    E.EVACUATE_NO_CAPACITY: (State.EVACUATING,),
-    E.EVACUATE_FAILED: (State.EVACUATING,),
-    E.REPROOF_FAILED: (State.EVACUATING,),
-    E.CLEANUP_CONFIRMED: (State.RECOVERING,),
-    E.CLEANUP_PENDING: (State.RECOVERING,),
-}
 
 
 _HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED)

@@ -2,6 +2,8 @@
 
 import enum
 
+from instanceha.events import EventKind as E
+
 
 class State(str, enum.Enum):
     ACTIVE = "active"            # enabled, heartbeating
@@ -37,3 +39,29 @@ ENTRY_ACTION = {
 #: States in which instanceha has forced the compute service down.
 ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})
+
+#: The one table of action results: each action's result kinds, and the
+#: kind that is its definitive answer when it keeps raising. A result is
+#: the state's that started the action; in any other state it is stale.
+RESULTS = {
+    Action.FENCE: ((E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED),
+    Action.ISOLATE: ((E.ISOLATE_OK, E.ISOLATE_FAILED), E.ISOLATE_FAILED),
+    Action.EVACUATE: ((E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY,
+                       E.EVACUATE_FAILED, E.REPROOF_FAILED),
+                      E.EVACUATE_FAILED),
+    Action.CHECK_CLEANUP: ((E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING),
+                           E.CLEANUP_PENDING),
+}
+
+#: Every result kind.
+RESULT_KINDS = frozenset(k for kinds, _ in RESULTS.values() for k in kinds)
+
+#: Result kind -> the states whose entry action produces it.
+RESULT_STATES = {
+    kind: tuple(s for s, a in ENTRY_ACTION.items() if a is action)
+    for action, (kinds, _) in RESULTS.items() for kind in kinds}
+
+
+def gave_up_kind(action):
+    """The result kind for an action that kept raising."""
+    return RESULTS[action][1]

@@ -13,7 +13,7 @@ in ``REENTER`` (then the state's entry action runs again).
 """
 
 from instanceha.events import EventKind as E
-from instanceha.fsm.states import State as S
+from instanceha.fsm.states import RESULT_KINDS, State as S
 
 ALWAYS = "always"
 
@@ -167,9 +167,6 @@ for _s in (S.ACTIVE, S.SUSPECT, S.FAILED, S.SUSPENDED):
 #: Self-transitions that run the state's entry action again.
 REENTER = {(S.RECOVERING, E.TICK)}
 
-_RESULTS = {E.FENCE_OK, E.FENCE_FAILED, E.ISOLATE_OK, E.ISOLATE_FAILED,
-            E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
-            E.REPROOF_FAILED, E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING}
 
 
 def _ignored():
@@ -182,7 +179,7 @@ def _ignored():
             # Results of actions belong to the state that started them; in
             # any other state they are stale (e.g. after an operator stepped
             # in) and are dropped.
-            if k in _RESULTS:
+            if k in RESULT_KINDS:
                 ignored.add((s, k))
             # Observations that change nothing for the state.
             elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
@@ -202,7 +199,7 @@ IGNORED = _ignored()
 
 
 def explain_ignored(state, kind):
-    if kind in _RESULTS:
+    if kind in RESULT_KINDS:
         return "stale action result for state %s" % state.value
     if kind in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
                 E.OPERATOR_SUSPEND):
