@@ -225,7 +225,7 @@ class Engine(Hosts):
                                                        State.FENCED):
             return (trial, new, actions)
         ok, why = self.hold_for(rec, event.at)
-        if ok and fsm.machine.fencing_due(rec, trial, self.policy):
+        if ok:
             # The fencing it starts takes a token of the rate.
             ok, why = self.fencing.take_token(rec, event.at)
         if ok:

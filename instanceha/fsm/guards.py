@@ -9,7 +9,6 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 
 from instanceha.events import EvacuationSummary, ServiceReport
 from instanceha.fsm import table
-from instanceha.fsm.states import State
 
 
 def fence_at(r, p):
@@ -88,19 +87,6 @@ def _flapping(r, ev, p):
 
 def _disabled_hold(r, p):
     return not p.recover_disabled_hosts and r.operator_disabled is not None
-
-
-def fencing_due(r, ev, p):
-    """A TICK at ``ev.at`` would start fencing ``r`` unless the cluster is
-    held (threshold, storm, rate limit): what the engine asks before it
-    spends a fencing token."""
-    if r.state is State.SUSPECT:
-        return (_decision_due(r, ev, p) and not _disabled_hold(r, p)
-                and not _flapping(r, ev, p))
-    if r.state is State.PENDING:
-        return _retry_due(r, ev) and not (r.isolated and r.returned
-                                          and r.heartbeat_ok)
-    return False
 
 
 def _retry_due(r, ev):

@@ -21,7 +21,7 @@ from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
 # Re-exported: the engine and the tests reach them through this module.
 from instanceha.fsm.guards import (  # noqa: F401 (re-exported)
-    fencing_due, reported_after, returned_floor)
+    reported_after, returned_floor)
 from instanceha.fsm.record import HostRecord  # noqa: F401 (re-exported)
 from instanceha.fsm.settings import Policy  # noqa: F401 (re-exported)
 from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
@@ -215,6 +215,18 @@ def step(record, event, policy):
         return r, []
     raise UndeclaredTransition("no rule for %s in state %s"
                                % (event.kind.value, r.state.value))
+
+
+def fencing_due(record, event, policy):
+    """Would this TICK start proving the host dead (into fencing, or
+    fenced by a kdump proof) if the cloud allowed it? Read off the table:
+    the step's answer with the fencing gate open."""
+    if record.state not in (State.SUSPECT, State.PENDING):
+        return False
+    open_tick = dataclasses.replace(event, cluster_ok=True, reason="")
+    new, _ = step(record, open_tick, policy)
+    return new.state is not record.state and new.state in (State.FENCING,
+                                                           State.FENCED)
 
 
 def next_wakeup(record, policy):
