@@ -34,6 +34,8 @@ def select():
             # but never pick its backend.
             continue
         sys.modules[name] = None
+    # Imported here, after the loop above: oslo.service must not find the
+    # blocked modules when it first loads.
     from oslo_service import backend
     try:
         backend.init_backend(backend.BackendType.THREADING)

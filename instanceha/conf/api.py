@@ -124,6 +124,9 @@ def _auth_token_opts():
     plugin's, so that a config file may set them (they are checked like
     ours) and the sample lists them. Copies: here none is required (noauth
     needs none); instanceha.api.auth hands the values to the middleware."""
+    # Imported here: keystonemiddleware registers options on oslo.config's
+    # global CONF when it loads and costs ~0.1 s; only listing these
+    # options (the sample, a check of [keystone_authtoken]) needs it.
     from keystoneauth1 import loading
     from keystonemiddleware.auth_token import _opts
     opts = []
@@ -145,6 +148,7 @@ def _auth_token_opts():
 
 
 def _policy_opts():
+    # Imported here for the same reason: only listing the options needs it.
     from oslo_policy import opts
     return [o for _group_name, group_opts in opts.list_opts()
             for o in group_opts]

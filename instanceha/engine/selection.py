@@ -19,7 +19,7 @@ from typing import Dict, List
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.policy import evacuable, order, repair
+from instanceha.policy import evacuable, order, power, repair
 from instanceha.policy.facts import Problem
 
 LOG = structlog.get_logger("instanceha.selection")
@@ -187,7 +187,6 @@ def explain(ctx_conf, compute, server_id, now):
     """``instanceha policy explain SERVER``: every recovery policy's
     decision for one server and where it came from, as text lines. Reads
     Nova (the server, the host aggregates); changes nothing."""
-    from instanceha.policy import power
     server = compute.get_server(server_id)
     aggregates = _aggregates(compute, server.host)
     es = evacuable.Settings.from_conf(ctx_conf)
