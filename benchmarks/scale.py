@@ -134,6 +134,14 @@ def run(hosts, servers, poll, workdir, audit_interval=300.0):
         sim_storm = sum(os.times()[:2]) - sim_before
         others_off = sorted(name for name, h in cloud.hosts.items()
                             if name not in victims and not h.power_on)
+        # Live hosts the engine has started to fence (or further) but not
+        # powered off yet: false fencings in the making.
+        time.sleep(0.5)      # the status file follows changes within 0.2 s
+        others_fencing = sorted(
+            h["name"] for h in _status(status_path).get("hosts", [])
+            if h.get("name") not in victims
+            and h.get("name") not in others_off
+            and h.get("state") not in ("active", "suspect"))
         conf_floor = (simrun.FAST["detection"]["delta"]
                       + simrun.FAST["detection"]["grace_period"]
                       - cloud.report_interval)
@@ -144,7 +152,8 @@ def run(hosts, servers, poll, workdir, audit_interval=300.0):
                     last_off=max(off.values()) if off else None,
                     fenced=len(off), floor=conf_floor,
                     cpu_storm=cpu_storm, sim_storm=sim_storm,
-                    others_off=others_off, load=load)
+                    others_off=others_off, others_fencing=others_fencing,
+                    load=load)
     finally:
         proc.terminate()
         try:
@@ -195,6 +204,11 @@ def main():
                   "never killed: %s" % (len(r["others_off"]),
                                         " ".join(r["others_off"][:10])),
                   flush=True)
+        if r["others_fencing"]:
+            print("        FALSE FENCING in progress: %d host(s) never "
+                  "killed that the engine is fencing or recovering: %s"
+                  % (len(r["others_fencing"]),
+                     " ".join(r["others_fencing"][:10])), flush=True)
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         f = b["hosts"] / a["hosts"]
