@@ -130,8 +130,16 @@ class Reconciler:
             self._check_writers(estimate)
         aggregates = self._aggregates()
         counts = {}
-        # With no updated_at anywhere, every age is unknown anyway.
-        ref = nova_now if nova_now is not None else now
+        # Ages are judged at the read's start, on Nova's clock: the rows
+        # are Nova's snapshot from some moment during the read, never
+        # before it started. Judged at its end, a slow read (a large
+        # cloud, a loaded control plane) would count its own duration as
+        # heartbeat age and call live hosts lost. With no updated_at
+        # anywhere, every age is unknown anyway.
+        if nova_now is not None:
+            ref = started + estimate.offset
+        else:
+            ref = now - (ended - started)
         unpowered = self.powered_off()
         for svc in services:
             delta = self._conf.detection.delta

@@ -512,3 +512,38 @@ def test_whole_second_timestamps_never_put_nova_now_ahead():
         lags.append(rec.clock_skew - 0.67)
     assert all(lag >= -1e-6 for lag in lags), min(lags)
     assert max(lags[50:]) <= 0.1 * 1.37, max(lags[50:])
+
+
+class _SlowRead(SkewedNova):
+    """os-services answered with Nova's rows as they were when the request
+    started, ``slow`` seconds before the answer arrives (a 20,000-host
+    cloud, a loaded control plane)."""
+
+    slow = 0.0
+
+    def list_services(self):
+        out = super().list_services()
+        self.clock.advance(self.slow)
+        return out
+
+
+def test_a_slow_read_does_not_age_live_hosts():
+    """Found by benchmarks/scale.py at 20,000 hosts: os-services reads of
+    1.4-6 s were counted as heartbeat age (judged at the read's end), and
+    live hosts were fenced ("last report 4s ago (Nova still says up)").
+    Ages are judged at the read's start: Nova's snapshot is no older."""
+    r = Rig(0.0, hosts=3, delta=3)
+    r.nova = _SlowRead(r.clock, 0.0, hosts=3)
+    r.rec = Reconciler(r.conf, r.nova, r.events.append, r.clock)
+    for _ in range(10):
+        assert set(r.kinds().values()) == {E.HEARTBEAT_OK}
+    r.nova.slow = 6.0
+    for _ in range(3):
+        out = r.pass_()
+        assert {k for k, _ in out.values()} == {E.HEARTBEAT_OK}, out
+    # A host that really stopped is still found, by the next reads.
+    r.nova.rows["c1"]["alive"] = False
+    out = r.pass_()
+    out = r.pass_()
+    assert out["c1"][0] is E.HEARTBEAT_LOST
+    assert out["c0"][0] is out["c2"][0] is E.HEARTBEAT_OK
