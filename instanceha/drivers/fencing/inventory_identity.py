@@ -7,6 +7,7 @@ may be one machine; :func:`method_key` names one method for the evidence
 kept about it.
 """
 
+import bisect
 import functools
 import ipaddress
 import socket
@@ -132,18 +133,95 @@ def shared(inventory, resolver=None):
     """[(address, [host, ...])] for BMCs that several entries reach (by any
     of their methods): one group per BMC, ``address`` as the first host's
     method spells it. A host whose methods reach two shared BMCs is in two
-    groups."""
+    groups.
+
+    The answer is the pairwise one (each method of each host, in host
+    order, against every later host's methods, by the rules of
+    :func:`same_bmc`), found through an index instead of by comparing
+    every pair: entries are filed under (port, host as spelt) and, with
+    ``resolver``, under (port, each address the host resolves to), each
+    split by system; a method then meets only the entries that can reach
+    its BMC. "One BMC" is not transitive (an entry without a system meets
+    every system of its BMC; two names may share one address each with a
+    third), so groups are what each method meets, never merged classes.
+    ``resolver`` is asked once per host name, and only for names the
+    pairwise comparison would ask about: a name at a port where another
+    entry names a different, non-empty host."""
     hosts = sorted(inventory)
+    found = [[(m, method_identity(m)) for m in inventory[h].methods]
+             for h in hosts]
+    resolved = _resolved_names(found, resolver)
+    index = {}
+    for j, methods in enumerate(found):
+        for _, ident in methods:
+            if ident is None:
+                continue
+            for key in _keys(ident, resolved):
+                lst = index.setdefault(key, {}).setdefault(ident[2], [])
+                if not lst or lst[-1] != j:
+                    lst.append(j)
     groups = []
-    for i, host in enumerate(hosts):
-        for method in inventory[host].methods:
-            mine = method_identity(method)
+    member_of = {}          # host -> [set of a group it is in]
+    for i, (host, methods) in enumerate(zip(hosts, found)):
+        for method, mine in methods:
             if mine is None:
                 continue
-            mates = [other for other in hosts[i + 1:]
-                     if any(_same_identity(mine, theirs, resolver)
-                            for theirs in identities(inventory[other]))]
-            group = [host] + mates
-            if mates and not any(set(group) <= set(g) for _, g in groups):
-                groups.append((method.address, group))
+            mates = set()
+            for key in _keys(mine, resolved):
+                by_system = index.get(key, {})
+                if mine[2]:
+                    lists = (by_system.get(mine[2], ()), by_system.get("", ()))
+                else:
+                    lists = by_system.values()
+                for lst in lists:
+                    mates.update(lst[bisect.bisect_right(lst, i):])
+            if not mates:
+                continue
+            group = [host] + [hosts[j] for j in sorted(mates)]
+            # a group holding this one holds ``host``
+            if any(g.issuperset(group) for g in member_of.get(host, ())):
+                continue
+            groups.append((method.address, group))
+            members = set(group)
+            for h in group:
+                member_of.setdefault(h, []).append(members)
     return groups
+
+
+def _resolved_names(found, resolver):
+    """{(port, host): addresses} for the names the pairwise comparison
+    resolves: each non-empty host at a port where at least two entries name
+    non-empty hosts and at least two such hosts differ (there some entry's
+    host meets a different host of another entry); {} without ``resolver``.
+    Each name is asked once."""
+    if resolver is None:
+        return {}
+    by_port = {}            # port -> ({host}, {entry})
+    for j, methods in enumerate(found):
+        for _, ident in methods:
+            if ident is not None and ident[0]:
+                names, entries = by_port.setdefault(ident[1], (set(), set()))
+                names.add(ident[0])
+                entries.add(j)
+    addresses = {}
+    resolved = {}
+    for port, (names, entries) in by_port.items():
+        if len(names) < 2 or len(entries) < 2:
+            continue
+        for name in sorted(names):
+            if name not in addresses:
+                addresses[name] = resolver(name)
+            resolved[(port, name)] = addresses[name]
+    return resolved
+
+
+def _keys(ident, resolved):
+    """Where an identity is filed and looked up: its host as spelt (equal
+    hosts are one BMC), and each address its host resolves to when the
+    port's hosts are resolved (two hosts sharing one address are one
+    BMC)."""
+    host, port = ident[0], ident[1]
+    keys = [(port, "=", host)]
+    for address in resolved.get((port, host), ()):
+        keys.append((port, "~", address))
+    return keys
