@@ -62,6 +62,8 @@ class Run(Sending):
         self.proved_at = None
         #: the next pass judges what is in flight (this one waited on it)
         self.judging = False
+        #: run.services was read during this pass
+        self.services_fresh = False
         #: when Nova's migrations were last read for the judging
         self.last_poll = ctx.clock()
         self._read_journal()

@@ -144,6 +144,8 @@ def _step(ctx, record, run):
     """Judge what is in flight (when the previous pass waited on it), then
     send what may go; an Outcome when all is settled, else a Requeue."""
     conf = ctx.conf.evacuation
+    # One read of Nova's services per pass, shared by judging and sending.
+    run.services_fresh = False
     if run.judging:
         _judge_all(ctx, run)
     if run.todo or run.inflight:
@@ -182,8 +184,9 @@ def _send_ready(ctx, record, run):
         run.drop_todo("not evacuated: suspended by operator")
     now = ctx.clock()
     ready = [t for t in run.todo if t[1] <= now]
-    if run.todo:
+    if run.todo and not run.services_fresh:
         run.services = ctx.compute.list_services()
+        run.services_fresh = True
     if run.todo and evac_judge.host_returned(run.record, run.services):
         # A host that reports in again (a kdump reboot, someone powering
         # it on) may be running the servers not yet sent: stop here.
@@ -247,5 +250,6 @@ def _judge_all(ctx, run):
     run.last_poll = now
     run.migs = by_server(ctx.compute.list_evacuations(run.host))
     run.services = ctx.compute.list_services()
+    run.services_fresh = True
     for attempt in list(run.inflight.values()):
         evac_judge.judge(run, attempt, now)
