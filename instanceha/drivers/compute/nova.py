@@ -20,8 +20,7 @@ from instanceha.drivers.compute.nova_capacity import NovaCapacity
 from instanceha.drivers.compute.nova_records import (
     to_aggregate, to_migration, to_server, to_service)
 from instanceha.drivers.compute.nova_transport import (
-    AggregateResource, MigrationResource, NovaTransport, ServerResource,
-    error_message)
+    AGGREGATES, MIGRATIONS, SERVERS, NovaTransport, error_message)
 from instanceha.drivers.compute.ttl_cache import TTLCache
 
 LOG = structlog.get_logger("instanceha.nova")
@@ -168,7 +167,7 @@ class NovaDriver(NovaTransport, NovaCapacity, base.ComputeDriver):
 
     # -- servers -------------------------------------------------------------------
     def list_servers(self, host):
-        bodies = self._list(ServerResource, "/servers/detail", "2.53",
+        bodies = self._list(SERVERS, "/servers/detail", "2.53",
                             base_path="/servers/detail", all_projects=True,
                             compute_host=host)
         return [to_server(s) for s in bodies]
@@ -208,7 +207,7 @@ class NovaDriver(NovaTransport, NovaCapacity, base.ComputeDriver):
 
     def _read_aggregates(self):
         # os-aggregates is not paged by Nova: one page, no links.
-        bodies = self._list(AggregateResource, "/os-aggregates", "2.41")
+        bodies = self._list(AGGREGATES, "/os-aggregates", "2.41")
         try:
             return [to_aggregate(a) for a in bodies]
         except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -285,7 +284,7 @@ class NovaDriver(NovaTransport, NovaCapacity, base.ComputeDriver):
 
     def list_evacuations(self, host):
         # Paged from 2.59 (newest first); below 2.59 Nova lists every row.
-        bodies = self._list(MigrationResource, "/os-migrations",
+        bodies = self._list(MIGRATIONS, "/os-migrations",
                             self._migrations_mv,
                             migration_type="evacuation", source_compute=host)
         try:
