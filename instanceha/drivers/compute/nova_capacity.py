@@ -12,7 +12,7 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_transport import (
-    HypervisorResource, error_message)
+    HYPERVISORS, error_message)
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -143,9 +143,9 @@ class NovaCapacity:
     def _hypervisor_capacities(self):
         # 2.53: hypervisors by UUID, still with vcpus/memory_mb/local_gb and
         # their *_used (removed at 2.88). Physical totals: os-hypervisors
-        # knows no allocation ratio or reserved amount. Typed and paged
-        # (hypervisors_links) through the SDK.
-        bodies = self._list(HypervisorResource, "/os-hypervisors/detail",
+        # knows no allocation ratio or reserved amount. Paged
+        # (hypervisors_links) from Nova's JSON pages (nova_transport).
+        bodies = self._list(HYPERVISORS, "/os-hypervisors/detail",
                             HYPERVISORS_MICROVERSION,
                             base_path="/os-hypervisors/detail")
         result = {}

@@ -44,9 +44,6 @@ MIGRATIONS = Listing("/os-migrations", "migrations",
                       ("source_compute", "source_compute")))
 AGGREGATES = Listing("/os-aggregates", "aggregates")
 HYPERVISORS = Listing("/os-hypervisors", "hypervisors")
-#: nova_capacity's name for HYPERVISORS (from when listings were typed
-#: openstacksdk resources).
-HypervisorResource = HYPERVISORS
 
 
 class NovaTransport:
