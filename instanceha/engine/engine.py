@@ -221,8 +221,7 @@ class Engine(Hosts):
         # gate is judged as it stands now, not when the TICK was sent.
         trial = dataclasses.replace(event, cluster_ok=True, reason="")
         new, actions = fsm.step(rec, trial, self.policy)
-        if new.state is rec.state or new.state not in (State.FENCING,
-                                                       State.FENCED):
+        if not fsm.machine.starts_proof(rec, new):
             return (trial, new, actions)
         ok, why = self.hold_for(rec, event.at)
         if ok:

@@ -225,8 +225,15 @@ def fencing_due(record, event, policy):
         return False
     open_tick = dataclasses.replace(event, cluster_ok=True, reason="")
     new, _ = step(record, open_tick, policy)
-    return new.state is not record.state and new.state in (State.FENCING,
-                                                           State.FENCED)
+    return starts_proof(record, new)
+
+
+def starts_proof(old, new):
+    """Does the step from ``old`` to ``new`` start proving the host dead
+    (into fencing, or fenced by a kdump proof)? What the fencing gate is
+    asked about."""
+    return new.state is not old.state and new.state in (State.FENCING,
+                                                        State.FENCED)
 
 
 def next_wakeup(record, policy):

@@ -12,10 +12,9 @@ from openstack.compute.v2 import server as sdk_server
 import pytest
 import requests
 
-from instanceha import conf as conf_pkg
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute import nova_transport
-from instanceha.drivers.compute.nova import NovaDriver
+from tests.unit import test_nova_read_retry as read_retry
 
 NOVA = "http://nova:8774/v2.1"
 
@@ -75,12 +74,7 @@ class Compute(adapter.Adapter):
 
 
 def driver(answers, retries=2):
-    conf = conf_pkg.make({"DEFAULT": {"api_read_retries": retries}})
-    compute = Compute(answers)
-    slept = []
-    d = NovaDriver(conf, connection=types.SimpleNamespace(compute=compute),
-                   sleep=slept.append)
-    return d, compute, slept
+    return read_retry.driver(answers, retries, compute_class=Compute)
 
 
 def server_pages():

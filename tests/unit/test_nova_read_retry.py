@@ -58,9 +58,11 @@ class Compute:
         return self._answer("POST", path)
 
 
-def driver(answers, retries=2):
+def driver(answers, retries=2, compute_class=None):
+    """A NovaDriver on a scripted compute proxy (``compute_class``, this
+    module's Compute by default); returns (driver, proxy, sleeps)."""
     conf = conf_pkg.make({"DEFAULT": {"api_read_retries": retries}})
-    compute = Compute(answers)
+    compute = (compute_class or Compute)(answers)
     slept = []
     d = NovaDriver(conf, connection=types.SimpleNamespace(compute=compute),
                    sleep=slept.append)
