@@ -14,6 +14,7 @@ from instanceha.engine import admission
 from instanceha.engine.evidence import EvidenceStore
 from instanceha.engine.fencing_gate import Readiness
 from instanceha.policy import order
+from instanceha.util.single_flight import SingleFlight
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -53,6 +54,16 @@ class Context:
         #: host dead?), kept in the journal
         self.evidence = EvidenceStore(journal, clock)
         self.evidence.load()
+        #: Nova's compute services and the cloud's capacities, as the
+        #: evacuations of several hosts at once read them to choose and
+        #: judge destinations: those that ask while a read runs share it
+        #: (util.single_flight). Never used to prove a host dead or to
+        #: decide it returned: those read the host's own row afresh.
+        self.shared_services = SingleFlight(
+            lambda: self.compute.list_services(), copy=list)
+        self.shared_capacities = SingleFlight(
+            lambda: self.compute.host_capacities(),
+            copy=lambda caps: None if caps is None else dict(caps))
 
     def fence_gate(self):
         """None when a power-off may go out now, else why not (checked by

@@ -99,14 +99,16 @@ def _failed(run, attempt, bad):
     return True
 
 
-def host_returned(record, services):
+def host_returned(record, svc):
     """The compute service reported after it was fenced and isolated, as
     the state machine judges a heartbeat (fsm.guards.reported_after, on
-    Nova's clock), applied to the service list this pass just read."""
+    Nova's clock), applied to its row (``svc``: ComputeService or None)
+    just read."""
     if fsm_machine.returned_floor(record) == float("-inf"):
         return False            # never fenced: nothing to come back from
-    svc = next((s for s in services if s.id == record.id), None)
-    return bool(svc and svc.updated_at
+    if svc is None or svc.id != record.id:
+        return False
+    return bool(svc.updated_at
                 and fsm_machine.reported_after(record, svc.updated_at))
 
 

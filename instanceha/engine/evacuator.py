@@ -185,9 +185,10 @@ def _send_ready(ctx, record, run):
     now = ctx.clock()
     ready = [t for t in run.todo if t[1] <= now]
     if run.todo and not run.services_fresh:
-        run.services = ctx.compute.list_services()
+        run.services = ctx.shared_services()
         run.services_fresh = True
-    if run.todo and evac_judge.host_returned(run.record, run.services):
+    if run.todo and evac_judge.host_returned(
+            run.record, ctx.compute.service_of(host)):
         # A host that reports in again (a kdump reboot, someone powering
         # it on) may be running the servers not yet sent: stop here.
         outcome.returned = True
@@ -249,7 +250,7 @@ def _judge_all(ctx, run):
         return
     run.last_poll = now
     run.migs = by_server(ctx.compute.list_evacuations(run.host))
-    run.services = ctx.compute.list_services()
+    run.services = ctx.shared_services()
     run.services_fresh = True
     for attempt in list(run.inflight.values()):
         evac_judge.judge(run, attempt, now)

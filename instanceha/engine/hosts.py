@@ -15,7 +15,7 @@ from instanceha.engine import resume
 from instanceha.engine.inbox import Inboxes, Pending
 from instanceha.engine.workqueue import WorkQueue
 from instanceha.events import Event, EventKind as E
-from instanceha.fsm.states import ENTRY_ACTION, State
+from instanceha.fsm.states import ENTRY_ACTION, URGENT_STATES, State
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -36,6 +36,8 @@ class Hosts:
     ctx: Any                            # engine.context.Context
     submit: Callable[[Event], None]
     cluster_status: Callable[[], Any]
+    #: (records version, urgent()'s answer then)
+    _urgent_cache: Any = None
 
     def records(self):
         with self._lock:
@@ -49,6 +51,27 @@ class Hosts:
                 rec = next((r for r in self._records.values()
                             if r.name == name_or_id), None)
             return rec
+
+    def urgent(self):
+        """Why background reads of every BMC should wait now (hosts being
+        proven dead or evacuated, counted by state), or None. Counted
+        again only when a record changed since the last answer."""
+        with self._lock:
+            version = self._version
+            cached = self._urgent_cache
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            counts: Dict[str, int] = {}
+            for r in self._records.values():
+                if r.state in URGENT_STATES:
+                    counts[r.state.value] = counts.get(r.state.value, 0) + 1
+            why = None
+            if counts:
+                why = "%d host(s) in recovery (%s): fencing and evacuation " \
+                      "come first" % (sum(counts.values()), ", ".join(
+                          "%s %d" % kv for kv in sorted(counts.items())))
+            self._urgent_cache = (version, why)
+            return why
 
     def known_hosts(self):
         with self._lock:

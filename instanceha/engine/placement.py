@@ -25,9 +25,9 @@ def place(ctx, record, servers, ordered, outcome):
     rs = reserved.Settings.from_conf(ctx.conf)
     if not ordered or not (cs.enabled or rs.enabled):
         return list(ordered), {}, {}
-    services = ctx.compute.list_services()
+    services = ctx.shared_services()
     try:
-        capacities = ctx.compute.host_capacities()
+        capacities = ctx.shared_capacities()
     except (base.ComputeError, NotImplementedError) as e:
         capacities = None
         LOG.warning("capacity_unknown", host=host,

@@ -46,8 +46,9 @@ def reprove(ctx, record):
     driver ([fencing] allow_unfenced) have no power-off to re-read: only
     the heartbeat is checked. Raises ComputeError when Nova cannot be
     read (the engine retries the action)."""
-    services = ctx.compute.list_services()
-    svc = next((s for s in services if s.id == record.id), None)
+    svc = ctx.compute.service_of(record.name)
+    if svc is not None and svc.id != record.id:
+        svc = None              # another service now bears the name
     updated_at = svc.updated_at if svc is not None else None
     floor = record.written_at
     bmc = ctx.bmc_for(record.name)

@@ -97,7 +97,7 @@ def give_back(ctx, record):
         LOG.info("reserved_hosts_kept", host=record.name,
                  reserved=sorted(in_use), reason=plan.reason)
         return plan.reason
-    by_host = {s.host: s for s in ctx.compute.list_services()}
+    by_host = {s.host: s for s in ctx.shared_services()}
     done, failed = [], []
     for host in plan.hosts:
         svc = by_host.get(host)

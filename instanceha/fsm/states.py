@@ -36,6 +36,11 @@ ENTRY_ACTION = {
     State.RECOVERING: Action.CHECK_CLEANUP,
 }
 
+#: States of a host being proven dead or having its servers moved: reads
+#: of every BMC in the background (the fencing audit) give way to them.
+URGENT_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED,
+                           State.EVACUATING})
+
 #: States in which instanceha has forced the compute service down.
 ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})

@@ -110,7 +110,8 @@ class Service(Group, Reloading, Health):
             # Could each host be fenced now? Checked before any recovery
             # could be needed, then every [audit] interval.
             self.audit = FencingAudit(conf, compute, ctx.bmc_for,
-                                      ctx.fencer, clock, sink=sink)
+                                      ctx.fencer, clock, sink=sink,
+                                      give_way=lambda: self.engine.urgent())
             health["audit"] = self.audit.health
             self.sources.append(self.audit)
         self.notifications = self.kdump = None

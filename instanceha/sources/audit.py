@@ -38,6 +38,10 @@ from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.audit")
 
+#: Seconds between two looks at whether a recovery still runs, while the
+#: audit's reads wait for it.
+PAUSE_POLL = 1.0
+
 
 def read_power(fencer, method):
     """One method's power state (a read, never an action), or why it
@@ -112,10 +116,14 @@ class FencingAudit:
     ``health()`` answer from the last audit without I/O."""
 
     def __init__(self, conf, compute, bmc_for, fencer, clock=time.time,
-                 rng=None, sink=None, host_ids=None):
+                 rng=None, sink=None, host_ids=None, give_way=None,
+                 wait=None):
         """``sink``: where the power watch sends POWER_OFF / POWER_ON
         events (the engine's submit); ``host_ids``: {host name: service
-        id}, refreshed by each audit when not given."""
+        id}, refreshed by each audit when not given; ``give_way()``: why
+        the reads should wait now (hosts in recovery: the engine's
+        ``urgent``), or None; ``wait(seconds)``: how a read waits before
+        asking again (True when the audit is stopping)."""
         self._conf = conf.audit
         self._compute = compute
         self._bmc_for = bmc_for
@@ -133,13 +141,58 @@ class FencingAudit:
         self.last_error = None
         self.checked = 0
         self._sink = sink
+        self._give_way = give_way or (lambda: None)
+        self._wait = wait or self._stop.wait
+        self._paused = False        # reads waiting for a recovery
+        self._next_slot = float("-inf")     # the next read's earliest time
+        #: reads that waited for a recovery (status)
+        self.gave_way = 0
         self._ids = dict(host_ids or {})
         self._power = {}            # host -> last PowerState the watch read
         self._lost_power = set()    # read On, then Off
 
     # -- one audit ------------------------------------------------------------
+    def _after_recoveries(self):
+        """Wait while hosts are being proven dead or evacuated: reading
+        thousands of BMCs competes with them for the process and the
+        network, and the audit can come a little later (logged once per
+        pause). Returns False when the audit is stopping."""
+        why = self._give_way()
+        if why is None:
+            return True
+        with self._lock:
+            first, self._paused = not self._paused, True
+            self.gave_way += 1
+        if first:
+            LOG.info("audit_paused", reason=why, effect="BMC reads of the "
+                     "fencing audit and power watch wait until no host is "
+                     "in recovery")
+        while why is not None:
+            if self._wait(PAUSE_POLL):
+                return False
+            why = self._give_way()
+        with self._lock:
+            first, self._paused = self._paused, False
+        if first:
+            LOG.info("audit_resumed", reason="no host in recovery")
+        return True
+
+    def _paced(self):
+        """Wait for this read's slot: at most ``hosts_per_second`` hosts
+        audited per second. Returns False when the audit is stopping."""
+        rate = self._conf.hosts_per_second
+        if rate <= 0:
+            return True
+        with self._lock:
+            now = self._clock()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + 1.0 / rate
+        return slot <= now or not self._wait(slot - now)
+
     def _check(self, service):
         """(reason, degraded, [(method key, "on"/"off")])."""
+        if not (self._paced() and self._after_recoveries()):
+            return None, [], ([], [])
         bmc = self._bmc_for(service.host)
         methods = [m for m in bmc.methods if m.driver != "noop"] \
             if bmc is not None else []
@@ -206,6 +259,8 @@ class FencingAudit:
                 workers, thread_name_prefix="audit") as pool:
             verdicts = dict(zip((s.host for s in services),
                                 pool.map(self._check, services)))
+        if self._stop.is_set():
+            return self.unprotected()     # stopped mid-way: judged nothing
         unprotected = {h: r for h, (r, _, _) in verdicts.items() if r}
         degraded = {h: d for h, (r, d, _) in verdicts.items()
                     if d and not r}
@@ -237,6 +292,8 @@ class FencingAudit:
 
     # -- the power watch ---------------------------------------------------------
     def _first_reading(self, host):
+        if not self._after_recoveries():
+            return None, None
         return chain.first_reading(self._bmc_for(host), self._fencer)
 
     def watch_once(self):
@@ -299,6 +356,7 @@ class FencingAudit:
     def health(self):
         with self._lock:
             return {"audits": self.audits, "checked": self.checked,
+                    "paused_for_recovery": self._paused,
                     "unprotected": len(self._unprotected),
                     "degraded": len(self._degraded),
                     "last_at": self.last_at,

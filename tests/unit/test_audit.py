@@ -45,7 +45,8 @@ def test_judge():
 
 
 class Rig:
-    def __init__(self):
+    def __init__(self, give_way=None, wait=None, hosts_per_second=0,
+                 concurrency=8):
         self.clock = Clock()
         self.compute = FakeCompute(self.clock, hosts=4, servers_per_host=0)
         self.inventory = {h: BMC(host=h, driver="fake", address="10.0.0.%d"
@@ -66,11 +67,21 @@ class Rig:
                     raise fb.FenceError(rig.broken[bmc.host])
                 return OFF if bmc.host in rig.off else ON
         fencer = Fencer()
-        self.conf = conf_pkg.make({"audit": {"interval": 300,
-                                             "jitter": 0.1}})
+        self.conf = conf_pkg.make({"audit": {
+            "interval": 300, "jitter": 0.1,
+            "hosts_per_second": hosts_per_second,
+            "concurrency": concurrency}})
         self.audit = FencingAudit(self.conf, self.compute,
                                   self.inventory.get, lambda name: fencer,
-                                  self.clock, rng=random.Random(1))
+                                  self.clock, rng=random.Random(1),
+                                  give_way=give_way, wait=wait)
+        self.reads = 0
+        read = Fencer.power_state
+
+        def counted(this, bmc):
+            self.reads += 1
+            return read(this, bmc)
+        Fencer.power_state = counted
 
 
 def test_unprotected_hosts_are_found_logged_once_and_cleared():
@@ -169,3 +180,83 @@ def test_power_watch_sends_changes_and_marks_only_hosts_that_lost_power():
     assert events[-1].kind.value == "power_on"
     assert r.audit.powered_off() == set()
 
+
+
+def test_reads_wait_while_hosts_are_in_recovery_then_go_on():
+    """Reading every BMC competes with a recovery for the process: the
+    audit and the power watch wait (no BMC read, said once) while the
+    engine has hosts being proven dead or evacuated."""
+    urgent = ["2 host(s) in recovery (fencing 2)"]
+    waits = []
+
+    def wait(seconds):
+        waits.append(seconds)
+        assert r.reads == 0, "a BMC was read during the recovery"
+        if len(waits) == 3:
+            urgent[0] = None        # the recovery ends while it waits
+        return False
+    r = Rig(give_way=lambda: urgent[0], wait=wait)
+    with capture_logs() as logs:
+        assert r.audit.run_once() == {}
+    assert r.reads == 4 and len(waits) == 3
+    events = [x["event"] for x in logs]
+    assert events.count("audit_paused") == 1
+    assert events.count("audit_resumed") == 1
+    paused = next(x for x in logs if x["event"] == "audit_paused")
+    assert "fencing 2" in paused["reason"]
+    assert not r.audit.health()["paused_for_recovery"]
+    urgent[0] = "1 host(s) in recovery (evacuating 1)"
+    del waits[:]
+    r.reads = 0
+    with capture_logs():
+        r.audit.watch_once()
+    assert r.reads == 4 and len(waits) == 3
+
+
+def test_a_stop_while_waiting_ends_the_audit_judging_nothing():
+    r = Rig(give_way=lambda: "1 host(s) in recovery (suspect 1)",
+            wait=lambda seconds: True)
+    r.broken["compute-1"] = "timeout"
+    r.audit._stop.set()
+    assert r.audit.run_once() == {}
+    assert r.reads == 0 and r.audit.health()["audits"] == 0
+
+
+def test_the_engine_says_when_hosts_are_in_recovery():
+    from tests.unit.test_engine import World
+    w = World(hosts=3, servers=1)
+    w.pass_()
+    assert w.engine.urgent() is None
+    w.compute.kill("compute-1")
+    for _ in range(60):
+        w.pass_()
+        if w.state("compute-1")[0] == "suspect":
+            break
+    assert w.engine.urgent() == ("1 host(s) in recovery (suspect 1): "
+                                 "fencing and evacuation come first")
+    w.until("compute-1", "evacuated")
+    assert w.engine.urgent() is None
+
+
+def test_hosts_are_audited_at_most_hosts_per_second():
+    """An audit of thousands of BMCs must not take the process from
+    detection: the reads are spread at [audit] hosts_per_second."""
+    starts = []
+
+    def wait(seconds):
+        r.clock.advance(seconds)
+        return False
+    # One reader, so that the fake clock advances in one thread.
+    r = Rig(wait=wait, hosts_per_second=2, concurrency=1)
+    read = r.audit._check
+
+    def noted(service):
+        out = read(service)
+        starts.append(r.clock())
+        return out
+    r.audit._check = noted
+    t0 = r.clock()
+    assert r.audit.run_once() == {}
+    assert r.reads == 4
+    # 4 hosts at 2 a second: the last one read 1.5 s after the first.
+    assert max(starts) - t0 == 1.5

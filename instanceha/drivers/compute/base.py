@@ -172,6 +172,13 @@ class ComputeDriver(abc.ABC):
     def list_services(self):
         """All nova-compute services, in one API call: [ComputeService]."""
 
+    def service_of(self, host):
+        """The nova-compute service of ``host`` (ComputeService), or None
+        when Nova lists none: that one row, read afresh. Drivers that can
+        ask Nova for one host's row override this whole-list reading."""
+        return next((s for s in self.list_services() if s.host == host),
+                    None)
+
     @abc.abstractmethod
     def force_down(self, service, reason):
         """Mark the service forced down and disabled with ``reason``.

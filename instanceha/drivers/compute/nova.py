@@ -111,6 +111,17 @@ class NovaDriver(NovaTransport, NovaCapacity, base.ComputeDriver):
         except (KeyError, TypeError) as e:
             raise base.ComputeError("os-services answer lacks %s" % e)
 
+    def service_of(self, host):
+        # One row, not the whole cloud's (megabytes at thousands of hosts).
+        body = self._call("get", "/os-services", "2.53",
+                          params={"binary": "nova-compute", "host": host})
+        try:
+            rows = [to_service(s) for s in body["services"]
+                    if s.get("host") == host]
+        except (KeyError, TypeError) as e:
+            raise base.ComputeError("os-services answer lacks %s" % e)
+        return rows[0] if rows else None
+
     def list_control_services(self):
         # One small call per binary rather than one unfiltered list, which
         # would carry every compute row again.
