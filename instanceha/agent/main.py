@@ -1,0 +1,127 @@
+"""``instanceha-agent``: the heartbeat agent's process.
+
+Reads its configuration (``--config-file``, by default
+``/etc/instanceha/instanceha-agent.conf`` when it exists), loads the key
+files, binds its sockets, then beats until SIGTERM or SIGINT. A start-up
+error (a bad option, a key file missing, unreadable, short or readable by
+others, an address that cannot be bound) prints one line naming it and
+exits with status 2, which the systemd unit does not restart.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+from oslo_config import cfg
+import structlog
+
+from instanceha import log
+from instanceha import sdnotify
+from instanceha.agent import control as control_mod
+from instanceha.agent import facts as facts_mod
+from instanceha.agent import sender as sender_mod
+from instanceha.conf import agent as agent_conf
+from instanceha.errors import ConfigError
+from instanceha.heartbeat import keys
+
+LOG = structlog.get_logger("instanceha.agent")
+PROG = "instanceha-agent"
+START_ERROR = 2
+
+
+def load_conf(argv):
+    """The parsed, checked configuration; raises cfg.Error."""
+    conf = agent_conf.new_conf()
+    defaults = ([agent_conf.DEFAULT_CONFIG_FILE]
+                if os.path.exists(agent_conf.DEFAULT_CONFIG_FILE) else [])
+    conf(args=list(argv), project="instanceha", prog=PROG,
+         default_config_files=defaults,
+         description="Send this compute host's signed heartbeats to the "
+                     "instanceha engines.")
+    for opt in agent_conf.OPTS:
+        try:
+            getattr(conf.agent, opt.dest)
+        except (cfg.ConfigFileValueError, ValueError) as e:
+            raise cfg.Error("[agent] %s: %s" % (opt.name, e))
+    agent_conf.validate(conf)
+    return conf
+
+
+class Agent:
+    """The agent's parts, built from ``conf`` (raises ConfigError); the
+    keyword arguments replace the system's pieces (tests, simulator)."""
+
+    def __init__(self, conf, keyring, host=None, reader=None, **sender_kw):
+        self.conf = conf
+        self.host = host or sender_mod.resolve_host(conf)
+        self.reader = reader or facts_mod.FactReader(conf)
+        self.control = control_mod.Control(
+            conf, keyring, self.host,
+            unit_fn=lambda: self.reader.compute_unit)
+        self.sender = sender_mod.Sender(
+            conf, keyring, facts_fn=self.facts, host=self.host, **sender_kw)
+
+    def facts(self):
+        """This beat's facts, also shown to the self-restart policy."""
+        facts = self.reader.read()
+        try:
+            self.control.observe(facts)
+        except Exception:
+            LOG.exception("agent.policy_failed")
+        return facts
+
+    def start(self):
+        """Bind the request sockets (raises ConfigError)."""
+        self.control.start()
+
+    def run(self, stop):
+        """Beat until ``stop`` is set, then close everything."""
+        try:
+            self.sender.run(stop)
+        finally:
+            self.control.stop()
+            self.sender.close()
+
+
+def _fail(message):
+    sys.stderr.write("%s: %s\n" % (PROG, message))
+    return START_ERROR
+
+
+def main(argv=None):
+    """Run the agent; return the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        conf = load_conf(argv)
+    except cfg.Error as e:
+        return _fail(e)
+    group = conf.agent
+    log.setup(group.log_format, group.debug)
+    try:
+        keyring = keys.load_keyring(group.key_file, group.previous_key_file)
+        agent = Agent(conf, keyring)
+        agent.start()
+    except ConfigError as e:
+        return _fail(e)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    notifier = sdnotify.Notifier()
+    LOG.info("agent.started", host=agent.host,
+             boot_id=agent.sender.boot_id, kid=keyring.current.kid,
+             paths=[p.name for p in agent.sender.paths],
+             engines=list(group.engines), interval=group.interval)
+    notifier.ready("beating to %d engine address(es)" % len(group.engines))
+    try:
+        agent.run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    notifier.stopping()
+    LOG.info("agent.stopped", host=agent.host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

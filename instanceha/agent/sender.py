@@ -1,0 +1,243 @@
+"""The beat loop: every ``[agent] interval`` seconds, one signed datagram
+per network path to every engine address.
+
+Identity. ``host`` is the name Nova knows the host by: ``[agent] host``,
+else nova.conf's ``[DEFAULT] host``, else the system's host name (Nova's
+own default). ``boot_id`` is the kernel's (a new one at every boot: the
+engine tells a reboot from a pause by it).
+
+Numbers and times. Each path has its own sequence, one more per beat; it
+starts at the milliseconds since boot (``CLOCK_BOOTTIME``), so a restarted
+agent continues above what its predecessor sent in the same boot and the
+engine's replay guard accepts it at once. All engine addresses of a path
+get the same datagram (same sequence number: each engine sees its own
+copy). ``sent_at`` is the wall clock read once at start plus the
+monotonic time elapsed since: a clock step while the agent runs (NTP
+correcting the clock after boot) does not move it, so the engine's
+learned offset for this host stays right (see
+:mod:`instanceha.heartbeat.replay`).
+
+Failures to send (a network down) are counted per path and logged when a
+path starts failing and when it recovers, not at every beat.
+"""
+
+import configparser
+import errno
+import socket
+import time
+
+import structlog
+
+from instanceha.conf import agent as agent_conf
+from instanceha.errors import ConfigError
+from instanceha.heartbeat import protocol
+
+LOG = structlog.get_logger("instanceha.agent.sender")
+
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path=BOOT_ID_FILE):
+    """The kernel's boot id; raises ConfigError when it cannot be read."""
+    try:
+        with open(path) as f:
+            boot_id = f.read(100).strip()
+    except OSError as e:
+        raise ConfigError("boot id: cannot read %s (%s)"
+                          % (path, e.strerror or e))
+    if not boot_id or len(boot_id) > protocol.MAX_BOOT_ID:
+        raise ConfigError("boot id: %s holds no boot id" % path)
+    return boot_id
+
+
+def boot_millis():
+    """Milliseconds since boot, suspend included (the first sequence
+    number)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * 1000)
+
+
+def nova_host(path):
+    """nova.conf's ``[DEFAULT] host`` at ``path``, or None (unset, or the
+    file unreadable)."""
+    parser = configparser.RawConfigParser(strict=False)
+    try:
+        with open(path) as f:
+            parser.read_file(f)
+    except (OSError, configparser.Error, UnicodeDecodeError) as e:
+        LOG.info("agent.nova_conf_unread", path=path, error=str(e))
+        return None
+    return (parser.defaults().get("host") or "").strip() or None
+
+
+def resolve_host(conf, gethostname=socket.gethostname, read_nova=nova_host):
+    """This host's name as Nova knows it (see the module's text)."""
+    group = conf.agent
+    if group.host:
+        return group.host
+    return read_nova(group.nova_conf) or gethostname()
+
+
+def resolve_engines(items, resolver=socket.getaddrinfo):
+    """[(family, sockaddr)] of ``[agent] engines``, resolved now; raises
+    ConfigError naming an entry that does not resolve."""
+    engines = []
+    for item in items:
+        try:
+            host, port = agent_conf.split_address(
+                item, agent_conf.DEFAULT_ENGINE_PORT)
+            info = resolver(host, port, type=socket.SOCK_DGRAM)
+        except (ValueError, OSError) as e:
+            raise ConfigError("[agent] engines: %s: %s" % (item, e))
+        family, _, _, _, sockaddr = info[0]
+        engines.append((family, sockaddr))
+    return engines
+
+
+def _family(address):
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+class _Path:
+    """One network path: its name, sockets (per address family) and
+    sequence."""
+
+    def __init__(self, name, address, seq):
+        self.name = name
+        self.address = address
+        self.seq = seq
+        self.sockets = {}
+        self.sent = 0
+        self.errors = 0
+        self.failing = False
+
+
+class Sender:
+    """Sends this host's beats (see the module's text).
+
+    ``clock`` is the wall clock (read once, at construction),
+    ``facts_fn()`` returns the :class:`~instanceha.heartbeat.protocol.Facts`
+    of each beat, ``socket_factory(family, type)`` makes the sockets.
+    ``host``, ``boot_id``, ``seq_start``, ``monotonic`` and ``resolver``
+    are read from the system unless given (tests, the simulator)."""
+
+    def __init__(self, conf, keyring, clock=time.time, facts_fn=None,
+                 socket_factory=socket.socket, host=None, boot_id=None,
+                 monotonic=time.monotonic, seq_start=None,
+                 resolver=socket.getaddrinfo):
+        group = conf.agent
+        self.interval = group.interval
+        self.keyring = keyring
+        self.host = host or resolve_host(conf)
+        self.boot_id = boot_id or read_boot_id()
+        self._facts_fn = facts_fn or (lambda: protocol.UNKNOWN_FACTS)
+        self._monotonic = monotonic
+        self._mono0 = monotonic()
+        self._wall0 = clock()
+        seq = boot_millis() if seq_start is None else seq_start
+        self._engines = resolve_engines(group.engines, resolver)
+        try:
+            paths = agent_conf.parse_paths(group.paths)
+        except ValueError as e:
+            raise ConfigError("[agent] paths: %s" % e)
+        self.paths = [_Path(name, address, seq) for name, address in paths]
+        try:      # a host name that no beat can carry fails now
+            protocol.encode_beat(self._beat(self.paths[0], 0.0,
+                                            protocol.UNKNOWN_FACTS),
+                                 keyring.current)
+        except ValueError as e:
+            raise ConfigError("[agent] host %r: %s" % (self.host, e))
+        for path in self.paths:
+            self._open(path, socket_factory)
+
+    def _open(self, path, socket_factory):
+        families = {family for family, _ in self._engines}
+        if path.address is not None:
+            family = _family(path.address)
+            if family not in families:
+                raise ConfigError(
+                    "[agent] paths: %s=%s: no engine address of that "
+                    "address family" % (path.name, path.address))
+            families = {family}
+        for family in families:
+            sock = socket_factory(family, socket.SOCK_DGRAM)
+            try:
+                sock.setblocking(False)
+                if path.address is not None:
+                    sock.bind((path.address, 0))
+            except OSError as e:
+                sock.close()
+                self.close()
+                raise ConfigError("[agent] paths: %s=%s: cannot bind (%s)"
+                                  % (path.name, path.address,
+                                     e.strerror or e))
+            path.sockets[family] = sock
+
+    def close(self):
+        for path in self.paths:
+            for sock in path.sockets.values():
+                sock.close()
+            path.sockets.clear()
+
+    def sent_at(self):
+        """The send time of a beat now: step-free wall clock."""
+        return self._wall0 + (self._monotonic() - self._mono0)
+
+    def _beat(self, path, sent_at, facts):
+        return protocol.Beat(host=self.host, boot_id=self.boot_id,
+                             seq=path.seq, sent_at=sent_at, path=path.name,
+                             facts=facts)
+
+    def send_once(self):
+        """Send one beat on every path to every engine; return the number
+        of datagrams handed to the kernel."""
+        facts = self._facts_fn()
+        sent_at = self.sent_at()
+        key = self.keyring.current
+        total = 0
+        for path in self.paths:
+            path.seq += 1
+            data = protocol.encode_beat(self._beat(path, sent_at, facts),
+                                        key)
+            failed = None
+            for family, address in self._engines:
+                sock = path.sockets.get(family)
+                if sock is None:
+                    continue
+                try:
+                    sock.sendto(data, address)
+                except OSError as e:
+                    failed = e
+                    path.errors += 1
+                else:
+                    path.sent += 1
+                    total += 1
+            self._note(path, failed)
+        return total
+
+    def _note(self, path, failed):
+        if failed is not None and not path.failing:
+            LOG.warning("agent.path_failing", path=path.name,
+                        error=errno.errorcode.get(failed.errno,
+                                                  str(failed)))
+        elif failed is None and path.failing:
+            LOG.info("agent.path_recovered", path=path.name,
+                     errors=path.errors)
+        path.failing = failed is not None
+
+    def run(self, stop_event):
+        """Beat every ``interval`` seconds until ``stop_event`` is set
+        (its ``wait`` is the only pause). Beats are due at fixed times;
+        when sending ran past the next one, it is sent at once and the
+        schedule goes on from there (no burst to catch up)."""
+        due = self._monotonic()
+        while not stop_event.is_set():
+            try:
+                self.send_once()
+            except Exception:
+                LOG.exception("agent.beat_failed")
+            due += self.interval
+            now = self._monotonic()
+            if due < now:
+                due = now
+            if stop_event.wait(due - now):
+                break

@@ -1,0 +1,250 @@
+"""Options of ``instanceha-agent``, the heartbeat agent of a compute host.
+
+The agent is a process of its own with its own configuration file
+(``/etc/instanceha/instanceha-agent.conf``): these options are registered
+by :mod:`instanceha.agent.main` only, never by the engine (they are not in
+``instanceha.conf.MODULES``). The sample is rendered from the
+``instanceha.agent`` namespace (etc/oslo-config-generator/
+instanceha-agent.conf).
+"""
+
+from oslo_config import cfg
+
+GROUP = "agent"
+DEFAULT_CONFIG_FILE = "/etc/instanceha/instanceha-agent.conf"
+DEFAULT_ENGINE_PORT = 7411
+CHECKS = [("systemd", "ask systemd for the units' ActiveState "
+                      "(systemctl show), at most every facts_interval "
+                      "seconds"),
+          ("pidfile", "read a pid file and check that the process lives "
+                      "(cheap: every beat)"),
+          ("none", "do not check; the fact is sent as unknown")]
+
+OPTS = [
+    # -- who this host is -------------------------------------------------
+    cfg.StrOpt("host", default=None,
+               help="This compute host's name as Nova knows it (the "
+                    "'host' of its nova-compute service). Unset: nova.conf's "
+                    "[DEFAULT] host (see nova_conf), else the system's host "
+                    "name, which is Nova's own default. A wrong name makes "
+                    "the engine count the beats as from an unknown host: "
+                    "this host then gets no fast detection and no veto."),
+    cfg.StrOpt("nova_conf", default="/etc/nova/nova.conf",
+               help="nova.conf read for [DEFAULT] host when 'host' is "
+                    "unset. An unreadable file falls back to the system's "
+                    "host name (logged at start)."),
+    # -- where beats go ---------------------------------------------------
+    cfg.ListOpt("engines", default=[],
+                help="Where to send beats: every engine replica's heartbeat "
+                     "listener, as host:port ([v6addr]:port for IPv6; the "
+                     "port defaults to %d). Names are resolved once at "
+                     "start. Required: an agent with no engine does "
+                     "nothing." % DEFAULT_ENGINE_PORT),
+    cfg.ListOpt("paths", default=[],
+                help="Networks to send over, each as name=local_address, "
+                     "e.g. 'mgmt=192.0.2.11,storage=198.51.100.11'. Each "
+                     "path has its own socket bound to that address (so "
+                     "beats leave through that network) and its own "
+                     "sequence; the engine counts beats per path, and a "
+                     "host silent on one path but not the other is alive. "
+                     "'name=' leaves the source address to the routing "
+                     "table. Empty: one path named 'default', unbound."),
+    cfg.FloatOpt("interval", default=1.0, min=0.05, max=60,
+                 help="Seconds between beats. The engine declares a host "
+                      "silent after its own silence timeout (a few "
+                      "intervals): raising this here without raising it "
+                      "there makes healthy hosts look silent."),
+    # -- keys ---------------------------------------------------------------
+    cfg.StrOpt("key_file", default="/etc/instanceha/agent.key",
+               help="File holding the shared HMAC key: one line of at "
+                    "least 32 bytes (openssl rand -hex 32), mode 0600. The "
+                    "engine must hold the same key. A missing, unreadable, "
+                    "short or group/world-readable file stops the agent at "
+                    "start (exit status 2). Anyone who reads it can forge "
+                    "beats and keep a dead host from being fenced."),
+    cfg.StrOpt("previous_key_file", default=None,
+               help="During a key rotation: the previous key, still "
+                    "accepted on requests from engines that have not "
+                    "switched yet (beats are always signed with key_file). "
+                    "Remove once every engine uses the new key."),
+    cfg.FloatOpt("replay_window", default=30.0, min=1, max=3600,
+                 help="Seconds an engine's request may be old (or ahead) by "
+                      "this host's clock; older ones are refused as stale, "
+                      "as are repeated ones. An engine whose clock differs "
+                      "from this host's by more cannot request restarts."),
+    # -- facts ---------------------------------------------------------------
+    cfg.StrOpt("compute_check", default="systemd", choices=CHECKS,
+               help="How to tell whether nova-compute runs. The engine "
+                    "uses it to say 'nova-compute down, host alive' and for "
+                    "soft fencing; a wrong answer never fences a host."),
+    cfg.ListOpt("compute_units",
+                default=["openstack-nova-compute.service",
+                         "nova-compute.service", "devstack@n-cpu.service"],
+                help="systemd units that may run nova-compute, in order: "
+                     "the first one systemd has loaded is checked (and "
+                     "restarted by soft fencing). RDO, Debian/Ubuntu and "
+                     "DevStack names by default. None loaded: unknown."),
+    cfg.StrOpt("compute_pidfile", default="/run/nova/nova-compute.pid",
+               help="With compute_check = pidfile: the pid file of "
+                    "nova-compute. A stale file whose pid was reused by "
+                    "another process reads as running."),
+    cfg.StrOpt("libvirt_check", default="systemd", choices=CHECKS,
+               help="How to tell whether libvirt's daemon runs (reported "
+                    "to the engine as a fact; it decides nothing alone)."),
+    cfg.ListOpt("libvirt_units",
+                default=["libvirtd.service", "virtqemud.service"],
+                help="systemd units that may run libvirt's daemon: the "
+                     "first loaded one is checked (monolithic libvirtd or "
+                     "the modular virtqemud)."),
+    cfg.StrOpt("libvirt_pidfile", default="/run/libvirtd.pid",
+               help="With libvirt_check = pidfile: libvirtd's pid file."),
+    cfg.BoolOpt("count_guests", default=True,
+                help="Report the number of running guests, read from "
+                     "libvirt (python3-libvirt must be importable by the "
+                     "agent; otherwise the count is sent as unknown)."),
+    cfg.StrOpt("libvirt_uri", default="qemu:///system",
+               help="libvirt connection URI for counting guests, opened "
+                    "read-only."),
+    cfg.FloatOpt("facts_interval", default=5.0, min=0, max=3600,
+                 help="Seconds a systemd or libvirt answer is reused before "
+                      "asking again (pid files are read at every beat). "
+                      "Each question starts a systemctl process: asking at "
+                      "every beat would cost far more CPU than the beats. A "
+                      "stopped nova-compute shows in the beats up to this "
+                      "much later."),
+    cfg.FloatOpt("check_timeout", default=2.0, min=0.1, max=60,
+                 help="Seconds a systemctl or libvirt query may take before "
+                      "the fact is sent as unknown."),
+    # -- soft fencing -------------------------------------------------------
+    cfg.ListOpt("control_addresses", default=[],
+                help="Addresses (address:port) where the agent receives "
+                     "engines' signed requests, e.g. to restart "
+                     "nova-compute on a host whose agent beats while Nova "
+                     "says its compute service is down. Empty: no request "
+                     "is received. Bind the management address only; "
+                     "requests are authenticated and replay-checked."),
+    cfg.BoolOpt("restart_compute", default=False,
+                help="Restart nova-compute when an engine asks (soft "
+                     "fencing). Off: requests are refused and logged. A "
+                     "restart interrupts operations nova-compute runs at "
+                     "that moment (a migration's local steps, a spawn)."),
+    cfg.BoolOpt("self_restart", default=False,
+                help="Restart nova-compute on the agent's own decision "
+                     "when it has been seen down for self_restart_after "
+                     "seconds, without waiting for an engine. Shares the "
+                     "restart_max limit with requested restarts."),
+    cfg.FloatOpt("self_restart_after", default=60.0, min=1, max=86400,
+                 help="Seconds nova-compute must be seen down before the "
+                      "agent restarts it itself (with self_restart). Short: "
+                      "races a deliberate stop by an operator or a package "
+                      "upgrade."),
+    cfg.IntOpt("restart_max", default=3, min=1, max=100,
+               help="At most this many restarts of nova-compute (asked or "
+                    "self-decided) per restart_window; more are refused and "
+                    "logged. A nova-compute that keeps dying needs a human."),
+    cfg.FloatOpt("restart_window", default=3600.0, min=60, max=604800,
+                 help="Seconds over which restart_max counts."),
+    cfg.ListOpt("restart_command",
+                default=["systemctl", "--no-block", "restart", "{unit}"],
+                help="Command restarting nova-compute, as a list of "
+                     "arguments (no shell); {unit} is the first loaded unit "
+                     "of compute_units (the first listed when none is "
+                     "known). --no-block: systemd queues the restart and "
+                     "the agent does not wait for nova-compute to stop."),
+    cfg.FloatOpt("restart_timeout", default=30.0, min=1, max=600,
+                 help="Seconds the restart command may run before it is "
+                      "killed and the attempt counted as failed."),
+    # -- logging ------------------------------------------------------------
+    cfg.StrOpt("log_format", default="console",
+               choices=[("console", "key=value lines"),
+                        ("json", "one JSON object per line")],
+               help="Format of the agent's log lines on stderr (the "
+                    "journal under systemd)."),
+    cfg.BoolOpt("debug", default=False,
+                help="Log at debug level: every request and fact change, "
+                     "not each beat."),
+]
+
+
+def register_opts(conf):
+    conf.register_group(cfg.OptGroup(
+        GROUP, title="instanceha heartbeat agent",
+        help="The agent on each compute host: signed UDP beats to the "
+             "engines, local facts, and nova-compute restarts on request."))
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def list_opts():
+    """For oslo-config-generator (namespace 'instanceha.agent')."""
+    return [(GROUP, OPTS)]
+
+
+def new_conf():
+    """A fresh ConfigOpts with the agent's options registered."""
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    return conf
+
+
+def split_address(text, default_port=None):
+    """(host, port) of ``host:port`` or ``[v6]:port``; the port may be
+    left out when ``default_port`` is given. Raises ValueError."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError("%r: expected [address]:port" % text)
+        port = rest[1:]
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, ""
+    if not port:
+        if default_port is None:
+            raise ValueError("%r: no port" % text)
+        port = str(default_port)
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("%r: expected address:port" % text)
+    return host, int(port)
+
+
+def parse_paths(items):
+    """[(name, local address or None)] from ``paths``; raises ValueError."""
+    paths = []
+    for item in items or ["default="]:
+        name, sep, address = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not all(
+                c.isalnum() or c in "_.-" for c in name) or len(name) > 32:
+            raise ValueError("%r: expected name=local_address (a name of "
+                             "letters, digits, _ . -)" % item)
+        if name in (n for n, _ in paths):
+            raise ValueError("path %r named twice" % name)
+        address = address.strip().strip("[]") or None
+        paths.append((name, address))
+    return paths
+
+
+def validate(conf):
+    """Checks across options, run at start: raises cfg.Error naming the
+    option."""
+    group = conf.agent
+    if not group.engines:
+        raise cfg.Error("[agent] engines: must list at least one engine "
+                        "address (host:port): beats have nowhere to go")
+    for item, what in ([(e, "engines") for e in group.engines]
+                       + [(c, "control_addresses")
+                          for c in group.control_addresses]):
+        try:
+            split_address(item, DEFAULT_ENGINE_PORT
+                          if what == "engines" else None)
+        except ValueError as e:
+            raise cfg.Error("[agent] %s: %s" % (what, e))
+    try:
+        parse_paths(group.paths)
+    except ValueError as e:
+        raise cfg.Error("[agent] paths: %s" % e)
+    if group.restart_compute and not group.control_addresses:
+        raise cfg.Error("[agent] restart_compute = true needs [agent] "
+                        "control_addresses: requests cannot arrive "
+                        "otherwise")
