@@ -74,7 +74,8 @@ class ReplayGuard:
         self.forget_after = float(forget_after)
         self.max_hosts = max_hosts
         self.boots_kept = boots_kept
-        self._hosts = collections.OrderedDict()
+        self._hosts: "collections.OrderedDict[str, _Host]" = \
+            collections.OrderedDict()
 
     def __len__(self):
         return len(self._hosts)
