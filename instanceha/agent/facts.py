@@ -7,7 +7,7 @@ nor cost more than it. So:
 * pid file checks (``*_check = pidfile``) are made at every beat: a file
   read and ``kill(pid, 0)``, microseconds;
 * systemd and libvirt are asked at most every ``[agent] facts_interval``
-  seconds (5 by default): one ``systemctl show`` process for both
+  seconds (10 by default): one ``systemctl show`` process for both
   daemons' units (a process start costs milliseconds of CPU: at every
   beat that alone would exceed the agent's budget of 0.5 % of a core),
   and one read-only libvirt connection for the guest count;

@@ -105,7 +105,7 @@ OPTS = [
     cfg.StrOpt("libvirt_uri", default="qemu:///system",
                help="libvirt connection URI for counting guests, opened "
                     "read-only."),
-    cfg.FloatOpt("facts_interval", default=5.0, min=0, max=3600,
+    cfg.FloatOpt("facts_interval", default=10.0, min=0, max=3600,
                  help="Seconds a systemd or libvirt answer is reused before "
                       "asking again (pid files are read at every beat). "
                       "Each question starts a systemctl process: asking at "
