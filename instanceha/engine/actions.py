@@ -87,8 +87,11 @@ def live_sharers(ctx, record, bmc):
     # Only hosts whose inventory entry reaches the same machine, or that
     # our BMC names, can be hurt: with none (the usual case) Nova need not
     # be asked at all.
-    names = {name for name, other in ctx.inventory.items()
-             if name != record.name and same(other)}
+    # Candidates from indexes (entries reaching one BMC; BMCs that
+    # reported one system UUID), each then judged as ``same`` says.
+    names = {name for name in (ctx.bmc_mates(record.name, bmc)
+                               | ev.same_machine_hosts(bmc))
+             if name != record.name and same(ctx.inventory.get(name))}
     if not names and not reported:
         return []
     everyone = ctx.compute.list_services()

@@ -6,6 +6,8 @@ the actions of all hosts (rows seen, evacuation runs under way, the
 admission gate, the BMC evidence).
 """
 
+from typing import Dict, Set
+
 import structlog
 
 from instanceha.drivers import fencing as fencing_pkg
@@ -54,6 +56,9 @@ class Context:
         #: host dead?), kept in the journal
         self.evidence = EvidenceStore(journal, clock)
         self.evidence.load()
+        #: ({host: entry} indexed, {host: hosts whose entries reach one of
+        #: its BMCs})
+        self._mates = None
         #: Nova's compute services and the cloud's capacities, as the
         #: evacuations of several hosts at once read them to choose and
         #: judge destinations: those that ask while a read runs share it
@@ -73,6 +78,36 @@ class Context:
     def bmc_for(self, host):
         return inventory_mod.entry_for(self.inventory, host,
                                        self.conf.fencing.default_driver)
+
+    def bmc_mates(self, host, bmc):
+        """The hosts whose inventory entry may reach a BMC that ``bmc``
+        (the entry of ``host``) reaches: every one that does
+        (inventory.same_bmc, an address and a DNS name of it being one),
+        and maybe more ("one BMC" is not transitive: an entry choosing no
+        system meets two that choose different ones), for the caller to
+        compare. From an index made once per inventory (inventory.shared)
+        instead of comparing every entry at each fence. An entry not in
+        the inventory (``[fencing] default_driver``) is compared with
+        every entry."""
+        inv = self.inventory
+        if inv.get(host) is not bmc:
+            return {name for name, other in inv.items()
+                    if name != host and other is not None
+                    and inventory_mod.same_bmc(bmc, other,
+                                               inventory_mod.resolve)}
+        cached = self._mates
+        # Valid while every entry is the one indexed (a reload replaces
+        # the inventory; a changed entry is a new object): one identity
+        # comparison per entry, far cheaper than comparing BMCs.
+        if cached is None or len(cached[0]) != len(inv) or any(
+                inv.get(name) is not entry
+                for name, entry in cached[0].items()):
+            mates: Dict[str, Set[str]] = {}
+            for _, group in inventory_mod.shared(inv, inventory_mod.resolve):
+                for name in group:
+                    mates.setdefault(name, set()).update(group)
+            cached = self._mates = (dict(inv), mates)
+        return cached[1].get(host, set()) - {host}
 
     def fencer(self, name):
         return self._fencers.get(name)

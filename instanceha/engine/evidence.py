@@ -36,6 +36,8 @@ class EvidenceStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._ev = {}               # host name -> {method key: Evidence}
+        #: system UUID -> {host name: methods whose evidence names it}
+        self._by_uuid = {}
 
     def load(self):
         """Merge what the journal kept (at start, and when elected)."""
@@ -47,9 +49,24 @@ class EvidenceStore:
             return 0
         with self._lock:
             for (host, key), data in kept.items():
-                self._ev.setdefault(host, {})[key] = \
-                    proof.Evidence.from_dict(data)
+                self._store(host, key, proof.Evidence.from_dict(data))
         return len(kept)
+
+    def _store(self, host, key, new):
+        """Keep ``new`` for (host, key), and the UUID index with it.
+        Called under the lock."""
+        old = self._ev.setdefault(host, {}).get(key)
+        for uuid in set(old.uuids if old else ()):
+            hosts = self._by_uuid.get(uuid, {})
+            hosts[host] = hosts.get(host, 0) - 1
+            if hosts[host] <= 0:
+                del hosts[host]
+            if not hosts:
+                self._by_uuid.pop(uuid, None)
+        for uuid in set(new.uuids if new else ()):
+            hosts = self._by_uuid.setdefault(uuid, {})
+            hosts[host] = hosts.get(host, 0) + 1
+        self._ev[host][key] = new
 
     def get(self, host, method):
         return self._get(host, inventory.method_key(method))
@@ -62,7 +79,7 @@ class EvidenceStore:
         if new == old:
             return
         with self._lock:
-            self._ev.setdefault(host, {})[key] = new
+            self._store(host, key, new)
         try:
             self._journal.evidence_saved(host, key, self._clock(),
                                          new.to_dict())
@@ -125,6 +142,20 @@ class EvidenceStore:
         mine = [self.get(a.host, m) for m in a.methods]
         theirs = [self.get(b.host, m) for m in b.methods]
         return any(proof.same_machine(x, y) for x in mine for y in theirs)
+
+    def same_machine_hosts(self, bmc):
+        """Hosts (other than ``bmc``'s) that :meth:`same_machine` may
+        find on one machine with ``bmc``: those whose BMCs reported a
+        system UUID that ``bmc``'s reported (from an index, not by
+        reading every host's evidence)."""
+        if bmc is None:
+            return set()
+        mine = [self.get(bmc.host, m) for m in bmc.methods]
+        uuids = {u for ev in mine if ev is not None for u in ev.uuids}
+        with self._lock:
+            found = {h for u in uuids for h in self._by_uuid.get(u, ())}
+        found.discard(bmc.host)
+        return found
 
     def hostnames(self, bmc):
         """The host names ``bmc``'s methods reported for their machine."""
