@@ -35,6 +35,11 @@ class EventKind(str, enum.Enum):
     # A compute host became schedulable (enabled and up): a host waiting
     # for capacity may try again now rather than at its back-off time.
     CAPACITY = "capacity"
+    # The host's heartbeat agent (instanceha-agent, optional per host):
+    # heard (first beat, beats back, or its report changed), or silent on
+    # every path for [agent] silence_timeout.
+    AGENT_BEATING = "agent_beating"
+    AGENT_SILENT = "agent_silent"
     # Results of actions (engine workers).
     FENCE_OK = "fence_ok"
     FENCE_FAILED = "fence_failed"
@@ -195,8 +200,36 @@ class Suspension:
             object.__setattr__(self, "until", float(self.until))
 
 
+@dataclasses.dataclass(frozen=True)
+class AgentReport:
+    """AGENT_BEATING: what the host's agent says, from its authenticated
+    beats. ``paths``: the networks it is heard on now (each within
+    silence_timeout); ``compute``, ``libvirt``: is the daemon running
+    (None: the agent cannot tell); ``guests``: running domains (None:
+    unknown); ``last_beat_at``: when its last beat arrived (engine's
+    clock)."""
+
+    paths: Tuple[str, ...]
+    boot_id: str
+    last_beat_at: float
+    compute: Optional[bool] = None
+    libvirt: Optional[bool] = None
+    guests: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSilence:
+    """AGENT_SILENT: no authenticated beat on any path since
+    ``last_beat_at`` (engine's clock); ``paths``: those it was heard on
+    before."""
+
+    last_beat_at: float
+    paths: Tuple[str, ...] = ()
+
+
 Payload = Union[ServiceReport, PowerReading, Fenced, Isolated,
-                EvacuationSummary, Restored, KdumpMessage, Suspension]
+                EvacuationSummary, Restored, KdumpMessage, Suspension,
+                AgentReport, AgentSilence]
 
 #: The payload class of each kind that carries one.
 PAYLOADS: Dict[EventKind, Type[Any]] = {
@@ -214,6 +247,8 @@ PAYLOADS: Dict[EventKind, Type[Any]] = {
     EventKind.REPROOF_FAILED: EvacuationSummary,
     EventKind.CLEANUP_CONFIRMED: Restored,
     EventKind.OPERATOR_SUSPEND: Suspension,
+    EventKind.AGENT_BEATING: AgentReport,
+    EventKind.AGENT_SILENT: AgentSilence,
 }
 
 
