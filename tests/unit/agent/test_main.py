@@ -19,6 +19,14 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
 
+@pytest.fixture(autouse=True)
+def _no_process_logging(monkeypatch):
+    # main() points the root logger at the stderr of the moment: in-process
+    # that is pytest's capture, closed after the test, and every later
+    # test's log line would fail on it ("Logging error").
+    monkeypatch.setattr("instanceha.log.setup", lambda *a, **k: None)
+
+
 def write_conf(tmp_path, key, engines="127.0.0.1:9", **extra):
     lines = ["[agent]", "host = compute-1", "engines = %s" % engines,
              "key_file = %s" % key, "compute_check = none",
