@@ -15,7 +15,6 @@ that maps to no host, or to more than one, is counted in
 "keep waiting" is the engine's decision (``[kdump] action``).
 """
 
-import ipaddress
 import selectors
 import socket
 import struct
@@ -28,6 +27,8 @@ from instanceha.conf import kdump as kdump_conf
 from instanceha.events import Event
 from instanceha.events import EventKind
 from instanceha.events import KdumpMessage
+from instanceha.sources import udp
+from instanceha.sources.udp import normalise_address
 
 LOG = structlog.get_logger("instanceha.sources.kdump")
 
@@ -48,14 +49,6 @@ def parse_message(data):
         if magic == MAGIC:
             return order if version == VERSION else None
     return None
-
-
-def normalise_address(address):
-    """Canonical text of an IP address; IPv4-mapped IPv6 becomes IPv4."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip)
 
 
 def resolve_name(name):
@@ -134,11 +127,7 @@ class KdumpSource:
         if sink is not None:
             self._sink = sink
         address = self._group.listen_address
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_DGRAM)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind((address, self._group.port))
+        sock = udp.bind(address, self._group.port)
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
