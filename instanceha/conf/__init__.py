@@ -22,6 +22,7 @@ from instanceha.conf import default
 from instanceha.conf import detection
 from instanceha.conf import evacuation
 from instanceha.conf import fencing
+from instanceha.conf import heartbeat
 from instanceha.conf import journal
 from instanceha.conf import kdump
 from instanceha.conf import notifications
@@ -31,7 +32,7 @@ from instanceha.conf import reserved_hosts
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
-           capacity, reserved_hosts, coordination]
+           capacity, reserved_hosts, coordination, heartbeat]
 
 
 def new_conf():

@@ -1,0 +1,135 @@
+"""The engine's options for the hosts' heartbeat agents (group
+``[agent]`` of the engine's configuration).
+
+Not to be confused with :mod:`instanceha.conf.agent`: the options of the
+agent itself, a process of its own on each compute host with its own
+file. The two share the key file (same secret) and the ports: agents send
+beats to ``listen_addresses`` here, engines send requests to the agents'
+``control_addresses`` (port ``request_port`` here).
+"""
+
+from oslo_config import cfg
+from oslo_config import types
+
+from instanceha.conf import _group
+from instanceha.conf import agent as agent_conf
+
+GROUP = "agent"
+#: Where agents send beats unless told otherwise (the agent's default).
+DEFAULT_PORT = agent_conf.DEFAULT_ENGINE_PORT
+
+OPTS = [
+    cfg.ListOpt("listen_addresses", default=[],
+                help="Addresses where this engine receives the agents' "
+                     "signed beats, as address or address:port "
+                     "([v6addr]:port for IPv6; the port defaults to %d; 0 "
+                     "binds a free one, for tests). One listener per "
+                     "network the agents send over (management, storage). "
+                     "Empty: no listener, hosts are judged by Nova alone, "
+                     "as without agents. Beats are authenticated, so a "
+                     "wildcard address is allowed, but naming each "
+                     "network's address keeps stray traffic off."
+                     % DEFAULT_PORT),
+    cfg.StrOpt("key_file", default=None,
+               help="File holding the HMAC key shared with the agents "
+                    "(one line of at least 32 bytes, mode 0600): the same "
+                    "secret as the agents' key_file. Required when "
+                    "listen_addresses is set; a missing, unreadable, short "
+                    "or group/world-readable file stops the start with its "
+                    "path named. Whoever reads it can forge beats and keep "
+                    "a dead host from being fenced. Requests to agents are "
+                    "signed with it."),
+    cfg.StrOpt("previous_key_file", default=None,
+               help="During a key rotation: the previous key, whose beats "
+                    "are still accepted (status shows the hosts still "
+                    "signing with it). Requests are always signed with "
+                    "key_file. Remove once every agent has the new key."),
+    cfg.FloatOpt("silence_timeout", default=3.0, min=0.1, max=3600,
+                 help="Seconds without an authenticated beat on a path "
+                      "before that path counts as silent; a host silent on "
+                      "every path for this long is reported silent (a "
+                      "suspect for fast detection, corroborated before any "
+                      "fencing). Keep it at several times the agents' "
+                      "interval (1 s): shorter reports hosts silent on "
+                      "ordinary packet loss."),
+    cfg.FloatOpt("replay_window", default=30.0, min=1, max=3600,
+                 help="Seconds a beat's send time may drift from what the "
+                      "host's clock has shown before the beat is refused "
+                      "as stale (held back and sent again). A steady "
+                      "clock skew is learned per host and boot; this "
+                      "bounds how long a recorded beat stays usable."),
+    cfg.FloatOpt("cliff_share", default=0.3, min=0.0, max=1.0,
+                 help="Share (0..1) of the hosts whose agents were beating "
+                      "that, once fallen silent within cliff_window "
+                      "seconds, makes a 'cliff': this engine is likely cut "
+                      "off from them rather than they all died, and "
+                      "fencing on the agents' silence is held."),
+    cfg.FloatOpt("cliff_window", default=10.0, min=0.1, max=3600,
+                 help="Seconds within which silences are counted together "
+                      "for cliff_share."),
+    cfg.IntOpt("cliff_min_hosts", default=3, min=1,
+               help="A cliff needs at least this many hosts fallen silent "
+                    "within cliff_window, so that one or two deaths in a "
+                    "small cloud are not taken for a cut-off engine."),
+    cfg.PortOpt("request_port", default=7412,
+                help="UDP port where agents receive signed requests (their "
+                     "control_addresses). A request goes to the address "
+                     "the host's last beat came from, on this port."),
+    cfg.BoolOpt("restart_compute", default=False,
+                help="Soft fencing: ask the agent of a host that beats "
+                     "while Nova says its nova-compute is down to restart "
+                     "nova-compute (the agent must allow it too, with its "
+                     "own restart_compute). Off: such a host is only "
+                     "reported and never fenced."),
+    cfg.IntOpt("restart_max", default=3, min=1, max=100,
+               help="At most this many restart requests per host per "
+                    "restart_window; then the host is left to a human."),
+    cfg.FloatOpt("restart_window", default=3600.0, min=60, max=604800,
+                 help="Seconds over which restart_max counts."),
+]
+
+
+def split_listen_address(text):
+    """(address, port) of one ``listen_addresses`` item; raises
+    ValueError naming it."""
+    host, port = agent_conf.split_address(text, DEFAULT_PORT)
+    try:
+        types.HostAddress()(host)
+    except ValueError:
+        raise ValueError("%r: %r is not an IP address or host name"
+                         % (text, host))
+    return host, port
+
+
+def listen_addresses(group):
+    """[(address, port)] of ``group.listen_addresses``; raises
+    ValueError."""
+    return [split_listen_address(item) for item in group.listen_addresses]
+
+
+def validate(conf):
+    """Checks across options, run at start: raises cfg.Error naming the
+    option. The key files are read by the heartbeat source when it is
+    built (:func:`instanceha.heartbeat.keys.load_keyring`: a problem
+    names the file)."""
+    group = conf.agent
+    if not group.listen_addresses:
+        return
+    try:
+        bound = listen_addresses(group)
+    except ValueError as e:
+        raise cfg.Error("[agent] listen_addresses: %s" % e)
+    if len(set(bound)) != len(bound):
+        raise cfg.Error("[agent] listen_addresses: an address is listed "
+                        "twice")
+    if not group.key_file:
+        raise cfg.Error("[agent] key_file: must be set when [agent] "
+                        "listen_addresses is: beats are authenticated with "
+                        "it")
+
+
+register_opts, list_opts = _group.make(
+    GROUP, OPTS, title="Heartbeat agents",
+    help_text="The hosts' heartbeat agents (instanceha-agent): where beats "
+              "are received, the shared key, when a host counts as silent, "
+              "and soft fencing (restarting nova-compute).")
