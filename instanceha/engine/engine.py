@@ -32,7 +32,8 @@ from instanceha.events import Event, EventKind as E
 from instanceha import failpoints
 from instanceha import fsm
 from instanceha.policy import storm
-from instanceha.fsm.states import ENTRY_ACTION, ISOLATED_STATES, Action, State
+from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
+                                   PROVING_STATES, Action, State)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -55,7 +56,11 @@ class Engine(Hosts):
         self.policy = fsm.Policy.from_conf(conf)
         self.unprotected = unprotected or dict
         self.status_extra = status_extra or dict
-        self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0)
+        # A quarter of the workers (at least one) kept for hosts being
+        # proven dead: evacuation passes never hold them all.
+        self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0,
+                               ordinary_limit=max(1, conf.workers - max(
+                                   1, conf.workers // 4)))
         self._lock = threading.RLock()
         self._records = {}
         #: what waits for each host (engine.inbox)
@@ -109,7 +114,9 @@ class Engine(Hosts):
         """Hand an event to the host's inbox. Thread-safe, never blocks long."""
         with self._lock:
             self._inbox.put(event)
-        self.queue.add(event.host)
+            rec = self._records.get(event.host)
+        self.queue.add(event.host, urgent=rec is None
+                       or rec.state in PROVING_STATES)
 
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""

@@ -8,6 +8,13 @@ back until a time; :meth:`add_rate_limited` does so with a delay that
 doubles per consecutive failure of that key, up to a cap, until
 :meth:`forget` resets it.
 
+Two lanes: a key added ``urgent`` (a host being proven dead: its next
+step is a power-off decision) is taken before every ordinary key (an
+evacuation pass, a cleanup check), and with ``ordinary_limit`` at most
+that many ordinary keys are processed at once, so that some workers are
+always free for urgent ones: a storm of evacuations never delays the
+fencing of the next host to die.
+
 Time comes from the injected ``clock``; a background thread (or a test
 calling :meth:`pump`) moves due delayed keys onto the queue.
 """
@@ -27,30 +34,46 @@ class ShutDown(Exception):
 
 class WorkQueue:
 
-    def __init__(self, clock, base_delay=0.5, max_delay=60.0):
+    def __init__(self, clock, base_delay=0.5, max_delay=60.0,
+                 ordinary_limit=None):
         self._clock = clock
         self._base = base_delay
         self._max = max_delay
         self._cond = threading.Condition()
         self._queue: Deque[Hashable] = collections.deque()
+        self._urgent: Deque[Hashable] = collections.deque()
+        self._ordinary_limit = ordinary_limit
         self._dirty = set()
+        self._dirty_urgent = set()          # dirty keys added urgent
         self._processing = set()
+        self._ordinary = set()              # processing, taken as ordinary
         self._delayed = []                 # heap of (due, seq, key)
         self._seq = itertools.count()
         self._failures: Counter[Hashable] = collections.Counter()
         self._shutdown = False
 
     # -- adding -------------------------------------------------------------
-    def add(self, key):
+    def add(self, key, urgent=False):
         with self._cond:
-            self._add_locked(key)
+            self._add_locked(key, urgent)
 
-    def _add_locked(self, key):
-        if self._shutdown or key in self._dirty:
+    def _add_locked(self, key, urgent=False):
+        if self._shutdown:
+            return
+        if key in self._dirty:
+            if urgent and key not in self._dirty_urgent:
+                # Waiting as ordinary: it moves to the urgent lane.
+                self._dirty_urgent.add(key)
+                if key not in self._processing:
+                    self._queue.remove(key)
+                    self._urgent.append(key)
+                    self._cond.notify_all()
             return
         self._dirty.add(key)
+        if urgent:
+            self._dirty_urgent.add(key)
         if key not in self._processing:
-            self._queue.append(key)
+            (self._urgent if urgent else self._queue).append(key)
             # notify_all: the delayer waits on this condition too, and a
             # notify() that woke it instead of a worker left the key queued
             # with every worker asleep.
@@ -109,21 +132,35 @@ class WorkQueue:
 
         Returns None if ``timeout`` passes with nothing to do."""
         with self._cond:
-            while not self._queue:
+            while not (self._urgent or (self._queue
+                                        and self._ordinary_free())):
                 if self._shutdown:
                     raise ShutDown()
                 if not self._cond.wait(timeout) and timeout is not None:
                     return None
-            key = self._queue.popleft()
+            if self._urgent:
+                key = self._urgent.popleft()
+            else:
+                key = self._queue.popleft()
+                self._ordinary.add(key)
             self._processing.add(key)
             self._dirty.discard(key)
+            self._dirty_urgent.discard(key)
             return key
+
+    def _ordinary_free(self):
+        return (self._ordinary_limit is None
+                or len(self._ordinary) < self._ordinary_limit)
 
     def done(self, key):
         with self._cond:
             self._processing.discard(key)
+            if key in self._ordinary:
+                self._ordinary.discard(key)
+                self._cond.notify_all()     # a slot for an ordinary key
             if key in self._dirty:
-                self._queue.append(key)
+                (self._urgent if key in self._dirty_urgent
+                 else self._queue).append(key)
                 self._cond.notify_all()
 
     def shut_down(self):
@@ -133,15 +170,16 @@ class WorkQueue:
 
     def __len__(self):
         with self._cond:
-            return len(self._queue)
+            return len(self._queue) + len(self._urgent)
 
     def settled(self):
         """True while no key is waiting or being processed (keys held back
         until a later time aside)."""
         with self._cond:
-            return not (self._queue or self._processing)
+            return not (self._queue or self._urgent or self._processing)
 
     def busy(self):
         """True while any key is waiting, processing or delayed."""
         with self._cond:
-            return bool(self._queue or self._processing or self._delayed)
+            return bool(self._queue or self._urgent or self._processing
+                        or self._delayed)

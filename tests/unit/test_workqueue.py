@@ -109,3 +109,51 @@ def test_a_key_readded_during_processing_wakes_a_worker_when_done():
     worker.join(10)
     q.shut_down()
     assert got == ["a"]
+
+
+def test_an_urgent_key_is_taken_before_ordinary_ones_queued_earlier():
+    q = WorkQueue(Clock())
+    q.add("evacuating-1")
+    q.add("evacuating-2")
+    q.add("suspect", urgent=True)
+    assert [q.get(timeout=0) for _ in range(3)] == [
+        "suspect", "evacuating-1", "evacuating-2"]
+
+
+def test_a_waiting_key_added_urgent_moves_ahead_once():
+    q = WorkQueue(Clock())
+    q.add("a")
+    q.add("b")
+    q.add("b", urgent=True)
+    q.add("b")                      # still urgent: one entry
+    assert [q.get(timeout=0) for _ in range(2)] == ["b", "a"]
+    assert q.get(timeout=0) is None and len(q) == 0
+
+
+def test_ordinary_keys_never_take_the_workers_kept_for_urgent_ones():
+    q = WorkQueue(Clock(), ordinary_limit=1)
+    q.add("pass-1")
+    q.add("pass-2")
+    assert q.get(timeout=0) == "pass-1"
+    # The one ordinary slot is taken: pass-2 waits, an urgent key goes.
+    assert q.get(timeout=0) is None
+    q.add("dying", urgent=True)
+    assert q.get(timeout=0) == "dying"
+    q.done("dying")
+    assert q.get(timeout=0) is None
+    q.done("pass-1")
+    assert q.get(timeout=0) == "pass-2"
+    assert not q.settled()
+    q.done("pass-2")
+    assert q.settled()
+
+
+def test_a_key_made_urgent_while_processed_comes_back_urgent():
+    q = WorkQueue(Clock(), ordinary_limit=1)
+    q.add("h")
+    assert q.get(timeout=0) == "h"
+    q.add("other")
+    q.add("h", urgent=True)         # an event for it while it runs
+    q.done("h")
+    assert q.get(timeout=0) == "h"  # ahead of "other", and not counted
+    assert q.get(timeout=0) == "other"   # as ordinary: other may run
