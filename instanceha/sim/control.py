@@ -1,6 +1,7 @@
 """The simulator's control API (``/sim``): read the whole world and break
 hosts from tests or from another process, e.g. ``curl -X POST
-http://127.0.0.1:8787/sim/hosts/compute-1/kill``. ``GET
+http://127.0.0.1:8787/sim/hosts/compute-1/kill`` (the host hangs;
+``kill-compute``: only its nova-compute dies; ``restart-compute``). ``GET
 /sim/evacuate-requests`` lists every evacuate request that reached the Nova
 API with its host's power state then (instanceha/sim/invariant.py)."""
 
@@ -38,6 +39,11 @@ class Control:
         try:
             if action == "kill":
                 c.kill(name)
+            elif action == "kill-compute":
+                c.kill_compute(name)
+            elif action == "restart-compute":
+                if not c.restart_compute(name):
+                    return _error(409, "host %s is off or hung" % name)
             elif action == "power-on":
                 c.power(name, on=True)
             elif action == "power-off":

@@ -387,10 +387,59 @@ class SimCloud:
         h.boot_generation += 1      # cancels a boot in progress
 
     def kill(self, name):
-        """The nova-compute process crashes; the host stays powered on."""
+        """The host dies with its power on (a kernel hang, say): its
+        nova-compute stops, and so does everything else on it (its
+        heartbeat agent, sim/agents.py); its BMC still reads On. Only a
+        power off (or cycle) brings it back. Nova sees what it saw of a
+        crashed nova-compute: ``kill_compute`` is that alone."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            self._stop_process(h)
+            h.hung = True
+
+    def kill_compute(self, name):
+        """Only the nova-compute process crashes; the host and the rest of
+        it (its heartbeat agent) go on. ``restart_compute`` starts it
+        again."""
         with self.lock:
             self._advance()
             self._stop_process(self._host(name))
+
+    def restart_compute(self, name, delay=None):
+        """``systemctl restart`` of the host's nova-compute: stopped if it
+        runs, running again ``delay`` seconds later (``boot_time`` by
+        default: its start-up, cleanup included, as after a boot). Returns
+        False (nothing done) when the host is off or hung."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            if not h.power_on or h.hung:
+                return False
+            self._stop_process(h)           # also cancels a start pending
+            delay = self.boot_time if delay is None else float(delay)
+            self._at(self._now + delay, self._boot, h, h.boot_generation)
+            return True
+
+    def boot_id(self, h):
+        """The kernel's boot id of host ``h``: a new one at every boot."""
+        return stable_uuid(self.seed, "boot", h.name, str(h.boots))
+
+    def os_running(self, h):
+        """Whether host ``h``'s operating system runs (powered, not
+        hung): what its heartbeat agent needs to beat."""
+        return h.power_on and not h.hung
+
+    def running_guests(self, name):
+        """How many servers run on host ``name`` as its libvirt would
+        count them: those Nova places there, active, not being rebuilt.
+        (After a reboot Nova still shows them active; so does this.)"""
+        entry = self._resident().get(name)
+        if not entry:
+            return 0
+        return sum(1 for sid in entry[0]
+                   if self.servers[sid].vm_state == ACTIVE
+                   and self.servers[sid].task_state is None)
 
     def power(self, name, on):
         """Ask the host's BMC for power on/off (applied after power_delay)."""
@@ -437,9 +486,12 @@ class SimCloud:
             h.pending_power = None
         if not on:
             h.power_on = False
+            h.hung = False
             self._stop_process(h)
         elif not h.power_on:
             h.power_on = True
+            h.boots += 1
+            h.booted_at = self._now
             h.boot_generation += 1
             self._at(self._now + self.boot_time, self._boot, h,
                      h.boot_generation)
@@ -1012,6 +1064,8 @@ class SimCloud:
                     "power": "on" if h.power_on else "off",
                     "pending_power": h.pending_power,
                     "compute_alive": h.alive,
+                    "hung": h.hung,
+                    "boot_id": self.boot_id(h),
                     "hold_cleanup": h.hold_cleanup,
                     "bmc": {"reachable": h.bmc_reachable,
                             "refuse_power_off": h.bmc_refuse_power_off},

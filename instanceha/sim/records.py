@@ -71,6 +71,13 @@ class Host:
         self.bmc_reachable = True
         self.bmc_refuse_power_off = False
         self.hold_cleanup = False          # compute starts but skips cleanup
+        #: the operating system hangs (kill): nothing on the host runs, its
+        #: BMC still reads On; cleared when the power goes off
+        self.hung = False
+        #: boots since the simulation began (the boot id follows it) and
+        #: when the last one began (power on)
+        self.boots = 0
+        self.booted_at = now
         self.bmc_username = "admin-" + name
         self.bmc_password = stable_uuid(seed, "bmc", name)[:13]
 
