@@ -30,6 +30,7 @@ from instanceha.service.startup import (  # noqa: F401 - re-exported
 from instanceha.journal import Journal
 from instanceha.sources.audit import FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
+from instanceha.sources.heartbeat import HeartbeatSource
 from instanceha.sources.kdump import KdumpSource
 from instanceha.sources.reconciler import Reconciler
 from instanceha.watchdog import SystemdLink
@@ -114,7 +115,7 @@ class Service(Group, Reloading, Health):
                                       give_way=lambda: self.engine.urgent())
             health["audit"] = self.audit.health
             self.sources.append(self.audit)
-        self.notifications = self.kdump = None
+        self.notifications = self.kdump = self.heartbeat = None
         health.update(self._add_event_sources(sink))
         self.engine = Engine(
             conf, ctx, journal, clock=clock, health=health,
@@ -274,8 +275,8 @@ class Service(Group, Reloading, Health):
             self.journal.close()
 
     def _add_event_sources(self, sink):
-        """The notification and kdump sources, where enabled. Returns
-        their health callables by name."""
+        """The notification, kdump and agent heartbeat sources, where
+        enabled. Returns their health callables by name."""
         conf = self.conf
         health = {}
         if getattr(conf, "notifications", None) is not None \
@@ -295,6 +296,13 @@ class Service(Group, Reloading, Health):
             self.sources.append(src)
             self.kdump = src
             health["kdump"] = src.health
+        if getattr(conf, "agent", None) is not None \
+                and conf.agent.listen_addresses:
+            src = HeartbeatSource(conf, sink, self.clock,
+                                  lambda: self.engine.known_hosts())
+            self.sources.append(src)
+            self.heartbeat = src
+            health["agent_heartbeat"] = src.health
         return health
 
     def start(self):

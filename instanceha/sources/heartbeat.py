@@ -1,0 +1,409 @@
+"""The agents' heartbeat listener: signed UDP beats from the compute
+hosts' ``instanceha-agent`` turned into AGENT_BEATING / AGENT_SILENT
+events, and signed requests sent back to the agents (soft fencing).
+
+Off unless ``[agent] listen_addresses`` is set; a host whose agent never
+beat is judged by Nova alone. One receiver thread per configured address
+reads datagrams, verifies them (:mod:`instanceha.heartbeat.protocol`:
+size, format, version, key, signature, fields), refuses replays and held
+back datagrams (:mod:`instanceha.heartbeat.replay`) and records the beat
+in the host table (:mod:`instanceha.sources.heartbeat_table`), which
+makes an event on changes only. A periodic check reports hosts whose
+paths fell silent. Anything not accepted is counted by reason (the
+protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
+``unexpected_kind`` for a request sent to an engine, ``unknown_host`` for
+a beat naming a host Nova does not know) and never raises; a datagram
+never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
+
+Threads: receivers and the check change the table under ``_lock`` and
+hand their events to the sink in order, under ``_emit`` (taken by this
+module's threads only; the sink is called without ``_lock`` held, so the
+engine may ask :meth:`heard` while it holds its own lock).
+"""
+
+import collections
+import socket
+import threading
+import time
+
+import structlog
+
+from instanceha.conf import heartbeat as heartbeat_conf
+from instanceha.errors import ConfigError, StartupError
+from instanceha.heartbeat import keys
+from instanceha.heartbeat import protocol
+from instanceha.heartbeat import replay
+from instanceha.sources import udp
+from instanceha.sources.heartbeat_table import HostTable
+from instanceha.util import periodic
+
+LOG = structlog.get_logger("instanceha.sources.heartbeat")
+
+UNEXPECTED_KIND = "unexpected_kind"
+UNKNOWN_HOST = "unknown_host"
+#: Every reason a datagram is dropped, for counting.
+DROP_REASONS = protocol.DROP_REASONS + (UNEXPECTED_KIND, UNKNOWN_HOST)
+#: A drop reason is logged at most once per this many seconds.
+DROP_LOG_INTERVAL = 60.0
+#: Nova's host list is read again at most this often for an unknown name.
+MIN_REFRESH_INTERVAL = 1.0
+#: Host names reported as unknown are remembered up to this many.
+MAX_UNKNOWN_NAMES = 1024
+#: A receiver wakes at least this often to see whether it should stop.
+_RECV_TIMEOUT = 1.0
+
+
+class HeartbeatSource:
+    """See the module's text. ``known_hosts()`` returns Nova's hosts as
+    [(service id, host name)]; ``keyring`` replaces the key files (tests,
+    benchmarks)."""
+
+    def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
+                 *, keyring=None):
+        group = self._group = conf.agent
+        try:
+            self._bind_to = heartbeat_conf.listen_addresses(group)
+        except ValueError as e:
+            raise ConfigError("[agent] listen_addresses: %s" % e)
+        if keyring is None:
+            if not group.key_file:
+                raise ConfigError("[agent] key_file: must be set when "
+                                  "[agent] listen_addresses is")
+            keyring = keys.load_keyring(group.key_file,
+                                        group.previous_key_file)
+        self.keyring = keyring
+        self._sink = sink
+        self._clock = clock
+        self._known_hosts = known_hosts
+        self._table = HostTable(group.silence_timeout)
+        self._guard = replay.ReplayGuard(window=group.replay_window)
+        self._lock = threading.Lock()
+        self._emit = threading.Lock()
+        self._ids = {}                   # host name -> Nova service id
+        self._ids_at = None
+        self._unknown = {}               # name -> beats, reported once
+        self._counts = {"received": 0, "accepted": 0, "errors": 0}
+        self._drops = dict.fromkeys(DROP_REASONS, 0)
+        self._drop_logged = {}           # reason -> when last logged
+        self._requests = collections.defaultdict(collections.deque)
+        self._socks = []
+        self._threads = []
+        self._stopping = threading.Event()
+        self._check_loop = None
+        self.bound = []                  # [(address, port)] once started
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self, sink=None):
+        """Bind every configured address (a failure closes what was bound
+        and raises StartupError naming the address), then start the
+        receivers and the periodic check."""
+        if sink is not None:
+            self._sink = sink
+        for address, port in self._bind_to:
+            try:
+                sock = udp.bind(address, port)
+            except OSError as e:
+                self._close()
+                where = ("[%s]:%d" if ":" in address else "%s:%d") % (
+                    address, port)
+                raise StartupError("agent heartbeat listener: cannot bind "
+                                   "%s ([agent] listen_addresses): %s"
+                                   % (where, e.strerror or e))
+            sock.settimeout(_RECV_TIMEOUT)
+            self._socks.append(sock)
+            self.bound.append((address, sock.getsockname()[1]))
+        self._stopping.clear()
+        self.refresh(self._clock())
+        for sock, (address, port) in zip(self._socks, self.bound):
+            thread = threading.Thread(target=self._receive, args=(sock,),
+                                      daemon=True,
+                                      name="agent-beats-%s:%d" % (address,
+                                                                   port))
+            thread.start()
+            self._threads.append(thread)
+        self._check_loop = periodic.Periodic(
+            "agent-silence-check", self.check,
+            min(0.5, self._group.silence_timeout / 4.0),
+            first=0.0, error_event="agent_check_failed", log=LOG).start()
+        LOG.info("agent_listener_started",
+                 addresses=["%s:%d" % b for b in self.bound],
+                 key_ids=list(self.keyring.kids),
+                 silence_timeout=self._group.silence_timeout,
+                 reason="receiving the agents' signed beats")
+
+    def stop(self):
+        if self._check_loop is None and not self._socks:
+            return
+        self._stopping.set()
+        if self._check_loop is not None:
+            self._check_loop.stop(5)
+            self._check_loop = None
+        for sock in self._socks:
+            try:
+                # Wakes a receiver blocked in recvfrom (Linux).
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []
+        self._close()
+        LOG.info("agent_listener_stopped", **self._snapshot())
+
+    def _close(self):
+        for sock in self._socks:
+            sock.close()
+        self._socks = []
+
+    # -- Nova's hosts --------------------------------------------------------
+    def refresh(self, now):
+        """Read Nova's hosts (``known_hosts()``) again; forget hosts it no
+        longer knows."""
+        try:
+            ids = {name: host_id for host_id, name in self._known_hosts()}
+        except Exception as e:   # noqa: BLE001 - keep the old list
+            LOG.warning("agent_hosts_unavailable", reason=str(e))
+            return
+        with self._lock:
+            self._ids_at = now
+            if ids == self._ids:
+                return
+            self._ids = ids
+            gone = self._table.renamed(ids)
+        if gone:
+            LOG.info("agent_hosts_forgotten", hosts=sorted(gone)[:20],
+                     count=len(gone), reason="Nova no longer knows them")
+
+    def _host_id(self, name, now):
+        host_id = self._ids.get(name)
+        if host_id is None and (self._ids_at is None or
+                                now - self._ids_at >= MIN_REFRESH_INTERVAL):
+            self.refresh(now)
+            host_id = self._ids.get(name)
+        return host_id
+
+    # -- datagrams -----------------------------------------------------------
+    def _receive(self, sock):
+        size = protocol.MAX_SIZE + 1
+        handle = self.handle_datagram
+        while not self._stopping.is_set():
+            try:
+                data, sender = sock.recvfrom(size)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                if self._stopping.is_set():
+                    return
+                self._error("agent_receive_failed", e)
+                continue
+            if not data and self._stopping.is_set():
+                return
+            try:
+                handle(data, sender)
+            except Exception as e:   # noqa: BLE001 - the receiver lives
+                self._error("agent_datagram_failed", e)
+
+    def _error(self, event, exc):
+        with self._lock:
+            self._counts["errors"] += 1
+        LOG.exception(event, reason=str(exc) or type(exc).__name__)
+
+    def handle_datagram(self, data, sender, now=None):
+        """One datagram from ``sender`` (address, port, ...), received at
+        ``now`` (default: the clock). Returns the event it made, or None.
+        Never raises for any ``data``."""
+        if now is None:
+            now = self._clock()
+        try:
+            message, kid = protocol.decode_signed(data, self.keyring)
+        except protocol.Dropped as d:
+            return self._drop(d.reason, sender, d.detail, now)
+        if not isinstance(message, protocol.Beat):
+            return self._drop(UNEXPECTED_KIND, sender, "a request sent to "
+                              "an engine", now)
+        name = message.host
+        with self._emit:
+            host_id = self._host_id(name, now)
+            if host_id is None:
+                return self._unknown_host(name, sender)
+            with self._lock:
+                why = self._guard.check(name, message.path,
+                                        message.boot_id, message.seq,
+                                        message.sent_at, now)
+                if why is None:
+                    self._counts["received"] += 1
+                    self._counts["accepted"] += 1
+                    event = self._table.beat(message, kid, host_id,
+                                             (udp.normalise_address(
+                                                 sender[0]), sender[1]),
+                                             now)
+            if why is not None:
+                return self._drop(why, sender, "host %s path %s"
+                                  % (name, message.path), now)
+            if event is not None:
+                # The first beats after a start are many and say little.
+                (LOG.debug if event.reason == "first beat" else LOG.info)(
+                    event.kind.value, **event.log_fields())
+                self._sink(event)
+            return event
+
+    def _drop(self, reason, sender, detail, now):
+        with self._lock:
+            self._counts["received"] += 1
+            self._drops[reason] += 1
+            count = self._drops[reason]
+            last = self._drop_logged.get(reason)
+            if last is not None and now - last < DROP_LOG_INTERVAL:
+                return None
+            self._drop_logged[reason] = now
+        LOG.warning("agent_datagram_dropped", reason=reason, detail=detail,
+                    address=sender[0] if sender else None, dropped=count,
+                    note="logged at most once a minute per reason")
+        return None
+
+    def _unknown_host(self, name, sender):
+        """Counted always; reported once per name, and only once Nova's
+        hosts are known (before the first poll every name is unknown)."""
+        with self._lock:
+            self._counts["received"] += 1
+            self._drops[UNKNOWN_HOST] += 1
+            known = len(self._ids)
+            first = name not in self._unknown
+            if not known or (first and
+                             len(self._unknown) >= MAX_UNKNOWN_NAMES):
+                return None
+            self._unknown[name] = self._unknown.get(name, 0) + 1
+        if first:
+            LOG.warning("agent_unknown_host", host=name, address=sender[0],
+                        known_hosts=known,
+                        reason="an authenticated beat names a host Nova "
+                               "does not know (the agent's [agent] host?): "
+                               "ignored, reported once")
+        return None
+
+    # -- the periodic check --------------------------------------------------
+    def check(self, now=None):
+        """Report hosts whose paths fell silent (AGENT_SILENT when all did,
+        AGENT_BEATING when some did); re-read Nova's hosts."""
+        if now is None:
+            now = self._clock()
+        self.refresh(now)
+        with self._emit:
+            with self._lock:
+                events = self._table.check(now)
+            for event in events:
+                LOG.info(event.kind.value, **event.log_fields())
+                self._sink(event)
+        return events
+
+    # -- questions (any thread) ----------------------------------------------
+    def heard(self, host_name, now=None):
+        """The host's current view (AgentReport: heard paths, boot id,
+        facts) while its agent beats; None when silent or never heard."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.report(host_name, now)
+
+    def silent_since(self, host_name, now=None):
+        """The engine's time of the last beat of a host whose agent is now
+        silent on every path; None while it beats or if it never did."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.silent_since(host_name, now)
+
+    def cliff(self, now=None):
+        """Why this engine looks cut off from the agents (a large share of
+        them fell silent together: fencing on silence should be held), or
+        None."""
+        now = self._clock() if now is None else now
+        group = self._group
+        with self._lock:
+            return self._table.cliff(now, group.cliff_share,
+                                     group.cliff_window,
+                                     group.cliff_min_hosts)
+
+    def view(self, now=None):
+        """{host name: {state, paths (age, address, heard), compute,
+        libvirt, guests, key_id, previous_key, boot_id, ...}}."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.view(now, self.keyring.current.kid)
+
+    def health(self):
+        now = self._clock()
+        with self._lock:
+            counts = self._table.counts(now, self.keyring.current.kid)
+            unknown = sorted(self._unknown)
+            return {
+                "listening": bool(self._threads),
+                "addresses": ["%s:%d" % b for b in self.bound],
+                "key_ids": list(self.keyring.kids),
+                **self._counts,
+                "dropped": {k: v for k, v in self._drops.items() if v},
+                "hosts_beating": counts["beating"],
+                "hosts_silent": counts["silent"],
+                "hosts_on_previous_key": counts["previous_key"],
+                "unknown_hosts": len(unknown),
+                "unknown_host_names": unknown[:10]}
+
+    def _snapshot(self):
+        with self._lock:
+            return dict(self._counts, dropped=sum(self._drops.values()))
+
+    # -- requests to agents --------------------------------------------------
+    def send_request(self, host_name, reason, now=None):
+        """Ask the host's agent to restart nova-compute: a signed
+        :class:`~instanceha.heartbeat.protocol.Request` sent to the
+        address of the host's last beat, port ``[agent] request_port``.
+        Refused while ``[agent] restart_compute`` is off and beyond
+        ``restart_max`` requests per ``restart_window`` for the host.
+        Returns one line saying what was sent, or why nothing was."""
+        now = self._clock() if now is None else now
+        group = self._group
+        with self._lock:
+            where = self._table.address(host_name)
+            why_not = self._refusal(host_name, where, now)
+        if why_not is not None:
+            LOG.warning("agent_request_not_sent", host=host_name,
+                        kind=protocol.RESTART_COMPUTE, reason=why_not,
+                        asked_because=reason)
+            return "not sent: %s" % why_not
+        address, path = where
+        request = protocol.Request(
+            kind=protocol.RESTART_COMPUTE, host=host_name,
+            seq=protocol.request_seq(now), sent_at=now,
+            reason=reason[:protocol.MAX_REASON])
+        try:
+            data = protocol.encode_request(request, self.keyring.current)
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.sendto(data, (address, group.request_port))
+        except (OSError, ValueError) as e:
+            why = "cannot send to %s:%d: %s" % (address, group.request_port,
+                                                e)
+            LOG.warning("agent_request_not_sent", host=host_name,
+                        kind=request.kind, reason=why, asked_because=reason)
+            return "not sent: %s" % why
+        with self._lock:
+            self._requests[host_name].append(now)
+        LOG.info("agent_request_sent", host=host_name, kind=request.kind,
+                 address=address, port=group.request_port, path=path,
+                 seq=request.seq, key_id=self.keyring.current.kid,
+                 reason=reason)
+        return "sent %s to %s:%d (path %s)" % (
+            request.kind, address, group.request_port, path)
+
+    def _refusal(self, host_name, where, now):
+        group = self._group
+        if not group.restart_compute:
+            return "[agent] restart_compute is off"
+        if where is None:
+            return "no beat heard from %s: no address known" % host_name
+        sent = self._requests[host_name]
+        while sent and now - sent[0] >= group.restart_window:
+            sent.popleft()
+        if len(sent) >= group.restart_max:
+            return ("%d requests in the last %.0fs ([agent] restart_max): "
+                    "left to an operator" % (len(sent),
+                                             group.restart_window))
+        return None

@@ -1,0 +1,269 @@
+"""The engine's view of the hosts' agents, from their authenticated beats.
+
+Pure bookkeeping for :mod:`instanceha.sources.heartbeat`: no sockets, no
+threads, no locks, no clock reads (``now`` is an argument, the engine's
+clock at receipt). The source holds the lock.
+
+Per host name: the boot id, the facts of its last beat, the key id it
+signs with, and per path (network) the time of its last beat and the
+address it came from (where a request to the agent goes). A path is
+*heard* while its last beat is younger than ``silence_timeout``; a host
+is *beating* while at least one path is heard, and *silent* once every
+path has been silent for ``silence_timeout`` or more.
+
+Events are made on changes only, never for every beat:
+
+* AGENT_BEATING on the first beat (since the start, or after a silence,
+  or after the host's Nova id changed), a new boot id, a change of the
+  ``compute`` or ``libvirt`` fact, or a change of the set of heard paths
+  (a path heard again on a beat, a path gone silent at a check);
+* AGENT_SILENT once, at the first check that finds every path silent.
+"""
+
+from typing import Dict, List, Optional, Tuple
+
+from instanceha.events import AgentReport, AgentSilence, Event, EventKind
+
+SOURCE = "agent"
+BEATING = "beating"
+SILENT = "silent"
+
+
+class _Path:
+    __slots__ = ("at", "address")
+
+    def __init__(self, at, address):
+        self.at = at              # engine's clock at the last beat
+        self.address = address    # (ip, port) it came from
+
+
+class _Host:
+    __slots__ = ("name", "host_id", "boot_id", "kid", "facts", "paths",
+                 "heard", "state", "last_at", "last_path")
+
+    def __init__(self, name, host_id):
+        self.name = name
+        self.host_id = host_id
+        self.boot_id = None
+        self.kid = None
+        self.facts = None
+        self.paths: Dict[str, _Path] = {}
+        self.heard: Tuple[str, ...] = ()   # as last reported
+        self.state = None                 # None: nothing reported yet
+        self.last_at = None
+        self.last_path = None
+
+
+def _flag(value):
+    return {True: "running", False: "stopped", None: "unknown"}[value]
+
+
+class HostTable:
+    """Every host heard from, by name; see the module's text."""
+
+    def __init__(self, silence_timeout):
+        if silence_timeout <= 0:
+            raise ValueError("silence_timeout must be positive")
+        self.timeout = float(silence_timeout)
+        self._hosts: Dict[str, _Host] = {}
+
+    def __len__(self):
+        return len(self._hosts)
+
+    def __contains__(self, name):
+        return name in self._hosts
+
+    # -- changes -------------------------------------------------------------
+    def beat(self, beat, kid, host_id, sender, now) -> Optional[Event]:
+        """Record one accepted beat (``protocol.Beat``, signed with key
+        ``kid``) of the host Nova knows as ``host_id``, received from
+        ``sender`` (ip, port) at ``now``. Returns the AGENT_BEATING event
+        when the host's view changed, else None."""
+        host = self._hosts.get(beat.host)
+        if host is None:
+            host = self._hosts[beat.host] = _Host(beat.host, host_id)
+        why = []
+        if host.state != BEATING or host.host_id != host_id:
+            if host.state == SILENT:
+                why.append("beats again after %.1fs of silence"
+                           % (now - host.last_at))
+            else:
+                why.append("first beat")
+            host.host_id = host_id
+        elif beat.boot_id != host.boot_id:
+            why.append("new boot %s" % beat.boot_id)
+        facts = beat.facts
+        old = host.facts
+        if old is not None and host.state == BEATING:
+            if facts.compute != old.compute:
+                why.append("nova-compute %s -> %s" % (
+                    _flag(old.compute), _flag(facts.compute)))
+            if facts.libvirt != old.libvirt:
+                why.append("libvirt %s -> %s" % (
+                    _flag(old.libvirt), _flag(facts.libvirt)))
+        path = host.paths.get(beat.path)
+        if path is None:
+            host.paths[beat.path] = _Path(now, sender)
+        else:
+            path.at = now
+            path.address = sender
+        if beat.path not in host.heard and host.state == BEATING and \
+                not why:
+            why.append("heard on path %s" % beat.path)
+        host.boot_id = beat.boot_id
+        host.kid = kid
+        host.facts = facts
+        host.last_at = now
+        host.last_path = beat.path
+        if not why:
+            return None
+        host.state = BEATING
+        host.heard = self._heard(host, now)
+        return self._beating(host, "; ".join(why), now)
+
+    def check(self, now) -> List[Event]:
+        """The periodic check at ``now``: AGENT_SILENT for each host whose
+        every path just fell silent, AGENT_BEATING for each host that
+        lost a path but still beats on another."""
+        events = []
+        timeout = self.timeout
+        for host in self._hosts.values():
+            if host.state != BEATING or (
+                    len(host.heard) == 1 and now - host.last_at < timeout):
+                continue
+            heard = self._heard(host, now)
+            if heard == host.heard:
+                continue
+            gone = ", ".join(p for p in host.heard if p not in heard)
+            if heard:
+                host.heard = heard
+                events.append(self._beating(
+                    host, "path %s silent for %.1fs or more"
+                    % (gone, timeout), now))
+                continue
+            before, host.heard, host.state = host.heard, (), SILENT
+            events.append(Event(
+                EventKind.AGENT_SILENT, host.host_id, now, name=host.name,
+                source=SOURCE,
+                reason="no authenticated beat for %.1fs on any path (%s)"
+                       % (now - host.last_at, gone),
+                payload=AgentSilence(last_beat_at=host.last_at,
+                                     paths=before)))
+        return events
+
+    def renamed(self, ids):
+        """Nova's hosts changed: ``ids`` maps every known name to its
+        service id. A host Nova no longer knows is forgotten; one whose id
+        changed is reported afresh on its next beat. Returns the names
+        forgotten."""
+        gone = [name for name in self._hosts if name not in ids]
+        for name in gone:
+            del self._hosts[name]
+        for name, host in self._hosts.items():
+            if host.host_id != ids[name]:
+                host.state = None
+        return gone
+
+    # -- questions -----------------------------------------------------------
+    def report(self, name, now) -> Optional[AgentReport]:
+        """The host's current view while it beats (a path heard at
+        ``now``), else None (never heard, or silent)."""
+        host = self._hosts.get(name)
+        if host is None:
+            return None
+        heard = self._heard(host, now)
+        return self._report(host, heard) if heard else None
+
+    def silent_since(self, name, now) -> Optional[float]:
+        """When the last beat of a host now silent on every path arrived;
+        None while it beats or when it never did."""
+        host = self._hosts.get(name)
+        if host is None or now - host.last_at < self.timeout:
+            return None
+        return host.last_at
+
+    def address(self, name) -> Optional[Tuple[str, str]]:
+        """(ip, path) the host's most recent beat came from, or None."""
+        host = self._hosts.get(name)
+        if host is None or host.last_path is None:
+            return None
+        return host.paths[host.last_path].address[0], host.last_path
+
+    def cliff(self, now, share, window, min_hosts) -> Optional[str]:
+        """Why this engine looks cut off, or None: of the hosts whose
+        agents were beating, at least ``share`` (and ``min_hosts``) fell
+        silent within the last ``window`` seconds (a host falls silent at
+        its last beat plus the silence timeout)."""
+        beating = fallen = 0
+        timeout = self.timeout
+        for host in self._hosts.values():
+            age = now - host.last_at
+            if age < timeout:
+                beating += 1
+            elif age - timeout <= window:
+                fallen += 1
+        total = beating + fallen
+        if fallen < min_hosts or fallen < share * total:
+            return None
+        return ("agents of %d of %d hosts fell silent within %.0fs "
+                "(%.0f%%, at least %.0f%% makes a cliff): this engine may "
+                "be cut off from them" % (fallen, total, window,
+                                          100.0 * fallen / total,
+                                          100.0 * share))
+
+    def counts(self, now, current_kid=None):
+        """{beating, silent, previous_key}: hosts by state at ``now``, and
+        those whose last beat was signed with another key than
+        ``current_kid``."""
+        beating = silent = old_key = 0
+        for host in self._hosts.values():
+            if now - host.last_at < self.timeout:
+                beating += 1
+            else:
+                silent += 1
+            if current_kid is not None and host.kid != current_kid:
+                old_key += 1
+        return {"beating": beating, "silent": silent,
+                "previous_key": old_key}
+
+    def view(self, now, current_kid=None):
+        """{host name: dict} for status: state, paths with ages and
+        addresses, facts, key id, boot id."""
+        out = {}
+        for name, host in self._hosts.items():
+            heard = self._heard(host, now)
+            facts = host.facts
+            out[name] = {
+                "state": BEATING if heard else SILENT,
+                "host_id": host.host_id,
+                "boot_id": host.boot_id,
+                "key_id": host.kid,
+                "previous_key": (current_kid is not None
+                                 and host.kid != current_kid),
+                "last_beat_age": round(now - host.last_at, 3),
+                "paths": {p: {"age": round(now - path.at, 3),
+                              "address": path.address[0],
+                              "heard": p in heard}
+                          for p, path in sorted(host.paths.items())},
+                "compute": facts.compute, "libvirt": facts.libvirt,
+                "guests": facts.guests}
+        return out
+
+    # -- helpers -------------------------------------------------------------
+    def _heard(self, host, now):
+        timeout = self.timeout
+        return tuple(sorted(p for p, path in host.paths.items()
+                            if now - path.at < timeout))
+
+    @staticmethod
+    def _report(host, heard):
+        facts = host.facts
+        return AgentReport(paths=heard, boot_id=host.boot_id,
+                           last_beat_at=host.last_at,
+                           compute=facts.compute, libvirt=facts.libvirt,
+                           guests=facts.guests)
+
+    def _beating(self, host, why, now):
+        return Event(EventKind.AGENT_BEATING, host.host_id, now,
+                     name=host.name, source=SOURCE, reason=why,
+                     payload=self._report(host, host.heard))
