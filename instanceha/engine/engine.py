@@ -116,7 +116,9 @@ class Engine(Hosts):
             self._inbox.put(event)
             rec = self._records.get(event.host)
         self.queue.add(event.host, urgent=rec is None
-                       or rec.state in PROVING_STATES)
+                       or rec.state in PROVING_STATES
+                       or (rec.state is State.ACTIVE
+                           and event.kind is not E.HEARTBEAT_OK))
 
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""

@@ -41,10 +41,10 @@ ENTRY_ACTION = {
 URGENT_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED,
                            State.EVACUATING})
 
-#: States before a host's servers are moved: its events go ahead of
-#: evacuation passes and cleanup checks in the engine's work queue.
-PROVING_STATES = frozenset({State.ACTIVE, State.SUSPECT, State.FENCING,
-                            State.FENCED})
+#: States of a host being proven dead: its events (and an active host's
+#: events other than "still heartbeating") go ahead of evacuation passes,
+#: cleanup checks and routine heartbeats in the engine's work queue.
+PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
 
 #: States in which instanceha has forced the compute service down.
 ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,

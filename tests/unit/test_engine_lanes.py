@@ -14,14 +14,17 @@ def test_events_of_a_host_not_yet_evacuating_go_first():
     w.until("compute-1", "evacuated")
     recs = {r.name: r for r in w.engine.records().values()}
     now = w.clock()
-    # compute-1 is past its proof (evacuated): ordinary; compute-2 is
-    # active (a loss would start a proof): urgent.
+    # compute-1 is past its proof (evacuated) and compute-0 only still
+    # heartbeating: ordinary; compute-2 is active and lost (a proof
+    # starts): urgent.
     w.engine.submit(Event(E.HEARTBEAT_OK, recs["compute-1"].id, now,
                           name="compute-1", source="test"))
+    w.engine.submit(Event(E.HEARTBEAT_OK, recs["compute-0"].id, now,
+                          name="compute-0", source="test"))
     w.engine.submit(Event(E.HEARTBEAT_LOST, recs["compute-2"].id, now,
                           name="compute-2", source="test"))
-    assert w.engine.queue.get(timeout=0) == recs["compute-2"].id
-    assert w.engine.queue.get(timeout=0) == recs["compute-1"].id
+    assert [w.engine.queue.get(timeout=0) for _ in range(3)] == [
+        recs["compute-2"].id, recs["compute-1"].id, recs["compute-0"].id]
 
 
 def test_a_quarter_of_the_workers_is_kept_for_hosts_being_proven_dead():
