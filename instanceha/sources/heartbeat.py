@@ -3,10 +3,10 @@ hosts' ``instanceha-agent`` turned into AGENT_BEATING / AGENT_SILENT
 events, and signed requests sent back to the agents (soft fencing).
 
 Off unless ``[agent] listen_addresses`` is set; a host whose agent never
-beat is judged by Nova alone. One receiver thread per configured address
-reads datagrams, verifies them (:mod:`instanceha.heartbeat.protocol`:
-size, format, version, key, signature, fields), refuses replays and held
-back datagrams (:mod:`instanceha.heartbeat.replay`) and records the beat
+beat is judged by Nova alone. One receiver thread reads the datagrams of
+every configured address (a socket each), verifies them
+(:mod:`instanceha.heartbeat.protocol`: size, format, version, key,
+signature, fields), refuses replays and held back datagrams (:mod:`instanceha.heartbeat.replay`) and records the beat
 in the host table (:mod:`instanceha.sources.heartbeat_table`), which
 makes an event on changes only. A periodic check reports hosts whose
 paths fell silent. Anything not accepted is counted by reason (the
@@ -15,13 +15,14 @@ protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
 a beat naming a host Nova does not know) and never raises; a datagram
 never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
 
-Threads: receivers and the check change the table under ``_lock`` and
+Threads: the receiver and the check change the table under ``_lock`` and
 hand their events to the sink in order, under ``_emit`` (taken by this
 module's threads only; the sink is called without ``_lock`` held, so the
 engine may ask :meth:`heard` while it holds its own lock).
 """
 
 import collections
+import selectors
 import socket
 import threading
 import time
@@ -49,8 +50,8 @@ DROP_LOG_INTERVAL = 60.0
 MIN_REFRESH_INTERVAL = 1.0
 #: Host names reported as unknown are remembered up to this many.
 MAX_UNKNOWN_NAMES = 1024
-#: A receiver wakes at least this often to see whether it should stop.
-_RECV_TIMEOUT = 1.0
+#: Datagrams read from one socket before looking at the others again.
+_BURST = 256
 
 
 class HeartbeatSource:
@@ -88,7 +89,7 @@ class HeartbeatSource:
         self._requests = collections.defaultdict(collections.deque)
         self._socks = []
         self._threads = []
-        self._stopping = threading.Event()
+        self._wake = None
         self._check_loop = None
         self.bound = []                  # [(address, port)] once started
 
@@ -99,28 +100,27 @@ class HeartbeatSource:
         receivers and the periodic check."""
         if sink is not None:
             self._sink = sink
+        self.bound = []
         for address, port in self._bind_to:
             try:
                 sock = udp.bind(address, port)
             except OSError as e:
                 self._close()
+                self.bound = []
                 where = ("[%s]:%d" if ":" in address else "%s:%d") % (
                     address, port)
                 raise StartupError("agent heartbeat listener: cannot bind "
                                    "%s ([agent] listen_addresses): %s"
                                    % (where, e.strerror or e))
-            sock.settimeout(_RECV_TIMEOUT)
+            sock.setblocking(False)
             self._socks.append(sock)
             self.bound.append((address, sock.getsockname()[1]))
-        self._stopping.clear()
+        self._wake = socket.socketpair()
         self.refresh(self._clock())
-        for sock, (address, port) in zip(self._socks, self.bound):
-            thread = threading.Thread(target=self._receive, args=(sock,),
-                                      daemon=True,
-                                      name="agent-beats-%s:%d" % (address,
-                                                                   port))
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._receive, daemon=True,
+                                  name="agent-beats")
+        thread.start()
+        self._threads.append(thread)
         self._check_loop = periodic.Periodic(
             "agent-silence-check", self.check,
             min(0.5, self._group.silence_timeout / 4.0),
@@ -134,16 +134,11 @@ class HeartbeatSource:
     def stop(self):
         if self._check_loop is None and not self._socks:
             return
-        self._stopping.set()
         if self._check_loop is not None:
             self._check_loop.stop(5)
             self._check_loop = None
-        for sock in self._socks:
-            try:
-                # Wakes a receiver blocked in recvfrom (Linux).
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if self._wake is not None:
+            self._wake[1].send(b"x")
         for thread in self._threads:
             thread.join(timeout=5)
         self._threads = []
@@ -151,9 +146,10 @@ class HeartbeatSource:
         LOG.info("agent_listener_stopped", **self._snapshot())
 
     def _close(self):
-        for sock in self._socks:
+        for sock in self._socks + list(self._wake or ()):
             sock.close()
         self._socks = []
+        self._wake = None
 
     # -- Nova's hosts --------------------------------------------------------
     def refresh(self, now):
@@ -183,25 +179,32 @@ class HeartbeatSource:
         return host_id
 
     # -- datagrams -----------------------------------------------------------
-    def _receive(self, sock):
+    def _receive(self):
+        """The receiver thread: wait for any socket to be readable, then
+        drain it (one select per burst, not per datagram)."""
         size = protocol.MAX_SIZE + 1
         handle = self.handle_datagram
-        while not self._stopping.is_set():
-            try:
-                data, sender = sock.recvfrom(size)
-            except socket.timeout:
-                continue
-            except OSError as e:
-                if self._stopping.is_set():
-                    return
-                self._error("agent_receive_failed", e)
-                continue
-            if not data and self._stopping.is_set():
-                return
-            try:
-                handle(data, sender)
-            except Exception as e:   # noqa: BLE001 - the receiver lives
-                self._error("agent_datagram_failed", e)
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wake[0], selectors.EVENT_READ, None)
+            for sock in self._socks:
+                selector.register(sock, selectors.EVENT_READ, sock)
+            while True:
+                for key, _ in selector.select():
+                    sock = key.data
+                    if sock is None:
+                        return
+                    for _ in range(_BURST):
+                        try:
+                            data, sender = sock.recvfrom(size)
+                        except (BlockingIOError, InterruptedError):
+                            break
+                        except OSError as e:
+                            self._error("agent_receive_failed", e)
+                            break
+                        try:
+                            handle(data, sender)
+                        except Exception as e:   # noqa: BLE001 - lives on
+                            self._error("agent_datagram_failed", e)
 
     def _error(self, event, exc):
         with self._lock:
