@@ -1,0 +1,384 @@
+"""A heartbeat agent on each simulated host, running the real agent's code.
+
+    agents = SimAgents(cloud, engines=["127.0.0.1:7411"], keyring=keyring,
+                       paths={"mgmt": "127.0.0.1", "storage": "127.0.0.2"})
+    agents.start()          # one thread beats for every host
+    cloud.kill_compute("compute-1")     # beats go on, compute false
+    cloud.kill("compute-2")             # the host hangs: its beats stop
+    agents.set_fault(host="compute-3", path="storage", loss=0.3)
+    agents.stop()
+
+Each host's agent is the real :class:`instanceha.agent.sender.Sender`
+(signing, sequence numbers, step-free send times, per-path sockets and
+their failure logging) and the real
+:class:`instanceha.agent.control.Control` (soft-fencing requests, rate
+limit, the self-restart policy), given the simulator's pieces: its clock
+(the host's, ``clock_offset`` seconds off), its host name and boot id,
+sockets that go through the simulated network (sim/agent_net.py), and a
+restart command that restarts the host's simulated nova-compute.
+
+What a host's agent does follows the host, as in life:
+
+* it beats while the host's operating system runs (``SimCloud.os_running``:
+  powered on, not hung); ``kill`` (a hang) and a power off stop it; a
+  power on starts it again at once (before nova-compute, which takes
+  ``boot_time``) with a new boot id and sequence numbers starting at the
+  milliseconds since that boot;
+* its facts are read from the simulated host at each beat: ``compute``
+  is nova-compute running (``kill_compute`` makes it false while beats go
+  on), ``libvirt`` the host powered on, ``guests`` its active servers
+  (``SimCloud.running_guests``). (The real agent asks systemd every
+  ``facts_interval``; here the facts are never late.)
+* ``stop_agent`` / ``start_agent`` stop and start the agent alone (host
+  and nova-compute untouched); ``restart_agent`` is both, as systemd's
+  restart: same boot, sequence numbers above the old ones.
+
+Scheduling: one thread for every host (:meth:`SimAgents.run_due` does
+one round; tests call it with their own clock and never sleep). Each
+host beats every ``interval`` seconds at its own phase, spread over the
+interval, as independent agents would. The same thread sends the
+datagrams a delay fault held back and receives the engines' requests
+(sim/agent_requests.py: one socket per path address for all hosts,
+routed by the host the request names).
+"""
+
+import heapq
+import selectors
+import socket
+import subprocess
+import threading
+
+import structlog
+
+from instanceha.agent import control as control_mod
+from instanceha.agent import sender as sender_mod
+from instanceha.conf import agent as agent_conf
+from instanceha.heartbeat import protocol
+from instanceha.sim import agent_net
+from instanceha.sim import agent_requests
+
+LOG = structlog.get_logger("instanceha.sim.agents")
+
+DEFAULT_PATHS = {"mgmt": "127.0.0.1"}
+#: The longest the thread waits without looking at the clock (the
+#: simulator's clock need not be the wall clock).
+MAX_WAIT = 0.2
+_GOLDEN = 0.6180339887498949
+
+
+def _inline(target, *args):
+    target(*args)
+
+
+class HostAgent:
+    """One host's agent: its real Sender and Control (None while the
+    agent does not run), and the simulator's settings for it."""
+
+    def __init__(self, name, index):
+        self.name = name
+        self.index = index
+        self.sender = None
+        self.control = None
+        self.boots = None           # the host boot the agent runs in
+        self.stopped = False        # stop_agent: the agent alone is down
+        self.clock_offset = 0.0
+        self.facts = protocol.UNKNOWN_FACTS
+
+    @property
+    def running(self):
+        return self.sender is not None
+
+
+class SimAgents:
+    """The agents of ``cloud``'s hosts (``hosts``: their names, all by
+    default; a host left out has no agent, as a host without one in
+    life). ``engines``: "address:port" of every engine listener;
+    ``keyring``: an :class:`instanceha.heartbeat.keys.Keyring`;
+    ``paths``: {name: loopback source address}, each path's own;
+    ``request_port``: where the engines' requests arrive (on every path
+    address; 0 picks a free port, None: no request socket);
+    ``restart_compute`` / ``self_restart``: the agents' options of those
+    names (the engine decides whether to ask; here the agents allow it
+    by default). ``socket_factory`` makes the real sockets (tests)."""
+
+    def __init__(self, cloud, engines, keyring, interval=1.0, paths=None,
+                 request_port=None, restart_compute=True,
+                 self_restart=False, hosts=None, seed=0,
+                 socket_factory=socket.socket):
+        self.cloud = cloud
+        self.keyring = keyring
+        self.interval = float(interval)
+        self.paths = dict(paths or DEFAULT_PATHS)
+        self.conf = self._agent_conf(engines, interval, self.paths,
+                                     request_port, restart_compute,
+                                     self_restart)
+        self.faults = agent_net.Faults()
+        self.network = agent_net.Network(self.paths, cloud.clock,
+                                         self.faults, seed, socket_factory)
+        self.dispatcher = None
+        if request_port is not None:
+            self.dispatcher = agent_requests.Dispatcher(
+                keyring, self._control_of,
+                [(a, request_port) for a in self.paths.values()],
+                socket_factory)
+        names = list(cloud.hosts) if hosts is None else list(hosts)
+        unknown = [n for n in names if n not in cloud.hosts]
+        if unknown:
+            raise ValueError("no such host: %s" % unknown[0])
+        self.agents = {n: HostAgent(n, i) for i, n in enumerate(names)}
+        self._lock = threading.Lock()
+        self._due = []
+        self._thread = None
+        self._stop = threading.Event()
+        self._wake = None
+        now = cloud.clock()
+        for agent in self.agents.values():
+            phase = (agent.index * _GOLDEN) % 1.0 * self.interval
+            heapq.heappush(self._due, (now + phase, agent.index, agent.name))
+
+    @staticmethod
+    def _agent_conf(engines, interval, paths, request_port,
+                    restart_compute, self_restart):
+        """The agents' [agent] options (one configuration for all)."""
+        conf = agent_conf.new_conf()
+        conf(args=[], default_config_files=[])
+        overrides = {
+            "engines": list(engines), "interval": float(interval),
+            "paths": ["%s=%s" % kv for kv in paths.items()],
+            # Without a request socket no request can arrive.
+            "restart_compute": bool(restart_compute)
+            and request_port is not None,
+            "self_restart": bool(self_restart),
+            # Where the requests arrive (the dispatcher binds them).
+            "control_addresses": [
+                "%s:%d" % (a, request_port or 1) for a in paths.values()]
+            if request_port is not None else [],
+        }
+        for name, value in overrides.items():
+            conf.set_override(name, value, group=agent_conf.GROUP)
+        agent_conf.validate(conf)
+        return conf
+
+    # -- the agents' lifecycle -------------------------------------------
+
+    def agent(self, name):
+        """The :class:`HostAgent` of host ``name``."""
+        return self.agents[name]
+
+    def _control_of(self, name):
+        with self._lock:
+            agent = self.agents.get(name)
+            return agent.control if agent is not None else None
+
+    def _build(self, agent, boot_id, boots, seq_start):
+        """Start ``agent``'s real Sender and Control (its process)."""
+        name = agent.name
+        offset = agent.clock_offset
+        clock = self.cloud.clock
+        network = self.network
+
+        def host_clock():
+            return clock() + offset
+
+        def sockets(family, kind):
+            return agent_net.PathSocket(network, name, family)
+
+        def runner(command, **kw):
+            ok = self.cloud.restart_compute(name)
+            return subprocess.CompletedProcess(
+                command, 0 if ok else 1, "", "" if ok
+                else "simulated host %s is off or hung" % name)
+
+        control = control_mod.Control(
+            self.conf, self.keyring, name, clock=host_clock,
+            monotonic=clock, runner=runner, spawn=_inline)
+
+        def facts():
+            current = agent.facts
+            try:
+                control.observe(current)
+            except Exception:
+                LOG.exception("sim.agent_policy_failed", host=name)
+            return current
+
+        sender = sender_mod.Sender(
+            self.conf, self.keyring, clock=host_clock, facts_fn=facts,
+            socket_factory=sockets, host=name, boot_id=boot_id,
+            monotonic=clock, seq_start=seq_start)
+        with self._lock:
+            agent.sender, agent.control, agent.boots = sender, control, boots
+
+    def _halt(self, agent):
+        """The agent's process ends (host down, or stop_agent)."""
+        with self._lock:
+            sender, agent.sender, agent.control = agent.sender, None, None
+        if sender is not None:
+            sender.close()
+
+    def stop_agent(self, name):
+        """Stop host ``name``'s agent; the host and its nova-compute go
+        on."""
+        agent = self.agents[name]
+        agent.stopped = True
+        self._halt(agent)
+
+    def start_agent(self, name):
+        """Let host ``name``'s agent run again (from its next beat, if the
+        host runs)."""
+        self.agents[name].stopped = False
+
+    def restart_agent(self, name):
+        """The agent restarts (same boot: sequence numbers go on above
+        the old ones)."""
+        self._halt(self.agents[name])
+        self.start_agent(name)
+
+    def set_clock_offset(self, seconds, host=None):
+        """Host ``host``'s clock (every host's when None) is ``seconds``
+        off; its agent restarts to read it (the agent reads the wall
+        clock once, at start)."""
+        names = [host] if host is not None else list(self.agents)
+        for name in names:
+            self.agents[name].clock_offset = float(seconds)
+            self.restart_agent(name)
+
+    # -- faults ------------------------------------------------------------
+
+    def set_fault(self, host=None, path=None, loss=None, delay=None,
+                  down=None):
+        """Network faults of ``host`` on ``path`` (None: every host / every
+        path): ``loss`` probability, ``delay`` seconds, ``down`` (see
+        sim/agent_net.py). Fields not given keep their value."""
+        if host is not None and host not in self.agents:
+            raise ValueError("no agent on host %s" % host)
+        if path is not None and path not in self.paths:
+            raise ValueError("no path %s (paths: %s)"
+                             % (path, ", ".join(self.paths)))
+        self.faults.set(host, path, loss=loss, delay=delay, down=down)
+
+    def clear_faults(self, host=None, path=None):
+        self.faults.clear(host, path)
+
+    # -- one round -----------------------------------------------------------
+
+    def run_due(self, now=None):
+        """Beat for every host due by ``now`` (the cloud's clock by
+        default), send the delayed datagrams due; return when something
+        is next due."""
+        cloud = self.cloud
+        now = cloud.clock() if now is None else now
+        due, again = [], []
+        while self._due and self._due[0][0] <= now:
+            when, index, name = heapq.heappop(self._due)
+            due.append(self.agents[name])
+            when += self.interval
+            # Late (a busy thread): the missed beats are not sent in a
+            # burst; the schedule goes on from now.
+            again.append((when if when > now else now + self.interval,
+                          index, name))
+        for item in again:
+            heapq.heappush(self._due, item)
+        starts, beating, halts = [], [], []
+        with cloud.lock:
+            cloud.now()
+            for agent in due:
+                h = cloud.hosts[agent.name]
+                if agent.stopped or not cloud.os_running(h):
+                    if agent.running:
+                        halts.append(agent)
+                    continue
+                agent.facts = protocol.Facts(
+                    compute=h.alive, libvirt=h.power_on,
+                    guests=cloud.running_guests(agent.name))
+                if agent.running and agent.boots != h.boots:
+                    halts.append(agent)     # it rebooted meanwhile
+                if not agent.running or agent.boots != h.boots:
+                    starts.append((agent, cloud.boot_id(h), h.boots,
+                                   int(max(now - h.booted_at, 0) * 1000)))
+                beating.append(agent)
+        for agent in halts:
+            self._halt(agent)
+        for agent, boot_id, boots, seq_start in starts:
+            try:
+                self._build(agent, boot_id, boots, seq_start)
+            except Exception:
+                LOG.exception("sim.agent_start_failed", host=agent.name)
+        for agent in beating:
+            sender = agent.sender
+            if sender is None:
+                continue
+            try:
+                sender.send_once()
+            except Exception:
+                LOG.exception("sim.agent_beat_failed", host=agent.name)
+        nxt = self.network.flush(now)
+        head = self._due[0][0] if self._due else now + self.interval
+        return head if nxt is None else min(head, nxt)
+
+    # -- the thread ------------------------------------------------------------
+
+    def start(self):
+        """Bind the sockets, then beat on a thread until :meth:`stop`.
+        Returns self. Raises OSError when an address cannot be bound."""
+        self.network.open()
+        if self.dispatcher is not None:
+            try:
+                self.dispatcher.open()
+            except OSError:
+                self.network.close()
+                raise
+        self._wake = socket.socketpair()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve,
+                                        name="sim-agents", daemon=True)
+        self._thread.start()
+        LOG.info("sim.agents_started", hosts=len(self.agents),
+                 engines=list(self.conf.agent.engines),
+                 paths=self.paths, requests=self.request_addresses)
+        return self
+
+    @property
+    def request_addresses(self):
+        """Where the engines' requests are received: [(address, port)]."""
+        return self.dispatcher.addresses if self.dispatcher else []
+
+    @property
+    def request_port(self):
+        addresses = self.request_addresses
+        return addresses[0][1] if addresses else None
+
+    def _serve(self):
+        clock = self.cloud.clock
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake[0], selectors.EVENT_READ)
+            for sock in (self.dispatcher.sockets if self.dispatcher
+                         else ()):
+                sel.register(sock, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                try:
+                    nxt = self.run_due()
+                except Exception:
+                    LOG.exception("sim.agents_round_failed")
+                    nxt = clock() + self.interval
+                wait = min(max(nxt - clock(), 0.0), MAX_WAIT)
+                for key, _ in sel.select(wait):
+                    if key.fileobj is self._wake[0]:
+                        return
+                    self.dispatcher.drain(key.fileobj)
+
+    def stop(self):
+        """Stop the thread and every agent; close the sockets."""
+        self._stop.set()
+        if self._thread is not None:
+            self._wake[1].send(b"x")
+            self._thread.join(10)
+            self._thread = None
+        if self._wake is not None:
+            for s in self._wake:
+                s.close()
+            self._wake = None
+        for agent in self.agents.values():
+            self._halt(agent)
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+        self.network.close()
