@@ -5,12 +5,18 @@ they all run the same engine with the same drivers over HTTP; only the
 timings are shortened to the simulator's.
 """
 
+import dataclasses
 import os
+import secrets
+import socket
 import tempfile
+from typing import Dict, List, Optional
+
+from instanceha.heartbeat import keys
 
 #: Settings matched to the simulator's defaults (report_interval 1 s,
 #: service_down_time 4 s), so a death is seen in seconds, not minutes.
-FAST = {
+FAST: Dict[str, Dict[str, object]] = {
     "DEFAULT": {"workers": 8},
     "api": {"port": 0},
     "detection": {"poll_interval": 0.5, "delta": 3.0, "grace_period": 1.0,
@@ -30,10 +36,105 @@ FAST = {
 }
 
 
-def write_config(workdir, server, overrides=None):
+#: The simulated agents' networks: each path beats from its own loopback
+#: address (the whole of 127.0.0.0/8 is local on Linux).
+MGMT = {"mgmt": "127.0.0.1"}
+TWO_PATHS = {"mgmt": "127.0.0.1", "storage": "127.0.0.2"}
+KEY_FILE = "agent.key"
+
+
+@dataclasses.dataclass
+class AgentSetup:
+    """Where the engine hears the simulated agents and where they hear
+    it: written into the engine's ``[agent]`` by :func:`write_config`,
+    given to ``instanceha.sim.agents.SimAgents`` by :meth:`sim_args`."""
+    key_file: str
+    listen_port: int
+    request_port: int
+    paths: Dict[str, str]
+    interval: float = 1.0
+
+    @property
+    def engines(self) -> List[str]:
+        return ["127.0.0.1:%d" % self.listen_port]
+
+    def engine_options(self):
+        """The engine's ``[agent]`` options."""
+        return {"listen_addresses": self.engines,
+                "key_file": self.key_file,
+                "request_port": self.request_port}
+
+    def sim_args(self):
+        """Keyword arguments of ``SimAgents(cloud, **setup.sim_args())``."""
+        return {"engines": self.engines,
+                "keyring": keys.load_keyring(self.key_file),
+                "paths": dict(self.paths),
+                "request_port": self.request_port,
+                "interval": self.interval}
+
+
+def write_key(path):
+    """A new random key file at ``path``, mode 0600; returns ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.chmod(path, 0o600)       # an older file's mode is not kept
+    return path
+
+
+def _free_udp_port(addresses, attempts=50):
+    """A UDP port free on every one of ``addresses`` now (whoever binds
+    it later may still race another process for it)."""
+    for _ in range(attempts):
+        socks = []
+        try:
+            first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(first)
+            first.bind((addresses[0], 0))
+            port = first.getsockname()[1]
+            for address in addresses[1:]:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.bind((address, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError("no UDP port free on %s" % ", ".join(addresses))
+
+
+def agent_setup(workdir, two_paths=False, interval=1.0):
+    """Prepare heartbeat agents for the simulated cloud: a key file (mode
+    0600) in ``workdir``, a free UDP port for the engine's listener on
+    127.0.0.1 and one for the agents' requests on every path address.
+    ``two_paths``: beats go over "mgmt" (127.0.0.1) and "storage"
+    (127.0.0.2), else over "mgmt" only. Then::
+
+        setup = simrun.agent_setup(workdir)
+        path = simrun.write_config(workdir, srv, agents=setup)
+        agents = SimAgents(cloud, **setup.sim_args()).start()
+
+    (The agents are started by the caller: this module stays out of the
+    agent's code, which the ``instanceha demo`` command must not import.)
+    """
+    os.makedirs(workdir, exist_ok=True)
+    paths = dict(TWO_PATHS if two_paths else MGMT)
+    key_file = write_key(os.path.join(os.path.abspath(workdir), KEY_FILE))
+    return AgentSetup(key_file=key_file,
+                      listen_port=_free_udp_port(["127.0.0.1"]),
+                      request_port=_free_udp_port(list(paths.values())),
+                      paths=paths, interval=float(interval))
+
+
+def write_config(workdir, server, overrides=None,
+                 agents: Optional[AgentSetup] = None):
     """Write clouds.yaml, bmc.yaml and instanceha.conf into ``workdir``.
 
-    ``overrides`` is {group: {option: value}}. Returns the conf file path.
+    ``overrides`` is {group: {option: value}}; ``agents`` (see
+    :func:`agent_setup`) turns the engine's heartbeat listener on (no
+    agents by default). Returns the conf file path.
     """
     os.makedirs(workdir, exist_ok=True)
     clouds, bmc = server.write_client_files(workdir)
@@ -51,6 +152,8 @@ def write_config(workdir, server, overrides=None):
         run = tempfile.mkdtemp(prefix="instanceha-api-")
     os.makedirs(run, mode=0o700, exist_ok=True)
     groups["api"]["unix_socket"] = os.path.join(run, "api.sock")
+    if agents is not None:
+        groups["agent"] = agents.engine_options()
     for group, values in (overrides or {}).items():
         groups.setdefault(group, {}).update(values)
     return write_conf_file(os.path.join(workdir, "instanceha.conf"), groups)
