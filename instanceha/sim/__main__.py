@@ -2,6 +2,12 @@
 
     python -m instanceha.sim --hosts 6 --servers-per-host 5 --port 8787 \\
         --write-config /tmp/sim
+
+With ``--agents``, every host runs a heartbeat agent (sim/agents.py)
+beating to ``--agent-engines``, signed with ``--agent-key-file``; with
+``--write-config DIR`` and neither given, a key file and free ports are
+made in DIR and the engine's ``[agent]`` options printed. The
+``--agent-*`` fault flags apply to every host's agent.
 """
 
 import argparse
@@ -9,6 +15,9 @@ import signal
 import sys
 import threading
 
+from instanceha import simrun
+from instanceha.heartbeat import keys
+from instanceha.sim.agents import SimAgents
 from instanceha.sim.model import SimCloud
 from instanceha.sim.server import SimServer
 
@@ -36,11 +45,89 @@ def build_parser():
     for name in FLOAT_PARAMS:
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=None, metavar="SECONDS")
+    _agent_args(p)
     return p
 
 
+def _agent_args(p):
+    g = p.add_argument_group("heartbeat agents")
+    g.add_argument("--agents", action="store_true",
+                   help="run a heartbeat agent on every host")
+    g.add_argument("--agent-engines", metavar="ADDR:PORT[,...]",
+                   help="the engines' heartbeat listeners")
+    g.add_argument("--agent-key-file", metavar="PATH",
+                   help="the shared key file (mode 0600)")
+    g.add_argument("--agent-request-port", type=int, default=7412,
+                   help="where the agents take the engines' requests "
+                        "(default 7412)")
+    g.add_argument("--agent-interval", type=float, default=1.0,
+                   metavar="SECONDS", help="seconds between beats")
+    g.add_argument("--agent-two-paths", action="store_true",
+                   help="beat over mgmt (127.0.0.1) and storage "
+                        "(127.0.0.2), not mgmt alone")
+    g.add_argument("--agent-loss", type=float, metavar="P",
+                   help="drop each beat with this probability")
+    g.add_argument("--agent-delay", type=float, metavar="SECONDS",
+                   help="deliver each beat this much later")
+    g.add_argument("--agent-path-down", metavar="PATH",
+                   help="this path's network is down on every host")
+    g.add_argument("--agent-clock-offset", type=float, metavar="SECONDS",
+                   help="every host's clock is this far off")
+
+
+AGENTS_USAGE = ("--agents needs --agent-engines and --agent-key-file, or "
+                "--write-config alone")
+
+
+def check_agent_args(args, parser):
+    """Refuse a combination of agent flags that cannot work, before
+    anything starts."""
+    if not args.agents:
+        return
+    explicit = bool(args.agent_engines and args.agent_key_file)
+    generated = bool(args.write_config and not args.agent_engines
+                     and not args.agent_key_file)
+    if not (explicit or generated):
+        parser.error(AGENTS_USAGE)
+
+
+def start_agents(args, cloud, parser):
+    """The agents the flags ask for, started, or None."""
+    if not args.agents:
+        return None
+    if args.agent_engines and args.agent_key_file:
+        paths = dict(simrun.TWO_PATHS if args.agent_two_paths
+                     else simrun.MGMT)
+        agents = SimAgents(
+            cloud, [e.strip() for e in args.agent_engines.split(",")],
+            keys.load_keyring(args.agent_key_file),
+            interval=args.agent_interval, paths=paths,
+            request_port=args.agent_request_port)
+    elif args.write_config and not (args.agent_engines
+                                    or args.agent_key_file):
+        setup = simrun.agent_setup(args.write_config, args.agent_two_paths,
+                                   args.agent_interval)
+        agents = SimAgents(cloud, **setup.sim_args())
+        print("instanceha-sim: engine's [agent]: %s" % ", ".join(
+            "%s = %s" % (k, ",".join(v) if isinstance(v, list) else v)
+            for k, v in setup.engine_options().items()), flush=True)
+    else:
+        parser.error(AGENTS_USAGE)
+    try:
+        agents.set_fault(loss=args.agent_loss, delay=args.agent_delay)
+        if args.agent_path_down:
+            agents.set_fault(path=args.agent_path_down, down=True)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.agent_clock_offset:
+        agents.set_clock_offset(args.agent_clock_offset)
+    return agents.start()
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_agent_args(args, parser)
     params = {k: getattr(args, k) for k in INT_PARAMS + FLOAT_PARAMS
               if getattr(args, k) is not None}
     cloud = SimCloud(host_prefix=args.host_prefix, **params)
@@ -59,9 +146,16 @@ def main(argv=None):
         for path in srv.write_client_files(args.write_config):
             print("instanceha-sim: wrote %s" % path, flush=True)
     try:
+        agents = start_agents(args, cloud, parser)
+    except BaseException:
+        srv.stop()
+        raise
+    try:
         while not stop.wait(0.5):
             pass
     finally:
+        if agents is not None:
+            agents.stop()
         srv.stop()
     return 0
 
