@@ -206,7 +206,11 @@ class SimAgents:
             socket_factory=sockets, host=name, boot_id=boot_id,
             monotonic=clock, seq_start=seq_start)
         with self._lock:
-            agent.sender, agent.control, agent.boots = sender, control, boots
+            if not agent.stopped:       # not stopped meanwhile
+                agent.sender, agent.control = sender, control
+                agent.boots = boots
+                return
+        sender.close()
 
     def _halt(self, agent):
         """The agent's process ends (host down, or stop_agent)."""
