@@ -29,6 +29,10 @@ def from_journal(data):
     data["busy"] = False
     data["losses"] = tuple(data.get("losses") or ())
     data["aggregates"] = tuple(data.get("aggregates") or ())
+    # What the host's agent said before the restart is not evidence now
+    # (a beating agent would veto the fencing of a host that died while
+    # instanceha was down): unheard until its next beat.
+    data.update(agent="", agent_compute=None, agent_silent_at=None)
     return fsm.HostRecord(**data)
 
 

@@ -8,7 +8,7 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 """
 
 from instanceha.events import EvacuationSummary, ServiceReport
-from instanceha.fsm import table
+from instanceha.fsm import agent, table
 
 
 def fence_at(r, p):
@@ -79,6 +79,15 @@ def _fence_due(r, ev, p):
     return _power_proof(r, p) or not dump_holds(r, ev.at, p)
 
 
+def agent_fence_due(r, ev, p):
+    """Suspect on its agent's silence alone (Nova still says up): the
+    grace period is over and the silence is corroborated."""
+    due = fence_at(r, p)
+    return (agent.silent_suspect(r) and due is not None and ev.at >= due
+            and agent.corroborated(r, ev.at, p)
+            and not dump_holds(r, ev.at, p))
+
+
 def _flapping(r, ev, p):
     """Lost flap_count times within flap_window (this loss included)."""
     return p.flap_count > 0 and sum(
@@ -94,7 +103,8 @@ def _retry_due(r, ev):
 
 
 def _decision_due(r, ev, p):
-    return _fence_due(r, ev, p) or kdump_proof(r, p, ev.at)
+    return (_fence_due(r, ev, p) or kdump_proof(r, p, ev.at)
+            or agent_fence_due(r, ev, p))
 
 
 def reported_after_fencing(r, ev, p):
@@ -137,6 +147,13 @@ GUARDS = {
     "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
                                      and dumping(r, ev.at, p)),
     "fence_due": _fence_due,
+    "agent_fence_due": agent_fence_due,
+    "agent_vetoes": lambda r, ev, p: (agent.vetoes(r)
+                                      and _decision_due(r, ev, p)),
+    "agent_beating": lambda r, ev, p: agent.vetoes(r),
+    "agent_refuted": lambda r, ev, p: agent.refuted(r, p),
+    "agent_silent_suspect": lambda r, ev, p: agent.silent_suspect(r),
+    "nova_ok": lambda r, ev, p: r.heartbeat_ok,
     "power_off_due": lambda r, ev, p: (_fence_due(r, ev, p)
                                        and _power_proof(r, p)),
     "dump_overdue": lambda r, ev, p: (_fence_due(r, ev, p)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 from instanceha.events import EventKind as E
 from instanceha.events import (
     Isolated, PowerReading, ServiceReport, Suspension)
-from instanceha.fsm import table
+from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
 # Re-exported: the engine and the tests reach them through this module.
@@ -69,7 +69,10 @@ def _observe(r, ev, p):
     """Facts every event updates whatever the state."""
     changes: Dict[str, Any] = {}
     if ev.kind is E.HEARTBEAT_OK:
-        changes.update(heartbeat_ok=True, lost_at=None, ok_at=ev.at)
+        changes.update(heartbeat_ok=True, ok_at=ev.at)
+        if not (r.state is State.SUSPECT and r.agent == agent.SILENT):
+            # (a suspect on its agent's silence keeps the moment of it)
+            changes["lost_at"] = None
         if r.isolated:
             changes["returned"] = (r.returned
                                    or reported_after_fencing(r, ev, None))
@@ -104,6 +107,7 @@ def _observe(r, ev, p):
                                else ev.at)
     if ev.kind in RESULT_KINDS and r.state in RESULT_STATES.get(ev.kind, ()):
         changes["busy"] = False
+    agent.observe(r, ev, changes)
     if ev.name and not r.name:
         changes["name"] = ev.name
     if isinstance(ev.payload, ServiceReport):
@@ -140,8 +144,13 @@ def _enter(r, dst, ev, p):
             changes.update(heartbeat_ok=True, lost_at=None, kdump_at=None,
                            kdump_first_at=None,
                            hold_until=ev.at + p.resume_boot_time)
+    if dst is State.SUSPECT and ev.kind is E.AGENT_SILENT:
+        changes["lost_at"] = ev.at
+    if dst is State.ACTIVE and r.state is State.SUSPECT and r.heartbeat_ok:
+        changes["lost_at"] = None       # the agent's silence is over
     if (dst is State.SUSPECT and r.state is State.ACTIVE
-            and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN)):
+            and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN,
+                            E.AGENT_SILENT)):
         # Heartbeat losses only: kdump messages of a crashing host that
         # still looks fresh must not make it a flapping one.
         changes["losses"] = tuple(t for t in r.losses
@@ -243,6 +252,10 @@ def next_wakeup(record, policy):
                                                         record.kdump_at):
             return record.kdump_at
         due = fence_at(record, policy)
+        if due is not None and agent.silent_suspect(record):
+            if agent.refuted(record, policy):
+                return None         # the next heartbeat settles it
+            due = agent.due_at(record, policy, due)
         if due is not None and dump_holds(record, due, policy):
             # The power-off waits for the dump: messages stop, or it has
             # run for max_dump_time.

@@ -47,6 +47,16 @@ class HostRecord:
     #: above it are this recovery's. Row ids, not a stamp compared with
     #: fenced_at: the two may be written on different replicas' clocks.
     evac_floor: Optional[int] = None
+    #: The host's heartbeat agent: "" never heard, "beating", "silent".
+    agent: str = ""
+    #: nova-compute running, as the agent last said (None: cannot tell)
+    agent_compute: Optional[bool] = None
+    #: when its last beat arrived, once silent on every path
+    agent_silent_at: Optional[float] = None
+    #: the newest updated_at Nova reported (Nova's clock), and when it
+    #: was seen to advance (ours): is Nova owed a heartbeat?
+    nova_updated: Optional[float] = None
+    nova_seen_at: Optional[float] = None
 
     @property
     def loss_count(self):

@@ -24,6 +24,14 @@ class Policy:
     cleanup_check_interval: float = 5.0
     #: a BMC read reporting Off, with the heartbeat lost, skips the grace
     power_evidence: bool = True
+    #: Nova's report_interval: a live nova-compute's updated_at advances
+    #: at least this often (the agent's silence is corroborated once Nova
+    #: owes a heartbeat it has not recorded)
+    nova_report_interval: float = 10.0
+    #: how late a heartbeat Nova recorded may be seen (a poll interval and
+    #: a read): an advance seen this soon after the agent fell silent may
+    #: be from before it
+    nova_seen_lag: float = 3.0
 
     @classmethod
     def from_conf(cls, conf):
@@ -39,7 +47,11 @@ class Policy:
             max_attempts=conf.evacuation.max_attempts,
             cleanup_check_interval=conf.evacuation.cleanup_check_interval,
             power_evidence=conf.fencing.power_evidence,
+            nova_seen_lag=conf.detection.poll_interval + 1.0,
         )
+        agent = getattr(conf, "agent", None)
+        if agent is not None and hasattr(agent, "nova_report_interval"):
+            kw["nova_report_interval"] = agent.nova_report_interval
         if kdump is not None:
             action = kdump.action
             if action == "wait":            # the old name of the same thing

@@ -25,8 +25,24 @@ RULES = [
      "forced down by another actor: {event.reason}"),
     (S.ACTIVE, E.KDUMP, "kdump_enabled", S.SUSPECT,
      "kdump message received from the host"),
+    # The heartbeat agent (fsm.agent): silent on every path, the host is
+    # suspect at once; fenced only once corroborated (below).
+    (S.ACTIVE, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
+     "heartbeat agent silent on every path: fencing once Nova misses a "
+     "heartbeat it owes (or the BMC reads Off) and the grace period is "
+     "over"),
+    (S.SUSPECT, E.HEARTBEAT_OK, "agent_refuted", S.ACTIVE,
+     "agent silent, but Nova recorded a heartbeat since: the host lives "
+     "(agent silent; never fenced for it)"),
+    (S.SUSPECT, E.HEARTBEAT_OK, "agent_silent_suspect", S.SUSPECT,
+     "{record.reason}"),
     (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
      "heartbeat back within the grace period"),
+    (S.SUSPECT, E.AGENT_BEATING, "nova_ok", S.ACTIVE,
+     "heartbeat agent beating again within the grace period"),
+    (S.SUSPECT, E.AGENT_BEATING, ALWAYS, S.SUSPECT,
+     "nova-compute down, host alive (agent): never fenced while its "
+     "authenticated beats arrive"),
     # A kdump message is not authenticated: by default it only delays the
     # power-off until the dump is over (fence_after_dump). With action =
     # evacuate it records a proof, decided on the TICK that follows at
@@ -36,6 +52,11 @@ RULES = [
      "([kdump] action = fence_after_dump)"),
     (S.SUSPECT, E.KDUMP, "kdump_enabled", S.SUSPECT,
      "kdump message received; waiting for Nova to report the service down"),
+    # The veto: the agent's authenticated beats arrive, so the host lives
+    # whatever Nova says (only nova-compute is down).
+    (S.SUSPECT, E.TICK, "agent_vetoes", S.SUSPECT,
+     "nova-compute down, host alive (agent): never fenced while its "
+     "authenticated beats arrive"),
     (S.SUSPECT, E.TICK, "decision_due_but_threshold", S.SUSPECT,
      "not fencing: {event.reason}"),
     (S.SUSPECT, E.TICK, "decision_due_but_disabled_by_operator", S.SUSPECT,
@@ -56,6 +77,9 @@ RULES = [
     (S.SUSPECT, E.TICK, "power_off_due", S.FENCING,
      "heartbeat lost and the BMC reports power Off: fencing without "
      "waiting for the grace period"),
+    (S.SUSPECT, E.TICK, "agent_fence_due", S.FENCING,
+     "heartbeat agent silent on every path, corroborated (Nova missed a "
+     "heartbeat it owed, or the BMC reads Off); fencing"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------

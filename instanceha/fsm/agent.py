@@ -1,0 +1,82 @@
+"""The heartbeat agent's word in the state machine (pure).
+
+A host whose agent falls silent on every path turns suspect at once, while
+Nova still reports it up; it is fenced only once the silence is
+corroborated -- Nova owes a heartbeat it has not recorded, or a BMC that
+may prove the host dead reads Off -- and after the usual grace period and
+gates. Nova recording a heartbeat after the silence means the host lives
+(its agent or the agent's network failed): it is active again, never
+fenced for the silence. While the agent's authenticated beats arrive, the
+host lives whatever Nova says (only nova-compute is down): never fenced
+(the veto).
+"""
+
+from typing import Any, Dict
+
+from instanceha.events import (AgentReport, AgentSilence, EventKind as E,
+                               ServiceReport)
+
+BEATING = "beating"
+SILENT = "silent"
+
+
+def observe(r, ev, changes: Dict[str, Any]) -> None:
+    """The facts an agent's event, and Nova's updated_at in a report,
+    change on the record (into ``changes``)."""
+    if ev.kind is E.AGENT_BEATING and isinstance(ev.payload, AgentReport):
+        changes.update(agent=BEATING, agent_compute=ev.payload.compute,
+                       agent_silent_at=None)
+    elif ev.kind is E.AGENT_SILENT and isinstance(ev.payload, AgentSilence):
+        changes.update(agent=SILENT, agent_silent_at=ev.payload.last_beat_at)
+    if isinstance(ev.payload, ServiceReport):
+        updated = ev.payload.updated_at
+        if updated is not None and (r.nova_updated is None
+                                    or updated > r.nova_updated):
+            changes.update(nova_updated=updated, nova_seen_at=ev.at)
+
+
+def vetoes(r) -> bool:
+    """The agent's authenticated beats arrive: the host lives."""
+    return r.agent == BEATING
+
+
+def silent_suspect(r) -> bool:
+    """Suspect on the agent's word alone: silent, Nova still says up."""
+    return r.agent == SILENT and r.heartbeat_ok
+
+
+def refuted(r, p) -> bool:
+    """Nova recorded a heartbeat after the agent fell silent (seen later
+    than a heartbeat from before the silence could be): the host lives."""
+    return (r.agent == SILENT and r.agent_silent_at is not None
+            and r.nova_seen_at is not None
+            and r.nova_seen_at > r.agent_silent_at + p.nova_seen_lag)
+
+
+def owed_at(r, p) -> float:
+    """When Nova's next heartbeat from the host is overdue: a report
+    interval (and the lag of seeing it) after the last one seen, or after
+    the silence began when none was seen."""
+    base = r.nova_seen_at
+    if base is None or (r.agent_silent_at is not None
+                        and base < r.agent_silent_at - p.nova_report_interval):
+        base = r.agent_silent_at if r.agent_silent_at is not None else 0.0
+    return base + p.nova_report_interval + p.nova_seen_lag
+
+
+def corroborated(r, now, p) -> bool:
+    """A second witness of the silent host's death: a BMC that may prove
+    it dead reads Off, or Nova owes a heartbeat it has not recorded."""
+    if r.agent != SILENT or refuted(r, p):
+        return False
+    if p.power_evidence and r.power_off_at is not None:
+        return True
+    return now >= owed_at(r, p)
+
+
+def due_at(r, p, fence_at):
+    """When fencing a silent suspect may become due (``fence_at``: the
+    grace period's end)."""
+    if p.power_evidence and r.power_off_at is not None:
+        return fence_at
+    return max(fence_at, owed_at(r, p))

@@ -1,0 +1,140 @@
+"""The heartbeat agent in the state machine (issue 23): a silent agent
+makes the host suspect at once and it is fenced only once corroborated;
+Nova recording a heartbeat after the silence clears it; beats that arrive
+veto any fencing; a host without an agent is judged by Nova as before."""
+
+from instanceha.events import (AgentReport, AgentSilence, Event,
+                               EventKind as E, PowerReading, ServiceReport)
+from instanceha.fsm import machine
+from instanceha.fsm.states import Action as A, State as S
+
+# Nova reports every 10 s; the engine polls every 2 s (seen lag 3 s).
+P = machine.Policy(grace_period=1, nova_report_interval=10,
+                   nova_seen_lag=3)
+
+
+class Host:
+    def __init__(self, policy=P):
+        self.rec = machine.HostRecord(id="h", name="c0")
+        self.p = policy
+        self.actions = []
+
+    def step(self, kind, at, **kw):
+        self.rec, self.actions = machine.step(
+            self.rec, Event(kind, "h", at, name="c0", **kw), self.p)
+        return self.rec.state
+
+    def nova(self, at, updated_at, ok=True):
+        return self.step(E.HEARTBEAT_OK if ok else E.HEARTBEAT_LOST, at,
+                         source="reconciler",
+                         payload=ServiceReport(updated_at=updated_at))
+
+    def beating(self, at, compute=True):
+        return self.step(E.AGENT_BEATING, at, source="agent",
+                         payload=AgentReport(paths=("mgmt",), boot_id="b1",
+                                             last_beat_at=at,
+                                             compute=compute))
+
+    def silent(self, at, last_beat_at):
+        return self.step(E.AGENT_SILENT, at, source="agent",
+                         payload=AgentSilence(last_beat_at=last_beat_at,
+                                              paths=("mgmt",)))
+
+    def tick(self, at):
+        return self.step(E.TICK, at, source="timer", cluster_ok=True)
+
+    def due(self):
+        return machine.next_wakeup(self.rec, self.p)
+
+
+def test_a_silent_host_is_fenced_once_nova_misses_the_heartbeat_it_owes():
+    h = Host()
+    h.beating(0)
+    assert h.nova(1, updated_at=5000.0) is S.ACTIVE   # Nova's clock
+    # Dies at ~5; beats stop; the source says so at 8.
+    assert h.silent(8, last_beat_at=5) is S.SUSPECT
+    assert "agent silent" in h.rec.reason
+    # Nova's report is owed 10 s after it was last seen advancing (1),
+    # plus the lag of seeing it: 14.
+    assert h.due() == 14
+    assert h.tick(9) is S.SUSPECT          # grace over, not corroborated
+    assert h.nova(10, updated_at=5000.0) is S.SUSPECT   # still 'up'
+    assert h.tick(13.9) is S.SUSPECT
+    assert h.tick(14) is S.FENCING and h.actions == [A.FENCE]
+    assert "corroborated" in h.rec.reason
+
+
+def test_nova_recording_a_heartbeat_after_the_silence_clears_the_host():
+    h = Host()
+    h.beating(0)
+    h.nova(1, updated_at=5000.0)
+    h.silent(8, last_beat_at=5)
+    # An advance seen within the lag may be a heartbeat from before the
+    # silence: not a proof of life, but it moves what Nova owes.
+    assert h.nova(7.5, updated_at=5010.0) is S.SUSPECT
+    assert h.due() == 7.5 + 13
+    # One seen later is: the agent (or its network) failed, the host
+    # lives. Active again, never fenced for the silence.
+    assert h.nova(11, updated_at=5020.0) is S.ACTIVE
+    assert "agent silent" in h.rec.reason and h.rec.lost_at is None
+    assert h.tick(30) is S.ACTIVE
+
+
+def test_beats_back_within_the_grace_period_clear_the_host():
+    h = Host()
+    h.beating(0)
+    h.silent(8, last_beat_at=5)
+    assert h.beating(8.5) is S.ACTIVE and h.rec.lost_at is None
+    assert h.tick(30) is S.ACTIVE
+
+
+def test_a_bmc_reading_off_corroborates_without_waiting_for_nova():
+    h = Host()
+    h.beating(0)
+    h.nova(1, updated_at=5000.0)
+    h.silent(8, last_beat_at=5)
+    h.step(E.POWER_OFF, 8.2, source="bmc",
+           payload=PowerReading(readings=(("redfish:x", "off"),),
+                                vouched=True))
+    assert h.tick(9) is S.FENCING
+
+
+def test_while_the_agent_beats_the_host_is_never_fenced():
+    h = Host()
+    h.beating(0, compute=False)             # only nova-compute died
+    assert h.nova(40, updated_at=5000.0, ok=False) is S.SUSPECT
+    for at in (45, 60, 600):
+        assert h.tick(at) is S.SUSPECT and h.actions == []
+    assert "nova-compute down, host alive (agent)" in h.rec.reason
+    # Then the host dies too: its beats stop, Nova's loss stands.
+    h.silent(601, last_beat_at=598)
+    assert h.tick(602) is S.FENCING
+
+
+def test_beats_arriving_while_nova_says_down_are_said_at_once():
+    h = Host()
+    h.nova(40, updated_at=5000.0, ok=False)
+    assert h.beating(41, compute=False) is S.SUSPECT
+    assert h.rec.reason.startswith("nova-compute down, host alive (agent)")
+    assert h.tick(100) is S.SUSPECT
+
+
+def test_a_host_without_an_agent_is_judged_by_nova_as_before():
+    h = Host()
+    assert h.nova(40, updated_at=5000.0, ok=False) is S.SUSPECT
+    assert h.rec.agent == ""
+    assert h.tick(40.5) is S.SUSPECT
+    assert h.tick(41) is S.FENCING
+
+
+def test_after_a_restart_the_agents_word_before_it_is_forgotten():
+    """A beating agent remembered from before a restart would veto the
+    fencing of a host that died while instanceha was down."""
+    from instanceha.engine import resume
+    h = Host()
+    h.beating(0, compute=False)
+    h.nova(40, updated_at=5000.0, ok=False)
+    rec = resume.from_journal(h.rec.to_dict())
+    assert (rec.agent, rec.agent_compute) == ("", None)
+    h.rec = rec
+    assert h.tick(60) is S.FENCING
