@@ -15,12 +15,14 @@ Two objects, both asked only after the state machine's step says FENCE
 
 import threading
 
+from instanceha.fsm import agent
 from instanceha.policy import storm
 
 
 class Readiness:
 
-    def __init__(self, world_seen=None, control_plane=None):
+    def __init__(self, world_seen=None, control_plane=None,
+                 agent_cliff=None):
         #: True once the world has been observed since start (the service
         #: passes the reconciler's first completed pass): until then no
         #: fencing decision is taken on remembered observations.
@@ -30,6 +32,10 @@ class Readiness:
         #: a fenced host whose servers cannot be rebuilt is the worst
         #: outcome.
         self.control_plane = control_plane or (lambda: (True, ""))
+        #: Why this engine looks cut off from the hosts' agents (a large
+        #: share fell silent within seconds), else None: a host suspect on
+        #: its agent's silence alone is not fenced meanwhile.
+        self.agent_cliff = agent_cliff or (lambda: None)
 
     def closed(self):
         """Why no fencing decision may be taken at all now, or None."""
@@ -89,6 +95,10 @@ class FencingGate:
         closed = self.readiness.closed()
         if closed:
             return False, closed
+        if agent.silent_suspect(rec):
+            cliff = self.readiness.agent_cliff()
+            if cliff:
+                return False, cliff
         scopes = self.scopes(at, pending)
         with self._lock:
             ack = dict(self._ack)

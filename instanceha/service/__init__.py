@@ -100,7 +100,9 @@ class Service(Group, Reloading, Health):
         self.sources.append(self.control_plane)
         readiness = Readiness(
             world_seen=lambda: self.reconciler.passes > 0,
-            control_plane=self.control_plane.status)
+            control_plane=self.control_plane.status,
+            agent_cliff=lambda: (self.heartbeat.cliff()
+                                 if self.heartbeat is not None else None))
         ctx = Context(conf, compute, journal, self.inventory,
                       fencer, clock, self.board, on_progress=on_progress,
                       readiness=readiness,
