@@ -52,6 +52,8 @@ MIN_REFRESH_INTERVAL = 1.0
 MAX_UNKNOWN_NAMES = 1024
 #: Datagrams read from one socket before looking at the others again.
 _BURST = 256
+#: Receive buffer asked for each socket (bytes).
+_RCVBUF = 4 * 1024 * 1024
 
 
 class HeartbeatSource:
@@ -113,6 +115,13 @@ class HeartbeatSource:
                                    "%s ([agent] listen_addresses): %s"
                                    % (where, e.strerror or e))
             sock.setblocking(False)
+            try:
+                # Room for bursts while the receiver waits for the GIL
+                # (the kernel caps it at net.core.rmem_max).
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                _RCVBUF)
+            except OSError:
+                pass
             self._socks.append(sock)
             self.bound.append((address, sock.getsockname()[1]))
         self._wake = socket.socketpair()
@@ -237,9 +246,7 @@ class HeartbeatSource:
                     self._counts["received"] += 1
                     self._counts["accepted"] += 1
                     event = self._table.beat(message, kid, host_id,
-                                             (udp.normalise_address(
-                                                 sender[0]), sender[1]),
-                                             now)
+                                             sender, now)
             if why is not None:
                 return self._drop(why, sender, "host %s path %s"
                                   % (name, message.path), now)
