@@ -23,6 +23,7 @@ Events are made on changes only, never for every beat:
 from typing import Dict, List, Optional, Tuple
 
 from instanceha.events import AgentReport, AgentSilence, Event, EventKind
+from instanceha.sources import udp
 
 SOURCE = "agent"
 BEATING = "beating"
@@ -34,7 +35,7 @@ class _Path:
 
     def __init__(self, at, address):
         self.at = at              # engine's clock at the last beat
-        self.address = address    # (ip, port) it came from
+        self.address = address    # (ip, port, ...) as received
 
 
 class _Host:
@@ -52,6 +53,16 @@ class _Host:
         self.state = None                 # None: nothing reported yet
         self.last_at = None
         self.last_path = None
+
+
+def _ip(sender):
+    """The sender's IP address in canonical form (read when asked, not
+    at every beat: parsing costs more than the rest of a beat's
+    bookkeeping)."""
+    try:
+        return udp.normalise_address(sender[0])
+    except ValueError:
+        return sender[0]
 
 
 def _flag(value):
@@ -77,8 +88,9 @@ class HostTable:
     def beat(self, beat, kid, host_id, sender, now) -> Optional[Event]:
         """Record one accepted beat (``protocol.Beat``, signed with key
         ``kid``) of the host Nova knows as ``host_id``, received from
-        ``sender`` (ip, port) at ``now``. Returns the AGENT_BEATING event
-        when the host's view changed, else None."""
+        ``sender`` (recvfrom's address: ip, port, ...) at ``now``.
+        Returns the AGENT_BEATING event when the host's view changed, else
+        None."""
         host = self._hosts.get(beat.host)
         if host is None:
             host = self._hosts[beat.host] = _Host(beat.host, host_id)
@@ -187,7 +199,7 @@ class HostTable:
         host = self._hosts.get(name)
         if host is None or host.last_path is None:
             return None
-        return host.paths[host.last_path].address[0], host.last_path
+        return _ip(host.paths[host.last_path].address), host.last_path
 
     def cliff(self, now, share, window, min_hosts) -> Optional[str]:
         """Why this engine looks cut off, or None: of the hosts whose
@@ -242,7 +254,7 @@ class HostTable:
                                  and host.kid != current_kid),
                 "last_beat_age": round(now - host.last_at, 3),
                 "paths": {p: {"age": round(now - path.at, 3),
-                              "address": path.address[0],
+                              "address": _ip(path.address),
                               "heard": p in heard}
                           for p, path in sorted(host.paths.items())},
                 "compute": facts.compute, "libvirt": facts.libvirt,
