@@ -34,6 +34,9 @@ def format_status(data, now=None):
         disabled = h.get("operator_disabled")
         if disabled is not None and "disabled by operator" not in reason:
             reason += " [disabled by operator: %s]" % disabled
+        agent = h.get("agent")
+        if agent and agent != "agent beating" and agent not in reason:
+            reason += " [%s]" % agent
         rows.append((h["name"] or h["id"], h["state"],
                      "%s ago" % age(now - since), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]

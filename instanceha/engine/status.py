@@ -21,13 +21,29 @@ def snapshot(engine, hosts, errors):
                    "since": r.since, "reason": r.reason,
                    "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
                    "retrying": errors.get(r.id),
-                   "operator_disabled": r.operator_disabled}
+                   "operator_disabled": r.operator_disabled,
+                   "agent": agent_text(r)}
                   for r in hosts],
         "sources": {name: fn() for name, fn in engine.health.items()},
         "unprotected": unprotected(engine),
         "degraded": engine.journal_health.degraded(),
         **engine.status_extra(),
     }
+
+
+def agent_text(rec):
+    """What the host's heartbeat agent says, in a few words (None: no
+    agent heard since start)."""
+    if not rec.agent:
+        return None
+    if rec.agent == "silent":
+        return ("agent silent" if rec.heartbeat_ok else
+                "agent silent, Nova reports the service down")
+    if not rec.heartbeat_ok:
+        return "nova-compute down, host alive (agent)"
+    if rec.agent_compute is False:
+        return "agent beating; it says nova-compute is not running"
+    return "agent beating"
 
 
 def unprotected(engine):

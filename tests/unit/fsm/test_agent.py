@@ -138,3 +138,25 @@ def test_after_a_restart_the_agents_word_before_it_is_forgotten():
     assert (rec.agent, rec.agent_compute) == ("", None)
     h.rec = rec
     assert h.tick(60) is S.FENCING
+
+
+def test_status_says_what_the_agent_says():
+    from instanceha.cmd.status import format_status
+    from instanceha.engine import status
+    h = Host()
+    assert status.agent_text(h.rec) is None          # no agent heard
+    h.beating(0, compute=False)
+    assert status.agent_text(h.rec) == (
+        "agent beating; it says nova-compute is not running")
+    h.nova(40, updated_at=5000.0, ok=False)
+    assert status.agent_text(h.rec) == "nova-compute down, host alive (agent)"
+    g = Host()
+    g.beating(0)
+    g.nova(1, updated_at=5000.0)
+    g.silent(8, last_beat_at=5)
+    g.nova(11, updated_at=5020.0)                     # refuted: active
+    assert status.agent_text(g.rec) == "agent silent"
+    text = format_status({"hosts": [
+        {"id": "h", "name": "c0", "state": "active", "since": 0,
+         "reason": "ok", "agent": status.agent_text(g.rec)}]}, now=10)
+    assert "[agent silent]" in text
