@@ -86,6 +86,16 @@ OPTS = [
                     "restart_window; then the host is left to a human."),
     cfg.FloatOpt("restart_window", default=3600.0, min=60, max=604800,
                  help="Seconds over which restart_max counts."),
+    cfg.FloatOpt("nova_report_interval", default=10.0, min=0.1, max=3600,
+                 help="Nova's [DEFAULT] report_interval: a running "
+                      "nova-compute's heartbeat in Nova advances at least "
+                      "this often. A host whose agent fell silent is fenced "
+                      "only once Nova has missed a heartbeat it owed (this "
+                      "long, or longer if the host's heartbeats were seen "
+                      "further apart, plus a poll interval, after the last "
+                      "one seen), or a BMC that may prove it dead reads "
+                      "Off; a heartbeat Nova records after the silence "
+                      "means the host lives (never fenced for it)."),
 ]
 
 

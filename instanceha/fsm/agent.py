@@ -33,6 +33,8 @@ def observe(r, ev, changes: Dict[str, Any]) -> None:
         if updated is not None and (r.nova_updated is None
                                     or updated > r.nova_updated):
             changes.update(nova_updated=updated, nova_seen_at=ev.at)
+            if r.nova_updated is not None:
+                changes["nova_step"] = updated - r.nova_updated
 
 
 def vetoes(r) -> bool:
@@ -55,13 +57,15 @@ def refuted(r, p) -> bool:
 
 def owed_at(r, p) -> float:
     """When Nova's next heartbeat from the host is overdue: a report
-    interval (and the lag of seeing it) after the last one seen, or after
-    the silence began when none was seen."""
+    interval (the configured one, or the step last seen between the
+    host's heartbeats if longer) and the lag of seeing it, after the last
+    one seen (or after the silence began when none was seen lately)."""
+    interval = max(p.nova_report_interval, r.nova_step or 0.0)
     base = r.nova_seen_at
     if base is None or (r.agent_silent_at is not None
-                        and base < r.agent_silent_at - p.nova_report_interval):
+                        and base < r.agent_silent_at - interval):
         base = r.agent_silent_at if r.agent_silent_at is not None else 0.0
-    return base + p.nova_report_interval + p.nova_seen_lag
+    return base + interval + p.nova_seen_lag
 
 
 def corroborated(r, now, p) -> bool:

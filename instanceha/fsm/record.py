@@ -57,6 +57,9 @@ class HostRecord:
     #: was seen to advance (ours): is Nova owed a heartbeat?
     nova_updated: Optional[float] = None
     nova_seen_at: Optional[float] = None
+    #: how far Nova's updated_at moved at its last advance seen (Nova's
+    #: report interval as observed, or longer)
+    nova_step: Optional[float] = None
 
     @property
     def loss_count(self):

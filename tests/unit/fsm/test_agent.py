@@ -160,3 +160,17 @@ def test_status_says_what_the_agent_says():
         {"id": "h", "name": "c0", "state": "active", "since": 0,
          "reason": "ok", "agent": status.agent_text(g.rec)}]}, now=10)
     assert "[agent silent]" in text
+
+
+def test_nova_heartbeats_seen_further_apart_than_configured_wait_longer():
+    """A report_interval set too short must not corroborate a silence
+    before Nova could have missed anything: the step seen between the
+    host's heartbeats counts when longer."""
+    h = Host()
+    h.beating(0)
+    h.nova(1, updated_at=5000.0)
+    h.nova(31, updated_at=5030.0)            # Nova reports every 30 s
+    h.silent(35, last_beat_at=32)
+    assert h.due() == 31 + 30 + 3
+    assert h.tick(60) is S.SUSPECT
+    assert h.tick(64) is S.FENCING
