@@ -1,0 +1,88 @@
+"""Issue 23 end to end on the simulator: the real engine hears the real
+agent code of every simulated host over UDP. A hung host (its agent falls
+silent, Nova still says up) is fenced and recovered long before Nova's
+heartbeat would have told; a host whose nova-compute alone died (its
+agent beats on) is never powered off, and status says why."""
+
+import os
+import time
+
+import pytest
+
+from functional import waiting
+from functional.engine_process import EngineProcess
+from instanceha import simrun
+from instanceha.sim import SimCloud, SimServer
+from instanceha.sim.agents import SimAgents
+
+#: Nova's view is slow here on purpose: it calls a host down after 60 s
+#: and the engine's own delta is 30 s, so a recovery within that time
+#: came from the agent.
+NOVA_DELTA = 30.0
+
+
+@pytest.fixture
+def bed(tmp_path):
+    cloud = SimCloud(hosts=4, servers_per_host=2, boot_time=1.0,
+                     service_down_time=60.0)
+    srv = SimServer(cloud).start()
+    setup = simrun.agent_setup(str(tmp_path), interval=0.2)
+    conf_path = simrun.write_config(str(tmp_path), srv, {
+        "detection": {"delta": NOVA_DELTA},
+        "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0}},
+        agents=setup)
+    agents = SimAgents(cloud, **setup.sim_args()).start()
+    engine = EngineProcess(str(tmp_path), conf_path,
+                           os.path.join(str(tmp_path), "status.json"),
+                           "sqlite:///" + os.path.join(str(tmp_path),
+                                                       "journal.sqlite"))
+    try:
+        engine.start(len(cloud.hosts), timeout=60)
+        # Every agent heard before anything dies.
+        engine.wait(lambda: all(
+            h.get("agent") for h in engine.status().get("hosts", [])),
+            60, "every host's agent to be heard")
+        yield cloud, engine
+    finally:
+        engine.stop()
+        agents.stop()
+        srv.stop()
+
+
+def test_a_hung_host_is_recovered_on_its_agents_silence(bed):
+    cloud, engine = bed
+    t0 = time.monotonic()
+    cloud.kill("compute-1")            # hangs: power on, everything stops
+    waiting.wait_for(lambda: not cloud.hosts["compute-1"].power_on, 60,
+                     lambda: "compute-1 powered off (states %s, log %s)"
+                     % (engine.states(), engine.log_path))
+    off_after = time.monotonic() - t0
+    assert off_after < NOVA_DELTA, off_after
+    engine.wait_state("compute-1", "evacuated", timeout=90)
+    log = engine.log_text()
+    assert "heartbeat agent silent on every path, corroborated" in log
+    servers = [s for s in cloud.servers.values()]
+    assert servers and all(s.host != "compute-1" and s.status == "ACTIVE"
+                           for s in servers)
+    # Nobody else was touched.
+    assert all(h.power_on for n, h in cloud.hosts.items()
+               if n != "compute-1")
+
+
+def test_a_host_whose_nova_compute_alone_died_is_never_powered_off(bed):
+    cloud, engine = bed
+    cloud.kill_compute("compute-2")    # the host and its agent live on
+    # Nova calls it down after its service_down_time; the engine's own
+    # delta earlier: suspect, and vetoed by the agent's beats.
+    engine.wait(lambda: engine.states().get("compute-2", ("",))[0]
+                == "suspect" and "host alive (agent)"
+                in engine.states()["compute-2"][1], 120,
+                "compute-2 held by the agent's veto")
+    held_at = time.monotonic()
+    engine.wait(lambda: time.monotonic() - held_at > 10, 30, "ten seconds")
+    assert cloud.hosts["compute-2"].power_on
+    state, reason = engine.states()["compute-2"]
+    assert state == "suspect" and "nova-compute down, host alive" in reason
+    host = next(h for h in engine.status()["hosts"]
+                if h["name"] == "compute-2")
+    assert host["agent"] == "nova-compute down, host alive (agent)"
