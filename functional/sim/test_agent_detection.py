@@ -22,14 +22,16 @@ NOVA_DELTA = 30.0
 
 
 @pytest.fixture
-def bed(tmp_path):
+def bed(tmp_path, request):
+    restart = getattr(request, "param", False)
     cloud = SimCloud(hosts=4, servers_per_host=2, boot_time=1.0,
                      service_down_time=60.0)
     srv = SimServer(cloud).start()
     setup = simrun.agent_setup(str(tmp_path), interval=0.2)
     conf_path = simrun.write_config(str(tmp_path), srv, {
         "detection": {"delta": NOVA_DELTA},
-        "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0}},
+        "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0,
+                  "restart_compute": restart}},
         agents=setup)
     agents = SimAgents(cloud, **setup.sim_args()).start()
     engine = EngineProcess(str(tmp_path), conf_path,
@@ -86,3 +88,23 @@ def test_a_host_whose_nova_compute_alone_died_is_never_powered_off(bed):
     host = next(h for h in engine.status()["hosts"]
                 if h["name"] == "compute-2")
     assert host["agent"] == "nova-compute down, host alive (agent)"
+
+
+@pytest.mark.parametrize("bed", [True], indirect=True)
+def test_soft_fencing_restarts_nova_compute_through_the_agent(bed):
+    """[agent] restart_compute: the vetoed host's agent restarts its
+    nova-compute on the engine's signed request; the host comes back
+    without ever being powered off, and the request is journalled."""
+    cloud, engine = bed
+    cloud.kill_compute("compute-2")
+
+    def requests():
+        with engine.reading_journal() as j:
+            return [a for a in j.actions()
+                    if a["kind"] == "restart_compute"]
+    engine.wait(requests, 120, "a restart request journalled")
+    engine.wait_state("compute-2", "active", timeout=120)
+    assert cloud.hosts["compute-2"].power_on
+    rows = requests()
+    assert [r["outcome"] for r in rows] == ["sent"], rows
+    assert "host alive (agent)" in engine.log_text()

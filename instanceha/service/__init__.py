@@ -16,6 +16,7 @@ from instanceha.engine.context import Context
 from instanceha.engine.engine import Engine
 from instanceha.engine.fencing_gate import Readiness
 from instanceha.engine.progress import ProgressBoard
+from instanceha.engine import soft_fence
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
 from instanceha.service.group import Group
@@ -132,6 +133,10 @@ class Service(Group, Reloading, Health):
         self._status_stop = threading.Event()
         self._status_dirty = threading.Event()
         self.engine.add_listener(lambda *a: self._status_dirty.set())
+        if self.heartbeat is not None:
+            # Soft fencing: a vetoed host's agent restarts nova-compute.
+            self.engine.add_listener(soft_fence.listener(
+                conf, journal, self.heartbeat, clock))
         self.notifier = notifier if notifier is not None \
             else sdnotify.Notifier()
         self.systemd = SystemdLink(self, self.notifier, clock=clock)
