@@ -305,7 +305,11 @@ class Service(Group, Reloading, Health):
             health["kdump"] = src.health
         if getattr(conf, "agent", None) is not None \
                 and conf.agent.listen_addresses:
-            src = HeartbeatSource(conf, sink, self.clock,
+            # Bound at start like kdump's socket; a standby hears the
+            # beats and acts on none of them.
+            src = HeartbeatSource(conf, self._submit_if_acting
+                                  if self.membership is not None else sink,
+                                  self.clock,
                                   lambda: self.engine.known_hosts())
             self.sources.append(src)
             self.heartbeat = src
@@ -364,6 +368,10 @@ class Service(Group, Reloading, Health):
                            bind=(self.conf.kdump.listen_address,
                                  self.conf.kdump.port))
                 started.append(self.kdump)
+            if self.heartbeat is not None:
+                # Its errors name the address already.
+                self._step("agent heartbeat listener", self.heartbeat.start)
+                started.append(self.heartbeat)
             if self.membership is not None:
                 self._step("coordination", self._join)
         except (StartupError, StartInterrupted):
@@ -421,8 +429,9 @@ class Service(Group, Reloading, Health):
                     src.stop()
                 except Exception as e:
                     LOG.warning("source_stop_failed", reason=str(e))
-        elif self.kdump is not None:
-            self.kdump.stop()
+        else:
+            for src in self._bound_at_start():
+                src.stop()
         self.engine.stop()
         self.engine.ctx.close_fencers()
         if self.membership is not None:

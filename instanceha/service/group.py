@@ -75,10 +75,17 @@ class Group:
         self.acting_since = self.clock()
         self._acting = True
         self.engine.start()
+        bound = self._bound_at_start()
         for src in self.sources:
-            if src is not self.kdump:
+            if src not in bound:
                 src.start()
         self._status_dirty.set()
+
+    def _bound_at_start(self):
+        """The sources started (their sockets bound) by start() itself,
+        on every member: the kdump and agent heartbeat listeners."""
+        return [src for src in (self.kdump, self.heartbeat)
+                if src is not None]
 
     def _submit_if_acting(self, event):
         """The kdump listener's sink on a coordinated member: a standby

@@ -242,6 +242,31 @@ def test_kdump_port_taken_fails_start_and_closes_the_api_socket(tmp_path):
         taken.close()
 
 
+def test_agent_port_taken_fails_start_before_anything_acts(tmp_path):
+    """The agent heartbeat listener binds at start, like kdump's: a taken
+    port is a start-up error naming it, and nothing has acted."""
+    from tests.unit.heartbeat import helpers as hb
+    taken = _taken(socket.SOCK_DGRAM)
+    port = taken.getsockname()[1]
+    key = tmp_path / "agent.key"
+    hb.write_key(key)
+    try:
+        w = Started(tmp_path, {"agent": {
+            "listen_addresses": ["127.0.0.1:%d" % port],
+            "key_file": str(key)}})
+        before = set(_workers_running())
+        with pytest.raises(service_mod.StartupError) as err:
+            w.svc.start()
+        assert "agent heartbeat listener: cannot bind 127.0.0.1:%d" % port \
+            in str(err.value)
+        assert set(_workers_running()) == before
+        w.svc.engine.stop()
+        assert w.fencer.powered_off == [] and w.fencer_loaded == []
+        assert not w.compute.services["compute-1"]["forced_down"]
+    finally:
+        taken.close()
+
+
 def test_bad_notification_transport_fails_start(tmp_path):
     w = Started(tmp_path, {"notifications": {
         "enabled": True, "transport_url": "nosuchdriver://host/"}})
