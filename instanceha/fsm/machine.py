@@ -149,10 +149,11 @@ def _enter(r, dst, ev, p):
     if dst is State.ACTIVE and r.state is State.SUSPECT and r.heartbeat_ok:
         changes["lost_at"] = None       # the agent's silence is over
     if (dst is State.SUSPECT and r.state is State.ACTIVE
-            and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN,
-                            E.AGENT_SILENT)):
+            and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN)):
         # Heartbeat losses only: kdump messages of a crashing host that
-        # still looks fresh must not make it a flapping one.
+        # still looks fresh, or an agent that restarts or loses its
+        # network while Nova hears the host, must not make it a flapping
+        # one.
         changes["losses"] = tuple(t for t in r.losses
                                   if ev.at - t <= p.flap_window) + (ev.at,)
     if dst in ISOLATED_STATES:

@@ -174,3 +174,21 @@ def test_nova_heartbeats_seen_further_apart_than_configured_wait_longer():
     assert h.due() == 31 + 30 + 3
     assert h.tick(60) is S.SUSPECT
     assert h.tick(64) is S.FENCING
+
+
+def test_agent_silences_never_make_a_host_flapping():
+    """An agent restarted (or its network lost) again and again while Nova
+    hears the host must not hold a real loss later as 'flapping'."""
+    h = Host(machine.Policy(grace_period=1, nova_report_interval=10,
+                            nova_seen_lag=3, flap_count=2, flap_window=600))
+    h.beating(0)
+    t = 0
+    for i in range(3):
+        t += 20
+        h.nova(t, updated_at=5000.0 + t)
+        h.silent(t + 1, last_beat_at=t)
+        assert h.beating(t + 2) is S.ACTIVE
+    assert h.rec.losses == ()
+    h.silent(t + 10, last_beat_at=t + 9)     # the host really dies
+    h.nova(t + 30, updated_at=5000.0 + t, ok=False)
+    assert h.tick(t + 31) is S.FENCING
