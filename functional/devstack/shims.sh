@@ -19,7 +19,13 @@ function sudo {
 }
 
 function enable_service {
+    # As DevStack's: a service local.conf disabled (DISABLED_SERVICES)
+    # stays disabled.
     _shim_log "enable_service $*"
+    if [[ ",${DISABLED_SERVICES:-}," == *",$1,"* ]]; then
+        warn 0 "Attempt to enable_service $1 when it has been disabled"
+        return 0
+    fi
     ENABLED_SERVICES="${ENABLED_SERVICES:+$ENABLED_SERVICES,}$1"
 }
 
@@ -92,10 +98,27 @@ with open(path, "w") as f:
 PY
 }
 
+function iniget {
+    # iniget FILE SECTION OPTION: the value, or nothing.
+    "$SHIM_PYTHON" - "$@" <<'PY'
+import configparser, sys
+path, section, option = sys.argv[1:4]
+parser = configparser.RawConfigParser()
+parser.optionxform = str
+parser.read(path)
+print(parser.get(section, option, fallback=""))
+PY
+}
+
 function run_process {
-    # DevStack starts a devstack@NAME systemd unit; here a background
-    # process whose pid and output stay in SHIM_DIR.
+    # DevStack starts a devstack@NAME systemd unit, for an enabled service
+    # only; here a background process whose pid and output stay in
+    # SHIM_DIR.
     local name=$1 command=$2
+    if ! is_service_enabled "$name"; then
+        _shim_log "run_process (not enabled) $name"
+        return 0
+    fi
     _shim_log "run_process $name $command"
     setsid bash -c "exec $command" \
         >> "$SHIM_DIR/$name.log" 2>&1 < /dev/null &
@@ -104,6 +127,10 @@ function run_process {
 
 function stop_process {
     local name=$1 pid
+    if ! is_service_enabled "$name"; then
+        _shim_log "stop_process (not enabled) $name"
+        return 0
+    fi
     _shim_log "stop_process $name"
     [[ -f "$SHIM_DIR/$name.pid" ]] || return 0
     pid=$(cat "$SHIM_DIR/$name.pid")
