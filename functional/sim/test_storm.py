@@ -98,14 +98,17 @@ def test_long_evacuations_do_not_delay_the_fencing_of_other_hosts(make_cloud):
     t0 = time.time()
     for name in dead:
         c.sim.kill(name)
-    wait_for(lambda: _off(c) == dead, 30, "all four powered off")
-    took = time.time() - t0
-    assert took < 9.0, took
+    wait_for(lambda: _off(c) == dead, 60, "all four powered off")
+    all_off = time.time()          # at or after the fourth power-off
     for name in dead:
-        c.wait_state(name, "evacuated", timeout=60)
-    evacs = [a["finished_at"] - a["started_at"] for a in c.journal().actions()
-             if a["kind"] == "evacuate"]
-    assert len(evacs) == 4 and min(evacs) >= 8.0, evacs
+        c.wait_state(name, "evacuated", timeout=90)
+    evacs = [a for a in c.journal().actions() if a["kind"] == "evacuate"]
+    assert len(evacs) == 4 and min(
+        a["finished_at"] - a["started_at"] for a in evacs) >= 8.0, evacs
+    # The order, not a latency: every host was powered off before the
+    # first (>= 8 s) evacuation ended, so no fencing waited for one.
+    assert all_off < min(a["finished_at"] for a in evacs), (
+        all_off - t0, [a["finished_at"] - t0 for a in evacs])
 
 
 def test_zone_and_aggregate_storms_hold_only_their_own_hosts(make_cloud):
