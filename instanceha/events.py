@@ -77,6 +77,10 @@ class ServiceReport:
     updated_at: Optional[float] = None
     zone: Optional[str] = None
     aggregates: Optional[Tuple[str, ...]] = None   # None: not read
+    # When the read of Nova that gave this started (engine's clock; a
+    # poll or a read of the host's own row): Nova's answer is from no
+    # earlier. None: not a read (a notification).
+    read_at: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.aggregates is not None and type(self.aggregates) is not tuple:

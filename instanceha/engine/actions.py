@@ -20,7 +20,8 @@ from instanceha.drivers.fencing import inventory
 from instanceha.engine import evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
-    EvacuationSummary, Fenced, Isolated, PowerReading, Restored)
+    EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
+    ServiceReport)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.states import Action, gave_up_kind
 from instanceha.drivers.compute import nova_clock
@@ -307,6 +308,27 @@ def probe_power(ctx, record):
                  payload=PowerReading(
                      readings=((inventory.method_key(method), state.value),),
                      by="heartbeat loss"))
+
+
+def probe_nova(ctx, record):
+    """Read the host's own row of Nova (a read, no action) for a host
+    suspect on its agent's silence once Nova owes its heartbeat: the
+    answer, with when the read started, is the host's next event (a
+    heartbeat Nova recorded since clears the host; none corroborates the
+    silence). None when Nova lists no row for it."""
+    started = ctx.clock()
+    svc = ctx.compute.service_of(record.name)
+    if svc is None or svc.id != record.id:
+        return None
+    up = svc.state == "up" and not svc.forced_down
+    return Event(E.HEARTBEAT_OK if up else E.HEARTBEAT_LOST, record.id,
+                 ctx.clock(), name=record.name, source="nova",
+                 reason="the host's row, read when its heartbeat was owed",
+                 payload=ServiceReport(
+                     forced_down=svc.forced_down, status=svc.status,
+                     disabled_reason=svc.disabled_reason,
+                     updated_at=svc.updated_at, zone=svc.zone,
+                     read_at=started))
 
 
 def give_up(ctx, record, action, error, attempts):

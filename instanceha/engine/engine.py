@@ -10,7 +10,6 @@ with per-host exponential back-off.
 """
 
 import collections
-import concurrent.futures
 import dataclasses
 import threading
 import time
@@ -25,12 +24,14 @@ from instanceha.engine import evidence, executor, status
 from instanceha.engine.hosts import Hosts
 from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
+from instanceha.engine.probes import Probes
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine.runner import Runner
 from instanceha.engine.workqueue import WorkQueue
 from instanceha.events import Event, EventKind as E
 from instanceha import failpoints
 from instanceha import fsm
+from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
                                    PROVING_STATES, Action, State)
@@ -71,9 +72,8 @@ class Engine(Hosts):
         #: the engine's threads
         self._runner = Runner(self, conf)
         #: BMC reads of hosts whose heartbeat was just lost
-        self._probes = concurrent.futures.ThreadPoolExecutor(
-            4, thread_name_prefix="instanceha-probe")
-        self._started = False        # threads running (else: inline)
+        #: BMC and Nova reads of hosts being suspected (engine.probes)
+        self._probes = Probes(context, self.submit)
         self.health = dict(health or {})   # name -> callable -> dict
         #: (what, ...) -> count, read by /metrics
         self.stats: Counter[Tuple[str, ...]] = collections.Counter()
@@ -210,10 +210,9 @@ class Engine(Hosts):
                 self._inbox.put_front(new.id, due)
         if (self.policy.power_evidence and new.state is State.SUSPECT
                 and rec.heartbeat_ok and not new.heartbeat_ok):
-            if self._started:
-                self._probes.submit(self._probe_power, new)
-            else:                       # not started (tests): inline
-                self._probe_power(new)
+            self._probes.power(new)
+        if fsm_agent.wants_nova_read(new, event.at, self.policy):
+            self._probes.nova(new)
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
@@ -240,13 +239,6 @@ class Engine(Hosts):
             return (trial, new, actions)
         held = dataclasses.replace(event, cluster_ok=False, reason=why)
         return (held,) + fsm.step(rec, held, self.policy)
-
-    def _probe_power(self, rec):
-        """The BMC read of a host whose heartbeat was just lost (on the
-        probe pool): its answer is the host's next event."""
-        event = actions_mod.probe_power(self.ctx, rec)
-        if event is not None:
-            self.submit(event)
 
     def _run(self, host_id, pending):
         action = pending.action
@@ -424,7 +416,7 @@ class Engine(Hosts):
 
     def start(self):
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
-        self._started = True
+        self._probes.started = True
         self._runner.start()
 
     def stop(self, timeout=5.0):
@@ -433,7 +425,7 @@ class Engine(Hosts):
             passes = self._inbox.pop_all_passes()
         for p in passes:
             p.pending.carry.close()
-        self._probes.shutdown(wait=False)
+        self._probes.shutdown()
 
     # -- status ------------------------------------------------------------
     def snapshot(self):

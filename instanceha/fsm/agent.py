@@ -19,6 +19,9 @@ from instanceha.events import (AgentReport, AgentSilence, EventKind as E,
 BEATING = "beating"
 SILENT = "silent"
 
+#: Seconds after Nova's heartbeat is due before its absence counts.
+OWED_MARGIN = 1.0
+
 
 def observe(r, ev, changes: Dict[str, Any]) -> None:
     """The facts an agent's event, and Nova's updated_at in a report,
@@ -29,6 +32,10 @@ def observe(r, ev, changes: Dict[str, Any]) -> None:
     elif ev.kind is E.AGENT_SILENT and isinstance(ev.payload, AgentSilence):
         changes.update(agent=SILENT, agent_silent_at=ev.payload.last_beat_at)
     if isinstance(ev.payload, ServiceReport):
+        read_at = ev.payload.read_at
+        if read_at is not None and (r.nova_read_at is None
+                                    or read_at > r.nova_read_at):
+            changes["nova_read_at"] = read_at
         updated = ev.payload.updated_at
         if updated is not None and (r.nova_updated is None
                                     or updated > r.nova_updated):
@@ -58,24 +65,36 @@ def refuted(r, p) -> bool:
 def owed_at(r, p) -> float:
     """When Nova's next heartbeat from the host is overdue: a report
     interval (the configured one, or the step last seen between the
-    host's heartbeats if longer) and the lag of seeing it, after the last
-    one seen (or after the silence began when none was seen lately)."""
+    host's heartbeats if longer) and a margin after the last one was seen
+    (its write was no later), or after the silence began when none was
+    seen lately."""
     interval = max(p.nova_report_interval, r.nova_step or 0.0)
     base = r.nova_seen_at
     if base is None or (r.agent_silent_at is not None
                         and base < r.agent_silent_at - interval):
         base = r.agent_silent_at if r.agent_silent_at is not None else 0.0
-    return base + interval + p.nova_seen_lag
+    return base + interval + OWED_MARGIN
 
 
 def corroborated(r, now, p) -> bool:
     """A second witness of the silent host's death: a BMC that may prove
-    it dead reads Off, or Nova owes a heartbeat it has not recorded."""
+    it dead reads Off, or a read of Nova made after Nova owed a heartbeat
+    found none recorded (time passing is not enough: a slow or failing
+    read of Nova must not stand for one that found nothing)."""
     if r.agent != SILENT or refuted(r, p):
         return False
     if p.power_evidence and r.power_off_at is not None:
         return True
-    return now >= owed_at(r, p)
+    return r.nova_read_at is not None and r.nova_read_at >= owed_at(r, p)
+
+
+def wants_nova_read(r, now, p) -> bool:
+    """A silent suspect whose owed heartbeat is due and not yet looked
+    for: the engine reads the host's own row of Nova now instead of
+    waiting for the next poll."""
+    return (silent_suspect(r) and not refuted(r, p)
+            and now >= owed_at(r, p)
+            and (r.nova_read_at is None or r.nova_read_at < owed_at(r, p)))
 
 
 def due_at(r, p, fence_at):

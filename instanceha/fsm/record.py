@@ -60,6 +60,8 @@ class HostRecord:
     #: how far Nova's updated_at moved at its last advance seen (Nova's
     #: report interval as observed, or longer)
     nova_step: Optional[float] = None
+    #: when the latest read of Nova that reported the host started (ours)
+    nova_read_at: Optional[float] = None
 
     @property
     def loss_count(self):

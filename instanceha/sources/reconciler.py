@@ -140,6 +140,7 @@ class Reconciler:
             ref = started + estimate.offset
         else:
             ref = now - (ended - started)
+        read_at = now - (ended - started)   # the read's start, our clock
         unpowered = self.powered_off()
         for svc in services:
             delta = self._conf.detection.delta
@@ -155,7 +156,8 @@ class Reconciler:
                 updated_at=svc.updated_at, status=svc.status,
                 disabled_reason=svc.disabled_reason,
                 aggregates=(None if aggregates is None
-                            else aggregates.get(svc.host, ())))
+                            else aggregates.get(svc.host, ())),
+                read_at=read_at)
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
                              source="reconciler", payload=report))
         self._note_schedulable(services, ref)

@@ -24,10 +24,13 @@ class Host:
             self.rec, Event(kind, "h", at, name="c0", **kw), self.p)
         return self.rec.state
 
-    def nova(self, at, updated_at, ok=True):
+    def nova(self, at, updated_at, ok=True, read_at=None):
+        """A read of Nova that started at ``read_at`` (default: ``at``)."""
         return self.step(E.HEARTBEAT_OK if ok else E.HEARTBEAT_LOST, at,
                          source="reconciler",
-                         payload=ServiceReport(updated_at=updated_at))
+                         payload=ServiceReport(
+                             updated_at=updated_at,
+                             read_at=at if read_at is None else read_at))
 
     def beating(self, at, compute=True):
         return self.step(E.AGENT_BEATING, at, source="agent",
@@ -55,13 +58,31 @@ def test_a_silent_host_is_fenced_once_nova_misses_the_heartbeat_it_owes():
     assert h.silent(8, last_beat_at=5) is S.SUSPECT
     assert "agent silent" in h.rec.reason
     # Nova's report is owed 10 s after it was last seen advancing (1),
-    # plus the lag of seeing it: 14.
-    assert h.due() == 14
+    # plus a margin: 12.
+    assert h.due() == 12
     assert h.tick(9) is S.SUSPECT          # grace over, not corroborated
     assert h.nova(10, updated_at=5000.0) is S.SUSPECT   # still 'up'
-    assert h.tick(13.9) is S.SUSPECT
-    assert h.tick(14) is S.FENCING and h.actions == [A.FENCE]
+    assert h.tick(12) is S.SUSPECT         # owed, but no read since
+    assert machine.agent.wants_nova_read(h.rec, 12, h.p)
+    # A read that started after it was owed finds no new heartbeat.
+    assert h.nova(12.3, updated_at=5000.0, read_at=12.1) is S.SUSPECT
+    assert h.tick(12.4) is S.FENCING and h.actions == [A.FENCE]
     assert "corroborated" in h.rec.reason
+
+
+def test_time_passing_without_a_read_of_nova_corroborates_nothing():
+    """A slow or failing read of Nova must not stand for one that found
+    no heartbeat: the silent host waits for a read made after Nova owed
+    one."""
+    h = Host()
+    h.beating(0)
+    h.nova(1, updated_at=5000.0)
+    h.silent(8, last_beat_at=5)
+    # A read that started before the heartbeat was owed, answered late.
+    h.nova(30, updated_at=5000.0, read_at=11.9)
+    for at in (20, 60, 600):
+        assert h.tick(at) is S.SUSPECT and h.actions == []
+    assert machine.agent.wants_nova_read(h.rec, 600, h.p)
 
 
 def test_nova_recording_a_heartbeat_after_the_silence_clears_the_host():
@@ -72,7 +93,7 @@ def test_nova_recording_a_heartbeat_after_the_silence_clears_the_host():
     # An advance seen within the lag may be a heartbeat from before the
     # silence: not a proof of life, but it moves what Nova owes.
     assert h.nova(7.5, updated_at=5010.0) is S.SUSPECT
-    assert h.due() == 7.5 + 13
+    assert h.due() == 7.5 + 11
     # One seen later is: the agent (or its network) failed, the host
     # lives. Active again, never fenced for the silence.
     assert h.nova(11, updated_at=5020.0) is S.ACTIVE
@@ -171,9 +192,11 @@ def test_nova_heartbeats_seen_further_apart_than_configured_wait_longer():
     h.nova(1, updated_at=5000.0)
     h.nova(31, updated_at=5030.0)            # Nova reports every 30 s
     h.silent(35, last_beat_at=32)
-    assert h.due() == 31 + 30 + 3
-    assert h.tick(60) is S.SUSPECT
-    assert h.tick(64) is S.FENCING
+    assert h.due() == 31 + 30 + 1
+    h.nova(61.5, updated_at=5030.0)          # a read before it was owed
+    assert h.tick(61.6) is S.SUSPECT
+    h.nova(62.5, updated_at=5030.0)
+    assert h.tick(62.6) is S.FENCING
 
 
 def test_agent_silences_never_make_a_host_flapping():

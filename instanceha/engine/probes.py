@@ -1,0 +1,67 @@
+"""Reads the engine makes for a host on its own, beside its actions: the
+BMC of a host whose heartbeat was just lost (Off is a second witness of
+death), and the host's own row of Nova once a host suspect on its agent's
+silence is owed a heartbeat (fsm.agent). Each runs on a small pool of its
+own (inline before the engine's threads start, as in unit tests) and its
+answer is the host's next event."""
+
+import concurrent.futures
+import threading
+
+import structlog
+
+from instanceha.engine import actions
+
+LOG = structlog.get_logger("instanceha.engine")
+
+
+class Probes:
+
+    def __init__(self, ctx, submit, workers=4):
+        self._ctx = ctx
+        self._submit = submit
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="instanceha-probe")
+        self._lock = threading.Lock()
+        self._reading_nova = set()      # host ids with a Nova read under way
+        #: threads running (else each read runs inline)
+        self.started = False
+
+    def power(self, rec):
+        self._run(self._power, rec)
+
+    def nova(self, rec):
+        """Read the host's row of Nova, unless a read for it runs."""
+        with self._lock:
+            if rec.id in self._reading_nova:
+                return
+            self._reading_nova.add(rec.id)
+        self._run(self._nova, rec)
+
+    def shutdown(self):
+        self._pool.shutdown(wait=False)
+
+    def _run(self, fn, rec):
+        if self.started:
+            self._pool.submit(fn, rec)
+        else:
+            fn(rec)
+
+    def _power(self, rec):
+        event = actions.probe_power(self._ctx, rec)
+        if event is not None:
+            self._submit(event)
+
+    def _nova(self, rec):
+        event = None
+        try:
+            event = actions.probe_nova(self._ctx, rec)
+        except Exception as e:   # noqa: BLE001 - the next poll reads it
+            LOG.warning("nova_read_failed", host=rec.name, reason=str(e),
+                        effect="the silence stays uncorroborated until a "
+                               "read of Nova succeeds")
+        finally:
+            with self._lock:
+                self._reading_nova.discard(rec.id)
+        if event is not None:
+            self._submit(event)
