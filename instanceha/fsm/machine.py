@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
-    Isolated, PowerReading, ServiceReport, Suspension)
+    AgentSilence, Isolated, PowerReading, ServiceReport, Suspension)
 from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
@@ -145,7 +145,10 @@ def _enter(r, dst, ev, p):
                            kdump_first_at=None,
                            hold_until=ev.at + p.resume_boot_time)
     if dst is State.SUSPECT and ev.kind is E.AGENT_SILENT:
-        changes["lost_at"] = ev.at
+        # Silent since its last beat: the grace period runs from there.
+        changes["lost_at"] = (ev.payload.last_beat_at
+                              if isinstance(ev.payload, AgentSilence)
+                              else ev.at)
     if dst is State.ACTIVE and r.state is State.SUSPECT and r.heartbeat_ok:
         changes["lost_at"] = None       # the agent's silence is over
     if (dst is State.SUSPECT and r.state is State.ACTIVE

@@ -215,3 +215,15 @@ def test_agent_silences_never_make_a_host_flapping():
     h.silent(t + 10, last_beat_at=t + 9)     # the host really dies
     h.nova(t + 30, updated_at=5000.0 + t, ok=False)
     assert h.tick(t + 31) is S.FENCING
+
+
+def test_the_grace_period_runs_from_the_last_beat():
+    h = Host(machine.Policy(grace_period=10, nova_report_interval=2,
+                            nova_seen_lag=3))
+    h.beating(0)
+    h.nova(1, updated_at=5000.0)
+    h.silent(8, last_beat_at=5)              # beats stopped after 5
+    assert h.rec.lost_at == 5
+    h.nova(14.5, updated_at=5000.0)          # owed at 4, none recorded
+    assert h.tick(14.9) is S.SUSPECT         # grace ends at 15
+    assert h.tick(15) is S.FENCING
