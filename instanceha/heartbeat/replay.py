@@ -22,9 +22,17 @@ forward is accepted; one whose first beat of a new boot is *older* than
 ``window`` by the previous boot's offset is refused as stale (that is
 what a recorded beat of an old boot looks like). A host whose clock
 steps by more than ``window`` within a boot (the agent sends a clock
-that does not step while it runs, see :mod:`instanceha.agent.sender`)
-or backwards across a reboot is refused until the guard forgets it: it
-is then judged as a host without an agent, never fenced for it.
+that does not step while it runs, see :mod:`instanceha.agent.sender`,
+but an agent restarted after the step reads the new one) has its beats
+refused as stale until ``RELEARN`` of them in a row, in sequence on
+their path (a lost beat or two between them aside) and agreeing on one
+new offset, show a
+sender that runs on: that offset is learned (a beat held back and sent
+later is one datagram, not a run of fresh ones; a held-back run only
+delays detection by its length, it never fences). A host whose clock
+goes backwards across a reboot is refused until the guard forgets it:
+meanwhile its agent counts as silent, and Nova's heartbeat keeps it
+from being fenced.
 
 With ``learn_offset=False`` (the agent's guard on engines' requests)
 there is no learning: a datagram is stale when ``|now - sent_at|``
@@ -49,8 +57,13 @@ REPLAYED = "replayed"
 STALE = "stale"
 
 
+#: Stale beats in a row, in sequence and agreeing on a new offset, after
+#: which that offset is learned (a clock stepped within a boot).
+RELEARN = 5
+
+
 class _Host:
-    __slots__ = ("boot_id", "offset", "seqs", "seen", "retired")
+    __slots__ = ("boot_id", "offset", "seqs", "seen", "retired", "stepped")
 
     def __init__(self, boot_id, offset, boots_kept):
         self.boot_id = boot_id
@@ -58,6 +71,9 @@ class _Host:
         self.seqs = {}
         self.seen = None
         self.retired = collections.deque(maxlen=boots_kept)
+        #: path -> (last seq, first offset, count) of its stale beats in a
+        #: row
+        self.stepped = {}
 
 
 class ReplayGuard:
@@ -122,11 +138,35 @@ class ReplayGuard:
             if last is not None and seq <= last:
                 return REPLAYED
             if self._stale(lag, state.offset):
-                return STALE
+                if not (self.learn_offset and self._relearned(
+                        state, path, seq, lag)):
+                    return STALE
+            else:
+                state.stepped.pop(path, None)
         state.seqs[path] = seq
         state.seen = now
         self._hosts.move_to_end(host)
         return None
+
+    @staticmethod
+    def _relearned(state, path, seq, lag):
+        """A stale beat: True (offset learned anew) when it ends a run of
+        RELEARN stale beats on ``path`` in sequence (gaps of up to two
+        lost beats) agreeing on one new offset; else the run is noted or
+        started again."""
+        run = state.stepped.get(path)
+        if (run is not None and run[0] < seq <= run[0] + 3
+                and abs(lag - run[1]) <= 1.0):
+            run = (seq, run[1], run[2] + 1)
+        else:
+            run = (seq, lag, 1)
+        state.stepped[path] = run
+        if run[2] < RELEARN:
+            # Not accepted, but its place in the run is kept.
+            return False
+        state.offset = lag
+        state.stepped.clear()
+        return True
 
     def _learned(self, lag):
         return lag if self.learn_offset else 0.0

@@ -130,3 +130,45 @@ def test_boot_ids_kept_are_bounded():
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         replay.ReplayGuard(**kwargs)
+
+
+def test_a_clock_stepped_within_a_boot_is_learned_after_a_run_of_beats():
+    """An agent restarted after its host's clock stepped 90 s (same boot)
+    sends a run of fresh beats with one new offset: refused as stale
+    until RELEARN of them in a row, then accepted (a lost beat in the run
+    is tolerated)."""
+    g = replay.ReplayGuard(window=30.0)
+    for i in range(1, 11):
+        assert g.check("h", "p", "b1", i, 1000.0 + i, 1000.0 + i) is None
+    # The clock jumps 90 s ahead; the sequence goes on.
+    verdicts = [g.check("h", "p", "b1", seq, 1090.0 + seq, 1000.0 + seq)
+                for seq in (12, 13, 15, 16, 17, 18)]     # 14 was lost
+    assert verdicts == ["stale"] * (replay.RELEARN - 1) + [None, None]
+    assert g.offset("h") == pytest.approx(-90.0)
+
+
+def test_a_single_held_back_beat_among_fresh_ones_is_never_learned():
+    g = replay.ReplayGuard(window=30.0)
+    for i in range(1, 4):
+        assert g.check("h", "p", "b1", i, 1000.0 + i, 1000.0 + i) is None
+    # Held-back beats, each released 100 s late between fresh ones: each
+    # is refused, and the fresh ones in between end every run.
+    for i in range(4, 4 + 4 * replay.RELEARN, 2):
+        assert g.check("h", "p", "b1", i, 1000.0 + i, 1100.0 + i) == "stale"
+        assert g.check("h", "p", "b1", i + 1, 1100.0 + i,
+                       1100.0 + i) is None
+    assert g.offset("h") == pytest.approx(0.0)
+
+
+def test_a_stepped_clock_is_learned_with_beats_on_two_paths():
+    g = replay.ReplayGuard(window=30.0)
+    for i in range(1, 5):
+        for path in ("mgmt", "storage"):
+            assert g.check("h", path, "b1", i, 1000.0 + i, 1000.0 + i) is None
+    verdicts = []
+    for i in range(5, 5 + replay.RELEARN):
+        for path in ("mgmt", "storage"):
+            verdicts.append(g.check("h", path, "b1", i, 1090.0 + i,
+                                    1000.0 + i))
+    assert None in verdicts and verdicts[-1] is None
+    assert g.offset("h") == pytest.approx(-90.0)
