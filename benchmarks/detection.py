@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from functional.engine_process import EngineProcess  # noqa: E402
 from instanceha import conf as conf_pkg  # noqa: E402
 from instanceha import log, simrun  # noqa: E402
+from instanceha.util import waiting  # noqa: E402
 from instanceha.fsm import agent as fsm_agent  # noqa: E402
 from instanceha.fsm import guards  # noqa: E402
 from instanceha.fsm.settings import Policy  # noqa: E402
@@ -83,12 +84,7 @@ def production_defaults():
 
 
 def _wait(pred, timeout, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
+    return waiting.wait_until(pred, timeout, step)
 
 
 def _last_heartbeat(cloud, host, now):

@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from instanceha import simrun  # noqa: E402
+from instanceha.util import waiting  # noqa: E402
 from instanceha.sim import SimCloud, SimServer  # noqa: E402
 
 DEATHS = 20
@@ -65,13 +66,7 @@ def _cpu_s(pid):
 
 
 def _wait(pred, timeout, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    return None
+    return waiting.wait_until(pred, timeout, step)
 
 
 def run(hosts, servers, poll, workdir, audit_interval=300.0):

@@ -17,6 +17,7 @@ import time
 
 from instanceha import conf as conf_pkg
 from instanceha import log
+from instanceha.util import waiting
 
 
 def _parse(argv):
@@ -58,12 +59,7 @@ class Timeline:
 
 
 def _wait(pred, timeout, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+    return waiting.wait_until(pred, timeout, step)
 
 
 MARKS = {"suspect": "detected", "fenced": "fenced", "evacuating": "disabled",
