@@ -187,8 +187,9 @@ def _send_ready(ctx, record, run):
     if run.todo and not run.services_fresh:
         run.services = ctx.shared_services()
         run.services_fresh = True
-    if run.todo and evac_judge.host_returned(
-            run.record, ctx.compute.service_of(host)):
+    # Its own row from the services this pass read (no extra request).
+    if run.todo and evac_judge.host_returned(run.record, next(
+            (s for s in run.services if s.id == run.record.id), None)):
         # A host that reports in again (a kdump reboot, someone powering
         # it on) may be running the servers not yet sent: stop here.
         outcome.returned = True
