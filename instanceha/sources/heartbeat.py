@@ -353,6 +353,7 @@ class HeartbeatSource:
                 "hosts_beating": counts["beating"],
                 "hosts_silent": counts["silent"],
                 "hosts_on_previous_key": counts["previous_key"],
+                "paths": counts["paths"],
                 "unknown_hosts": len(unknown),
                 "unknown_host_names": unknown[:10]}
 

@@ -224,10 +224,13 @@ class HostTable:
                                           100.0 * share))
 
     def counts(self, now, current_kid=None):
-        """{beating, silent, previous_key}: hosts by state at ``now``, and
-        those whose last beat was signed with another key than
-        ``current_kid``."""
+        """{beating, silent, previous_key, paths}: hosts by state at
+        ``now``; those whose last beat was signed with another key than
+        ``current_kid``; and per path, the hosts heard on it now and those
+        heard on it before but silent there now (each path counted on its
+        own: one network down shows as its hosts silent there)."""
         beating = silent = old_key = 0
+        paths: Dict[str, Dict[str, int]] = {}
         for host in self._hosts.values():
             if now - host.last_at < self.timeout:
                 beating += 1
@@ -235,8 +238,13 @@ class HostTable:
                 silent += 1
             if current_kid is not None and host.kid != current_kid:
                 old_key += 1
+            for name, path in host.paths.items():
+                count = paths.setdefault(name, {"heard": 0, "silent": 0})
+                count["heard" if now - path.at < self.timeout
+                      else "silent"] += 1
         return {"beating": beating, "silent": silent,
-                "previous_key": old_key}
+                "previous_key": old_key,
+                "paths": {name: paths[name] for name in sorted(paths)}}
 
     def view(self, now, current_kid=None):
         """{host name: dict} for status: state, paths with ages and

@@ -229,7 +229,7 @@ def test_beats_back_after_silence_report_beating():
 
 
 def test_one_path_down_reports_beating_on_the_other():
-    src, sink, _, _ = make()
+    src, sink, clock, _ = make()
     host = Host()
     feed(src, host, T0, path="mgmt")
     event = feed(src, host, T0 + 0.1, sender=STORAGE, path="storage")
@@ -242,6 +242,10 @@ def test_one_path_down_reports_beating_on_the_other():
     assert events[0].payload.paths == ("mgmt",)
     assert "storage" in events[0].reason
     assert src.check(T0 + 5.6) == []
+    # Each path counted on its own in the source's health.
+    clock.now = T0 + 5.6
+    assert src.health()["paths"] == {"mgmt": {"heard": 1, "silent": 0},
+                                     "storage": {"heard": 0, "silent": 1}}
     # The path comes back.
     event = feed(src, host, T0 + 6, sender=STORAGE, path="storage")
     assert event.payload.paths == ("mgmt", "storage")
