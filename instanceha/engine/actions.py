@@ -23,6 +23,7 @@ from instanceha.events import (
     EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
     ServiceReport)
 from instanceha.policy import proof as proof_policy
+from instanceha.fsm.nova_row import classify
 from instanceha.fsm.states import Action, gave_up_kind
 from instanceha.drivers.compute import nova_clock
 from instanceha.util.marker import MARKER
@@ -320,10 +321,15 @@ def probe_nova(ctx, record):
     svc = ctx.compute.service_of(record.name)
     if svc is None or svc.id != record.id:
         return None
-    up = svc.state == "up" and not svc.forced_down
-    return Event(E.HEARTBEAT_OK if up else E.HEARTBEAT_LOST, record.id,
-                 ctx.clock(), name=record.name, source="nova",
-                 reason="the host's row, read when its heartbeat was owed",
+    # Judged by Nova's own up/down (its service_down_time), as the
+    # reconciler judges a row when Nova's clock is unknown: the row's
+    # updated_at, in the report, is what corroborates the silence. A
+    # host somebody else forced down says so, as at any reconcile pass.
+    kind, why = classify(svc, None, ctx.conf.detection.delta)
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 source="nova",
+                 reason="the host's row, read when its heartbeat was owed: "
+                        + why,
                  payload=ServiceReport(
                      forced_down=svc.forced_down, status=svc.status,
                      disabled_reason=svc.disabled_reason,

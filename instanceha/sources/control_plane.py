@@ -14,7 +14,7 @@ every new fencing decision while it is not ok.
 Not ok, with a reason naming what is down:
 
 * every nova-scheduler (or nova-conductor) Nova lists is down, judged as
-  the reconciler judges a compute heartbeat (``reconciler.classify``: Nova's
+  the reconciler judges a compute heartbeat (``fsm.nova_row.classify``: Nova's
   state, and staleness on Nova's clock, ``reconciler.NovaClock``): several
   rows with one up is fine (a retired controller's row stays down
   forever). A binary Nova lists no row of is not judged: with cells v2 a
@@ -43,7 +43,7 @@ import structlog
 from instanceha.drivers.compute import base as cb
 from instanceha.events import EventKind as E
 from instanceha.drivers.compute.nova_clock import NovaClock
-from instanceha.sources.reconciler import classify
+from instanceha.fsm.nova_row import classify
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.control_plane")

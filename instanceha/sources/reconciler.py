@@ -23,45 +23,12 @@ from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
 from instanceha.events import ServiceReport
-from instanceha.util import marker, periodic
+from instanceha.fsm.nova_row import classify
+from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
 #: Passes start between DITHER and 1 times [detection] poll_interval apart.
 DITHER = 0.8
-
-
-def classify(service, now, delta):
-    """(EventKind, reason) for one ComputeService at time ``now``, which
-    must be on Nova's clock (NovaClock), like ``service.updated_at``."""
-    age = None if service.updated_at is None else now - service.updated_at
-    fresh = age is not None and age <= delta
-    ours = marker.is_ours(service.disabled_reason)
-    if service.forced_down and not ours:
-        return E.FORCED_DOWN, ("forced_down set with reason %r"
-                               % (service.disabled_reason or ""))
-    if service.forced_down:
-        # Nova reports any forced-down service as down; only the heartbeat
-        # tells whether the compute process is running again.
-        if fresh:
-            return E.HEARTBEAT_OK, "reporting again (%.0fs ago)" % age
-        return E.HEARTBEAT_LOST, _lost_reason(age)
-    if service.state != "up":
-        return E.HEARTBEAT_LOST, "Nova reports the service down" + (
-            "" if age is None else " (last report %.0fs ago)" % age)
-    if age is None:
-        # A compute that has just started: Nova says up before its first
-        # heartbeat is written. Unknown is not lost.
-        return E.HEARTBEAT_OK, "Nova reports the service up (no heartbeat " \
-                               "recorded yet)"
-    if not fresh:
-        return E.HEARTBEAT_LOST, _lost_reason(age) + " (Nova still says up)"
-    return E.HEARTBEAT_OK, "reporting"
-
-
-def _lost_reason(age):
-    if age is None:
-        return "never reported"
-    return "last report %.0fs ago" % age
 
 
 class Reconciler:

@@ -3,7 +3,8 @@ from structlog.testing import capture_logs
 from instanceha import conf as conf_pkg
 from instanceha.drivers.compute.base import ComputeService
 from instanceha.events import EventKind as E
-from instanceha.sources.reconciler import Reconciler, classify
+from instanceha.fsm.nova_row import classify
+from instanceha.sources.reconciler import Reconciler
 from tests.unit.fakes import Clock
 
 
