@@ -34,7 +34,7 @@ from instanceha import fsm
 from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
-                                   PROVING_STATES, Action, State)
+                                   Action, State, urgent)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -115,10 +115,8 @@ class Engine(Hosts):
         with self._lock:
             self._inbox.put(event)
             rec = self._records.get(event.host)
-        self.queue.add(event.host, urgent=rec is None
-                       or rec.state in PROVING_STATES
-                       or (rec.state is State.ACTIVE
-                           and event.kind is not E.HEARTBEAT_OK))
+        self.queue.add(event.host, urgent=urgent(
+            None if rec is None else rec.state, event.kind))
 
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""

@@ -76,7 +76,7 @@ def owed_at(r, p) -> float:
     return base + interval + OWED_MARGIN
 
 
-def corroborated(r, now, p) -> bool:
+def corroborated(r, p) -> bool:
     """A second witness of the silent host's death: a BMC that may prove
     it dead reads Off, or a read of Nova made after Nova owed a heartbeat
     found none recorded (time passing is not enough: a slow or failing

@@ -84,7 +84,7 @@ def agent_fence_due(r, ev, p):
     grace period is over and the silence is corroborated."""
     due = fence_at(r, p)
     return (agent.silent_suspect(r) and due is not None and ev.at >= due
-            and agent.corroborated(r, ev.at, p)
+            and agent.corroborated(r, p)
             and not dump_holds(r, ev.at, p))
 
 

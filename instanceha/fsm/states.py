@@ -42,9 +42,20 @@ URGENT_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED,
                            State.EVACUATING})
 
 #: States of a host being proven dead: its events (and an active host's
-#: events other than "still heartbeating") go ahead of evacuation passes,
-#: cleanup checks and routine heartbeats in the engine's work queue.
+#: news other than ROUTINE_NEWS) go ahead of evacuation passes, cleanup
+#: checks and routine heartbeats in the engine's work queue.
 PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
+
+#: What an active host hears that cannot start a proof of death: "still
+#: heartbeating" (Nova's or its agent's) and "capacity appeared".
+ROUTINE_NEWS = frozenset({E.HEARTBEAT_OK, E.AGENT_BEATING, E.CAPACITY})
+
+
+def urgent(state, kind) -> bool:
+    """Whether news of ``kind`` for a host in ``state`` (None: a host not
+    known yet) goes in the work queue's urgent lane."""
+    return (state is None or state in PROVING_STATES
+            or (state is State.ACTIVE and kind not in ROUTINE_NEWS))
 
 #: States in which instanceha has forced the compute service down.
 ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,

@@ -35,3 +35,17 @@ def test_a_quarter_of_the_workers_is_kept_for_hosts_being_proven_dead():
         conf = conf_pkg.make({"DEFAULT": {"workers": workers}})
         eng = Engine(conf, w.ctx, w.journal, w.clock)
         assert eng.queue._ordinary_limit == ordinary
+
+
+def test_which_news_is_urgent():
+    from instanceha.fsm.states import State, urgent
+    # A host not known yet, or being proven dead: whatever it hears.
+    assert urgent(None, E.HEARTBEAT_OK)
+    assert urgent(State.FENCING, E.HEARTBEAT_OK)
+    # An active host: only news that can start a proof of death.
+    for routine in (E.HEARTBEAT_OK, E.AGENT_BEATING, E.CAPACITY):
+        assert not urgent(State.ACTIVE, routine)
+    for news in (E.HEARTBEAT_LOST, E.AGENT_SILENT, E.KDUMP, E.POWER_OFF):
+        assert urgent(State.ACTIVE, news)
+    # Past the proof: evacuation passes and cleanup checks wait their turn.
+    assert not urgent(State.EVACUATING, E.HEARTBEAT_LOST)
