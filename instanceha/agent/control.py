@@ -44,6 +44,7 @@ from instanceha.conf import agent as agent_conf
 from instanceha.errors import ConfigError
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
+from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.agent.control")
 
@@ -55,6 +56,13 @@ REFUSALS = ("not_a_request", "wrong_host", "unknown_kind", "disabled",
 DROP_LOG_INTERVAL = 60.0
 _GUARD_PATH = "control"
 _GUARD_BOOT = "engines"
+
+
+def _receive_failed(stage, exc):
+    if stage == datagrams.RECEIVE:
+        LOG.warning("agent.control_receive_failed", error=str(exc))
+    else:
+        LOG.exception("agent.request_failed")
 
 
 def _spawn(target, *args):
@@ -286,18 +294,11 @@ class Control:
                     self._drain(key.fileobj)
 
     def _drain(self, sock):
-        while True:
-            try:
-                data, source = sock.recvfrom(protocol.MAX_SIZE + 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                LOG.warning("agent.control_receive_failed", error=str(e))
-                return
-            try:
-                self.handle(data, "%s:%s" % source[:2])
-            except Exception:
-                LOG.exception("agent.request_failed")
+        datagrams.drain(sock, protocol.MAX_SIZE + 1, self._received,
+                        _receive_failed)
+
+    def _received(self, data, sender):
+        self.handle(data, "%s:%s" % sender[:2])
 
     def stop(self):
         if self._thread is not None:

@@ -27,8 +27,16 @@ import socket
 import structlog
 
 from instanceha.heartbeat import protocol
+from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.sim.agent_requests")
+
+
+def _receive_failed(stage, exc):
+    if stage == datagrams.RECEIVE:
+        LOG.warning("sim.agent_request_receive_failed", error=str(exc))
+    else:
+        LOG.exception("sim.agent_request_failed")
 
 
 class Dispatcher:
@@ -93,19 +101,11 @@ class Dispatcher:
 
     def drain(self, sock):
         """Handle every datagram waiting on ``sock``."""
-        while True:
-            try:
-                data, source = sock.recvfrom(protocol.MAX_SIZE + 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                LOG.warning("sim.agent_request_receive_failed",
-                            error=str(e))
-                return
-            try:
-                self.dispatch(data, "%s:%s" % source[:2])
-            except Exception:
-                LOG.exception("sim.agent_request_failed")
+        datagrams.drain(sock, protocol.MAX_SIZE + 1, self._received,
+                        _receive_failed)
+
+    def _received(self, data, sender):
+        self.dispatch(data, "%s:%s" % sender[:2])
 
     def close(self):
         for sock in self.sockets:

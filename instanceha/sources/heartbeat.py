@@ -36,6 +36,7 @@ from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
 from instanceha.sources import udp
 from instanceha.sources.heartbeat_table import HostTable
+from instanceha.util import datagrams
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.sources.heartbeat")
@@ -199,21 +200,14 @@ class HeartbeatSource:
                 selector.register(sock, selectors.EVENT_READ, sock)
             while True:
                 for key, _ in selector.select():
-                    sock = key.data
-                    if sock is None:
+                    if key.data is None:
                         return
-                    for _ in range(_BURST):
-                        try:
-                            data, sender = sock.recvfrom(size)
-                        except (BlockingIOError, InterruptedError):
-                            break
-                        except OSError as e:
-                            self._error("agent_receive_failed", e)
-                            break
-                        try:
-                            handle(data, sender)
-                        except Exception as e:   # noqa: BLE001 - lives on
-                            self._error("agent_datagram_failed", e)
+                    datagrams.drain(key.data, size, handle,
+                                    self._receive_failed, _BURST)
+
+    def _receive_failed(self, stage, exc):
+        self._error("agent_receive_failed" if stage == datagrams.RECEIVE
+                    else "agent_datagram_failed", exc)
 
     def _error(self, event, exc):
         with self._lock:

@@ -29,6 +29,7 @@ from instanceha.events import EventKind
 from instanceha.events import KdumpMessage
 from instanceha.sources import udp
 from instanceha.sources.udp import normalise_address
+from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.sources.kdump")
 
@@ -128,6 +129,7 @@ class KdumpSource:
             self._sink = sink
         address = self._group.listen_address
         sock = udp.bind(address, self._group.port)
+        sock.setblocking(False)     # drained at each wake-up
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
@@ -206,15 +208,20 @@ class KdumpSource:
                 break
             try:
                 if ready:
-                    data, sender = self._sock.recvfrom(_RECV_SIZE)
-                    self.handle_packet(data, sender)
+                    datagrams.drain(self._sock, _RECV_SIZE,
+                                    self.handle_packet, self._failed)
                 elif self._refresh_due(self._clock(), False):
                     self.refresh()
             except Exception as exc:   # noqa: BLE001 - the listener lives
-                with self._lock:
-                    self._counts["errors"] += 1
-                LOG.exception("kdump_packet_failed", reason=str(exc))
+                self._failed(datagrams.HANDLE, exc)
         selector.close()
+
+    def _failed(self, stage, exc):
+        """A datagram not received or not handled, or a failed refresh:
+        counted in ``errors``, logged with its traceback."""
+        with self._lock:
+            self._counts["errors"] += 1
+        LOG.exception("kdump_packet_failed", reason=str(exc))
 
     def handle_packet(self, data, sender):
         """One datagram from ``sender`` (address, port, ...)."""
