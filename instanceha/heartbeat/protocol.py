@@ -139,7 +139,33 @@ def request_seq(now):
     return int(now * 1000)
 
 
-def _frame(body, key):
+def encode_beat(beat: Beat, key) -> bytes:
+    """The datagram of ``beat`` signed with ``key``
+    (:class:`instanceha.heartbeat.keys.Key`). Raises ValueError for a
+    beat that :func:`decode` would refuse (an empty host, ...)."""
+    return _encode("beat", {
+        "host": beat.host, "boot_id": beat.boot_id, "seq": beat.seq,
+        "sent_at": beat.sent_at, "path": beat.path,
+        "compute": beat.facts.compute, "libvirt": beat.facts.libvirt,
+        "guests": beat.facts.guests}, _beat, key)
+
+
+def encode_request(req: Request, key) -> bytes:
+    """The datagram of ``req`` signed with ``key``. Raises ValueError for
+    a request that :func:`decode` would refuse."""
+    return _encode("request", {
+        "kind": req.kind, "host": req.host, "seq": req.seq,
+        "sent_at": req.sent_at, "reason": req.reason}, _request, key)
+
+
+def _encode(kind, fields, check, key):
+    """The signed datagram of a ``kind`` message of ``fields``, checked
+    first by ``check`` (the decoder's own field checks)."""
+    body = dict(fields, type=kind, v=VERSION, kid=key.kid)
+    try:
+        check(body)
+    except Dropped as e:
+        raise ValueError("cannot encode %s: %s" % (kind, e.detail))
     payload = json.dumps(body, sort_keys=True, separators=(",", ":"),
                          allow_nan=False).encode("ascii")
     head = _HEADER.pack(MAGIC, len(payload)) + payload
@@ -148,35 +174,6 @@ def _frame(body, key):
         raise ValueError("datagram of %d bytes exceeds %d"
                          % (len(data), MAX_SIZE))
     return data
-
-
-def encode_beat(beat: Beat, key) -> bytes:
-    """The datagram of ``beat`` signed with ``key``
-    (:class:`instanceha.heartbeat.keys.Key`). Raises ValueError for a
-    beat that :func:`decode` would refuse (an empty host, ...)."""
-    body = {"type": "beat", "v": VERSION, "kid": key.kid,
-            "host": beat.host, "boot_id": beat.boot_id, "seq": beat.seq,
-            "sent_at": beat.sent_at, "path": beat.path,
-            "compute": beat.facts.compute, "libvirt": beat.facts.libvirt,
-            "guests": beat.facts.guests}
-    try:
-        _beat(body)
-    except Dropped as e:
-        raise ValueError("cannot encode beat: %s" % e.detail)
-    return _frame(body, key)
-
-
-def encode_request(req: Request, key) -> bytes:
-    """The datagram of ``req`` signed with ``key``. Raises ValueError for
-    a request that :func:`decode` would refuse."""
-    body = {"type": "request", "v": VERSION, "kid": key.kid,
-            "kind": req.kind, "host": req.host, "seq": req.seq,
-            "sent_at": req.sent_at, "reason": req.reason}
-    try:
-        _request(body)
-    except Dropped as e:
-        raise ValueError("cannot encode request: %s" % e.detail)
-    return _frame(body, key)
 
 
 def decode(data: bytes, keyring) -> Message:
