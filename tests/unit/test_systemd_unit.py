@@ -1,6 +1,13 @@
-"""etc/systemd/instanceha.service: what the service needs from systemd is
-there (notify, watchdog, reload by SIGHUP), its hardening still lets it
-reach its configuration and its journal, and systemd-analyze accepts it."""
+"""The systemd units in etc/systemd: the engine's (instanceha.service)
+and the agent's (instanceha-agent.service).
+
+Both: Type=notify, a start-up error (exit 2) not restarted in a loop,
+their ExecStart, a sandbox that keeps the address families they need,
+and systemd-analyze accepts them. The engine's: watchdog, reload by
+SIGHUP, restarted on failure, its hardening leaves its configuration and
+journal reachable. The agent's: always restarted, no dependency on the
+daemons it watches, its sandbox leaves the default key and nova.conf
+readable."""
 
 import os
 import shutil
@@ -10,15 +17,29 @@ import sys
 import pytest
 
 from instanceha import conf as conf_pkg
+from instanceha.conf import agent as agent_conf
+from tests.unit.agent import helpers as agent_helpers
 
-UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "etc", "systemd",
-                    "instanceha.service")
+UNITS = os.path.join(os.path.dirname(__file__), "..", "..", "etc",
+                     "systemd")
+ENGINE = "instanceha.service"
+AGENT = "instanceha-agent.service"
+#: unit -> (console script, its arguments in ExecStart, Restart=)
+EXPECTED = {
+    ENGINE: ("instanceha",
+             "run --config-file /etc/instanceha/instanceha.conf",
+             "on-failure"),
+    AGENT: ("instanceha-agent",
+            "--config-file %s" % agent_conf.DEFAULT_CONFIG_FILE,
+            "always"),
+}
+both = pytest.mark.parametrize("name", sorted(EXPECTED))
 
 
-def _unit():
+def _unit(name):
     """{section: {key: [values]}} (systemd allows a key several times)."""
     out, section = {}, None
-    with open(UNIT) as f:
+    with open(os.path.join(UNITS, name)) as f:
         for line in f:
             line = line.strip()
             if not line or line.startswith(("#", ";")):
@@ -31,28 +52,44 @@ def _unit():
     return out
 
 
-def _one(section, key):
-    [value] = _unit()[section][key]
+def _one(name, section, key):
+    [value] = _unit(name)[section][key]
     return value
 
 
-def test_notify_watchdog_and_reload():
-    assert _one("Service", "Type") == "notify"
-    assert _one("Service", "NotifyAccess") == "main"
-    assert int(_one("Service", "WatchdogSec")) >= 30
-    assert _one("Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
-    assert _one("Service", "ExecStart").endswith(
-        "instanceha run --config-file /etc/instanceha/instanceha.conf")
-    assert _one("Service", "Restart") == "on-failure"
+@both
+def test_notify_exec_start_restart_and_start_up_errors(name):
+    script, args, restart = EXPECTED[name]
+    assert _one(name, "Service", "Type") == "notify"
+    assert _one(name, "Service", "NotifyAccess") == "main"
+    assert _one(name, "Service", "ExecStart") == \
+        "/usr/local/bin/%s %s" % (script, args)
+    assert _one(name, "Service", "Restart") == restart
     # A configuration error (exit 2) is not restarted in a loop.
-    assert _one("Service", "RestartPreventExitStatus") == "2"
+    assert _one(name, "Service", "RestartPreventExitStatus") == "2"
 
 
-def test_hardening_leaves_the_default_paths_reachable():
+@both
+def test_the_sandbox_keeps_what_both_need(name):
+    service = _unit(name)["Service"]
+    # strict: the file system read-only, not hidden.
+    assert service["ProtectSystem"] == ["strict"]
+    families = set(_one(name, "Service", "RestrictAddressFamilies").split())
+    # AF_UNIX: the notify socket; AF_INET(6): the engine's peers, the
+    # agent's beats.
+    assert {"AF_UNIX", "AF_INET", "AF_INET6"} <= families
+    assert _one(name, "Service", "NoNewPrivileges") == "yes"
+
+
+def test_engine_watchdog_and_reload():
+    assert int(_one(ENGINE, "Service", "WatchdogSec")) >= 30
+    assert _one(ENGINE, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
+
+
+def test_engine_hardening_leaves_the_default_paths_reachable():
     """The defaults of the options naming files sit where the sandbox
     lets the service read (configuration) and write (state)."""
-    service = _unit()["Service"]
-    assert service["ProtectSystem"] == ["strict"]
+    service = _unit(ENGINE)["Service"]
     writable = service["ReadWritePaths"][0].split()
     readable = service["ReadOnlyPaths"][0].split()
     conf = conf_pkg.make()
@@ -62,33 +99,47 @@ def test_hardening_leaves_the_default_paths_reachable():
         assert any(path.startswith(d + "/") for d in writable), path
     assert any(conf.fencing.inventory.startswith(d + "/")
                for d in readable)
-    assert _one("Service", "StateDirectory") == "instanceha"
+    assert _one(ENGINE, "Service", "StateDirectory") == "instanceha"
     # [api] unix_socket's directory: no permission for 'other' (the
     # service refuses a socket in a directory that gives it any).
-    assert _one("Service", "RuntimeDirectory") == "instanceha"
-    assert int(_one("Service", "RuntimeDirectoryMode"), 8) & 0o007 == 0
-    families = _one("Service", "RestrictAddressFamilies").split()
-    # AF_UNIX: the notify socket; AF_INET(6): Nova, BMCs, a journal
-    # database or broker over the network.
-    assert {"AF_UNIX", "AF_INET", "AF_INET6"} <= set(families)
-    assert _one("Service", "NoNewPrivileges") == "yes"
+    assert _one(ENGINE, "Service", "RuntimeDirectory") == "instanceha"
+    assert int(_one(ENGINE, "Service", "RuntimeDirectoryMode"), 8) \
+        & 0o007 == 0
 
 
-def test_systemd_analyze_verify(tmp_path):
+def test_agent_has_no_dependency_on_the_daemons_it_watches():
+    unit = _unit(AGENT)["Unit"]
+    for key in ("Requires", "BindsTo", "PartOf", "Requisite", "After",
+                "Wants"):
+        for value in unit.get(key, []):
+            assert "nova" not in value and "libvirt" not in value, value
+
+
+def test_agent_runs_as_root_and_reads_its_default_files():
+    # root: systemd, nova.conf, libvirt.
+    assert "User" not in _unit(AGENT)["Service"]
+    conf = agent_helpers.make_conf()
+    for path in (conf.agent.key_file, conf.agent.nova_conf):
+        assert not path.startswith(("/home", "/root", "/tmp")), path
+
+
+@both
+def test_systemd_analyze_verify(name, tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
+    script = EXPECTED[name][0]
     # verify wants ExecStart's program to exist: point it at this venv's.
-    script = os.path.join(os.path.dirname(sys.executable), "instanceha")
-    if not os.path.exists(script):
-        pytest.skip("no instanceha console script beside %s"
-                    % sys.executable)
-    with open(UNIT) as f:
-        text = f.read().replace("/usr/local/bin/instanceha", script)
-    unit = tmp_path / "instanceha.service"
+    path = os.path.join(os.path.dirname(sys.executable), script)
+    if not os.path.exists(path):
+        pytest.skip("no %s console script beside %s"
+                    % (script, sys.executable))
+    with open(os.path.join(UNITS, name)) as f:
+        text = f.read().replace("/usr/local/bin/%s " % script, path + " ")
+    unit = tmp_path / name
     unit.write_text(text)
     result = subprocess.run([analyze, "verify", str(unit)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     # Only our unit's own problems matter; anything naming it fails.
-    assert "instanceha.service" not in result.stderr, result.stderr
+    assert name not in result.stderr, result.stderr
