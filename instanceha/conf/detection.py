@@ -58,6 +58,18 @@ OPTS = [
                       "written behind that much earlier: above 'delta' "
                       "minus Nova's report_interval, its live host looks "
                       "stale. Fix NTP rather than raising it."),
+    cfg.FloatOpt("full_report_interval", mutable=True,
+                 default=60.0, min=0, max=86400,
+                 help="Seconds between reconciler passes that hand the "
+                      "engine every compute host's row. The passes between "
+                      "hand over only the rows whose verdict changed "
+                      "(heartbeating, lost, forced down; status, disabled "
+                      "reason, zone, aggregates), and every row of a host "
+                      "not quietly active (being proven dead or recovered, "
+                      "watched by its agent, a BMC reading Off or a kdump "
+                      "message pending): at thousands of hosts most rows "
+                      "say nothing new. 0 hands over every row at every "
+                      "pass."),
     cfg.FloatOpt("tick_interval", mutable=True, default=1.0, min=0.05, max=60,
                  help="How often the engine re-evaluates time-based decisions "
                       "(grace expiry, retry after back-off, cleanup re-check)."),

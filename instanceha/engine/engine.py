@@ -64,6 +64,7 @@ class Engine(Hosts):
                                    1, conf.workers // 4)))
         self._lock = threading.RLock()
         self._records = {}
+        self._watched = set()
         #: what waits for each host (engine.inbox)
         self._inbox = Inboxes()
         #: are journal writes failing (status: degraded)?
@@ -201,7 +202,7 @@ class Engine(Hosts):
                 self.stats[("transition", new.state.value)] += 1
             if new != rec:
                 self._version += 1
-            self._records[new.id] = new
+            self._keep(new)
             for action, action_id in reversed(list(zip(actions, ids))):
                 self._inbox.put_front(new.id, Pending(action, action_id))
             if due is not None:

@@ -38,6 +38,8 @@ class EvidenceStore:
         self._ev = {}               # host name -> {method key: Evidence}
         #: system UUID -> {host name: methods whose evidence names it}
         self._by_uuid = {}
+        #: hosts a BMC reported Off while Nova said they were up
+        self._suspected = set()
 
     def load(self):
         """Merge what the journal kept (at start, and when elected)."""
@@ -67,6 +69,11 @@ class EvidenceStore:
             hosts = self._by_uuid.setdefault(uuid, {})
             hosts[host] = hosts.get(host, 0) + 1
         self._ev[host][key] = new
+        if any(e is not None and e.suspicion is not None
+               for e in self._ev[host].values()):
+            self._suspected.add(host)
+        else:
+            self._suspected.discard(host)
 
     def get(self, host, method):
         return self._get(host, inventory.method_key(method))
@@ -90,6 +97,12 @@ class EvidenceStore:
     def _host_keys(self, host):
         with self._lock:
             return list(self._ev.get(host, {}).items())
+
+    def suspected(self):
+        """Hosts a BMC reported Off while Nova said they were up: the next
+        heartbeat Nova records decides whether that BMC is truthful."""
+        with self._lock:
+            return set(self._suspected)
 
     # -- observations -----------------------------------------------------------
     def read(self, host, method, power, by, nova_up=False, after=None):

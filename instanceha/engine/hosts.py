@@ -27,6 +27,8 @@ class Hosts:
     # (set by Engine.__init__; the two callables are Engine's methods).
     _lock: threading.RLock
     _records: Dict[str, fsm.HostRecord]
+    #: ids of the records whose every Nova row matters (not quiet)
+    _watched: set
     _version: int
     _inbox: Inboxes
     queue: WorkQueue
@@ -42,6 +44,23 @@ class Hosts:
     def records(self):
         with self._lock:
             return dict(self._records)
+
+    def _keep(self, rec):
+        """Store ``rec`` as its host's record (under the lock), noting
+        whether each of Nova's rows for it matters, not only a change."""
+        self._records[rec.id] = rec
+        if fsm.machine.wants_every_report(rec):
+            self._watched.add(rec.id)
+        else:
+            self._watched.discard(rec.id)
+
+    def wants_every_report(self):
+        """(host ids, host names) whose every row of Nova the reconciler
+        hands over, changed or not: hosts not quietly active, and hosts a
+        BMC reported Off while Nova said they were up."""
+        with self._lock:
+            ids = set(self._watched)
+        return ids, self.ctx.evidence.suspected()
 
     def find(self, name_or_id):
         """The record whose host name or service UUID is ``name_or_id``."""
@@ -106,7 +125,7 @@ class Hosts:
             if action is not None:
                 rec = dataclasses.replace(rec, busy=True)
                 self._inbox.append(rec.id, Pending(action, None))
-            self._records[rec.id] = rec
+            self._keep(rec)
             self._version += 1
         LOG.info("host_resumed", host=rec.name, host_id=rec.id,
                  state=rec.state.value, origin=origin,
@@ -129,7 +148,7 @@ class Hosts:
                 fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
             self._adopt(rec, "nova")
             return None
-        self._records[event.host] = rec
+        self._keep(rec)
         self._version += 1
         return rec
 

@@ -194,6 +194,15 @@ def _until(ev):
     return None
 
 
+def wants_every_report(r) -> bool:
+    """Whether every read of Nova's row matters to the host's record, not
+    only a changed verdict: anything but a quiet active host (heartbeating,
+    no agent, no BMC reading Off, no kdump message). Its updated_at feeds
+    the agent's corroboration, a return after fencing, a kdump's age."""
+    return not (r.state is State.ACTIVE and r.heartbeat_ok and not r.agent
+                and r.power_off_at is None and r.kdump_at is None)
+
+
 def step(record, event, policy):
     """Return ``(new_record, [actions])`` for one event."""
     r = _observe(record, event, policy)

@@ -91,7 +91,8 @@ class Service(Group, Reloading, Health):
         self.audit = None
         self.reconciler = Reconciler(conf, compute, sink, clock,
                                      on_capacity=self._capacity_appeared,
-                                     powered_off=self._powered_off)
+                                     powered_off=self._powered_off,
+                                     wants_every_report=self._watched)
         health = {"reconciler": self.reconciler.health}
         self.sources = [self.reconciler]
         # No fencing while the control plane a recovery needs is not ready.
@@ -151,6 +152,11 @@ class Service(Group, Reloading, Health):
     def _powered_off(self):
         """Hosts the audit's power watch saw go Off (none without it)."""
         return self.audit.powered_off() if self.audit is not None else set()
+
+    def _watched(self):
+        """(ids, names) of the hosts whose every Nova row the engine
+        wants (engine.hosts.Hosts.wants_every_report)."""
+        return self.engine.wants_every_report()
 
     def _events_healthy(self):
         """True while the notification stream reliably reports evacuation

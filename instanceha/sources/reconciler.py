@@ -34,11 +34,13 @@ DITHER = 0.8
 class Reconciler:
 
     def __init__(self, conf, compute, sink, clock, monotonic=None,
-                 on_capacity=None, powered_off=None):
+                 on_capacity=None, powered_off=None, wants_every_report=None):
         """``on_capacity(hosts)``: called with the hosts that became
         schedulable (enabled, up, heartbeating) since the last pass:
         capacity may have appeared; ``powered_off()``: the hosts whose
-        BMC the power watch saw go Off."""
+        BMC the power watch saw go Off; ``wants_every_report()``: (host
+        ids, host names) whose row is handed over at every pass, changed
+        or not (None: every row of every host, at every pass)."""
         self._conf = conf
         self._compute = compute
         self._sink = sink
@@ -62,6 +64,7 @@ class Reconciler:
         self.errors = 0
         self.last_pass_at = None
         self.last_pass_cpu = None
+        self.last_pass_sent = None  # rows handed over at the last pass
         self.last_error = None
         self.clock_skew = None      # local minus Nova's estimated now, s
         self._skew_warned = None    # skew last warned about, None: within
@@ -70,6 +73,10 @@ class Reconciler:
         self._host_aggregates = None  # {host: aggregate names}, last read
         self.powered_off = powered_off or set
         self.on_capacity = on_capacity or (lambda hosts: None)
+        self._wants_every = wants_every_report
+        #: host id -> what its last handed-over row said (the verdict)
+        self._said = {}
+        self._full_at = None        # when every row was last handed over
         self._schedulable = None
 
     def run_once(self):
@@ -109,6 +116,9 @@ class Reconciler:
             ref = now - (ended - started)
         read_at = now - (ended - started)   # the read's start, our clock
         unpowered = self.powered_off()
+        every, ids, names = self._watch(now)
+        said = self._said
+        sent = 0
         for svc in services:
             delta = self._conf.detection.delta
             if svc.host in unpowered:
@@ -118,15 +128,33 @@ class Reconciler:
                 delta = min(delta, self._conf.audit.power_off_delta)
             kind, reason = classify(svc, ref, delta)
             counts[kind.value] = counts.get(kind.value, 0) + 1
+            aggs = (None if aggregates is None
+                    else aggregates.get(svc.host, ()))
+            verdict = (kind, svc.host, svc.forced_down, svc.status,
+                       svc.disabled_reason, svc.zone, aggs)
+            if svc.id in ids or svc.host in names:
+                # Watched: every row goes, and none is remembered, so the
+                # first pass after the host turns quiet again says what
+                # is true then (its record may have been reset meanwhile:
+                # a suspension ended, a host watched afresh).
+                said.pop(svc.id, None)
+            elif every or said.get(svc.id) != verdict:
+                said[svc.id] = verdict
+            else:
+                continue            # a quiet host, nothing new: no event
+            sent += 1
             report = ServiceReport(
                 forced_down=svc.forced_down, zone=svc.zone,
                 updated_at=svc.updated_at, status=svc.status,
-                disabled_reason=svc.disabled_reason,
-                aggregates=(None if aggregates is None
-                            else aggregates.get(svc.host, ())),
+                disabled_reason=svc.disabled_reason, aggregates=aggs,
                 read_at=read_at)
             self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
                              source="reconciler", payload=report))
+        if every and len(said) > len(services):
+            listed = {svc.id for svc in services}
+            for gone in [h for h in said if h not in listed]:
+                del said[gone]
+        self.last_pass_sent = sent
         self._note_schedulable(services, ref)
         self.passes += 1
         self.last_pass_at = now
@@ -136,6 +164,18 @@ class Reconciler:
         LOG.debug("reconcile_pass", services=len(services),
                   clock_skew=_rounded(self.clock_skew), **counts)
         return len(services)
+
+    def _watch(self, now):
+        """(hand over every row?, host ids and names whose row is handed
+        over anyway) for a pass at ``now``."""
+        interval = self._conf.detection.full_report_interval
+        if (self._wants_every is None or not interval
+                or self._full_at is None or now - self._full_at >= interval
+                or now < self._full_at):
+            self._full_at = now
+            return True, (), ()
+        ids, names = self._wants_every()
+        return False, ids, names
 
     def _note_schedulable(self, services, ref):
         """Hosts enabled, up and heartbeating now that were not at the
@@ -275,6 +315,9 @@ class Reconciler:
                 "last_error": self.last_error,
                 "last_pass_cpu": (None if self.last_pass_cpu is None
                                   else round(self.last_pass_cpu, 4)),
+                # rows handed over to the engine at the last pass (the
+                # others said nothing new: detection.full_report_interval)
+                "last_pass_sent": self.last_pass_sent,
                 "clock_skew": _rounded(self.clock_skew),
                 # Between Nova's writers: how far the furthest service
                 # row's clock is ahead of / behind the majority's, and how

@@ -47,7 +47,10 @@ class World:
         self.engine = Engine(self.conf, self.ctx, self.journal, self.clock)
         self.reconciler = Reconciler(
             self.conf, self.compute, self.engine.submit, self.clock,
-            on_capacity=self.engine.capacity_appeared)
+            on_capacity=self.engine.capacity_appeared,
+            # As the service wires it: between full passes, only changed
+            # verdicts and the rows of hosts not quietly active.
+            wants_every_report=self.engine.wants_every_report)
 
     def drain(self):
         for _ in range(1000):

@@ -18,6 +18,7 @@ def _restart_without_journal(w):
     w.ctx.journal = w.journal
     w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
     w.reconciler._sink = w.engine.submit
+    w.reconciler._wants_every = w.engine.wants_every_report
 
 
 # -- 2. restart without the journal -------------------------------------------
@@ -98,6 +99,7 @@ def test_disabled_host_recovered_when_allowed_keeps_its_operator_state():
     w.conf.set_override("recover_disabled_hosts", True, "policy")
     w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
     w.reconciler._sink = w.engine.submit
+    w.reconciler._wants_every = w.engine.wants_every_report
     _operator_disables(w, "compute-1")
     w.pass_()
     w.compute.kill("compute-1")
@@ -179,6 +181,7 @@ def _restart_with_journal(w):
     first poll of Nova only on what the poll allows (world_seen)."""
     w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
     w.reconciler._sink = w.engine.submit
+    w.reconciler._wants_every = w.engine.wants_every_report
     polled = w.reconciler.passes
     w.ctx.readiness.world_seen = lambda: w.reconciler.passes > polled
     w.engine.resume_from_journal()

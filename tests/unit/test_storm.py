@@ -142,6 +142,7 @@ def _world(hosts=20, **policy):
         w.conf.set_override(key, value, "policy")
     w.engine = Engine(w.conf, w.ctx, w.journal, w.clock)
     w.reconciler._sink = w.engine.submit
+    w.reconciler._wants_every = w.engine.wants_every_report
     return w
 
 
