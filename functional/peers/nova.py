@@ -385,9 +385,26 @@ class NovaCloud(procs.StartedOnEnter):
             existing = self.procs.get(name)
             if existing is not None and existing.running():
                 return existing
-        return self._start(name, [self._bin("nova-compute"),
+        proc = self._start(name, [self._bin("nova-compute"),
                                   "--config-file", self.etc / "nova" / "nova.conf",
                                   "--config-file", self.etc / "nova" / ("%s.conf" % host)])
+        self._write_pidfile(host, proc.pid)
+        return proc
+
+    def compute_pidfile(self, host):
+        """The host's nova-compute pid file, as a service manager keeps
+        one: written at each start, left behind when the process dies (a
+        heartbeat agent on the host checks it with ``compute_check =
+        pidfile``; the computes share one machine, so a process name
+        would not tell them apart)."""
+        return self.state / host / "nova-compute.pid"
+
+    def _write_pidfile(self, host, pid):
+        path = self.compute_pidfile(host)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("%d\n" % pid)
+        os.replace(tmp, path)
 
     def kill_compute(self, host):
         """SIGKILL the host's compute: the nearest thing to pulling the plug."""

@@ -3,6 +3,7 @@
 import pytest
 
 from functional.peers import harness
+from functional.realnova.agents import HostAgents
 from functional.realnova.engine import Engine
 
 
@@ -63,6 +64,26 @@ def engine(clean_bed, request):
     yield make
     for e in engines:
         e.stop()
+
+
+@pytest.fixture
+def agents(clean_bed, request):
+    """make(restart_compute=False, interval=1.0) -> HostAgents: a real
+    ``instanceha-agent`` process per compute host (started by its
+    ``start()``), configured to beat to the engine whose ``[agent]`` group
+    ``engine_overrides()`` gives; stopped after the test. Ask for it
+    before ``engine`` so the agents outlive the engine."""
+    made = []
+    base = clean_bed.workdir / "agents" / request.node.name
+
+    def make(**kwargs):
+        hosts = HostAgents(clean_bed, base / ("set%d" % len(made)), **kwargs)
+        made.append(hosts)
+        return hosts
+
+    yield make
+    for hosts in made:
+        hosts.stop()
 
 
 @pytest.fixture
