@@ -119,15 +119,20 @@ class Reconciler:
         every, ids, names = self._watch(now)
         said = self._said
         sent = 0
+        # Read once a pass: an option read costs more than judging a row.
+        conf_delta = self._conf.detection.delta
+        off_delta = min(conf_delta, self._conf.audit.power_off_delta)
+        schedulable = set()
         for svc in services:
-            delta = self._conf.detection.delta
-            if svc.host in unpowered:
-                # Its BMC went from On to Off: a second witness, so a
-                # shorter silence (still above Nova's report interval)
-                # proves the heartbeat lost.
-                delta = min(delta, self._conf.audit.power_off_delta)
-            kind, reason = classify(svc, ref, delta)
-            counts[kind.value] = counts.get(kind.value, 0) + 1
+            # A host whose BMC went from On to Off has a second witness,
+            # so a shorter silence (still above Nova's report interval)
+            # proves its heartbeat lost.
+            kind, reason = classify(
+                svc, ref, off_delta if svc.host in unpowered else conf_delta)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind is E.HEARTBEAT_OK and svc.status == "enabled" \
+                    and svc.state == "up" and not svc.forced_down:
+                schedulable.add(svc.host)
             aggs = (None if aggregates is None
                     else aggregates.get(svc.host, ()))
             verdict = (kind, svc.host, svc.forced_down, svc.status,
@@ -155,14 +160,15 @@ class Reconciler:
             for gone in [h for h in said if h not in listed]:
                 del said[gone]
         self.last_pass_sent = sent
-        self._note_schedulable(services, ref)
+        self._note_schedulable(schedulable)
         self.passes += 1
         self.last_pass_at = now
         # CPU of this thread for the pass: the call, parsing, judging and
         # handing events over (not the engine applying them).
         self.last_pass_cpu = time.thread_time() - cpu
         LOG.debug("reconcile_pass", services=len(services),
-                  clock_skew=_rounded(self.clock_skew), **counts)
+                  clock_skew=_rounded(self.clock_skew), sent=sent,
+                  **{k.value: n for k, n in counts.items()})
         return len(services)
 
     def _watch(self, now):
@@ -177,15 +183,11 @@ class Reconciler:
         ids, names = self._wants_every()
         return False, ids, names
 
-    def _note_schedulable(self, services, ref):
-        """Hosts enabled, up and heartbeating now that were not at the
-        last pass (none at the first pass): the scheduler can place
-        servers there, so hosts waiting for capacity are told."""
-        delta = self._conf.detection.delta
-        now = {s.host for s in services
-               if s.status == "enabled" and s.state == "up"
-               and not s.forced_down
-               and classify(s, ref, delta)[0] is E.HEARTBEAT_OK}
+    def _note_schedulable(self, now):
+        """``now``: the hosts enabled, up and heartbeating at this pass.
+        Those that were not at the last pass (none at the first pass): the
+        scheduler can place servers there, so hosts waiting for capacity
+        are told."""
         before, self._schedulable = self._schedulable, now
         if before is not None and now - before:
             try:

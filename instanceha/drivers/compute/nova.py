@@ -18,7 +18,7 @@ import structlog
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_capacity import NovaCapacity
 from instanceha.drivers.compute.nova_records import (
-    to_aggregate, to_migration, to_server, to_service)
+    time_memo, to_aggregate, to_migration, to_server, to_service)
 from instanceha.drivers.compute.nova_transport import (
     AGGREGATES, MIGRATIONS, SERVERS, NovaTransport, error_message)
 from instanceha.drivers.compute.ttl_cache import TTLCache
@@ -106,8 +106,9 @@ class NovaDriver(NovaTransport, NovaCapacity, base.ComputeDriver):
     def list_services(self):
         body = self._call("get", "/os-services", "2.53",
                           params={"binary": "nova-compute"})
+        parse = time_memo()
         try:
-            return [to_service(s) for s in body["services"]]
+            return [to_service(s, parse) for s in body["services"]]
         except (KeyError, TypeError) as e:
             raise base.ComputeError("os-services answer lacks %s" % e)
 

@@ -31,13 +31,30 @@ def to_aggregate(a):
                           else None)
 
 
-def to_service(s):
+def to_service(s, parse=parse_time):
+    """``parse``: parse_time, or a memo of it over a whole answer (rows
+    share their updated_at strings: Nova stamps whole seconds)."""
     return base.ComputeService(
         id=str(s["id"]), host=s["host"], state=s["state"], status=s["status"],
         forced_down=bool(s.get("forced_down")),
         disabled_reason=s.get("disabled_reason"),
-        updated_at=parse_time(s.get("updated_at")), zone=s.get("zone"),
+        updated_at=parse(s.get("updated_at")), zone=s.get("zone"),
         binary=s.get("binary") or "nova-compute")
+
+
+def time_memo():
+    """parse_time with a memo, for one answer's rows."""
+    seen = {}
+
+    def parse(value):
+        try:
+            return seen[value]
+        except KeyError:
+            seen[value] = parsed = parse_time(value)
+            return parsed
+        except TypeError:               # unhashable: parse_time says why
+            return parse_time(value)
+    return parse
 
 
 def to_server(s):
