@@ -54,10 +54,16 @@ class EventKind(str, enum.Enum):
     REPROOF_FAILED = "reproof_failed"
     CLEANUP_CONFIRMED = "cleanup_confirmed"  # migrations completed; host put back
     CLEANUP_PENDING = "cleanup_pending"
+    # A planned drain: every server moved off a live host (migrations).
+    DRAIN_OK = "drain_ok"                  # what can move has moved
+    DRAIN_FAILED = "drain_failed"          # refused or stopped: see reason
+    UNDRAIN_OK = "undrain_ok"              # migrations aborted, host enabled
+    UNDRAIN_FAILED = "undrain_failed"
     # Operator commands.
     OPERATOR_SUSPEND = "operator_suspend"
     OPERATOR_MAINTENANCE = "operator_maintenance"
     OPERATOR_RESUME = "operator_resume"
+    OPERATOR_DRAIN = "operator_drain"
 
 
 # -- payloads: what an event of each kind carries ----------------------------
@@ -231,9 +237,29 @@ class AgentSilence:
     paths: Tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class DrainRequest:
+    """OPERATOR_DRAIN: what follows the drain ("maintenance" or
+    "decommission"), servers moved at once from this host (None: [drain]
+    concurrency), and whether to drain what can be drained when the
+    preflight refuses (``force``)."""
+
+    then: str = "maintenance"
+    concurrency: Optional[int] = None
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.then not in ("maintenance", "decommission"):
+            raise ValueError("then must be 'maintenance' or 'decommission', "
+                             "not %r" % (self.then,))
+        if self.concurrency is not None and int(self.concurrency) < 1:
+            raise ValueError("concurrency must be at least 1, not %r"
+                             % (self.concurrency,))
+
+
 Payload = Union[ServiceReport, PowerReading, Fenced, Isolated,
                 EvacuationSummary, Restored, KdumpMessage, Suspension,
-                AgentReport, AgentSilence]
+                AgentReport, AgentSilence, DrainRequest]
 
 #: The payload class of each kind that carries one.
 PAYLOADS: Dict[EventKind, Type[Any]] = {
@@ -251,6 +277,7 @@ PAYLOADS: Dict[EventKind, Type[Any]] = {
     EventKind.REPROOF_FAILED: EvacuationSummary,
     EventKind.CLEANUP_CONFIRMED: Restored,
     EventKind.OPERATOR_SUSPEND: Suspension,
+    EventKind.OPERATOR_DRAIN: DrainRequest,
     EventKind.AGENT_BEATING: AgentReport,
     EventKind.AGENT_SILENT: AgentSilence,
 }

@@ -177,6 +177,8 @@ GUARDS = {
         isinstance(ev.payload, EvacuationSummary)
         and ev.payload.stopped_for_operator),
     "isolated": lambda r, ev, p: r.isolated,
+    "drained": lambda r, ev, p: bool(r.drain_then),
+    "then_decommission": lambda r, ev, p: r.drain_then == "decommission",
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "not_isolated": lambda r, ev, p: not r.isolated,
     "suspension_expired": lambda r, ev, p: (r.until is not None

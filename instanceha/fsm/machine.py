@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
-    AgentSilence, Isolated, PowerReading, ServiceReport, Suspension)
+    AgentSilence, DrainRequest, Isolated, PowerReading, ServiceReport,
+    Suspension)
 from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
@@ -123,7 +124,8 @@ def _observe(r, ev, p):
 _OBSERVATIONS = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN}
 
 
-_HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED)
+_HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED,
+              State.DECOMMISSIONED)
 
 
 def _enter(r, dst, ev, p):
@@ -185,6 +187,13 @@ def _enter(r, dst, ev, p):
         changes["retry_at"] = ev.at + delay
     if dst is State.SUSPENDED:
         changes["until"] = _until(ev)
+    if dst is State.DRAINING and isinstance(ev.payload, DrainRequest):
+        changes.update(drain_then=ev.payload.then,
+                       drain_concurrency=ev.payload.concurrency,
+                       drain_force=ev.payload.force)
+    if dst is State.ACTIVE:
+        changes.update(drain_then="", drain_concurrency=None,
+                       drain_force=False)
     return changes
 
 

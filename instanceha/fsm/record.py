@@ -62,6 +62,13 @@ class HostRecord:
     nova_step: Optional[float] = None
     #: when the latest read of Nova that reported the host started (ours)
     nova_read_at: Optional[float] = None
+    #: A planned drain asked by an operator: what follows it
+    #: ("maintenance" or "decommission"; "" when none), servers moved at
+    #: once (None: [drain] concurrency), drain what can be drained even
+    #: when the preflight refuses. Kept until the host is active again.
+    drain_then: str = ""
+    drain_concurrency: Optional[int] = None
+    drain_force: bool = False
 
     @property
     def loss_count(self):

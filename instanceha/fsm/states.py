@@ -17,6 +17,9 @@ class State(str, enum.Enum):
     RECOVERING = "recovering"    # host back; waiting for Nova's cleanup to complete
     MAINTENANCE = "maintenance"  # operator: planned work; heartbeat loss ignored
     SUSPENDED = "suspended"      # operator: hands off (optionally until a time)
+    DRAINING = "draining"        # operator: live host disabled, servers migrating off
+    UNDRAINING = "undraining"    # drain cancelled or ended: aborting, re-enabling
+    DECOMMISSIONED = "decommissioned"  # drained for good; heartbeat loss ignored
 
 
 class Action(str, enum.Enum):
@@ -24,6 +27,8 @@ class Action(str, enum.Enum):
     ISOLATE = "isolate"              # force the service down and disable it
     EVACUATE = "evacuate"            # rebuild every evacuable server elsewhere
     CHECK_CLEANUP = "check_cleanup"  # migrations completed? then put host back
+    DRAIN = "drain"                  # migrate every server off a live host
+    UNDRAIN = "undrain"              # abort its migrations, re-enable it
 
 
 #: The action a state starts on entry. Re-entering the state (a retry, or a
@@ -34,6 +39,8 @@ ENTRY_ACTION = {
     State.FENCED: Action.ISOLATE,
     State.EVACUATING: Action.EVACUATE,
     State.RECOVERING: Action.CHECK_CLEANUP,
+    State.DRAINING: Action.DRAIN,
+    State.UNDRAINING: Action.UNDRAIN,
 }
 
 #: States of a host being proven dead or having its servers moved: reads
@@ -72,6 +79,8 @@ RESULTS = {
                       E.EVACUATE_FAILED),
     Action.CHECK_CLEANUP: ((E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING),
                            E.CLEANUP_PENDING),
+    Action.DRAIN: ((E.DRAIN_OK, E.DRAIN_FAILED), E.DRAIN_FAILED),
+    Action.UNDRAIN: ((E.UNDRAIN_OK, E.UNDRAIN_FAILED), E.UNDRAIN_FAILED),
 }
 
 #: Every result kind.

@@ -152,6 +152,38 @@ RULES = [
     # -- failure that needs an operator --------------------------------------
     (S.FAILED, E.HEARTBEAT_OK, "not_isolated", S.ACTIVE,
      "heartbeat back; the host was never forced down"),
+    # -- planned drain (a live host emptied by migrations) ------------------
+    # The drain pass runs its preflight first: refused (or stopped), the
+    # host is put back as it was (UNDRAINING re-enables it only where the
+    # drain disabled it).
+    (S.ACTIVE, E.OPERATOR_DRAIN, ALWAYS, S.DRAINING,
+     "draining by operator: {event.reason}"),
+    (S.MAINTENANCE, E.OPERATOR_DRAIN, ALWAYS, S.DRAINING,
+     "draining by operator: {event.reason}"),
+    (S.DRAINING, E.DRAIN_OK, "then_decommission", S.DECOMMISSIONED,
+     "decommissioned: {event.reason}"),
+    (S.DRAINING, E.DRAIN_OK, ALWAYS, S.MAINTENANCE,
+     "drained, in maintenance: {event.reason}"),
+    (S.DRAINING, E.DRAIN_FAILED, ALWAYS, S.UNDRAINING,
+     "drain stopped: {event.reason}; putting the host back"),
+    (S.DRAINING, E.OPERATOR_RESUME, ALWAYS, S.UNDRAINING,
+     "drain cancelled by operator: aborting migrations in flight, "
+     "re-enabling the host"),
+    # A host that dies while draining is a failed host: proven dead,
+    # then what is left is evacuated (what moved already is not there).
+    (S.DRAINING, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
+     "heartbeat lost while draining: {event.reason}"),
+    (S.DRAINING, E.FORCED_DOWN, ALWAYS, S.SUSPECT,
+     "forced down by another actor while draining: {event.reason}"),
+    (S.DRAINING, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
+     "heartbeat agent silent on every path while draining"),
+    (S.UNDRAINING, E.UNDRAIN_OK, ALWAYS, S.ACTIVE, "{event.reason}"),
+    (S.UNDRAINING, E.UNDRAIN_FAILED, ALWAYS, S.FAILED,
+     "could not put the drained host back: {event.reason}"),
+    (S.MAINTENANCE, E.OPERATOR_RESUME, "drained", S.UNDRAINING,
+     "resumed by operator: re-enabling the drained host"),
+    (S.DECOMMISSIONED, E.OPERATOR_RESUME, ALWAYS, S.UNDRAINING,
+     "resumed by operator: re-enabling the decommissioned host"),
     # -- operator ------------------------------------------------------------
     (S.SUSPENDED, E.TICK, "suspension_expired_returned", S.RECOVERING,
      "suspension expired; the host has reported back: checking cleanup"),
@@ -212,7 +244,7 @@ def _ignored():
                 ignored.add((s, k))
             # Operator commands that do not apply to the state.
             elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
-                       E.OPERATOR_SUSPEND):
+                       E.OPERATOR_SUSPEND, E.OPERATOR_DRAIN):
                 ignored.add((s, k))
     return frozenset(ignored)
 
@@ -226,6 +258,6 @@ def explain_ignored(state, kind):
     if kind in RESULT_KINDS:
         return "stale action result for state %s" % state.value
     if kind in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,
-                E.OPERATOR_SUSPEND):
+                E.OPERATOR_SUSPEND, E.OPERATOR_DRAIN):
         return "operator command does not apply in state %s" % state.value
     return "observation changes nothing in state %s" % state.value
