@@ -20,6 +20,7 @@ from instanceha.conf import control_plane
 from instanceha.conf import coordination
 from instanceha.conf import default
 from instanceha.conf import detection
+from instanceha.conf import drain
 from instanceha.conf import evacuation
 from instanceha.conf import fencing
 from instanceha.conf import heartbeat
@@ -32,7 +33,7 @@ from instanceha.conf import reserved_hosts
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
-           capacity, reserved_hosts, coordination, heartbeat]
+           capacity, reserved_hosts, coordination, heartbeat, drain]
 
 
 def new_conf():

@@ -4,7 +4,8 @@
 :class:`AggregateFacts` hold what the policies need of a server (its
 metadata and tags, the image's properties and tags, the flavor's extra
 specs, the metadata of the host aggregates the server's host belongs
-to); :class:`Problem` is a malformed or doubtful value on one of them,
+to); :class:`HostFacts` what a host that could take servers has and is;
+:class:`Problem` is a malformed or doubtful value on one of them,
 named with :func:`describe` and :func:`short`. The caller fills them
 (:mod:`instanceha.policy.facts_nova` from Nova's and Glance's answers);
 nothing here does I/O.
@@ -41,6 +42,15 @@ class FlavorFacts:
     id: str = ""
     name: str = ""
     extra_specs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the sizes as Nova gives them (None: not given); read by
+    #: :func:`~instanceha.policy.capacity_need.need_of` through
+    #: :func:`flavor_body`: vCPUs, RAM in MB, root disk, ephemeral in GB,
+    #: swap in MB
+    vcpus: Any = None
+    ram_mb: Any = None
+    disk_gb: Any = None
+    ephemeral_gb: Any = None
+    swap_mb: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +76,29 @@ class ServerFacts:
     image: Optional[ImageFacts] = None
     flavor: Optional[FlavorFacts] = None
     aggregates: Tuple[AggregateFacts, ...] = ()
+    #: Nova's status (ACTIVE, SHUTOFF, VERIFY_RESIZE...), vm_state and
+    #: task_state; None when not read
+    status: Optional[str] = None
+    vm_state: Optional[str] = None
+    task_state: Optional[str] = None
+    #: the availability zone the server must stay in (None: any)
+    zone: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """A compute host as a place servers could go: its compute service's
+    state, zone and aggregates, and its capacity. ``capacity``: anything
+    with :class:`~instanceha.drivers.compute.base.HostCapacity`'s fields
+    (read by :func:`~instanceha.policy.capacity_free.free_of`), None when
+    unknown."""
+    host: str
+    zone: Optional[str] = None
+    aggregates: Tuple[AggregateFacts, ...] = ()
+    enabled: bool = True
+    up: bool = True
+    forced_down: bool = False
+    capacity: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +115,20 @@ class Problem:
 
     def __str__(self):
         return self.message
+
+
+def flavor_body(flavor: FlavorFacts) -> Mapping[str, Any]:
+    """``flavor`` as Nova embeds it in a server (microversion 2.47 or
+    later): the sizes given, under Nova's names."""
+    body: dict = {"original_name": flavor.name,
+                  "extra_specs": dict(flavor.extra_specs or {})}
+    for key, value in (("vcpus", flavor.vcpus), ("ram", flavor.ram_mb),
+                       ("disk", flavor.disk_gb),
+                       ("ephemeral", flavor.ephemeral_gb),
+                       ("swap", flavor.swap_mb)):
+        if value is not None:
+            body[key] = value
+    return body
 
 
 def _kind(scope):

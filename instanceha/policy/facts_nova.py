@@ -1,9 +1,9 @@
 """Filling the policies' records from Nova's and Glance's answers; pure."""
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, Mapping, Optional
 
-from instanceha.policy.facts import (AggregateFacts, FlavorFacts, ImageFacts,
-                                     ServerFacts)
+from instanceha.policy.facts import (AggregateFacts, FlavorFacts, HostFacts,
+                                     ImageFacts, ServerFacts)
 from instanceha.util import timeparse
 
 #: Nova's '2026-01-31T04:31:45Z' / naive-UTC timestamps to epoch seconds;
@@ -50,7 +50,10 @@ def server_from_nova(body: Mapping[str, Any],
         flavor_facts = FlavorFacts(
             id=str(flavor.get("id") or ""),
             name=str(flavor.get("original_name") or flavor.get("name") or ""),
-            extra_specs=dict(flavor.get("extra_specs") or {}))
+            extra_specs=dict(flavor.get("extra_specs") or {}),
+            vcpus=flavor.get("vcpus"), ram_mb=flavor.get("ram"),
+            disk_gb=flavor.get("disk"), ephemeral_gb=flavor.get("ephemeral"),
+            swap_mb=flavor.get("swap"))
     if image is None:
         ref = body.get("image")
         if isinstance(ref, Mapping) and ref.get("id"):
@@ -61,4 +64,60 @@ def server_from_nova(body: Mapping[str, Any],
         tags=tuple(body.get("tags") or ()),
         created_at=parse_nova_time(body.get("created")),
         image=image, flavor=flavor_facts,
-        aggregates=aggregates_of(host, aggregates) if host else ())
+        aggregates=aggregates_of(host, aggregates) if host else (),
+        status=_text_or_none(body.get("status")),
+        vm_state=_text_or_none(body.get("OS-EXT-STS:vm_state")),
+        task_state=_text_or_none(body.get("OS-EXT-STS:task_state")),
+        zone=server_zone(body))
+
+
+def _text_or_none(value) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def server_zone(body: Mapping[str, Any]) -> Optional[str]:
+    """The availability zone a server must stay in: from compute
+    microversion 2.96, ``pinned_availability_zone`` (None: not pinned, it
+    may go anywhere); before, the zone it is in
+    (``OS-EXT-AZ:availability_zone``), which may be stricter than Nova."""
+    if "pinned_availability_zone" in body:
+        return _text_or_none(body.get("pinned_availability_zone"))
+    return _text_or_none(body.get("OS-EXT-AZ:availability_zone"))
+
+
+def _aggregate_facts(agg) -> AggregateFacts:
+    if isinstance(agg, AggregateFacts):
+        return agg
+    return AggregateFacts(name=str(getattr(agg, "name", "") or ""),
+                          id=str(getattr(agg, "id", "") or ""),
+                          metadata=dict(getattr(agg, "metadata", None) or {}),
+                          hosts=tuple(getattr(agg, "hosts", None) or ()))
+
+
+def host_facts(capacities: Mapping[str, Any], services,
+               aggregates: Iterable[Any] = ()) -> Dict[str, HostFacts]:
+    """{host: HostFacts} for every host with a ``nova-compute`` service in
+    ``services`` (ComputeService: other binaries ignored), sorted by host.
+    A host with several records is enabled and up only if each says so,
+    forced down if any does; its zone is the one they agree on (None
+    otherwise). ``capacities``: {host: HostCapacity} (a host missing
+    there has capacity None); ``aggregates``: [Aggregate] or
+    [AggregateFacts]."""
+    aggs = [_aggregate_facts(a) for a in aggregates or ()]
+    records: Dict[str, list] = {}
+    for svc in services or ():
+        if getattr(svc, "binary", "nova-compute") == "nova-compute":
+            records.setdefault(svc.host, []).append(svc)
+    out = {}
+    for host in sorted(records):
+        recs = records[host]
+        zones = {getattr(s, "zone", None) for s in recs}
+        out[host] = HostFacts(
+            host=host,
+            zone=(next(iter(zones)) or None) if len(zones) == 1 else None,
+            aggregates=aggregates_of(host, aggs),
+            enabled=all(s.status == "enabled" for s in recs),
+            up=all(s.state == "up" for s in recs),
+            forced_down=any(bool(s.forced_down) for s in recs),
+            capacity=(capacities or {}).get(host))
+    return out
