@@ -36,6 +36,14 @@ class FakeCompute(cb.ComputeDriver):
         self.images = {}             # image id -> Glance body
         self.report_capacity = False  # host_capacities answers
         self.requested = {}          # server id -> host asked for (or None)
+        #: live and cold migrations (dicts, oldest first; see live_migrate)
+        self.moves = []
+        self.move_calls = []         # (method, server id[, migration id])
+        #: False: live migrations stay 'running' (memory_remaining stuck)
+        #: until aborted, forced to complete or finish_moves(); cold ones
+        #: stay 'migrating' until finish_moves()
+        self.moves_complete = True
+        self.stalled = set()         # server ids whose moves stay running
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -260,9 +268,251 @@ class FakeCompute(cb.ComputeDriver):
                              created_at=m["created_at"])
                 for m in self.migrations if m["source"] == host]
 
+    # -- live and cold migrations (planned drain) ---------------------------
+    #
+    # Kept apart from ``migrations`` (evacuations), so that restore() and
+    # list_evacuations() see only evacuations. Each move is a dict: id,
+    # server, source, dest, type ("live-migration" | "migration"), status,
+    # created_at, updated_at, memory_total, memory_remaining, and for a cold
+    # migration the vm_state to come back to.
+
+    MEMORY = 1024 * 1024 * 1024         # bytes a live migration copies
+
+    def _server_or_404(self, server_id):
+        try:
+            return self.servers[server_id]
+        except KeyError:
+            raise cb.NotFound("Instance %s could not be found." % server_id,
+                              404)
+
+    def _service_up(self, host):
+        s = self.services.get(host)
+        return (s is not None and s["alive"] and not s["forced_down"]
+                and self.clock() - s["updated_at"] <= 8)
+
+    def _move_target(self, source):
+        targets = [t for t in self._targets(source)
+                   if sum(1 for x in self.servers.values()
+                          if x["host"] == t["host"]) < self.capacity]
+        if not targets:
+            return None
+        return min(targets, key=lambda t: (sum(
+            1 for x in self.servers.values() if x["host"] == t["host"]),
+            t["host"]))["host"]
+
+    def _new_move(self, server_id, kind, status, dest):
+        moves = self.moves
+        v = self.servers[server_id]
+        now = self.clock()
+        m = dict(id=str(len(moves) + 1), server=server_id, source=v["host"],
+                 dest=dest, type=kind, status=status,
+                 created_at=now + len(moves) * 1e-6, updated_at=now,
+                 memory_total=self.MEMORY if kind == "live-migration"
+                 else None,
+                 memory_remaining=self.MEMORY if kind == "live-migration"
+                 else None, vm_state=v["vm_state"])
+        moves.append(m)
+        return m
+
+    def _set_move(self, m, status):
+        m.update(status=status, updated_at=self.clock())
+
+    def _finish_live(self, m):
+        v = self.servers[m["server"]]
+        self._set_move(m, "completed")
+        m["memory_remaining"] = 0
+        v.update(host=m["dest"], task_state=None,
+                 status="PAUSED" if v["vm_state"] == "paused" else "ACTIVE")
+
+    def _finish_cold(self, m):
+        v = self.servers[m["server"]]
+        self._set_move(m, "finished")
+        v.update(host=m["dest"], task_state=None, vm_state="resized",
+                 status="VERIFY_RESIZE")
+
+    def live_migrate(self, server_id, block_migration="auto"):
+        """Like Nova at microversion 2.30 (pre-checks within the request):
+        409 unless ACTIVE or PAUSED with no task; 400 when the source
+        compute is down or no host fits (the record goes 'error'). Then
+        'completed' at once, or 'running' (task_state migrating) while
+        ``moves_complete`` is False or the server is in ``stalled``."""
+        self._maybe_fail()
+        self.move_calls.append(("live_migrate", server_id))
+        v = self._server_or_404(server_id)
+        if v["vm_state"] not in ("active", "paused") \
+                or v.get("task_state") is not None:
+            raise cb.Conflict("Cannot 'os-migrateLive' instance %s while it "
+                              "is in vm_state %s" % (server_id,
+                                                     v["vm_state"]), 409)
+        if not self._service_up(v["host"]):
+            raise cb.ComputeError("Compute service of %s is unavailable at "
+                                  "this time." % v["host"], 400)
+        dest = self._move_target(v["host"])
+        if dest is None:
+            self._new_move(server_id, "live-migration", "error", None)
+            raise cb.ComputeError("No valid host was found. There are not "
+                                  "enough hosts available.", 400)
+        m = self._new_move(server_id, "live-migration", "running", dest)
+        v.update(task_state="migrating", status="MIGRATING")
+        if self.moves_complete and server_id not in self.stalled:
+            self._finish_live(m)
+        else:
+            m["memory_remaining"] = self.MEMORY // 2
+
+    def cold_migrate(self, server_id):
+        """409 unless ACTIVE or SHUTOFF with no task and its compute up.
+        No host: the record goes 'error', the server stays as it was (Nova
+        answers 202 and fails later). Else VERIFY_RESIZE on the
+        destination at once (or 'migrating', task resize_migrating, while
+        ``moves_complete`` is False)."""
+        self._maybe_fail()
+        self.move_calls.append(("cold_migrate", server_id))
+        v = self._server_or_404(server_id)
+        if v["vm_state"] not in ("active", "stopped") \
+                or v.get("task_state") is not None:
+            raise cb.Conflict("Cannot 'migrate' instance %s while it is in "
+                              "vm_state %s" % (server_id, v["vm_state"]), 409)
+        if not self._service_up(v["host"]):
+            raise cb.Conflict("Service is unavailable at this time.", 409)
+        dest = self._move_target(v["host"])
+        if dest is None:
+            self._new_move(server_id, "migration", "error", None)
+            return
+        m = self._new_move(server_id, "migration", "migrating", dest)
+        if self.moves_complete and server_id not in self.stalled:
+            self._finish_cold(m)
+        else:
+            v.update(task_state="resize_migrating", status="RESIZE")
+
+    def confirm_resize(self, server_id):
+        self._maybe_fail()
+        self.move_calls.append(("confirm_resize", server_id))
+        v = self._server_or_404(server_id)
+        if v["vm_state"] != "resized":
+            raise cb.Conflict("Cannot 'confirmResize' instance %s while it "
+                              "is in vm_state %s" % (server_id,
+                                                     v["vm_state"]), 409)
+        m = next((m for m in self.moves if m["server"] == server_id
+                  and m["status"] == "finished"), None)
+        if m is None:
+            raise cb.ComputeError("Instance has not been resized.", 400)
+        self._set_move(m, "confirmed")
+        stopped = m["vm_state"] == "stopped"
+        v.update(vm_state=m["vm_state"],
+                 status="SHUTOFF" if stopped else "ACTIVE")
+
+    def server_migrations(self, server_id):
+        self._maybe_fail()
+        self._server_or_404(server_id)
+        return [cb.ServerMigration(
+            id=m["id"], server_id=server_id, status=m["status"],
+            source_host=m["source"], dest_host=m["dest"],
+            memory_total=m["memory_total"],
+            memory_remaining=m["memory_remaining"], disk_total=0,
+            disk_remaining=0, updated_at=m["updated_at"],
+            uuid="uuid-move-%s" % m["id"])
+            for m in self.moves if m["server"] == server_id
+            and m["type"] == "live-migration"
+            and m["status"] in ("queued", "preparing", "running",
+                                "post-migrating")]
+
+    def _live_move(self, server_id, migration_id):
+        m = next((m for m in self.moves if m["id"] == str(migration_id)
+                  and m["server"] == server_id), None)
+        if m is None:
+            raise cb.NotFound("Migration %s for instance %s could not be "
+                              "found." % (migration_id, server_id), 404)
+        return m
+
+    def abort_migration(self, server_id, migration_id):
+        """Nova's rules at 2.65: the server's task must be migrating (409),
+        the migration queued, preparing or running (else 400). It goes
+        'cancelled' and the server stays where it was, ACTIVE."""
+        self._maybe_fail()
+        self.move_calls.append(("abort_migration", server_id,
+                                str(migration_id)))
+        v = self._server_or_404(server_id)
+        if v.get("task_state") != "migrating":
+            raise cb.Conflict("Cannot 'abort live migration' instance %s "
+                              "while it is in task_state %s"
+                              % (server_id, v.get("task_state")), 409)
+        m = self._live_move(server_id, migration_id)
+        if m["status"] not in ("queued", "preparing", "running"):
+            raise cb.ComputeError(
+                "Migration %s state of instance %s is %s. Cannot abort live "
+                "migration while the migration is in this state."
+                % (migration_id, server_id, m["status"]), 400)
+        self._set_move(m, "cancelled")
+        v.update(task_state=None,
+                 status="PAUSED" if v["vm_state"] == "paused" else "ACTIVE")
+
+    def force_complete_migration(self, server_id, migration_id):
+        """Nova's rules: ACTIVE with task migrating (409), the migration
+        'running' (else 400); then it completes at once."""
+        self._maybe_fail()
+        self.move_calls.append(("force_complete_migration", server_id,
+                                str(migration_id)))
+        v = self._server_or_404(server_id)
+        if v["vm_state"] != "active" or v.get("task_state") != "migrating":
+            raise cb.Conflict("Cannot 'force_complete' instance %s while it "
+                              "is in task_state %s"
+                              % (server_id, v.get("task_state")), 409)
+        m = self._live_move(server_id, migration_id)
+        if m["status"] != "running":
+            raise cb.ComputeError(
+                "Migration %s state of instance %s is %s. Cannot force "
+                "complete while the migration is in this state."
+                % (migration_id, server_id, m["status"]), 400)
+        self._finish_live(m)
+
+    def list_host_migrations(self, host, since=None):
+        self._maybe_fail()
+        moves = [m for m in self.moves
+                 if host in (m["source"], m["dest"])
+                 and (since is None or m["updated_at"] >= since)]
+        return [cb.Migration(id=m["id"], server_id=m["server"],
+                             source_host=m["source"], dest_host=m["dest"],
+                             status=m["status"], migration_type=m["type"],
+                             created_at=m["created_at"],
+                             updated_at=m["updated_at"])
+                for m in sorted(moves, key=lambda m: m["created_at"],
+                                reverse=True)]
+
+    def finish_moves(self, server_id=None):
+        """The world: every live migration still running, and every cold
+        one still migrating (of ``server_id`` only, when given),
+        completes now (a stall ending)."""
+        for m in self.moves:
+            if server_id is not None and m["server"] != server_id:
+                continue
+            if m["type"] == "live-migration" and m["status"] in (
+                    "queued", "preparing", "running"):
+                self._finish_live(m)
+            elif m["type"] == "migration" and m["status"] == "migrating":
+                self._finish_cold(m)
+
+    def _host_lost_mid_move(self, host):
+        """A host dying fails the moves still under way from or to it:
+        'error', the server stays on its source (so that the failure path
+        evacuates it from there)."""
+        for m in self.moves:
+            if host not in (m["source"], m["dest"]):
+                continue
+            v = self.servers[m["server"]]
+            if m["type"] == "live-migration" and m["status"] in (
+                    "queued", "preparing", "running", "post-migrating"):
+                self._set_move(m, "error")
+                v.update(task_state=None, status="PAUSED"
+                         if v["vm_state"] == "paused" else "ACTIVE")
+            elif m["type"] == "migration" and m["status"] == "migrating":
+                self._set_move(m, "error")
+                v.update(task_state=None, status="SHUTOFF"
+                         if v["vm_state"] == "stopped" else "ACTIVE")
+
     # the world
     def kill(self, host):
         self.services[host]["alive"] = False
+        self._host_lost_mid_move(host)
 
     def boot(self, host):
         s = self.services[host]

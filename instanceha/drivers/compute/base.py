@@ -49,8 +49,31 @@ class Migration:
     source_host: str
     dest_host: Optional[str]
     status: str                 # accepted, pre-migrating, done, completed, error, failed
-    migration_type: str
+    migration_type: str         # evacuation, live-migration, migration, resize
     created_at: Optional[float] = None
+    updated_at: Optional[float] = None  # epoch seconds, None if never
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerMigration:
+    """One in-progress live migration of a server, as
+    ``GET /servers/{id}/migrations`` shows it (Nova lists only live
+    migrations there, and only while ``queued``, ``preparing``, ``running``
+    or ``post-migrating``: an ``accepted`` one, still with the conductor,
+    is not listed yet)."""
+    id: str                     # Nova's integer id, as abort and
+    #                             force-complete take it
+    server_id: str
+    status: str                 # queued, preparing, running, post-migrating
+    source_host: Optional[str] = None
+    dest_host: Optional[str] = None
+    memory_total: Optional[int] = None      # bytes
+    memory_remaining: Optional[int] = None
+    disk_total: Optional[int] = None
+    disk_remaining: Optional[int] = None
+    updated_at: Optional[float] = None      # epoch seconds
+    uuid: Optional[str] = None              # the migration's uuid (the id
+    #                                         os-migrations rows carry)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +297,56 @@ class ComputeDriver(abc.ABC):
         host), or None when the driver cannot tell."""
         return None
 
+    # -- moving servers off a live host (planned drain) ------------------------
+    #
+    # Concrete here so that drivers and fakes without them keep working:
+    # each raises ComputeError("... is not supported by this compute
+    # driver"). Nova's answers, read in its API and compute code: a server
+    # state that refuses the request is HTTP 409 (Conflict); a request
+    # Nova judges wrong (a migration in a state the call does not accept,
+    # no valid host for a synchronous live migration) is HTTP 400, raised
+    # as a plain ComputeError carrying Nova's message and status 400;
+    # an unknown server or migration is NotFound.
+
+    def live_migrate(self, server_id, block_migration="auto"):
+        """Live-migrate the server; the scheduler chooses the destination.
+        The server must be ACTIVE or PAUSED with no task in progress
+        (else Conflict). Nova then shows task_state ``migrating`` (status
+        MIGRATING) and a ``live-migration`` migration record."""
+        raise _unsupported("live migration")
+
+    def cold_migrate(self, server_id):
+        """Cold-migrate (resize to the same flavor) the server; the
+        scheduler chooses. ACTIVE or SHUTOFF, no task, its compute up (else
+        Conflict). It ends VERIFY_RESIZE on the destination, waiting for
+        :meth:`confirm_resize`."""
+        raise _unsupported("cold migration")
+
+    def confirm_resize(self, server_id):
+        """Confirm a finished cold migration (VERIFY_RESIZE): the server
+        goes back to ACTIVE or SHUTOFF where it now is."""
+        raise _unsupported("confirming a resize")
+
+    def server_migrations(self, server_id):
+        """The server's in-progress live migrations: [ServerMigration]."""
+        raise _unsupported("listing a server's migrations")
+
+    def abort_migration(self, server_id, migration_id):
+        """Abort an in-progress live migration (``migration_id``: a
+        ServerMigration's id); the server stays on its source."""
+        raise _unsupported("aborting a live migration")
+
+    def force_complete_migration(self, server_id, migration_id):
+        """Force a running live migration to complete (the guest is paused
+        for the switch-over)."""
+        raise _unsupported("forcing a live migration to complete")
+
+    def list_host_migrations(self, host, since=None):
+        """Live and cold migrations (``live-migration``, ``migration``)
+        from or to ``host``: [Migration], ``migration_type`` set, newest
+        first. ``since`` (epoch seconds): only those changed since."""
+        raise _unsupported("listing a host's migrations")
+
     # -- the control plane a recovery needs (ControlPlaneMonitor) --------------
     def list_control_services(self):
         """Every nova-scheduler and nova-conductor service Nova lists, as
@@ -285,6 +358,10 @@ class ComputeDriver(abc.ABC):
         below HTTP 500); raise ComputeError when it does not, NoEndpoint
         when no Placement endpoint is configured."""
         raise NotImplementedError
+
+
+def _unsupported(what):
+    return ComputeError("%s is not supported by this compute driver" % what)
 
 
 def _shared(obj, name, factory):
