@@ -73,4 +73,23 @@ def to_migration(m):
         id=str(m.get("uuid") or m["id"]), server_id=m["instance_uuid"],
         source_host=m.get("source_compute"), dest_host=m.get("dest_compute"),
         status=m["status"], migration_type=m.get("migration_type", ""),
-        created_at=parse_time(m.get("created_at")))
+        created_at=parse_time(m.get("created_at")),
+        updated_at=parse_time(m.get("updated_at")))
+
+
+def _int_or_none(value):
+    return None if value is None else int(value)
+
+
+def to_server_migration(m, server_id):
+    """A row of GET /servers/{id}/migrations (an in-progress live
+    migration)."""
+    return base.ServerMigration(
+        id=str(m["id"]), server_id=m.get("server_uuid") or server_id,
+        status=m["status"], source_host=m.get("source_compute"),
+        dest_host=m.get("dest_compute"),
+        memory_total=_int_or_none(m.get("memory_total_bytes")),
+        memory_remaining=_int_or_none(m.get("memory_remaining_bytes")),
+        disk_total=_int_or_none(m.get("disk_total_bytes")),
+        disk_remaining=_int_or_none(m.get("disk_remaining_bytes")),
+        updated_at=parse_time(m.get("updated_at")), uuid=m.get("uuid"))
