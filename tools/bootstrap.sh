@@ -31,13 +31,19 @@ fi
 
 # Debian packages the tests use: etcd-server for functional/test_coordination.py
 # (it starts a private one per run; Debian's package starts none here:
-# policy-rc.d keeps services down) and shellcheck for the DevStack plugin's
-# test. INSTANCEHA_SKIP_APT=1 skips them; without root or apt-get they are
-# left to you (those tests then skip, or fail under
-# INSTANCEHA_REQUIRE_SERVICES=1).
+# policy-rc.d keeps services down), shellcheck for the DevStack plugin's
+# test, and prometheus for promtool (tests/unit/prometheus: the shipped
+# rules' checks and unit tests) and for functional/sim/test_prometheus.py
+# (a private server per run; where no policy-rc.d holds services down,
+# Debian also starts its own prometheus service, on port 9090, which the
+# tests do not use). INSTANCEHA_SKIP_APT=1 skips them; without
+# root or apt-get they are left to you (those tests then skip, or fail
+# under INSTANCEHA_REQUIRE_SERVICES=1).
 pkgs=
 command -v etcd >/dev/null 2>&1 || pkgs="$pkgs etcd-server"
 command -v shellcheck >/dev/null 2>&1 || pkgs="$pkgs shellcheck"
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 \
+  || pkgs="$pkgs prometheus"
 if [ -n "$pkgs" ] && [ "${INSTANCEHA_SKIP_APT:-0}" != 1 ] \
     && command -v apt-get >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi

@@ -10,6 +10,12 @@ Histograms (from what this process saw since it started):
   then done (rebuilt and seen on its new host), read from the journal's
   evacuation rows at each scrape.
 
+Gauge ``instanceha_journal_reachable``: 1 when this scrape's read of the
+journal (the evacuations finished since the last scrape) succeeded, 0 when
+it raised (its database unreachable, or not reached yet at start); not
+exported without a journal. It says whether the journal answers reads;
+failing writes are the engine's ``degraded`` in status.
+
 Gauge ``instanceha_fencing_audit_age_seconds{host}``: seconds since the
 fencing readiness audit last found the host fenceable (+Inf before it ever
 did). It is derived at scrape time from the audit's last verdict, so an
@@ -20,7 +26,7 @@ interval.
 
 import threading
 
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 import structlog
 
@@ -60,6 +66,12 @@ class Timings:
             "instanceha_evacuation_seconds",
             "Seconds from a server's evacuation request to its rebuild "
             "seen done", buckets=_EVACUATE_BUCKETS, registry=registry)
+        self.journal_reachable = None
+        if journal is not None:
+            self.journal_reachable = Gauge(
+                "instanceha_journal_reachable",
+                "1 when the journal answered this scrape's read, 0 when "
+                "the read failed", registry=registry)
 
     def on_change(self, old, new, event):
         at = event.at
@@ -89,7 +101,9 @@ class Timings:
         except Exception as e:  # noqa: BLE001 - the scrape goes on
             LOG.warning("metrics_journal_unreadable",
                         reason="%s: %s" % (type(e).__name__, e))
+            self.journal_reachable.set(0)
             return
+        self.journal_reachable.set(1)
         with self._lock:
             for row in rows:
                 if row["id"] in self._evac_seen:
