@@ -50,6 +50,10 @@ OPTS = [
                help="How many times a server whose migration got stuck is "
                     "tried again before it is left on the host and "
                     "reported."),
+    cfg.IntOpt("poll_interval", default=5, min=1,
+               help="Seconds between two looks at a draining host: its "
+                    "servers, the migrations in flight, what may be sent "
+                    "next."),
     cfg.ListOpt("live_blockers", default=list(BLOCKERS),
                 item_type=types.String(choices=list(BLOCKERS)),
                 help="What makes the preflight count a running server as "

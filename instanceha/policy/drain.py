@@ -29,29 +29,35 @@ import dataclasses
 from typing import (Any, Dict, Iterable, List, Mapping, NamedTuple,
                     Optional, Tuple, Union)
 
+from instanceha.policy.capacity_need import Need
+from instanceha.policy.drain_hosts import (
+    DESTINATION, SERVICE, Refusal, as_hosts, destinations, no_destination,
+    service_refusals, source_zone_of)
 from instanceha.policy.drain_room import Admission, ZoneRoom, admission, room
 from instanceha.policy.drain_servers import (NOT_LIVE, OPT_OUT, STATE,
                                              ServerVerdict, classify)
 from instanceha.policy.drain_settings import (
     COLD, CONFIRM, DEFER, LEAVE, LIVE, MOVES, WAIT, Settings)
 from instanceha.policy.facts import HostFacts, Problem, ServerFacts, unique
+from instanceha.policy.facts_nova import server_from_record
 # Re-exported: the engine and the CLI use them as drain.<name>.
 from instanceha.policy.drain_settings import (  # noqa: F401
     ABORT, BLOCKERS, FORCE_COMPLETE, HOWS, MIGRATE)
 from instanceha.policy.drain_servers import (  # noqa: F401
     blockers, state_of)
+from instanceha.policy.capacity_need import Need
+from instanceha.policy.drain_hosts import (  # noqa: F401
+    CONDUCTOR, SCHEDULER)
 
-#: refusal kinds besides those of a server (OPT_OUT, NOT_LIVE, STATE)
-SERVICE = "service"
-DESTINATION = "destination"
+#: refusal kinds besides those of hosts and services (SERVICE,
+#: DESTINATION) and of a server (OPT_OUT, NOT_LIVE, STATE)
 CAPACITY = "capacity"
 ADMISSION = "admission"
 KINDS = (SERVICE, DESTINATION, OPT_OUT, NOT_LIVE, STATE, CAPACITY,
          ADMISSION)
 
-CONDUCTOR = "nova-conductor"
-SCHEDULER = "nova-scheduler"
-COMPUTE = "nova-compute"
+UNCOUNTED = ("capacity unknown (Placement could not be read): room and HA "
+             "admission are not checked")
 
 _RANK = {CONFIRM: 0, WAIT: 1, LIVE: 2, COLD: 2, LEAVE: 3, DEFER: 4}
 
@@ -62,19 +68,6 @@ class Step(NamedTuple):
     server_id: str
     name: str
     how: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Refusal:
-    kind: str               # one of KINDS
-    #: the server id, host, service binary or zone it is about
-    subject: str
-    text: str
-    #: force cannot override it: no migration could run
-    hard: bool = False
-
-    def __str__(self):
-        return self.text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +102,8 @@ class DrainPlan:
     #: counted')
     notes: Tuple[str, ...] = ()
     text: str = ""
+    #: the drained host's availability zone, None when unknown
+    zone: Optional[str] = None
 
     def of(self, *hows: str) -> Tuple[Step, ...]:
         """The steps whose ``how`` is one of ``hows``, in order."""
@@ -129,107 +124,90 @@ class DrainPlan:
     def hard(self) -> Tuple[Refusal, ...]:
         return tuple(r for r in self.reasons if r.hard)
 
+    @property
+    def why(self) -> Dict[str, str]:
+        """server id -> why its step is what it is."""
+        return {sid: v.reason for sid, v in self.servers.items()}
 
-def _as_hosts(capacities) -> Dict[str, HostFacts]:
-    items = capacities.values() if isinstance(capacities, Mapping) \
-        else capacities
-    out: Dict[str, HostFacts] = {}
-    for h in items or ():
-        if not isinstance(h, HostFacts):
-            raise TypeError("capacities must hold HostFacts (see "
-                            "facts_nova.host_facts), not %s"
-                            % type(h).__name__)
-        if h.host in out:
-            raise ValueError("host %r is given twice" % h.host)
-        out[h.host] = h
-    return out
+    @property
+    def summary(self) -> Tuple[str, ...]:
+        """The capacity and admission lines, and the notes, for an
+        operator."""
+        return (tuple("room in %s" % r.text for r in self.capacity)
+                + ("HA admission: %s" % self.admission.text,)
+                + self.notes)
 
-
-def _service_why(svc) -> Optional[str]:
-    if getattr(svc, "forced_down", False):
-        return "forced down"
-    if svc.state != "up":
-        return "down (state %s)" % svc.state
-    return None
-
-
-def _host_why(h: HostFacts, services) -> Optional[str]:
-    if not h.enabled:
-        return "disabled"
-    if h.forced_down:
-        return "forced down"
-    if not h.up:
-        return "not up"
-    for svc in services:
-        if svc.host == h.host and getattr(svc, "binary", COMPUTE) == COMPUTE:
-            if svc.status != "enabled":
-                return "disabled"
-            why = _service_why(svc)
-            if why is not None:
-                return why
-    if h.capacity is None:
-        return "no capacity known"
-    return None
-
-
-def _services(host: str, services, moving: bool) -> List[Refusal]:
-    out = []
-    for binary in (CONDUCTOR, SCHEDULER):
-        recs = [s for s in services if getattr(s, "binary", None) == binary]
-        up = [s for s in recs if _service_why(s) is None]
-        if not recs:
-            out.append(Refusal(SERVICE, binary, "%s: no service known; "
-                               "Nova cannot migrate without one" % binary,
-                               hard=True))
-        elif not up:
-            out.append(Refusal(SERVICE, binary, "%s: 0 of %d service(s) up "
-                               "(%s); Nova cannot migrate without one" % (
-                                   binary, len(recs), ", ".join(
-                                       "%s %s" % (s.host, _service_why(s))
-                                       for s in sorted(
-                                           recs, key=lambda s: s.host))),
-                               hard=True))
-    if moving:
-        mine = [s for s in services if s.host == host
-                and getattr(s, "binary", COMPUTE) == COMPUTE]
-        bad = [_service_why(s) for s in mine if _service_why(s)]
-        if not mine:
-            out.append(Refusal(SERVICE, host, "%s on %s: no service known; "
-                               "Nova migrates only from a running compute "
-                               "service" % (COMPUTE, host), hard=True))
-        elif bad:
-            out.append(Refusal(SERVICE, host, "%s on %s is %s; Nova "
-                               "migrates only from a running compute "
-                               "service" % (COMPUTE, host, bad[0]),
-                               hard=True))
-    return out
+    def as_dict(self) -> Dict[str, Any]:
+        """The plan as JSON-able values, for the API and the CLI."""
+        why = self.why
+        return {
+            "host": self.host, "zone": self.zone, "ok": self.ok,
+            "force": self.force, "proceed": self.proceed,
+            "refusals": list(self.refusals),
+            "reasons": [{"kind": r.kind, "subject": r.subject,
+                         "text": r.text, "hard": r.hard}
+                        for r in self.reasons],
+            "steps": [{"id": s.server_id, "name": s.name, "how": s.how,
+                       "why": why.get(s.server_id, "")}
+                      for s in self.steps],
+            "capacity": [{"zone": r.zone, "hosts": list(r.hosts),
+                          "servers": list(r.servers),
+                          "needed": _need(r.needed), "free": _need(r.free),
+                          "disk_checked": r.disk_checked,
+                          "shortfall": _need(r.shortfall),
+                          "pending": dict(r.pending), "text": r.text}
+                         for r in self.capacity],
+            "admission": {
+                "ok": self.admission.ok,
+                "reserve_hosts": self.admission.reserve_hosts,
+                "text": self.admission.text,
+                "checks": [{"zone": c.zone, "hosts": list(c.hosts),
+                            "largest": {k: list(v)
+                                        for k, v in c.largest.items()},
+                            "capacity": _need(c.capacity),
+                            "reserve": _need(c.reserve),
+                            "load": _need(c.load), "ok": c.ok,
+                            "disk_checked": c.disk_checked,
+                            "text": c.text}
+                           for c in self.admission.checks]},
+            "destinations": list(self.destinations),
+            "skipped_hosts": dict(self.skipped_hosts),
+            "problems": [p.message for p in self.problems],
+            "notes": list(self.notes), "summary": list(self.summary),
+            "text": self.text}
 
 
-def _source_zone(host, hosts: Mapping[str, HostFacts], services):
-    if host in hosts:
-        return hosts[host].zone
-    zones = {getattr(s, "zone", None) for s in services
-             if s.host == host and getattr(s, "binary", COMPUTE) == COMPUTE}
-    return (next(iter(zones)) or None) if len(zones) == 1 else None
+def _need(n: Need) -> Dict[str, int]:
+    return {"vcpus": n.vcpus, "ram_mb": n.ram_mb, "disk_gb": n.disk_gb}
+
+
+def server_facts(servers: Iterable[Any]) -> List[ServerFacts]:
+    """The policy's records of a driver's Servers (or ServerFacts, kept):
+    :func:`~instanceha.policy.facts_nova.server_from_record`."""
+    return [server_from_record(s) for s in servers or ()]
 
 
 def plan(host: str, servers: Iterable[ServerFacts],
-         capacities: Union[Mapping[str, HostFacts], Iterable[HostFacts]],
+         capacities: Union[None, Mapping[str, Any], Iterable[HostFacts]],
          services: Iterable[Any], settings: Settings = Settings(),
          force: bool = False) -> DrainPlan:
     """The preflight and plan for draining ``host``.
 
     ``servers``: the host's servers (:class:`ServerFacts`, from
-    :func:`~instanceha.policy.facts_nova.server_from_nova`; a server listed
-    twice counts once, one on another host is ignored with a note);
-    ``capacities``: {host: HostFacts} or [HostFacts] of the compute hosts
-    (:func:`~instanceha.policy.facts_nova.host_facts`), the drained one
-    included or not; ``services``: the service records (ComputeService:
-    host, binary, state, status, forced_down, zone) of nova-conductor,
-    nova-scheduler and the computes; ``force``: proceed with what can be
-    drained when only soft reasons refuse."""
+    :func:`~instanceha.policy.facts_nova.server_from_nova` or
+    :func:`server_facts`; a server listed twice counts once, one on
+    another host is ignored with a note); ``capacities``: {host:
+    HostFacts} or [HostFacts] of the compute hosts
+    (:func:`~instanceha.policy.facts_nova.host_facts`), or {host:
+    HostCapacity} (made HostFacts with ``services``, no aggregates), or
+    None when Placement could not be read (room and HA admission then
+    refuse, softly, as not checked); the drained host included or not;
+    ``services``: the service records (ComputeService: host, binary,
+    state, status, forced_down, zone) of nova-conductor, nova-scheduler
+    and the computes; ``force``: proceed with what can be drained when
+    only soft reasons refuse."""
     services = list(services or ())
-    hosts = _as_hosts(capacities)
+    hosts, known = as_hosts(capacities, services)
     notes: List[str] = []
     verdicts: Dict[str, ServerVerdict] = {}
     for server in servers:
@@ -250,34 +228,27 @@ def plan(host: str, servers: Iterable[ServerFacts],
             notes.append("server %s: size unknown, not counted in capacity "
                          "or admission" % (v.name or v.server_id))
 
-    dests: List[HostFacts] = []
-    skipped: Dict[str, str] = {}
-    for name in sorted(hosts):
-        if name == host:
-            continue
-        why = _host_why(hosts[name], services)
-        if why is None:
-            dests.append(hosts[name])
-        else:
-            skipped[name] = why
+    dests, skipped = destinations(host, hosts, services, known)
     counted = [(v.server_id, v.zone, v.need) for v in ordered
                if v.how in MOVES and v.need is not None]
+    source_zone = source_zone_of(host, hosts, services)
 
-    reasons = _services(host, services, any(
+    reasons = service_refusals(host, services, any(
         v.how in MOVES + (WAIT,) for v in ordered))
     if any(v.how in MOVES for v in ordered) and not dests:
-        reasons.append(Refusal(DESTINATION, host, "no destination host: "
-                               "0 of %d other compute host(s) are enabled, "
-                               "up and of known capacity%s" % (
-                                   len(skipped), "" if not skipped else
-                                   " (%s)" % ", ".join(
-                                       "%s %s" % kv
-                                       for kv in sorted(skipped.items()))),
-                               hard=True))
+        reasons.append(no_destination(host, skipped))
     for kind in (OPT_OUT, NOT_LIVE, STATE):
         reasons.extend(Refusal(kind, v.server_id, v.refusal)
                        for v in ordered if v.kind == kind and v.refusal)
-    rooms = room(counted, dests)
+    if known:
+        rooms = room(counted, dests, source_zone)
+        verdict = admission(counted, dests, source_zone,
+                            settings.ha_reserve_hosts)
+    else:
+        rooms = ()
+        verdict = Admission(settings.ha_reserve_hosts, (),
+                            settings.ha_reserve_hosts <= 0, UNCOUNTED)
+        reasons.append(Refusal(CAPACITY, host, UNCOUNTED))
     for r in rooms:
         for sid, why in r.pending.items():
             v = verdicts[sid]
@@ -285,8 +256,6 @@ def plan(host: str, servers: Iterable[ServerFacts],
                 v.name or sid, why)))
         if r.shortfall:
             reasons.append(Refusal(CAPACITY, r.zone or "", r.text))
-    verdict = admission(counted, dests, _source_zone(host, hosts, services),
-                        settings.ha_reserve_hosts)
     for check in verdict.checks:
         reasons.extend(Refusal(ADMISSION, check.zone or "", f)
                        for f in check.failures)
@@ -304,5 +273,6 @@ def plan(host: str, servers: Iterable[ServerFacts],
     return DrainPlan(host, ok, tuple(r.text for r in reasons), steps,
                      rooms, verdict, force, proceed, tuple(reasons),
                      verdicts, tuple(h.host for h in dests), skipped,
-                     tuple(unique(problems)), tuple(notes), text)
+                     tuple(unique(problems)), tuple(notes), text,
+                     source_zone)
 

@@ -9,7 +9,8 @@ headroom), in the drain's order: first those pinned to an availability
 zone, zone by zone (by name), on the destinations of that zone only;
 then those pinned to none on every destination, with what the zones left.
 A server no destination has room for is one refusal; so is a group whose
-total need exceeds what it has free.
+total need exceeds what it has free. The drained host's zone is always
+reported, with nothing to move too.
 
 HA admission (:func:`admission`), exact, per resource (vCPU, RAM, disk;
 disk only when every host of the group reports disk): a group of hosts
@@ -75,17 +76,22 @@ class ZoneRoom:
 
 
 def room(ordered: Sequence[Tuple[str, Optional[str], Need]],
-         destinations: Sequence[HostFacts]) -> Tuple[ZoneRoom, ...]:
+         destinations: Sequence[HostFacts],
+         source_zone: Optional[str] = None) -> Tuple[ZoneRoom, ...]:
     """``ordered``: (server id, zone or None, Need) of the moving servers
     of known size, in the drain's order; ``destinations``: the hosts that
     may take them (capacity known). One ZoneRoom per group with servers,
-    pinned zones by name first, then zone None."""
+    and one for ``source_zone`` (the drained host's: what its zone has
+    free, even with nothing to move; None when unknown: every
+    destination); pinned zones by name first, then zone None."""
     frees: Dict[str, Free] = {h.host: free_of(h.capacity)
                               for h in destinations}
     zone_of = {h.host: h.zone for h in destinations}
-    zones = sorted({z for _, z, _ in ordered if z is not None})
-    groups: List[Optional[str]] = list(zones)
-    if any(z is None for _, z, _ in ordered):
+    zones = {z for _, z, _ in ordered if z is not None}
+    if source_zone is not None:
+        zones.add(source_zone)
+    groups: List[Optional[str]] = list(sorted(zones))
+    if source_zone is None or any(z is None for _, z, _ in ordered):
         groups.append(None)
     out = []
     for zone in groups:

@@ -69,6 +69,8 @@ class Settings:
     live_blockers: Tuple[str, ...] = BLOCKERS
     #: the servers' priority ([recovery] priority_key, priority_sources)
     priority: order.Settings = order.Settings()
+    #: seconds between two passes of a drain (the engine's)
+    poll_interval: int = 5
 
     def __post_init__(self):
         _positive("concurrency", self.concurrency, 1)
@@ -76,6 +78,7 @@ class Settings:
         _positive("ha_reserve_hosts", self.ha_reserve_hosts, 0)
         _positive("stuck_timeout", self.stuck_timeout, 1)
         _positive("stuck_retries", self.stuck_retries, 0)
+        _positive("poll_interval", self.poll_interval, 1)
         if self.shutoff not in SHUTOFF_MODES:
             raise ValueError("shutoff must be one of %s, not %r" % (
                 ", ".join(SHUTOFF_MODES), self.shutoff))
@@ -107,4 +110,5 @@ class Settings:
                    stuck_action=d.stuck_action,
                    stuck_retries=d.stuck_retries,
                    live_blockers=tuple(d.live_blockers),
-                   priority=order.Settings.from_conf(conf))
+                   priority=order.Settings.from_conf(conf),
+                   poll_interval=d.poll_interval)

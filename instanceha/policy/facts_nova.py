@@ -121,3 +121,26 @@ def host_facts(capacities: Mapping[str, Any], services,
             forced_down=any(bool(s.forced_down) for s in recs),
             capacity=(capacities or {}).get(host))
     return out
+
+
+#: a driver Server's attributes -> the key of Nova's answer they come from
+_SERVER_FIELDS = (("id", "id"), ("name", "name"), ("status", "status"),
+                  ("host", "OS-EXT-SRV-ATTR:host"),
+                  ("task_state", "OS-EXT-STS:task_state"),
+                  ("vm_state", "OS-EXT-STS:vm_state"))
+
+
+def server_from_record(server, image: Optional[ImageFacts] = None,
+                       aggregates: Iterable[AggregateFacts] = ()
+                       ) -> ServerFacts:
+    """:func:`server_from_nova` for a driver's Server (its ``raw``, Nova's
+    answer, completed with its attributes where ``raw`` lacks them: a
+    fake or simulated driver may keep no ``raw``). A ServerFacts is
+    returned as it is."""
+    if isinstance(server, ServerFacts):
+        return server
+    body = dict(getattr(server, "raw", None) or {})
+    for attr, key in _SERVER_FIELDS:
+        if key not in body and getattr(server, attr, None) is not None:
+            body[key] = getattr(server, attr)
+    return server_from_nova(body, image=image, aggregates=aggregates)
