@@ -16,7 +16,7 @@ does I/O or reads a clock.
 Destinations (exact): the hosts of ``capacities`` other than the drained
 one whose compute service is enabled, up and not forced down (and so in
 each record of ``services`` for that host, when it gives any), with a
-known capacity. A server pinned to a zone counts only destinations of
+known capacity (when any capacity is known at all). A server pinned to a zone counts only destinations of
 that zone.
 
 Order of the steps (exact): ``confirm``, ``wait``, then ``live`` and
@@ -45,7 +45,6 @@ from instanceha.policy.drain_settings import (  # noqa: F401
     ABORT, BLOCKERS, FORCE_COMPLETE, HOWS, MIGRATE)
 from instanceha.policy.drain_servers import (  # noqa: F401
     blockers, state_of)
-from instanceha.policy.capacity_need import Need
 from instanceha.policy.drain_hosts import (  # noqa: F401
     CONDUCTOR, SCHEDULER)
 
