@@ -44,7 +44,8 @@ def test_what_it_shows():
                  "instanceha:fenced_to_isolated_seconds:p90_1h",
                  "instanceha:evacuation_seconds:p90_1h",
                  "instanceha:evacuations:per_minute",
-                 "instanceha:storm_hold:by_scope", "instanceha:fencing_held:max",
+                 "instanceha:storm_hold:by_scope",
+                 "instanceha:fencing_held:max",
                  "instanceha:unprotected_hosts:max",
                  "instanceha_host_unprotected"):
         assert name in exprs, name
