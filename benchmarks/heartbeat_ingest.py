@@ -4,14 +4,17 @@
 
 A sender process sends one beat per host per second (signed beforehand:
 in a cloud the senders are other machines) to the source's loopback
-socket, spread evenly over each second. This process runs the real ``HeartbeatSource`` (its
-receiver thread, its periodic silence check) with a counting sink. After
+socket, spread evenly over each second. This process runs the real
+``HeartbeatSource`` (its receiver thread, its periodic silence check)
+with a counting sink. After
 a warm-up (the first beat of every host makes an event), this process's
 user + system CPU time over ``--seconds`` is printed as a share of one
 core, with what the sender sent, what the source received and accepted,
 its drops by reason, and the events made during the measurement (a
 steady fleet should make none), and what verifying and decoding one
-datagram costs alone (the protocol's share).
+datagram costs alone (the protocol's share). The machine's other work
+shows in the figure: on a busy machine each datagram costs more CPU
+time (caches shared, cores contended); run it several times.
 
     .venv/bin/python benchmarks/heartbeat_ingest.py [--hosts 5000]
         [--seconds 20] [--paths 1]
@@ -28,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from instanceha import conf as ih_conf  # noqa: E402
+from instanceha import log  # noqa: E402
 from instanceha.heartbeat import keys  # noqa: E402
 from instanceha.heartbeat import protocol  # noqa: E402
 from instanceha.sources import heartbeat  # noqa: E402
@@ -83,6 +87,9 @@ def main():
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--paths", type=int, default=1)
     args = parser.parse_args()
+    # The service's logging (INFO, to stderr): a log call made per beat
+    # would be counted as the service would pay it.
+    log.setup("console", False)
 
     conf = ih_conf.make({"agent": {"listen_addresses": ["127.0.0.1:0"]}})
     events = collections.Counter()

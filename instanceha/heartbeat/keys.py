@@ -40,11 +40,43 @@ class Key:
     """One shared secret and its id. ``secret`` is never shown by repr."""
     kid: str
     secret: bytes = dataclasses.field(repr=False)
+    #: SHA-256 after the inner and outer padded keys (RFC 2104), made
+    #: once: see :meth:`mac`.
+    _pads: tuple = dataclasses.field(init=False, repr=False,
+                                     compare=False)
+
+    def __post_init__(self):
+        secret = self.secret
+        if len(secret) > _BLOCK:
+            secret = hashlib.sha256(secret).digest()
+        secret = secret.ljust(_BLOCK, b"\0")
+        object.__setattr__(self, "_pads", (
+            hashlib.sha256(secret.translate(_INNER)),
+            hashlib.sha256(secret.translate(_OUTER))))
 
     @classmethod
     def from_secret(cls, secret):
         """The key of ``secret`` (bytes), its kid derived from it."""
         return cls(kid=key_id(secret), secret=bytes(secret))
+
+    def mac(self, data) -> bytes:
+        """HMAC-SHA256 of ``data`` with this key: the bytes of
+        ``hmac.digest(secret, data, "sha256")``, in half the time (the
+        padded key's hash states are made once, not at each datagram:
+        at thousands of beats a second that is most of an HMAC's
+        cost)."""
+        inner, outer = self._pads
+        inner = inner.copy()
+        inner.update(data)
+        outer = outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
+#: SHA-256's block size, and HMAC's pads (RFC 2104) as translations.
+_BLOCK = 64
+_INNER = bytes(b ^ 0x36 for b in range(256))
+_OUTER = bytes(b ^ 0x5C for b in range(256))
 
 
 def key_id(secret):
@@ -64,10 +96,17 @@ class Keyring:
         self._by_kid = {current.kid: current}
         if self.previous is not None:
             self._by_kid[self.previous.kid] = self.previous
+        self._by_wire_id = {kid.encode("ascii"): key
+                            for kid, key in self._by_kid.items()}
 
     def get(self, kid) -> Optional[Key]:
         """The key named ``kid``, or None when this keyring has none."""
         return self._by_kid.get(kid)
+
+    def by_wire_id(self, wire_id) -> Optional[Key]:
+        """The key named ``wire_id``, the kid's ASCII bytes as a datagram
+        carries them, or None."""
+        return self._by_wire_id.get(wire_id)
 
     @property
     def kids(self):

@@ -106,9 +106,9 @@ def bad_datagrams():
         "bad_signature": forged_same_kid,
         "truncated": good[:-5],
         "oversized": good + b"\0" * (protocol.MAX_SIZE + 1 - len(good)),
-        "unknown_version": sign(beat_body(v=2)),
+        "unknown_version": sign(beat_body(), version=3),
         "bad_magic": b"XXXX" + good[4:],
-        "malformed": sign(beat_body(seq=-1)),
+        "malformed": sign(beat_body(seq=2 ** 63)),
     }
 
 
@@ -319,3 +319,73 @@ def test_previous_key_accepted_and_reported():
     assert src.health()["hosts_on_previous_key"] == 1
     assert src.health()["key_ids"] == [helpers.OTHER_KEY.kid,
                                        helpers.KEY.kid]
+
+
+# -- batches (what the receiver thread hands over per wake-up) ----------------
+
+def test_a_batch_is_recorded_in_order_with_its_drops():
+    src, sink, _, _ = make()
+    one, two = Host("compute-1"), Host("compute-2")
+    first = one.beat(T0)
+    batch = [(first, SENDER), (b"junk", SENDER), (two.beat(T0), STORAGE),
+             (first, SENDER), (one.beat(T0), SENDER)]
+    events = src.handle_batch(batch, now=T0)
+    assert [(e.name, e.reason) for e in events] == [
+        ("compute-1", "first beat"), ("compute-2", "first beat")]
+    assert sink.events == events
+    health = src.health()
+    assert (health["received"], health["accepted"]) == (5, 3)
+    assert health["dropped"] == {"bad_magic": 1, "replayed": 1}
+    assert src.view(now=T0)["compute-2"]["paths"]["mgmt"]["address"] == \
+        STORAGE[0]
+
+
+def test_a_host_nova_just_learned_is_recorded_in_the_same_batch():
+    src, sink, _, known = make(hosts=HOSTS[:1])
+    known.append(("id-2", "compute-2"))
+    events = src.handle_batch([(Host("compute-2").beat(T0 + 2), SENDER),
+                               (Host("compute-1").beat(T0 + 2), SENDER)],
+                              now=T0 + 2)
+    assert [(e.host, e.name) for e in events] == [("id-1", "compute-1"),
+                                                  ("id-2", "compute-2")]
+    assert src.health()["dropped"] == {}
+
+
+def test_a_failing_sink_loses_no_other_event_of_the_batch():
+    src, _, _, _ = make()
+    got = []
+
+    def sink(event):
+        if event.name == "compute-1":
+            raise RuntimeError("engine hiccup")
+        got.append(event.name)
+    src._sink = sink
+    with capture_logs() as logs:
+        events = src.handle_batch([(Host("compute-1").beat(T0), SENDER),
+                                   (Host("compute-2").beat(T0), SENDER)],
+                                  now=T0)
+    assert len(events) == 2 and got == ["compute-2"]
+    assert src.health()["errors"] == 1
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == [
+        "agent_event_failed"]
+
+
+def test_a_failure_recording_one_beat_loses_no_other(monkeypatch):
+    src, sink, _, _ = make()
+    record = src._table.beat
+
+    def beat(message, *args):
+        if message.host == "compute-1":
+            raise KeyError("a bug")
+        return record(message, *args)
+    monkeypatch.setattr(src._table, "beat", beat)
+    with capture_logs() as logs:
+        events = src.handle_batch([(Host("compute-1").beat(T0), SENDER),
+                                   (Host("compute-2").beat(T0), SENDER)],
+                                  now=T0)
+    assert [e.name for e in events] == ["compute-2"]
+    health = src.health()
+    assert (health["errors"], health["received"], health["accepted"]) == (
+        1, 2, 1)
+    failed = [e for e in logs if e["event"] == "agent_datagram_failed"]
+    assert len(failed) == 1 and failed[0]["reason"] == "'a bug'"

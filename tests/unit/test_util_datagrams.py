@@ -1,6 +1,6 @@
-"""util.datagrams.drain: every waiting datagram handed over, a handler's
-error reported without ending the drain, a socket error ending it, the
-limit."""
+"""util.datagrams: drain hands every waiting datagram over, reports a
+handler's error without ending the drain, a socket error ending it,
+stops at the limit; receive reads a batch."""
 
 import socket
 
@@ -85,3 +85,14 @@ def test_a_real_socket_is_drained():
         datagrams.drain(rx, 64, lambda d, s: got.append(d),
                         lambda stage, exc: None)
         assert got == [b"one", b"two"]
+
+
+def test_receive_reads_a_batch_without_handling_it():
+    failures = []
+    sock = Sock(b"a", b"b", OSError("gone"), b"c")
+    batch = datagrams.receive(sock, 99,
+                              lambda stage, exc: failures.append(stage), 10)
+    assert [d for d, _ in batch] == [b"a", b"b"]
+    assert failures == [datagrams.RECEIVE] and sock.items == [b"c"]
+    assert datagrams.receive(Sock(b"x", b"y", b"z"), 99, None, 2) == [
+        (b"x", ("192.0.2.1", 4000)), (b"y", ("192.0.2.1", 4000))]

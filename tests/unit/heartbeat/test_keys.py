@@ -1,8 +1,10 @@
 """Key files: the format, the start-up errors naming the file, rotation,
-and a key's repr that never shows the secret."""
+a key's repr that never shows the secret, and its MAC."""
 
 import hashlib
+import hmac
 
+from hypothesis import given, settings, strategies as st
 import pytest
 
 from instanceha import errors
@@ -71,3 +73,23 @@ def test_the_same_key_twice_is_one_key():
     ring = keys.Keyring(helpers.KEY, helpers.KEY)
     assert ring.previous is None
     assert ring.kids == (helpers.KEY.kid,)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=300), st.binary(max_size=1100))
+def test_mac_is_hmac_sha256(secret, data):
+    """Key.mac keeps the padded key's hash states; its MACs are exactly
+    the standard library's HMAC-SHA256, for keys shorter and longer than
+    a block."""
+    key = keys.Key.from_secret(secret)
+    assert key.mac(data) == hmac.digest(secret, data, "sha256")
+    assert key.mac(data) == key.mac(data)   # the kept states unchanged
+
+
+def test_wire_ids_find_the_keys_of_a_rotation():
+    ring = keys.Keyring(helpers.KEY, helpers.OTHER_KEY)
+    assert ring.by_wire_id(helpers.KEY.kid.encode()) is helpers.KEY
+    assert ring.by_wire_id(helpers.OTHER_KEY.kid.encode()) is \
+        helpers.OTHER_KEY
+    assert ring.by_wire_id(b"deadbeef") is None
+    assert ring.by_wire_id(helpers.KEY.kid) is None     # bytes only
