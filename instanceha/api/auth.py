@@ -39,6 +39,11 @@ RULES = [
         "Put a host in maintenance (heartbeat loss ignored).",
         [{"method": "POST", "path": "/hosts/{host}/maintenance"}]),
     policy.DocumentedRuleDefault(
+        "instanceha:host:drain", "rule:admin_api",
+        "Drain a live host by migrations (or only report its preflight "
+        "with dry_run).",
+        [{"method": "POST", "path": "/hosts/{host}/drain"}]),
+    policy.DocumentedRuleDefault(
         "instanceha:host:resume", "rule:admin_api",
         "Watch a host again, or retry its recovery.",
         [{"method": "POST", "path": "/hosts/{host}/resume"}]),

@@ -11,4 +11,5 @@ from instanceha.events import EventKind as E
 
 COMMANDS = {"suspend": E.OPERATOR_SUSPEND,
             "maintenance": E.OPERATOR_MAINTENANCE,
+            "drain": E.OPERATOR_DRAIN,
             "resume": E.OPERATOR_RESUME}

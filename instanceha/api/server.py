@@ -11,6 +11,10 @@
     POST /hosts/<host>/suspend        {"reason": "...", "seconds": 3600}
                                       or {"reason": "...", "forever": true}
     POST /hosts/<host>/maintenance    {"reason": "..."}
+    POST /hosts/<host>/drain          {"reason": "...", "then":
+                                      "maintenance"|"decommission",
+                                      "concurrency": N, "force": false,
+                                      "dry_run": false}
     POST /hosts/<host>/resume         {"reason": "..."}
     POST /storm/resume                {"reason": "..."}  lift the storm hold
     GET  /hosts/<host>/history        the host's journal, in time order
@@ -21,7 +25,10 @@ in the host's current state. A suspension says how long: seconds (positive,
 finite, at most ``[api] max_suspend_seconds``) or forever, never neither.
 The 202 answer is {"host", "command", "state" (before the command),
 "still_running" (the host's running work, or null)}, plus "until" (epoch
-seconds, null = forever) for suspend.
+seconds, null = forever) for suspend. A drain's preflight is read from Nova
+before the command is accepted: its plan is in the answer ("preflight"),
+a refused one (without force) answers 409 with every reason, and dry_run
+answers 200 with the plan and changes nothing.
 
 Served by cheroot's threaded WSGI servers, one per listener: the unix
 socket ``[api] unix_socket`` (the whole API; its directory decides who may
@@ -52,14 +59,30 @@ from instanceha.api.commands import COMMANDS
 from instanceha.api.payload import answer, load_object, suspend_seconds
 from instanceha.conf import api as api_conf
 from instanceha.errors import ConfigError
-from instanceha.events import Event, Suspension
+from instanceha.events import DrainRequest, Event, Suspension
 from instanceha.fsm import machine
 
 LOG = structlog.get_logger("instanceha.api")
 
 _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
                           "stops a recovery)",
-          "resume": " (nothing to resume)"}
+          "resume": " (nothing to resume)",
+          "drain": " (only an active host, or one in maintenance)"}
+
+
+def drain_request(args):
+    """The DrainRequest of a drain command's body; ValueError or
+    TypeError naming a bad field."""
+    concurrency = args.get("concurrency")
+    if concurrency is not None and (isinstance(concurrency, bool)
+                                    or not isinstance(concurrency, int)):
+        raise ValueError("concurrency must be a whole number, not %r"
+                         % (concurrency,))
+    force = args.get("force", False)
+    if not isinstance(force, bool):
+        raise ValueError("force must be true or false, not %r" % (force,))
+    return DrainRequest(then=str(args.get("then") or "maintenance"),
+                        concurrency=concurrency, force=force)
 
 
 class OperatorAPI:
@@ -177,10 +200,25 @@ class OperatorAPI:
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None
+        payload = Suspension(until) if until is not None else None
+        preflight = None
+        if verb == "drain":
+            try:
+                payload = drain_request(args)
+            except (TypeError, ValueError) as e:
+                return answer(400, {"error": "bad request body: %s" % e})
+            status, preflight = self._preflight(rec, payload)
+            if status != 202 or args.get("dry_run"):
+                return answer(200 if status == 202 else status, {
+                    "host": rec.name, "command": verb,
+                    "state": rec.state.value, "dry_run":
+                    bool(args.get("dry_run")), "preflight": preflight,
+                    **({"error": "preflight refused: "
+                        + "; ".join(preflight.get("refusals", ()))}
+                       if status == 409 else {})})
         self.engine.submit(Event(
             kind, rec.id, now, name=rec.name, reason=reason,
-            source="operator",
-            payload=Suspension(until) if until is not None else None))
+            source="operator", payload=payload))
         running = self._running_work(rec)
         LOG.info("operator_command", host=rec.name, command=verb,
                  reason=reason, seconds=seconds, until=until,
@@ -189,7 +227,24 @@ class OperatorAPI:
                "state": rec.state.value, "still_running": running}
         if verb == "suspend":
             out["until"] = until
+        if preflight is not None:
+            out["preflight"] = preflight
         return answer(202, out)
+
+    def _preflight(self, rec, request):
+        """(202 | 409 | 503, the drain plan as JSON) read from Nova now."""
+        preflight = getattr(self.engine, "drain_preflight", None)
+        if preflight is None:
+            return 503, {"error": "this engine cannot drain"}
+        try:
+            body = preflight(rec, request)
+        except Exception as e:   # noqa: BLE001 - said, not raised
+            LOG.warning("drain_preflight_failed", host=rec.name,
+                        reason="%s: %s" % (type(e).__name__, e))
+            return 503, {"error": "cannot read the preflight from Nova: "
+                                  "%s: %s" % (type(e).__name__, e)}
+        refused = not (body["ok"] or body["proceed"])
+        return (409 if refused else 202), body
 
     def history(self, host, query):
         """A page of ``host``'s journal (see instanceha.api.history)."""

@@ -1,4 +1,4 @@
-"""``instanceha suspend|maintenance|resume``: the operator's commands,
+"""``instanceha suspend|maintenance|drain|resume``: the operator's commands,
 sent to the running service's API (its unix socket, else TCP; a Keystone
 token with [api] auth_strategy = keystone), and its answer printed."""
 
@@ -35,6 +35,19 @@ def command_parser(verb):
                        help="lift the storm hold for the hosts lost now "
                             "(more losses hold again), instead of "
                             "resuming one host")
+    if verb == "drain":
+        p.add_argument("--then", choices=("maintenance", "decommission"),
+                       default="maintenance",
+                       help="what the host is once drained (maintenance: "
+                            "'instanceha resume HOST' re-enables it)")
+        p.add_argument("--concurrency", type=int, default=None,
+                       help="servers migrating from the host at once "
+                            "(default: [drain] concurrency)")
+        p.add_argument("--force", action="store_true",
+                       help="drain what can be drained even when the "
+                            "preflight refuses")
+        p.add_argument("--dry-run", action="store_true",
+                       help="only report the preflight: nothing moves")
     if verb == "suspend":
         how_long = p.add_mutually_exclusive_group()
         how_long.add_argument("--seconds", type=positive_seconds,
@@ -69,6 +82,13 @@ def main(verb, argv):
                     % conf.api.max_suspend_seconds)
         else:
             body["seconds"] = args.seconds
+    if verb == "drain":
+        if args.concurrency is not None and args.concurrency < 1:
+            p.error("--concurrency must be at least 1")
+        body.update(then=args.then, force=args.force,
+                    dry_run=args.dry_run)
+        if args.concurrency is not None:
+            body["concurrency"] = args.concurrency
     path = "/storm/resume" if storm else "/hosts/%s/%s" % (
         urllib.parse.quote(args.host, safe=""), verb)
     try:
@@ -76,6 +96,11 @@ def main(verb, argv):
     except client.ClientError as e:
         print("instanceha: %s" % e, file=sys.stderr)
         return 1
+    if verb == "drain" and isinstance(answer, dict) \
+            and "preflight" in answer:
+        print(format_preflight(answer["preflight"]))
+        if code == 200 and answer.get("dry_run"):
+            return 0
     if code != 202:
         print("instanceha: %s refused (%d): %s" % (
             verb, code, client.error_text(answer)), file=sys.stderr)
@@ -107,3 +132,18 @@ def format_answer(verb, answer, now=None):
         text += "\nstill running for %s: %s" % (answer["host"], running)
     return text
 
+
+
+def format_preflight(plan):
+    """A drain's preflight (the API's JSON of policy.drain's plan), for
+    the operator: the verdict, every refusal, each server's way out."""
+    lines = ["preflight: %s" % ("passed" if plan.get("ok") else "REFUSED")]
+    for why in plan.get("refusals") or ():
+        lines.append("  refused: %s" % why)
+    for step in plan.get("steps") or ():
+        lines.append("  %-8s %s%s" % (
+            step.get("how", "?"), step.get("name") or step.get("id", "?"),
+            " (%s)" % step["why"] if step.get("why") else ""))
+    for line in plan.get("summary") or ():
+        lines.append("  %s" % line)
+    return "\n".join(lines)

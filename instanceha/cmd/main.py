@@ -17,8 +17,15 @@
                                           (or until resumed)
     instanceha maintenance HOST [--reason R] [--config-file F]
                                           planned work: heartbeat loss is ignored
+    instanceha drain HOST [--reason R] [--then maintenance|decommission]
+                     [--concurrency N] [--force] [--dry-run] [--config-file F]
+                                          move every server off a live HOST by
+                                          migrations (preflight first), then
+                                          maintenance or decommission
     instanceha resume HOST [--reason R] [--config-file F]
-                                          watch HOST again (or retry its recovery)
+                                          watch HOST again (or retry its recovery;
+                                          a drained HOST is re-enabled, a drain
+                                          in progress cancelled)
     instanceha resume --storm [--reason R] [--config-file F]
                                           lift the storm hold for the hosts lost now
     instanceha history HOST [--since TIME] [--until TIME] [--limit N] [--json]
@@ -28,7 +35,7 @@
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
 
-suspend, maintenance and resume talk to the service's API through its
+suspend, maintenance, drain and resume talk to the service's API through its
 unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
 them as the service's user or group); with [api] auth_strategy = keystone
 they send a token for the clouds.yaml cloud the service uses ([DEFAULT]
@@ -63,7 +70,7 @@ def main(argv=None):
         return run.main(rest)
     if cmd == "status":
         return status.main(rest)
-    if cmd in ("suspend", "maintenance", "resume"):
+    if cmd in ("suspend", "maintenance", "drain", "resume"):
         return host_commands.main(cmd, rest)
     if cmd == "policy":
         return policy.main(rest)

@@ -17,7 +17,7 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import evacuator, proof, reserve, stale
+from instanceha.engine import drain, evacuator, proof, reserve, stale
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
@@ -351,12 +351,14 @@ RUN: Dict[Action, Callable[..., Any]] = {
     Action.ISOLATE: isolate,
     Action.EVACUATE: evacuate,
     Action.CHECK_CLEANUP: check_cleanup,
+    Action.DRAIN: drain.drain,
+    Action.UNDRAIN: drain.undrain,
 }
 
 #: Actions that run in passes: called again with the carry of their last
 #: Requeue, also once the host has left the state that started them (so
 #: that what Nova already has is followed to the end and journalled).
-PASSES = {Action.EVACUATE}
+PASSES = {Action.EVACUATE, Action.DRAIN}
 
 
 def run(action, ctx, record, carry=None):

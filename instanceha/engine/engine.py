@@ -21,6 +21,7 @@ from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
 from instanceha.engine import evidence, executor, status
+from instanceha.engine import drain as drain_mod
 from instanceha.engine.hosts import Hosts
 from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
@@ -91,6 +92,14 @@ class Engine(Hosts):
     def add_listener(self, fn):
         """fn(old_record, new_record, event) after every persisted change."""
         self._listeners.append(fn)
+
+    def drain_preflight(self, rec, request):
+        """The drain plan of host ``rec`` for ``request`` (DrainRequest),
+        read from Nova now, as JSON (engine.drain.plan_json); nothing is
+        changed."""
+        return drain_mod.plan_json(drain_mod.preflight(
+            self.ctx, rec.name, force=request.force,
+            concurrency=request.concurrency))
 
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""

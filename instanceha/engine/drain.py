@@ -1,0 +1,364 @@
+"""A planned drain of a live host, as passes of the engine (like the
+evacuation): each pass reads the host's servers from Nova, asks the drain
+policy (policy.drain.plan) how each is to move now, sends what the
+concurrency allows, watches the migrations in flight (stuck ones aborted
+or forced to complete) and returns either "come back in N seconds" or the
+drain's result. The first pass runs the preflight and, when it passes (or
+``force``), disables the compute service with instanceha's marker so the
+scheduler places nothing new there.
+
+Nothing here powers anything off or evacuates: the host is alive. A host
+that dies while draining leaves the DRAINING state (the failure path takes
+it); its next pass sees that and stops.
+
+What a pass remembers (attempts per server, the progress of each
+migration) is in its carry, in memory: a restarted engine starts the
+drain's counting afresh, which can only allow a few more attempts.
+"""
+
+import dataclasses
+import datetime
+import threading
+from typing import Dict, List, Optional, Tuple
+
+import structlog
+
+from instanceha.drivers.compute import base as compute_base
+from instanceha.engine.evacuator import Requeue
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm.states import State
+from instanceha.policy import drain as drain_policy
+from instanceha.policy import facts_nova
+from instanceha.util.marker import MARKER
+
+LOG = structlog.get_logger("instanceha.drain")
+
+#: The start of the disabled_reason a drain writes.
+DRAIN_REASON = MARKER + " draining"
+
+#: Servers migrating from each draining host now, across the engine: the
+#: cap across hosts ([drain] max_concurrent).
+_inflight: Dict[str, int] = {}
+_inflight_lock = threading.Lock()
+
+
+@dataclasses.dataclass
+class Carry:
+    """What the passes of one drain remember."""
+
+    capacities: object = None
+    services: object = None
+    attempts: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: server -> (bytes still to copy, when that count last went down)
+    progress: Dict[str, Tuple[Optional[int], float]] = dataclasses.field(
+        default_factory=dict)
+    #: server -> stuck migrations handled (aborted or forced)
+    stuck: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: server -> why it is no longer tried
+    given_up: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: servers on the host at the first pass
+    initial: Tuple[str, ...] = ()
+    #: servers cold-migrated and not yet confirmed: once moved, they wait
+    #: in VERIFY_RESIZE on their destination, off this host's list
+    cold: set = dataclasses.field(default_factory=set)
+    host: str = ""
+
+    def close(self):
+        _set_inflight(self.host, 0)
+
+
+def _set_inflight(host, n):
+    with _inflight_lock:
+        if n:
+            _inflight[host] = n
+        else:
+            _inflight.pop(host, None)
+
+
+def _others_inflight(host):
+    with _inflight_lock:
+        return sum(n for h, n in _inflight.items() if h != host)
+
+
+def _now_text(ctx):
+    return datetime.datetime.fromtimestamp(
+        ctx.clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _result(ctx, record, kind, reason):
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 reason=reason, source="action")
+
+
+def read(ctx, host):
+    """(servers, {host: HostFacts}, services) of Nova now, as the plan
+    takes them: the host's servers, every compute host's capacity, zone
+    and aggregates, and the compute and control services."""
+    servers = ctx.compute.list_servers(host)
+    try:
+        capacities = ctx.compute.host_capacities()
+    except (compute_base.ComputeError, NotImplementedError) as e:
+        LOG.warning("capacity_unknown", host=host,
+                    reason=str(e) or type(e).__name__,
+                    effect="the drain preflight cannot count free capacity")
+        capacities = {}
+    services = list(ctx.compute.list_services())
+    try:
+        services += list(ctx.compute.list_control_services())
+    except (compute_base.ComputeError, NotImplementedError) as e:
+        LOG.warning("control_services_unknown", host=host,
+                    reason=str(e) or type(e).__name__)
+    aggregates = compute_base.aggregates_or_none(
+        ctx.compute, LOG, "the drain preflight ignores aggregates",
+        host=host) or ()
+    hosts = facts_nova.host_facts(capacities, services, aggregates)
+    return servers, hosts, services
+
+
+def _settings(ctx, concurrency=None):
+    settings = drain_policy.Settings.from_conf(ctx.conf)
+    if concurrency:
+        settings = dataclasses.replace(settings, concurrency=concurrency)
+    return settings
+
+
+def _plan(ctx, host, servers, hosts, services, force, concurrency):
+    return drain_policy.plan(host, drain_policy.server_facts(servers),
+                             hosts, services,
+                             _settings(ctx, concurrency), force=force)
+
+
+def preflight(ctx, host, force=False, concurrency=None):
+    """The drain's plan for ``host``, read from Nova now; nothing is
+    changed."""
+    servers, hosts, services = read(ctx, host)
+    return _plan(ctx, host, servers, hosts, services, force, concurrency)
+
+
+def plan_json(plan):
+    """A DrainPlan for the API and the CLI."""
+    return plan.as_dict()
+
+
+def drain(ctx, record, carry=None):
+    """One pass of the host's drain: a Requeue while servers are moving
+    or still to send, the result event once what can move has moved."""
+    if record.state is not State.DRAINING:
+        # The host left draining (cancelled, suspended, lost): nothing
+        # more is sent; what Nova has in flight finishes or is aborted by
+        # the undrain.
+        if carry is not None:
+            carry.close()
+        return _result(ctx, record, E.DRAIN_FAILED,
+                       "the host left draining (%s)" % record.state.value)
+    settings = _settings(ctx, record.drain_concurrency)
+    concurrency = settings.concurrency
+    if carry is None:
+        servers, capacities, services = read(ctx, record.name)
+        plan = _plan(ctx, record.name, servers, capacities, services,
+                     record.drain_force, concurrency)
+        if not (plan.ok or plan.proceed):
+            LOG.warning("drain_refused", host=record.name,
+                        reasons=len(plan.refusals),
+                        reason="; ".join(plan.refusals))
+            return _result(ctx, record, E.DRAIN_FAILED,
+                           "preflight refused: " + "; ".join(plan.refusals))
+        svc = ctx.compute.service_of(record.name)
+        if svc is not None and svc.status == "enabled":
+            ctx.compute.disable_service(
+                svc.id, "%s since %s" % (DRAIN_REASON, _now_text(ctx)))
+            LOG.info("drain_disabled", host=record.name,
+                     reason="scheduling stopped: nothing new is placed on "
+                            "the host while it drains")
+        carry = Carry(capacities=capacities, services=services,
+                      initial=tuple(s.id for s in servers),
+                      host=record.name)
+        LOG.info("drain_started", host=record.name,
+                 servers=len(servers), concurrency=concurrency,
+                 refusals=len(plan.refusals), forced=record.drain_force,
+                 reason="preflight passed" if plan.ok else
+                 "preflight refused, forced: " + "; ".join(plan.refusals))
+    else:
+        servers = ctx.compute.list_servers(record.name)
+    return _step(ctx, record, carry, servers, settings, concurrency)
+
+
+def _step(ctx, record, carry, servers, settings, concurrency):
+    now = ctx.clock()
+    plan = drain_policy.plan(record.name,
+                             drain_policy.server_facts(servers),
+                             carry.capacities, carry.services, settings,
+                             force=True)
+    by_id = {s.id: s for s in servers}
+    why = plan.why
+    inflight = [sid for sid, _, how in plan.steps if how == "wait"]
+    for sid in inflight:
+        _watch(ctx, record, carry, sid, settings, now)
+    room = max(0, concurrency - len(inflight))
+    cap = settings.max_concurrent - _others_inflight(record.name)
+    room = max(0, min(room, cap))
+    sent = 0
+    left: List[str] = []
+    deferred: List[str] = []
+    for sid, name, how in plan.steps:
+        if sid in carry.given_up:
+            continue
+        if how == "leave":
+            left.append("%s (%s)" % (name or sid, why.get(sid, "left")))
+            continue
+        if how == "defer":
+            deferred.append(name or sid)
+            continue
+        if how == "confirm":
+            _try(ctx, record, carry, sid, "confirm_resize",
+                 ctx.compute.confirm_resize)
+            continue
+        if how not in ("live", "cold") or sent >= room:
+            continue
+        tries = carry.attempts.get(sid, 0)
+        if tries > settings.stuck_retries:
+            carry.given_up[sid] = ("%s migration failed %d times"
+                                   % (how, tries))
+            LOG.warning("drain_server_given_up", host=record.name,
+                        server=sid, reason=carry.given_up[sid])
+            continue
+        carry.attempts[sid] = tries + 1
+        send = (ctx.compute.live_migrate if how == "live"
+                else ctx.compute.cold_migrate)
+        if _try(ctx, record, carry, sid, how + "_migrate", send):
+            sent += 1
+            if how == "cold":
+                carry.cold.add(sid)
+    unconfirmed = _confirm_moved(ctx, record, carry, by_id)
+    moving = len(inflight) + sent + unconfirmed
+    _set_inflight(record.name, moving)
+    if moving or any(how in ("live", "cold", "confirm")
+                     and sid not in carry.given_up
+                     for sid, _, how in plan.steps):
+        return Requeue(settings.poll_interval, carry)
+    carry.close()
+    moved = len([s for s in carry.initial if s not in by_id])
+    parts = ["%d/%d servers moved" % (moved, len(carry.initial))]
+    if carry.given_up:
+        parts.append("not migratable: " + ", ".join(
+            "%s (%s)" % (s, why) for s, why in sorted(carry.given_up.items())))
+    if left:
+        parts.append("left: " + ", ".join(left))
+    if deferred:
+        parts.append("in ERROR, not moved: " + ", ".join(deferred))
+    summary = "; ".join(parts)
+    LOG.info("drain_finished", host=record.name, moved=moved,
+             total=len(carry.initial), reason=summary)
+    return _result(ctx, record, E.DRAIN_OK, summary)
+
+
+def _confirm_moved(ctx, record, carry, on_host):
+    """Confirm the cold migrations that reached their destination (the
+    server waits in VERIFY_RESIZE there); returns how many are still
+    to confirm or to arrive."""
+    for sid in sorted(carry.cold):
+        if sid in on_host:
+            continue                    # still here: moving, or refused
+        try:
+            server = ctx.compute.get_server(sid)
+        except compute_base.NotFound:
+            carry.cold.discard(sid)     # deleted meanwhile
+            continue
+        except compute_base.ComputeError as e:
+            LOG.warning("drain_server_unreadable", host=record.name,
+                        server=sid, reason=str(e))
+            continue
+        if (server.status or "").upper() == "VERIFY_RESIZE":
+            _try(ctx, record, carry, sid, "confirm_resize",
+                 ctx.compute.confirm_resize)
+        elif server.host != record.name and not server.task_state:
+            carry.cold.discard(sid)     # confirmed: settled elsewhere
+    return len(carry.cold)
+
+
+def _try(ctx, record, carry, sid, what, call):
+    """Send one request; a refusal is logged and the server tried again
+    at a later pass (its attempts counted)."""
+    try:
+        call(sid)
+    except compute_base.ComputeError as e:
+        LOG.warning("drain_request_refused", host=record.name, server=sid,
+                    request=what, reason=str(e))
+        return False
+    LOG.info("drain_request_sent", host=record.name, server=sid,
+             request=what)
+    return True
+
+
+def _watch(ctx, record, carry, sid, settings, now):
+    """A migration in flight: note its progress; one that copied nothing
+    for [drain] stuck_timeout is aborted or forced to complete."""
+    try:
+        migrations = ctx.compute.server_migrations(sid)
+    except compute_base.ComputeError as e:
+        LOG.warning("drain_progress_unknown", host=record.name, server=sid,
+                    reason=str(e))
+        return
+    running = [m for m in migrations if m.status in ("running", "queued",
+                                                     "preparing")]
+    if not running:
+        carry.progress.pop(sid, None)
+        return
+    mig = running[0]
+    left = None
+    if mig.memory_remaining is not None or mig.disk_remaining is not None:
+        left = (mig.memory_remaining or 0) + (mig.disk_remaining or 0)
+    seen = carry.progress.get(sid)
+    if seen is None or (left is not None and seen[0] is not None
+                        and left < seen[0]):
+        carry.progress[sid] = (left, now)
+        return
+    if now - seen[1] < settings.stuck_timeout:
+        return
+    handled = carry.stuck.get(sid, 0)
+    carry.stuck[sid] = handled + 1
+    carry.progress.pop(sid, None)
+    action = settings.stuck_action
+    why = ("no progress for %.0fs (%s bytes left)"
+           % (now - seen[1], "?" if left is None else left))
+    LOG.warning("drain_migration_stuck", host=record.name, server=sid,
+                migration=mig.id, action=action, reason=why)
+    try:
+        if action == "force_complete":
+            ctx.compute.force_complete_migration(sid, mig.id)
+        else:
+            ctx.compute.abort_migration(sid, mig.id)
+    except compute_base.ComputeError as e:
+        LOG.warning("drain_stuck_action_refused", host=record.name,
+                    server=sid, action=action, reason=str(e))
+
+
+def undrain(ctx, record):
+    """Put a drained (or draining) host back: abort the live migrations
+    still in flight from it, where Nova allows, then enable its compute
+    service if a drain disabled it (an operator's own disable is left)."""
+    aborted = 0
+    for server in ctx.compute.list_servers(record.name):
+        if (server.status or "").upper() != "MIGRATING":
+            continue
+        try:
+            for mig in ctx.compute.server_migrations(server.id):
+                ctx.compute.abort_migration(server.id, mig.id)
+                aborted += 1
+        except compute_base.ComputeError as e:
+            LOG.warning("undrain_abort_refused", host=record.name,
+                        server=server.id, reason=str(e),
+                        effect="the migration finishes; the server stays "
+                               "on its new host")
+    _set_inflight(record.name, 0)
+    svc = ctx.compute.service_of(record.name)
+    enabled = ""
+    if svc is not None and svc.status == "disabled" \
+            and (svc.disabled_reason or "").startswith(DRAIN_REASON):
+        ctx.compute.enable_service(svc.id)
+        enabled = "; compute service enabled"
+    elif svc is not None and svc.status == "disabled":
+        enabled = ("; left disabled: %r is not a drain's"
+                   % (svc.disabled_reason or ""))
+    return _result(ctx, record, E.UNDRAIN_OK,
+                   "put back: %d migration(s) aborted%s" % (aborted, enabled))

@@ -1,0 +1,196 @@
+"""The drain as passes of the engine, against the unit fake of Nova: the
+world after each step (where the servers are, what the compute service
+says), not the calls made."""
+
+from instanceha.events import DrainRequest, Event, EventKind as E
+from instanceha.util.marker import MARKER
+from tests.unit.test_engine import World
+
+
+def _world(hosts, servers):
+    w = World(hosts=hosts, servers=servers)
+    w.compute.report_capacity = True        # Placement's counts answer
+    return w
+
+
+def _drain(w, host, **request):
+    rec = w.engine.find(host)
+    w.engine.submit(Event(E.OPERATOR_DRAIN, rec.id, w.clock(), name=host,
+                          reason="kernel update", source="operator",
+                          payload=DrainRequest(**request)))
+
+
+def _on(w, host):
+    return sorted(s for s, v in w.compute.servers.items()
+                  if v["host"] == host)
+
+
+def _svc(w, host):
+    return w.compute.services[host]
+
+
+def test_a_drain_moves_every_server_then_the_host_is_in_maintenance():
+    w = _world(3, 3)
+    w.pass_()
+    w.compute.servers["compute-0-vm-2"].update(status="SHUTOFF",
+                                               vm_state="stopped")
+    _drain(w, "compute-0")
+    w.until("compute-0", "maintenance")
+    assert _on(w, "compute-0") == []
+    moved = [w.compute.servers["compute-0-vm-%d" % i] for i in range(3)]
+    assert [v["status"] for v in moved] == ["ACTIVE", "ACTIVE", "SHUTOFF"]
+    assert _svc(w, "compute-0")["status"] == "disabled"
+    assert _svc(w, "compute-0")["disabled_reason"].startswith(
+        MARKER + " draining")
+    assert not _svc(w, "compute-0")["forced_down"]
+    assert w.fencer.powered_off == []               # a live host: never
+    state, reason = w.state("compute-0")
+    assert "3/3 servers moved" in reason
+    # Resumed: the drain's disable is undone, the host watched again.
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    w.until("compute-0", "active")
+    assert _svc(w, "compute-0")["status"] == "enabled"
+
+
+def test_a_refused_preflight_moves_nothing_and_changes_nothing():
+    w = _world(2, 2)
+    w.pass_()
+    w.compute.kill("compute-1")          # the only destination is dead
+    _drain(w, "compute-0")
+    w.drain()
+    assert w.state("compute-0")[0] in ("undraining", "active")
+    w.until("compute-0", "active")
+    assert _on(w, "compute-0") == ["compute-0-vm-0", "compute-0-vm-1"]
+    assert _svc(w, "compute-0")["status"] == "enabled"
+    assert w.compute.move_calls == []
+
+
+def test_a_stuck_live_migration_is_aborted_then_given_up():
+    w = _world(3, 2)
+    w.conf.set_override("stuck_timeout", 10, "drain")
+    w.conf.set_override("stuck_retries", 1, "drain")
+    w.pass_()
+    w.compute.stalled.add("compute-0-vm-1")
+    _drain(w, "compute-0")
+    w.until("compute-0", "maintenance", passes=200)
+    assert _on(w, "compute-0") == ["compute-0-vm-1"]
+    v = w.compute.servers["compute-0-vm-1"]
+    assert v["status"] == "ACTIVE" and v["task_state"] is None
+    assert "not migratable" in w.state("compute-0")[1]
+
+
+def test_cancel_aborts_what_is_in_flight_and_re_enables():
+    w = _world(3, 2)
+    w.pass_()
+    w.compute.stalled.update({"compute-0-vm-0", "compute-0-vm-1"})
+    _drain(w, "compute-0")
+    for _ in range(3):
+        w.pass_()
+    assert w.state("compute-0")[0] == "draining"
+    assert w.compute.servers["compute-0-vm-0"]["status"] == "MIGRATING"
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    w.until("compute-0", "active")
+    assert _on(w, "compute-0") == ["compute-0-vm-0", "compute-0-vm-1"]
+    assert all(w.compute.servers[s]["status"] == "ACTIVE"
+               for s in _on(w, "compute-0"))
+    assert _svc(w, "compute-0")["status"] == "enabled"
+
+
+def test_a_host_that_dies_while_draining_is_recovered_by_fencing():
+    w = _world(3, 2)
+    w.pass_()
+    w.compute.stalled.add("compute-0-vm-1")
+    _drain(w, "compute-0")
+    w.until("compute-0", "draining")
+    w.compute.kill("compute-0")
+    w.until("compute-0", "evacuated", passes=200)
+    assert w.fencer.powered_off == ["compute-0"]
+    assert _on(w, "compute-0") == []
+
+
+# -- through the operator API ------------------------------------------------
+
+def _api(hosts=3, servers=2):
+    from instanceha.api.server import OperatorAPI
+    w = _world(hosts, servers)
+    w.pass_()
+    return w, OperatorAPI(w.conf, w.engine, w.clock)
+
+
+def _post(api, host, body):
+    import json
+    status, _, out = api.handle("POST", "/hosts/%s/drain" % host,
+                                json.dumps(body).encode())
+    return status, json.loads(out)
+
+
+def test_dry_run_reports_the_plan_and_changes_nothing():
+    w, api = _api()
+    status, out = _post(api, "compute-0", {"dry_run": True})
+    assert status == 200 and out["preflight"]["ok"] is True
+    assert [s["how"] for s in out["preflight"]["steps"]] == ["live", "live"]
+    w.drain()
+    assert w.state("compute-0")[0] == "active"
+    assert w.compute.move_calls == []
+
+
+def test_a_refused_preflight_is_409_with_every_reason_unless_forced():
+    # Two hosts: the one left could not absorb the loss of its largest
+    # (HA admission, [drain] ha_reserve_hosts = 1).
+    w, api = _api(hosts=2)
+    status, out = _post(api, "compute-0", {"reason": "bios"})
+    assert status == 409 and "HA admission" in out["error"]
+    assert out["preflight"]["ok"] is False
+    w.drain()
+    assert w.state("compute-0")[0] == "active"
+    assert w.compute.move_calls == []
+    # Forced: a soft refusal, so what can be drained is drained.
+    status, out = _post(api, "compute-0", {"reason": "bios", "force": True})
+    assert status == 202 and out["preflight"]["proceed"] is True
+    w.until("compute-0", "maintenance")
+    assert _on(w, "compute-0") == []
+
+
+def test_bad_drain_requests_are_refused_naming_the_field():
+    w, api = _api()
+    for body, word in (({"then": "reboot"}, "then"),
+                       ({"concurrency": 0}, "concurrency"),
+                       ({"concurrency": "2"}, "concurrency"),
+                       ({"force": "yes"}, "force")):
+        status, out = _post(api, "compute-0", body)
+        assert status == 400 and word in out["error"], (body, out)
+
+
+def test_a_drain_through_the_api_ends_in_maintenance():
+    w, api = _api()
+    status, out = _post(api, "compute-1", {"reason": "kernel",
+                                           "then": "decommission"})
+    assert status == 202 and out["preflight"]["ok"]
+    w.until("compute-1", "decommissioned")
+    assert _on(w, "compute-1") == []
+
+
+def test_the_cli_prints_the_preflight_and_refuses_bad_options(capsys):
+    import pytest
+    from instanceha.cmd import host_commands
+    text = host_commands.format_preflight({
+        "ok": False, "refusals": ["HA admission: 1 host left"],
+        "steps": [{"id": "a", "name": "web-1", "how": "live",
+                   "why": "ACTIVE: live-migrated"}],
+        "summary": ["room in any zone: enough"]})
+    assert text.splitlines() == [
+        "preflight: REFUSED", "  refused: HA admission: 1 host left",
+        "  live     web-1 (ACTIVE: live-migrated)",
+        "  room in any zone: enough"]
+    p = host_commands.command_parser("drain")
+    args = p.parse_args(["compute-0", "--then", "decommission",
+                         "--concurrency", "3", "--dry-run"])
+    assert (args.then, args.concurrency, args.dry_run) == (
+        "decommission", 3, True)
+    with pytest.raises(SystemExit):
+        p.parse_args(["compute-0", "--then", "reboot"])
+    assert "invalid choice" in capsys.readouterr().err
