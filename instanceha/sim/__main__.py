@@ -22,7 +22,9 @@ from instanceha.sim.model import SimCloud
 from instanceha.sim.server import SimServer
 
 FLOAT_PARAMS = ("report_interval", "service_down_time", "evacuation_time",
-                "schedule_time", "boot_time", "power_delay", "api_latency")
+                "schedule_time", "boot_time", "power_delay", "api_latency",
+                "live_migration_time", "cold_migration_time",
+                "migration_monitor_interval")
 INT_PARAMS = ("hosts", "servers_per_host", "host_vcpus", "server_vcpus",
               "host_ram_mb", "host_disk_gb", "server_ram_mb", "server_disk_gb",
               "api_max_limit",

@@ -3,7 +3,10 @@ hosts from tests or from another process, e.g. ``curl -X POST
 http://127.0.0.1:8787/sim/hosts/compute-1/kill`` (the host hangs;
 ``kill-compute``: only its nova-compute dies; ``restart-compute``). ``GET
 /sim/evacuate-requests`` lists every evacuate request that reached the Nova
-API with its host's power state then (instanceha/sim/invariant.py)."""
+API with its host's power state then (instanceha/sim/invariant.py).
+``POST /sim/servers/<id>/stall-migration`` and ``POST
+/sim/hosts/<host>/stall-migrations`` (``{"stall": true|false}``) stall live
+migrations of a server or from or to a host."""
 
 from instanceha.sim import model
 from instanceha.sim import web
@@ -31,6 +34,9 @@ class Control:
                 "unsafe": sum(1 for r in records if r["unsafe"])})
         if len(parts) == 3 and parts[0] == "hosts" and req.method == "POST":
             return self._host_action(parts[1], parts[2], req)
+        if parts[:1] == ["servers"] and len(parts) == 3 \
+                and parts[2] == "stall-migration" and req.method == "POST":
+            return self._stall(req, server_id=parts[1])
         return _error(404, "no such control path: %s %s"
                       % (req.method, req.path))
 
@@ -57,6 +63,8 @@ class Control:
                         or not isinstance(body["hold"], bool):
                     return _error(400, "body must be {\"hold\": true|false}")
                 c.hold_cleanup(name, body["hold"])
+            elif action == "stall-migrations":
+                return self._stall(req, host=name)
             elif action == "bmc":
                 try:
                     body = req.json()
@@ -75,3 +83,17 @@ class Control:
         except model.NotFound as e:
             return _error(404, e.message)
         return web.Response(200, c.snapshot()["hosts"][name])
+
+    def _stall(self, req, **which):
+        try:
+            body = req.json() if req.body else {"stall": True}
+        except ValueError:
+            return _error(400, "body must be a JSON object")
+        if not isinstance(body, dict) or set(body) != {"stall"} \
+                or not isinstance(body["stall"], bool):
+            return _error(400, "body must be {\"stall\": true|false}")
+        try:
+            self.cloud.stall_migrations(stall=body["stall"], **which)
+        except model.NotFound as e:
+            return _error(404, e.message)
+        return web.Response(200, self.cloud.snapshot()["stalled_migrations"])

@@ -38,6 +38,8 @@ The rules follow Nova (read from its source, not copied):
   (compute/manager.py ``_destroy_evacuated_instances``);
 * unsetting forced_down is refused while evacuations from the host are
   ``done`` (api/openstack/compute/services.py ``_check_for_evacuations``).
+
+Live and cold migrations (a planned drain's moves) are model_moves.py's.
 """
 
 import collections
@@ -48,10 +50,11 @@ import threading
 import time
 
 from instanceha.sim import invariant
+from instanceha.sim.model_moves import Moves
 from instanceha.sim.records import (  # noqa: F401  (re-exported)
-    ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, Migration,
-    NotFound, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING, RESOURCES, STOPPED,
-    Server, SimError, stable_uuid)
+    ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, MIGRATING,
+    Migration, NotFound, PAUSED, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING,
+    RESIZED, RESOURCES, STOPPED, Server, SimError, stable_uuid)
 
 SCHEDULER, CONDUCTOR = "nova-scheduler", "nova-conductor"
 
@@ -75,7 +78,7 @@ class ControlService:
         self.service_updated = now
 
 
-class SimCloud:
+class SimCloud(Moves):
     """A small Nova + BMC world. All parameters have demo-friendly defaults."""
 
     def __init__(self, hosts=6, servers_per_host=5, host_vcpus=64,
@@ -87,7 +90,9 @@ class SimCloud:
                  evacuate_checks_task_state=False, aggregates=None,
                  api_max_limit=1000, host_ram_mb=262144, host_disk_gb=4000,
                  server_ram_mb=2048, server_disk_gb=20,
-                 allocation_ratios=None, reserved=None):
+                 allocation_ratios=None, reserved=None,
+                 live_migration_time=1.0, cold_migration_time=1.0,
+                 migration_monitor_interval=5.0):
         self.clock = clock
         #: Nova's [api] max_limit: the most items one page of a paged list
         #: (servers, os-migrations from 2.59) carries
@@ -160,6 +165,8 @@ class SimCloud:
         self.doomed = []
         #: migration id -> the host the scheduler claimed for it
         self._placed = {}
+        self._init_moves(live_migration_time, cold_migration_time,
+                         migration_monitor_interval)
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
             self.hosts[name] = Host(name, i, seed, host_vcpus, now,
@@ -333,7 +340,7 @@ class SimCloud:
                 continue
             if where is not None and s.host != where:
                 out.setdefault(where, []).append(s)
-        return out
+        return self.move_claims(out)
 
     def _used_vcpus(self, name):
         return self.usage(name)["VCPU"]
@@ -385,6 +392,7 @@ class SimCloud:
             h.frozen_heartbeat = self.heartbeat(h)
             h.alive = False
         h.boot_generation += 1      # cancels a boot in progress
+        self.moves_host_lost(h.name)
 
     def kill(self, name):
         """The host dies with its power on (a kernel hang, say): its
@@ -432,14 +440,16 @@ class SimCloud:
 
     def running_guests(self, name):
         """How many servers run on host ``name`` as its libvirt would
-        count them: those Nova places there, active, not being rebuilt.
-        (After a reboot Nova still shows them active; so does this.)"""
+        count them: those Nova places there, active or paused, not being
+        rebuilt (a server live-migrating runs on its source until the
+        switch-over), and those cold-migrated there awaiting confirmation
+        with their guest running. (After a reboot Nova still shows them
+        active; so does this.)"""
         entry = self._resident().get(name)
         if not entry:
             return 0
         return sum(1 for sid in entry[0]
-                   if self.servers[sid].vm_state == ACTIVE
-                   and self.servers[sid].task_state is None)
+                   if _guest_runs(self.servers[sid]))
 
     def power(self, name, on):
         """Ask the host's BMC for power on/off (applied after power_delay)."""
@@ -1034,13 +1044,20 @@ class SimCloud:
             self._advance()
             return self._server(server_id)
 
-    def list_migrations(self, **filters):
+    def list_migrations(self, changes_since=None, **filters):
         """Filters: migration_type, source_compute, host, status,
-        instance_uuid (``host`` matches source or destination)."""
+        instance_uuid (``host`` matches source or destination);
+        ``changes_since`` (epoch seconds): Nova's, rows whose updated_at
+        is at or after it (a row never updated has none: left out)."""
         with self.lock:
             self._advance()
+            self.live_progress()
             result = []
             for m in self.migrations:
+                if changes_since is not None and (
+                        m.updated_at is None
+                        or m.updated_at < changes_since):
+                    continue
                 if any(filters.get(k) not in (None, getattr(m, k))
                        for k in ("migration_type", "source_compute", "status",
                                  "instance_uuid")):
@@ -1056,6 +1073,7 @@ class SimCloud:
         """A plain dict of the whole world, for assertions."""
         with self.lock:
             now = self._advance()
+            self.live_progress()
             hosts, services = {}, {}
             claims = self._claims()
             for h in self.hosts.values():
@@ -1094,7 +1112,9 @@ class SimCloud:
                            "status": m.status,
                            "migration_type": m.migration_type,
                            "created_at": m.created_at,
-                           "updated_at": m.updated_at}
+                           "updated_at": m.updated_at,
+                           "memory_total": m.memory_total,
+                           "memory_remaining": m.memory_remaining}
                           for m in self.migrations]
             control = {"%s@%s" % (c.binary, c.name): {
                 "id": c.service_uuid, "binary": c.binary, "host": c.name,
@@ -1107,5 +1127,18 @@ class SimCloud:
                     "evacuate_calls": dict(self.evacuate_calls),
                     "double_rebuilds": [list(d) for d in
                                         self.double_rebuilds],
+                    "double_running": [list(d) for d in
+                                       self.double_running],
+                    "stalled_migrations": {
+                        "servers": sorted(self.stalled_servers),
+                        "hosts": sorted(self.stalled_hosts)},
                     "placement": {"reachable": self.placement_reachable},
                     "nova_api": {"failure": self.api_failure}}
+
+
+def _guest_runs(s):
+    """Whether server ``s``'s guest runs on its host (SimCloud
+    running_guests)."""
+    if s.vm_state in (ACTIVE, PAUSED):
+        return s.task_state in (None, MIGRATING)
+    return s.vm_state == RESIZED and s.power_state == POWER_RUNNING

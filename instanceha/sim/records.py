@@ -7,11 +7,25 @@ import hashlib
 import uuid
 
 ACTIVE, STOPPED, ERROR = "active", "stopped", "error"
+PAUSED, RESIZED = "paused", "resized"
 REBUILDING = "rebuilding"
-POWER_RUNNING, POWER_SHUTDOWN = 1, 4
+MIGRATING = "migrating"             # a live migration's task state
+RESIZE_PREP, RESIZE_MIGRATING = "resize_prep", "resize_migrating"
+RESIZE_MIGRATED, RESIZE_FINISH = "resize_migrated", "resize_finish"
+RESIZE_TASKS = (RESIZE_PREP, RESIZE_MIGRATING, RESIZE_MIGRATED,
+                RESIZE_FINISH)
+POWER_RUNNING, POWER_PAUSED, POWER_SHUTDOWN = 1, 3, 4
 CLEANUP_STATUSES = ("accepted", "pre-migrating", "done")
+#: a live migration not over yet (the conductor's 'accepted' included)
+LIVE_UNDER_WAY = ("accepted", "queued", "preparing", "running",
+                  "post-migrating")
+#: those GET /servers/{id}/migrations lists (Nova's in-progress statuses)
+LIVE_IN_PROGRESS = ("queued", "preparing", "running", "post-migrating")
+#: a cold migration before the server reaches its destination
+COLD_UNDER_WAY = ("pre-migrating", "migrating", "post-migrating")
 
-_STATUS = {ACTIVE: "ACTIVE", STOPPED: "SHUTOFF", ERROR: "ERROR"}
+_STATUS = {ACTIVE: "ACTIVE", STOPPED: "SHUTOFF", ERROR: "ERROR",
+           PAUSED: "PAUSED", RESIZED: "VERIFY_RESIZE"}
 
 
 class SimError(Exception):
@@ -110,21 +124,36 @@ class Server:
 
     @property
     def status(self):
+        """Nova's status from vm_state and task_state (its API's
+        ``_STATE_MAP``, for the states the simulator has)."""
         if self.task_state == REBUILDING:
             return "REBUILD"
+        if self.task_state == MIGRATING and self.vm_state in (ACTIVE,
+                                                              PAUSED):
+            return "MIGRATING"
+        if self.task_state in RESIZE_TASKS and self.vm_state in (ACTIVE,
+                                                                 STOPPED):
+            return "RESIZE"
         return _STATUS.get(self.vm_state, "UNKNOWN")
 
 
 class Migration:
-    def __init__(self, mid, muuid, server, dest, now):
+    def __init__(self, mid, muuid, server, dest, now,
+                 migration_type="evacuation", status="accepted"):
         self.id = mid
         self.uuid = muuid
         self.instance_uuid = server.id
         self.source_compute = server.host
         self.dest_compute = dest
-        self.status = "accepted"
-        self.migration_type = "evacuation"
+        self.status = status
+        self.migration_type = migration_type
         self.created_at = now
         self.updated_at = None
         self.project_id = server.project_id
         self.user_id = server.user_id
+        # A live migration's progress, as the source's libvirt reports it
+        # (GET /servers/{id}/migrations): bytes.
+        self.memory_total = self.memory_remaining = None
+        self.disk_total = self.disk_remaining = None
+        #: what the move needs to finish it (model_moves.py)
+        self.move = None
