@@ -340,11 +340,7 @@ def _beat(data, end):
     if end - _HEADER.size < _BEAT.size:
         raise Dropped("malformed", "a beat's body is at least %d bytes"
                       % _BEAT.size)
-    seq, sent_at = _SEQ_TIME.unpack_from(data, _HEADER.size)
-    if seq > MAX_SEQ:
-        raise Dropped("malformed", "seq: an integer 0..2**63-1 expected")
-    if not (sent_at >= 0.0 and sent_at < math.inf):   # NaN too
-        raise Dropped("malformed", "sent_at: a time expected")
+    seq, sent_at = _seq_and_time(data)
     rest = data[_IDENTITY_AT:end]
     identity = _IDENTITIES.get(rest)
     if identity is None:
@@ -360,12 +356,8 @@ def _identity(data, end):
     """(host, boot_id, path, Facts) of a beat, checked."""
     (_, _, compute, libvirt, guests, host_len, boot_len,
      path_len) = _BEAT.unpack_from(data, _HEADER.size)
-    start = _HEADER.size + _BEAT.size
-    host_end = start + host_len
-    boot_end = host_end + boot_len
-    path_end = boot_end + path_len
-    if path_end > end:
-        raise Dropped("malformed", "texts longer than the body")
+    start, host_end, boot_end, path_end = _offsets(
+        _HEADER.size + _BEAT.size, (host_len, boot_len, path_len), end)
     if compute > 2 or libvirt > 2:
         raise Dropped("malformed", "compute, libvirt: 0, 1 or 2 expected")
     if guests == _NO_GUESTS:
@@ -387,18 +379,11 @@ def _request(data, end):
     if end - _HEADER.size < _REQUEST.size:
         raise Dropped("malformed", "a request's body is at least %d bytes"
                       % _REQUEST.size)
-    seq, sent_at, kind_len, host_len, reason_len = _REQUEST.unpack_from(
+    _, _, kind_len, host_len, reason_len = _REQUEST.unpack_from(
         data, _HEADER.size)
-    start = _HEADER.size + _REQUEST.size
-    kind_end = start + kind_len
-    host_end = kind_end + host_len
-    reason_end = host_end + reason_len
-    if reason_end > end:
-        raise Dropped("malformed", "texts longer than the body")
-    if seq > MAX_SEQ:
-        raise Dropped("malformed", "seq: an integer 0..2**63-1 expected")
-    if not (sent_at >= 0.0 and sent_at < math.inf):
-        raise Dropped("malformed", "sent_at: a time expected")
+    start, kind_end, host_end, reason_end = _offsets(
+        _HEADER.size + _REQUEST.size, (kind_len, host_len, reason_len), end)
+    seq, sent_at = _seq_and_time(data)
     kind = data[start:kind_end]
     if len(kind) > MAX_KIND or not _PATH_BYTES.match(kind):
         raise Dropped("malformed", "kind: 1 to %d letters, digits, _.- "
@@ -413,6 +398,29 @@ def _request(data, end):
         raise Dropped("malformed", "reason: a text of up to %d printable "
                       "characters expected" % MAX_REASON)
     return Request(kind.decode("ascii"), host, seq, sent_at, reason)
+
+
+def _seq_and_time(data):
+    """(seq, sent_at) at the start of a body (a beat's or a request's),
+    checked."""
+    seq, sent_at = _SEQ_TIME.unpack_from(data, _HEADER.size)
+    if seq > MAX_SEQ:
+        raise Dropped("malformed", "seq: an integer 0..2**63-1 expected")
+    if not (sent_at >= 0.0 and sent_at < math.inf):   # NaN too
+        raise Dropped("malformed", "sent_at: a time expected")
+    return seq, sent_at
+
+
+def _offsets(start, lengths, end):
+    """[start, then the end of each text]: texts of ``lengths`` laid one
+    after the other from ``start``, within a body ending at ``end``."""
+    out = [start]
+    for length in lengths:
+        start += length
+        out.append(start)
+    if start > end:
+        raise Dropped("malformed", "texts longer than the body")
+    return out
 
 
 def _text(data, start, end, name, limit):
