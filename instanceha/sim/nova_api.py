@@ -17,6 +17,7 @@ from instanceha.sim import model as m
 from instanceha.sim import web
 from instanceha.sim.nova_hosts import HostsAPI
 from instanceha.sim.nova_migrations import MigrationsAPI
+from instanceha.sim.nova_moves import MovesAPI
 from instanceha.sim.nova_schema import (
     BOOL_FALSE, BOOL_TRUE, UUID_RE, check_bool, check_keys, check_string,
     next_links, paginate)
@@ -66,7 +67,7 @@ def parse_version(headers):
     return version
 
 
-class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI):
+class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI, MovesAPI):
     def __init__(self, cloud, keystone):
         self.cloud = cloud
         self.keystone = keystone
@@ -170,6 +171,9 @@ class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI):
                                         for a in self.cloud.list_aggregates()]}
         if parts == ["os-migrations"] and method == "GET":
             return 200, self.list_migrations(req, version)
+        if len(parts) >= 3 and parts[0] == "servers" \
+                and parts[2] == "migrations":
+            return self.server_migrations_route(req, parts, version)
         if len(parts) in (3, 4) and parts[0] == "servers" \
                 and parts[2] == "os-instance-actions" and method == "GET":
             return 200, self.instance_actions(parts[1], parts[3:], version)

@@ -1,11 +1,12 @@
 """servers and os-instance-actions of the simulated Nova API: list,
-show, actions (evacuate, os-stop, os-resetState), metadata, and the
-actions recorded against a server."""
+show, actions (evacuate, os-stop, os-resetState; the moves of
+nova_moves.py), metadata, and the actions recorded against a server."""
 
 import hashlib
 
 from instanceha.sim import model as m
 from instanceha.sim import web
+from instanceha.sim.nova_moves import MOVE_ACTIONS
 from instanceha.sim.nova_schema import (
     check_bool, check_keys, check_string, next_links, paginate, read_body)
 from instanceha.sim.nova_wire import PREFIX, ApiFault
@@ -93,6 +94,9 @@ class ServersAPI:
         if not isinstance(body, dict) or len(body) != 1:
             raise ApiFault(400, "Malformed request body")
         action = next(iter(body))
+        if action in MOVE_ACTIONS:
+            return self.move_action(req, server_id, action, body[action],
+                                    version)
         if action == "os-stop":
             self.cloud.stop_server(server_id)
             return 202, None
