@@ -60,6 +60,14 @@ class SnapshotCollector:
         acts = CounterMetricFamily("instanceha_actions",
                                    "Actions run, by outcome",
                                    labels=["action", "outcome"])
+        drains = CounterMetricFamily(
+            "instanceha_drain_servers",
+            "Drains: servers whose migration was asked (sent_live, "
+            "sent_cold), moved off, stuck, aborted, forced to complete, "
+            "given up", labels=["event"])
+        ctx = getattr(self._api.engine, "ctx", None)
+        for event, n in sorted(getattr(ctx, "drain_stats", {}).items()):
+            drains.add_metric([event], n)
         for key, n in sorted(self._api.engine.stats.items()):
             if key[0] == "transition":
                 trans.add_metric([key[1]], n)
@@ -78,7 +86,7 @@ class SnapshotCollector:
             "fenced now")
         count.add_metric([], len(unprotected))
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
-                    acts, per_host, count)
+                    acts, per_host, count, drains)
         yield from self._api.audit_ages.collect(self._api.engine, snap,
                                                 self._api.clock())
         for name, health in sorted(snap["sources"].items()):

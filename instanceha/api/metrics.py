@@ -6,6 +6,8 @@ Histograms (from what this process saw since it started):
   then fenced (BMC confirmed Off, or kdump proof).
 - ``instanceha_fenced_to_isolated_seconds``: fenced, then isolated in
   Nova (compute service forced down and disabled: evacuating).
+- ``instanceha_drain_migration_seconds``: one server's migration off a
+  draining host requested, then the server gone from the host.
 - ``instanceha_evacuation_seconds``: one server's evacuation requested,
   then done (rebuilt and seen on its new host), read from the journal's
   evacuation rows at each scrape.
@@ -38,6 +40,7 @@ _DETECT_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800)
 _ISOLATE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 _EVACUATE_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200,
                      1800, 3600)
+_DRAIN_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 _DETECTING = (State.SUSPECT, State.FENCING)
 
 
@@ -66,6 +69,11 @@ class Timings:
             "instanceha_evacuation_seconds",
             "Seconds from a server's evacuation request to its rebuild "
             "seen done", buckets=_EVACUATE_BUCKETS, registry=registry)
+        self.drain = Histogram(
+            "instanceha_drain_migration_seconds",
+            "Seconds from a drain's migration request to the server "
+            "leaving the drained host", buckets=_DRAIN_BUCKETS,
+            registry=registry)
         self.journal_reachable = None
         if journal is not None:
             self.journal_reachable = Gauge(
@@ -91,6 +99,17 @@ class Timings:
                     self.isolate.observe(at - start)
             elif new.state is not State.FENCED:
                 self._fenced_at.pop(new.id, None)
+
+    def read_drains(self, ctx):
+        """Observe the drain migrations finished since the last read
+        (engine.context.Context.drain_durations)."""
+        durations = getattr(ctx, "drain_durations", None)
+        while durations:
+            try:
+                seconds = durations.popleft()
+            except IndexError:
+                break
+            self.drain.observe(seconds)
 
     def read_evacuations(self):
         """Observe the evacuations done since the last read."""

@@ -130,6 +130,7 @@ class OperatorAPI:
             # Before the histograms are collected: the evacuations done
             # since the last scrape.
             self.timings.read_evacuations()
+            self.timings.read_drains(getattr(self.engine, "ctx", None))
             return 200, "text/plain; version=0.0.4", generate_latest(
                 self.registry)
         if method == "POST" and path == "/storm/resume":

@@ -6,7 +6,8 @@ the actions of all hosts (rows seen, evacuation runs under way, the
 admission gate, the BMC evidence).
 """
 
-from typing import Dict, Set
+import collections
+from typing import Counter, Deque, Dict, Set
 
 import structlog
 
@@ -49,6 +50,12 @@ class Context:
         #: host_id -> its evacuation run (engine.evacuator), while one is
         #: under way: what status shows of its progress
         self.runs = {}
+        #: drains: servers sent, moved, stuck, aborted, given up (counts
+        #: by event), and each moved server's seconds from request to
+        #: leaving the host, taken by /metrics at each scrape
+        self.drain_stats: Counter = collections.Counter()
+        self.drain_durations: Deque[float] = collections.deque(
+            maxlen=10000)
         #: which ready servers of every host being evacuated go now
         #: ([evacuation] concurrency, [recovery] max_inflight, priority)
         self.gate = admission.Gate(lambda: order.Limits.from_conf(conf))

@@ -19,7 +19,7 @@ drain's counting afresh, which can only allow a few more attempts.
 import dataclasses
 import datetime
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import structlog
 
@@ -44,11 +44,22 @@ _inflight_lock = threading.Lock()
 
 @dataclasses.dataclass
 class Carry:
-    """What the passes of one drain remember."""
+    """What the passes of one drain remember (in memory)."""
 
+    ctx: object = None
+    host: str = ""
+    host_id: str = ""
+    #: the plan's view of the other hosts, read at the first pass
     capacities: object = None
     services: object = None
+    #: servers on the host at the first pass, and how many are still there
+    initial: Tuple[str, ...] = ()
+    left_count: int = 0
+    #: migrations in flight from the host at the last pass
+    moving: int = 0
     attempts: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: server -> when its move was asked (ours), until it left the host
+    sent_at: Dict[str, float] = dataclasses.field(default_factory=dict)
     #: server -> (bytes still to copy, when that count last went down)
     progress: Dict[str, Tuple[Optional[int], float]] = dataclasses.field(
         default_factory=dict)
@@ -56,15 +67,24 @@ class Carry:
     stuck: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: server -> why it is no longer tried
     given_up: Dict[str, str] = dataclasses.field(default_factory=dict)
-    #: servers on the host at the first pass
-    initial: Tuple[str, ...] = ()
     #: servers cold-migrated and not yet confirmed: once moved, they wait
     #: in VERIFY_RESIZE on their destination, off this host's list
-    cold: set = dataclasses.field(default_factory=set)
-    host: str = ""
+    cold: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
         _set_inflight(self.host, 0)
+        runs = getattr(self.ctx, "runs", None)
+        if runs is not None and runs.get(self.host_id) is self:
+            del runs[self.host_id]
+
+    def status_text(self):
+        """Where the drain stands, in a few words (status)."""
+        moved = len(self.initial) - self.left_count
+        text = "%d of %d servers moved, %d moving" % (
+            moved, len(self.initial), self.moving)
+        if self.given_up:
+            text += ", %d not migratable" % len(self.given_up)
+        return text
 
 
 def _set_inflight(host, n):
@@ -172,7 +192,9 @@ def drain(ctx, record, carry=None):
                             "the host while it drains")
         carry = Carry(capacities=capacities, services=services,
                       initial=tuple(s.id for s in servers),
-                      host=record.name)
+                      host=record.name, host_id=record.id, ctx=ctx,
+                      left_count=len(servers))
+        ctx.runs[record.id] = carry
         LOG.info("drain_started", host=record.name,
                  servers=len(servers), concurrency=concurrency,
                  refusals=len(plan.refusals), forced=record.drain_force,
@@ -190,6 +212,11 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              carry.capacities, carry.services, settings,
                              force=True)
     by_id = {s.id: s for s in servers}
+    carry.left_count = len([s for s in carry.initial if s in by_id])
+    for sid in [s for s in carry.sent_at if s not in by_id]:
+        # Off the host: moved (a cold move is confirmed on arrival).
+        ctx.drain_stats["moved"] += 1
+        ctx.drain_durations.append(now - carry.sent_at.pop(sid))
     why = plan.why
     inflight = [sid for sid, _, how in plan.steps if how == "wait"]
     for sid in inflight:
@@ -219,6 +246,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         if tries > settings.stuck_retries:
             carry.given_up[sid] = ("%s migration failed %d times"
                                    % (how, tries))
+            ctx.drain_stats["given_up"] += 1
             LOG.warning("drain_server_given_up", host=record.name,
                         server=sid, reason=carry.given_up[sid])
             continue
@@ -227,10 +255,13 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                 else ctx.compute.cold_migrate)
         if _try(ctx, record, carry, sid, how + "_migrate", send):
             sent += 1
+            ctx.drain_stats["sent_" + how] += 1
+            carry.sent_at.setdefault(sid, now)
             if how == "cold":
                 carry.cold.add(sid)
     unconfirmed = _confirm_moved(ctx, record, carry, by_id)
     moving = len(inflight) + sent + unconfirmed
+    carry.moving = moving
     _set_inflight(record.name, moving)
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
@@ -317,6 +348,7 @@ def _watch(ctx, record, carry, sid, settings, now):
         return
     handled = carry.stuck.get(sid, 0)
     carry.stuck[sid] = handled + 1
+    ctx.drain_stats["stuck"] += 1
     carry.progress.pop(sid, None)
     action = settings.stuck_action
     why = ("no progress for %.0fs (%s bytes left)"
@@ -326,8 +358,10 @@ def _watch(ctx, record, carry, sid, settings, now):
     try:
         if action == "force_complete":
             ctx.compute.force_complete_migration(sid, mig.id)
+            ctx.drain_stats["forced"] += 1
         else:
             ctx.compute.abort_migration(sid, mig.id)
+            ctx.drain_stats["aborted"] += 1
     except compute_base.ComputeError as e:
         LOG.warning("drain_stuck_action_refused", host=record.name,
                     server=sid, action=action, reason=str(e))

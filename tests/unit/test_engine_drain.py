@@ -194,3 +194,21 @@ def test_the_cli_prints_the_preflight_and_refuses_bad_options(capsys):
     with pytest.raises(SystemExit):
         p.parse_args(["compute-0", "--then", "reboot"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_metrics_and_status_say_what_the_drain_did():
+    w, api = _api()
+    w.compute.stalled.add("compute-0-vm-1")
+    status, _ = _post(api, "compute-0", {"reason": "kernel"})
+    assert status == 202
+    for _ in range(8):                  # two passes of the drain (5 s)
+        w.pass_()
+    snap = w.engine.snapshot()
+    host = next(h for h in snap["hosts"] if h["name"] == "compute-0")
+    assert host["state"] == "draining"
+    assert "1 of 2 servers moved, 1 moving" in w.engine.running_work(
+        w.engine.find("compute-0").id)
+    text = api.handle("GET", "/metrics")[2].decode()
+    assert 'instanceha_drain_servers_total{event="sent_live"} 2.0' in text
+    assert 'instanceha_drain_servers_total{event="moved"} 1.0' in text
+    assert "instanceha_drain_migration_seconds_count 1.0" in text
