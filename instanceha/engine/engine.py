@@ -35,7 +35,8 @@ from instanceha import fsm
 from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
-                                   Action, State, urgent)
+                                   ORDINARY_ACTIONS, Action, State,
+                                   urgent)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -139,6 +140,16 @@ class Engine(Hosts):
                 self._apply(item)
             elif isinstance(item, Result):
                 self._apply(item.event, item.finish)
+            elif (item.action in ORDINARY_ACTIONS
+                  and self.queue.taken_urgent(host_id)):
+                # Proven dead by this worker, taken from the urgent lane:
+                # its evacuation (minutes of passes) waits its turn in the
+                # ordinary lane, so the workers kept for hosts being
+                # proven dead stay free for them.
+                with self._lock:
+                    self._inbox.put_front(host_id, item)
+                self.queue.add(host_id)
+                return
             else:
                 self._run(host_id, item)
 

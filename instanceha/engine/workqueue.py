@@ -148,6 +148,11 @@ class WorkQueue:
             self._dirty_urgent.discard(key)
             return key
 
+    def taken_urgent(self, key):
+        """``key`` is being processed, taken from the urgent lane."""
+        with self._cond:
+            return key in self._processing and key not in self._ordinary
+
     def _ordinary_free(self):
         return (self._ordinary_limit is None
                 or len(self._ordinary) < self._ordinary_limit)

@@ -53,6 +53,11 @@ URGENT_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED,
 #: checks and routine heartbeats in the engine's work queue.
 PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
 
+#: Actions that run in the work queue's ordinary lane (long passes and
+#: checks), even for a host whose last news came through the urgent lane.
+ORDINARY_ACTIONS = frozenset({Action.EVACUATE, Action.CHECK_CLEANUP,
+                              Action.DRAIN, Action.UNDRAIN})
+
 #: What an active host hears that cannot start a proof of death: "still
 #: heartbeating" (Nova's or its agent's) and "capacity appeared".
 ROUTINE_NEWS = frozenset({E.HEARTBEAT_OK, E.AGENT_BEATING, E.CAPACITY})

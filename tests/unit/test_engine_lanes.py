@@ -49,3 +49,27 @@ def test_which_news_is_urgent():
         assert urgent(State.ACTIVE, news)
     # Past the proof: evacuation passes and cleanup checks wait their turn.
     assert not urgent(State.EVACUATING, E.HEARTBEAT_LOST)
+
+
+def test_a_host_proven_dead_through_the_urgent_lane_evacuates_as_ordinary():
+    # Found at 20,000 hosts: 16 hosts fenced at once ran their first
+    # evacuation pass (10 s each) in the worker that fenced them, so the
+    # workers kept for proofs were all busy and the next dead hosts
+    # waited 30 s for the TICK that fences them.
+    from instanceha.engine.inbox import Pending
+    from instanceha.fsm.states import Action
+    w = World(hosts=2, servers=1)
+    w.pass_()
+    rec = w.engine.find("compute-1")
+    with w.engine._lock:
+        w.engine._inbox.put_front(rec.id, Pending(Action.EVACUATE, None))
+    w.engine.queue.add(rec.id, urgent=True)
+    key = w.engine.queue.get(timeout=0)
+    assert key == rec.id and w.engine.queue.taken_urgent(key)
+    w.engine.work(key)
+    # Nothing ran: the evacuation waits in the ordinary lane.
+    assert w.compute.requested == {}
+    assert list(w.engine.queue._queue) == [rec.id]
+    assert not w.engine.queue._urgent
+    key = w.engine.queue.get(timeout=0)
+    assert key == rec.id and not w.engine.queue.taken_urgent(key)
