@@ -107,6 +107,18 @@ def _decision_due(r, ev, p):
             or agent_fence_due(r, ev, p))
 
 
+def heartbeat_since_loss(r, ev):
+    """The report's heartbeat is newer than the newest Nova showed when
+    the host was lost: a row read before Nova noticed the loss (still
+    fresh on the agent's or a kdump's word) does not bring it back."""
+    report = ev.payload
+    updated = (report.updated_at if isinstance(report, ServiceReport)
+               else None)
+    if r.lost_updated is None:
+        return True
+    return updated is not None and updated > r.lost_updated
+
+
 def reported_after_fencing(r, ev, p):
     """The heartbeat is newer than the fencing and than instanceha's own
     write to the service: the host really came back.
@@ -180,7 +192,8 @@ GUARDS = {
     "drained": lambda r, ev, p: bool(r.drain_then),
     "then_decommission": lambda r, ev, p: r.drain_then == "decommission",
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
-    "not_isolated": lambda r, ev, p: not r.isolated,
+    "back_not_isolated": lambda r, ev, p: (not r.isolated
+                                           and heartbeat_since_loss(r, ev)),
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
     "suspension_expired_returned": lambda r, ev, p: (

@@ -153,6 +153,8 @@ def _enter(r, dst, ev, p):
                               else ev.at)
     if dst is State.ACTIVE and r.state is State.SUSPECT and r.heartbeat_ok:
         changes["lost_at"] = None       # the agent's silence is over
+    if dst is State.SUSPECT and r.state in (State.ACTIVE, State.DRAINING):
+        changes["lost_updated"] = r.nova_updated
     if (dst is State.SUSPECT and r.state is State.ACTIVE
             and ev.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN)):
         # Heartbeat losses only: kdump messages of a crashing host that

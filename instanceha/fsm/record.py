@@ -62,6 +62,9 @@ class HostRecord:
     nova_step: Optional[float] = None
     #: when the latest read of Nova that reported the host started (ours)
     nova_read_at: Optional[float] = None
+    #: Nova's newest updated_at when the host was lost (left active):
+    #: only a heartbeat newer than it shows the host back from a failure
+    lost_updated: Optional[float] = None
     #: A planned drain asked by an operator: what follows it
     #: ("maintenance" or "decommission"; "" when none), servers moved at
     #: once (None: [drain] concurrency), drain what can be drained even

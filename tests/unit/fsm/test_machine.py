@@ -1,6 +1,7 @@
 """Behaviour of the state machine, driven with explicit times."""
 
 from instanceha.events import Event, EventKind as E
+from instanceha import conf as conf_pkg
 from instanceha.fsm import machine
 from instanceha.fsm.states import Action as A, State as S
 
@@ -232,3 +233,23 @@ def test_next_wakeup():
     rec, _ = run([ev(E.HEARTBEAT_LOST, 100)])
     assert machine.next_wakeup(rec, P) == 110
     assert machine.next_wakeup(machine.HostRecord(id="x"), P) is None
+
+
+def test_a_failed_host_comes_back_only_on_a_heartbeat_newer_than_its_loss():
+    # Found by the Prometheus drill: an agent-detected host whose fence
+    # failed went back to active on a reconcile row read before Nova
+    # noticed the death (its updated_at still fresh), was suspected and
+    # fenced again, failed again: a loop.
+    import dataclasses as dc
+    from instanceha.events import ServiceReport
+    p = machine.Policy.from_conf(conf_pkg.make({}))
+    r = machine.HostRecord(id="h", name="h", nova_updated=100.0)
+    r, _ = machine.step(r, Event(E.HEARTBEAT_LOST, "h", 10.0), p)
+    assert r.state is S.SUSPECT and r.lost_updated == 100.0
+    r = dc.replace(r, state=S.FAILED)
+    stale = Event(E.HEARTBEAT_OK, "h", 20.0,
+                  payload=ServiceReport(updated_at=100.0))
+    assert machine.step(r, stale, p)[0].state is S.FAILED
+    fresh = Event(E.HEARTBEAT_OK, "h", 30.0,
+                  payload=ServiceReport(updated_at=112.0))
+    assert machine.step(r, fresh, p)[0].state is S.ACTIVE
