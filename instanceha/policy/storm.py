@@ -18,7 +18,8 @@ from instanceha.fsm.states import State
 
 _RECOVERING = {State.FENCING, State.FENCED, State.EVACUATING, State.PENDING}
 _ENDED = {State.EVACUATED, State.FAILED}
-_OPERATORS = {State.MAINTENANCE, State.SUSPENDED}
+_OPERATORS = {State.MAINTENANCE, State.SUSPENDED, State.DRAINING,
+              State.UNDRAINING, State.DECOMMISSIONED}
 GLOBAL = "global"
 #: scope names of host aggregates: "aggregate:<name>" (zones: the bare name)
 AGGREGATE = "aggregate:"
@@ -65,6 +66,11 @@ def lost(rec, now, s):
         return True
     if rec.state in _ENDED:
         return now - rec.since <= s.window
+    if rec.state is State.SUSPECT and rec.agent == "silent":
+        # Suspect on its agent's silence while Nova still says up: lost
+        # for the threshold too, or a storm seen first by the agents
+        # would fence its first hosts before any hold.
+        return True
     if rec.state in (State.SUSPECT, State.ACTIVE):
         return not rec.heartbeat_ok
     return False

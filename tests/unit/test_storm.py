@@ -35,6 +35,19 @@ def test_hosts_being_or_recently_recovered_count_as_lost():
     assert scope.over(SET) and "4 of 7" in scope.describe()
 
 
+def test_a_host_suspect_on_its_agents_silence_counts_as_lost():
+    # Nova still says up (heartbeat_ok) while the agent is silent: the
+    # threshold must see it before its fencing starts.
+    recs = [_rec(0, S.SUSPECT, agent="silent"), _rec(1), _rec(2), _rec(3)]
+    scope = storm.assess(recs, 650, SET)[storm.GLOBAL]
+    assert scope.lost == ("c0",) and scope.total == 4
+    # Hosts draining or decommissioned are in their operator's hands.
+    recs = [_rec(0, S.DRAINING), _rec(1, S.DECOMMISSIONED, ok=False),
+            _rec(2, S.UNDRAINING), _rec(3), _rec(4)]
+    scope = storm.assess(recs, 650, SET)[storm.GLOBAL]
+    assert scope.lost == () and scope.total == 2
+
+
 def test_zone_threshold_holds_only_its_own_zone():
     s = storm.Settings(threshold=50, min_hosts=2, window=600, per_zone=True)
     recs = [_rec(i, zone="az1") for i in range(4)]
