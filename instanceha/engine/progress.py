@@ -31,6 +31,13 @@ class ProgressBoard:
         for fn in list(self._subscribers):
             fn(server_id)
 
+    def nudge(self, server_id):
+        """A server moved (a live or cold migration's notification): wake
+        the passes waiting (a drain reads its servers again) without
+        keeping anything about it."""
+        for fn in list(self._subscribers):
+            fn(server_id)
+
     def facts(self, server_id):
         with self._cond:
             return dict(self._seen.get(server_id, {}))

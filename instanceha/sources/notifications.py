@@ -330,6 +330,12 @@ class NotificationSource:
     def _on_instance(self, now, event_type, facts):
         if self._board is None:
             return
+        if np.is_move(facts):
+            # A migration step ended: a draining host's next pass reads
+            # its servers now rather than at its poll interval.
+            self._board.nudge(facts.server_id)
+            self._count("progress")
+            return
         if not np.is_rebuild_related(facts) \
                 and not self._board.facts(facts.server_id):
             return   # an ordinary state change of a server we don't follow

@@ -65,11 +65,21 @@ class InstanceFacts:
 
 
 SERVICE_EVENTS = frozenset(["service.update"])
+#: A live or cold migration's steps ending: a drain's progress.
+MOVE_EVENTS = frozenset([
+    "instance.live_migration_post.end",
+    "instance.live_migration_post_dest.end",
+    "instance.live_migration_rollback.end",
+    "instance.live_migration_abort.end",
+    "instance.live_migration_force_complete.end",
+    "instance.resize_finish.end", "instance.resize_confirm.end",
+    "instance.resize.error",
+])
 INSTANCE_EVENTS = frozenset([
     "instance.evacuate", "instance.rebuild_scheduled",
     "instance.rebuild.start", "instance.rebuild.end",
     "instance.rebuild.error", "instance.update",
-])
+]) | MOVE_EVENTS
 LEGACY_PREFIX = "compute."
 
 # Task states Nova sets while an evacuation rebuilds a server.
@@ -207,9 +217,16 @@ def _parse_legacy_instance(event_type, publisher_id, payload):
 def is_rebuild_related(facts):
     """instance.update is sent for every state change of every server;
     only those of a rebuild are evacuation progress."""
+    if facts.event in MOVE_EVENTS:
+        return False
     return (facts.event != "instance.update"
             or facts.task_state in REBUILD_TASK_STATES
             or facts.old_task_state in REBUILD_TASK_STATES)
+
+
+def is_move(facts):
+    """A live or cold migration step ended (a drain's progress)."""
+    return facts.event in MOVE_EVENTS
 
 
 def describe(value: Any, limit=200):

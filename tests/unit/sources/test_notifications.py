@@ -381,3 +381,18 @@ def test_error_and_drop_records_are_counted():
     assert (health["errors"], health["dropped"]) == (1, 1)
     assert health["last_error"] == "TypeError: parser bug"
     assert sink.events == []
+
+
+def test_a_migration_step_wakes_the_passes_and_keeps_nothing():
+    # A drain's live migration ended: the draining host's next pass reads
+    # its servers now; the board keeps nothing about the server.
+    with Harness() as h:
+        woken = []
+        h.board.subscribe(woken.append)
+        entry = helpers.recorded()["instance.rebuild.end"]  # same payload
+        h.publish("instance.live_migration_post.end", entry["payload"],
+                  entry["publisher_id"])
+        h.wait_handled()
+        assert woken == [SERVER]
+        assert h.board.facts(SERVER) == {}
+        assert h.sink.events == []
