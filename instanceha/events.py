@@ -59,6 +59,10 @@ class EventKind(str, enum.Enum):
     DRAIN_FAILED = "drain_failed"          # refused or stopped: see reason
     UNDRAIN_OK = "undrain_ok"              # migrations aborted, host enabled
     UNDRAIN_FAILED = "undrain_failed"
+    DECOMMISSION_OK = "decommission_ok"    # service deleted, out of aggregates
+    DECOMMISSION_FAILED = "decommission_failed"
+    FAIL_BACK_OK = "fail_back_ok"          # the drained servers moved back
+    FAIL_BACK_FAILED = "fail_back_failed"
     # Operator commands.
     OPERATOR_SUSPEND = "operator_suspend"
     OPERATOR_MAINTENANCE = "operator_maintenance"
@@ -257,9 +261,27 @@ class DrainRequest:
                              % (self.concurrency,))
 
 
+@dataclasses.dataclass(frozen=True)
+class DrainSummary:
+    """DRAIN_OK: the servers the drain moved off the host (for a later
+    fail-back)."""
+
+    moved: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeRequest:
+    """OPERATOR_RESUME: move the servers a drain moved back onto the host
+    once it is back in service (fail-back); None: [maintenance]
+    fail_back."""
+
+    fail_back: Optional[bool] = None
+
+
 Payload = Union[ServiceReport, PowerReading, Fenced, Isolated,
                 EvacuationSummary, Restored, KdumpMessage, Suspension,
-                AgentReport, AgentSilence, DrainRequest]
+                AgentReport, AgentSilence, DrainRequest, DrainSummary,
+                ResumeRequest]
 
 #: The payload class of each kind that carries one.
 PAYLOADS: Dict[EventKind, Type[Any]] = {
@@ -278,6 +300,8 @@ PAYLOADS: Dict[EventKind, Type[Any]] = {
     EventKind.CLEANUP_CONFIRMED: Restored,
     EventKind.OPERATOR_SUSPEND: Suspension,
     EventKind.OPERATOR_DRAIN: DrainRequest,
+    EventKind.DRAIN_OK: DrainSummary,
+    EventKind.OPERATOR_RESUME: ResumeRequest,
     EventKind.AGENT_BEATING: AgentReport,
     EventKind.AGENT_SILENT: AgentSilence,
 }

@@ -15,7 +15,10 @@
                                       "maintenance"|"decommission",
                                       "concurrency": N, "force": false,
                                       "dry_run": false}
-    POST /hosts/<host>/resume         {"reason": "..."}
+    POST /hosts/<host>/resume         {"reason": "...", "fail_back": bool}
+                                      (fail_back: a drained host's servers
+                                      move back; absent: [maintenance]
+                                      fail_back)
     POST /storm/resume                {"reason": "..."}  lift the storm hold
     GET  /hosts/<host>/history        the host's journal, in time order
                                       (?since=&until=&limit=&marker=)
@@ -59,7 +62,8 @@ from instanceha.api.commands import COMMANDS
 from instanceha.api.payload import answer, load_object, suspend_seconds
 from instanceha.conf import api as api_conf
 from instanceha.errors import ConfigError
-from instanceha.events import DrainRequest, Event, Suspension
+from instanceha.events import (DrainRequest, Event, ResumeRequest,
+                               Suspension)
 from instanceha.fsm import machine
 
 LOG = structlog.get_logger("instanceha.api")
@@ -202,6 +206,12 @@ class OperatorAPI:
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None
         payload = Suspension(until) if until is not None else None
+        if verb == "resume" and "fail_back" in args:
+            if not isinstance(args["fail_back"], bool):
+                return answer(400, {"error": "bad request body: fail_back "
+                                    "must be true or false, not %r"
+                                    % (args["fail_back"],)})
+            payload = ResumeRequest(fail_back=args["fail_back"])
         preflight = None
         if verb == "drain":
             try:

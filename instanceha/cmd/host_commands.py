@@ -31,6 +31,16 @@ def command_parser(verb):
     p.add_argument("host", nargs="?" if verb == "resume" else None)
     p.add_argument("--reason", default="")
     if verb == "resume":
+        back = p.add_mutually_exclusive_group()
+        back.add_argument("--fail-back", dest="fail_back",
+                          action="store_const", const=True, default=None,
+                          help="a drained host: once back in service, "
+                               "move the servers its drain moved back "
+                               "onto it")
+        back.add_argument("--no-fail-back", dest="fail_back",
+                          action="store_const", const=False,
+                          help="leave them where the drain put them "
+                               "(whatever [maintenance] fail_back says)")
         p.add_argument("--storm", action="store_true",
                        help="lift the storm hold for the hosts lost now "
                             "(more losses hold again), instead of "
@@ -82,6 +92,8 @@ def main(verb, argv):
                     % conf.api.max_suspend_seconds)
         else:
             body["seconds"] = args.seconds
+    if verb == "resume" and args.fail_back is not None:
+        body["fail_back"] = args.fail_back
     if verb == "drain":
         if args.concurrency is not None and args.concurrency < 1:
             p.error("--concurrency must be at least 1")

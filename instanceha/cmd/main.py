@@ -22,7 +22,8 @@
                                           move every server off a live HOST by
                                           migrations (preflight first), then
                                           maintenance or decommission
-    instanceha resume HOST [--reason R] [--config-file F]
+    instanceha resume HOST [--reason R] [--fail-back|--no-fail-back]
+                      [--config-file F]
                                           watch HOST again (or retry its recovery;
                                           a drained HOST is re-enabled, a drain
                                           in progress cancelled)

@@ -26,6 +26,7 @@ from instanceha.conf import fencing
 from instanceha.conf import heartbeat
 from instanceha.conf import journal
 from instanceha.conf import kdump
+from instanceha.conf import maintenance
 from instanceha.conf import notifications
 from instanceha.conf import policy
 from instanceha.conf import recovery
@@ -33,7 +34,8 @@ from instanceha.conf import reserved_hosts
 
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
-           capacity, reserved_hosts, coordination, heartbeat, drain]
+           capacity, reserved_hosts, coordination, heartbeat, drain,
+           maintenance]
 
 
 def new_conf():

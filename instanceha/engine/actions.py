@@ -17,7 +17,8 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import drain, evacuator, proof, reserve, stale
+from instanceha.engine import (drain, evacuator, proof, putback, reserve,
+                               stale)
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
@@ -352,13 +353,16 @@ RUN: Dict[Action, Callable[..., Any]] = {
     Action.EVACUATE: evacuate,
     Action.CHECK_CLEANUP: check_cleanup,
     Action.DRAIN: drain.drain,
-    Action.UNDRAIN: drain.undrain,
+    Action.UNDRAIN: putback.undrain,
+    Action.DECOMMISSION: putback.decommission,
+    Action.FAIL_BACK: putback.fail_back,
 }
 
 #: Actions that run in passes: called again with the carry of their last
 #: Requeue, also once the host has left the state that started them (so
 #: that what Nova already has is followed to the end and journalled).
-PASSES = {Action.EVACUATE, Action.DRAIN}
+PASSES = {Action.EVACUATE, Action.DRAIN, Action.UNDRAIN,
+          Action.FAIL_BACK}
 
 
 def run(action, ctx, record, carry=None):

@@ -25,7 +25,7 @@ import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.engine.evacuator import Requeue
-from instanceha.events import Event, EventKind as E
+from instanceha.events import DrainSummary, Event, EventKind as E
 from instanceha.fsm.states import State
 from instanceha.policy import drain as drain_policy
 from instanceha.policy import facts_nova
@@ -72,7 +72,7 @@ class Carry:
     cold: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
-        _set_inflight(self.host, 0)
+        set_inflight(self.host, 0)
         runs = getattr(self.ctx, "runs", None)
         if runs is not None and runs.get(self.host_id) is self:
             del runs[self.host_id]
@@ -87,7 +87,7 @@ class Carry:
         return text
 
 
-def _set_inflight(host, n):
+def set_inflight(host, n):
     with _inflight_lock:
         if n:
             _inflight[host] = n
@@ -95,7 +95,7 @@ def _set_inflight(host, n):
             _inflight.pop(host, None)
 
 
-def _others_inflight(host):
+def others_inflight(host):
     with _inflight_lock:
         return sum(n for h, n in _inflight.items() if h != host)
 
@@ -105,7 +105,7 @@ def _now_text(ctx):
         ctx.clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _result(ctx, record, kind, reason):
+def result(ctx, record, kind, reason):
     return Event(kind, record.id, ctx.clock(), name=record.name,
                  reason=reason, source="action")
 
@@ -169,7 +169,7 @@ def drain(ctx, record, carry=None):
         # the undrain.
         if carry is not None:
             carry.close()
-        return _result(ctx, record, E.DRAIN_FAILED,
+        return result(ctx, record, E.DRAIN_FAILED,
                        "the host left draining (%s)" % record.state.value)
     settings = _settings(ctx, record.drain_concurrency)
     concurrency = settings.concurrency
@@ -181,7 +181,7 @@ def drain(ctx, record, carry=None):
             LOG.warning("drain_refused", host=record.name,
                         reasons=len(plan.refusals),
                         reason="; ".join(plan.refusals))
-            return _result(ctx, record, E.DRAIN_FAILED,
+            return result(ctx, record, E.DRAIN_FAILED,
                            "preflight refused: " + "; ".join(plan.refusals))
         svc = ctx.compute.service_of(record.name)
         if svc is not None and svc.status == "enabled":
@@ -220,9 +220,9 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     why = plan.why
     inflight = [sid for sid, _, how in plan.steps if how == "wait"]
     for sid in inflight:
-        _watch(ctx, record, carry, sid, settings, now)
+        watch(ctx, record, carry, sid, settings, now)
     room = max(0, concurrency - len(inflight))
-    cap = settings.max_concurrent - _others_inflight(record.name)
+    cap = settings.max_concurrent - others_inflight(record.name)
     room = max(0, min(room, cap))
     sent = 0
     left: List[str] = []
@@ -237,7 +237,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             deferred.append(name or sid)
             continue
         if how == "confirm":
-            _try(ctx, record, carry, sid, "confirm_resize",
+            send(ctx, record, carry, sid, "confirm_resize",
                  ctx.compute.confirm_resize)
             continue
         if how not in ("live", "cold") or sent >= room:
@@ -251,9 +251,9 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                         server=sid, reason=carry.given_up[sid])
             continue
         carry.attempts[sid] = tries + 1
-        send = (ctx.compute.live_migrate if how == "live"
-                else ctx.compute.cold_migrate)
-        if _try(ctx, record, carry, sid, how + "_migrate", send):
+        request = (ctx.compute.live_migrate if how == "live"
+                   else ctx.compute.cold_migrate)
+        if send(ctx, record, carry, sid, how + "_migrate", request):
             sent += 1
             ctx.drain_stats["sent_" + how] += 1
             carry.sent_at.setdefault(sid, now)
@@ -262,7 +262,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     unconfirmed = _confirm_moved(ctx, record, carry, by_id)
     moving = len(inflight) + sent + unconfirmed
     carry.moving = moving
-    _set_inflight(record.name, moving)
+    set_inflight(record.name, moving)
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):
@@ -280,7 +280,10 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     summary = "; ".join(parts)
     LOG.info("drain_finished", host=record.name, moved=moved,
              total=len(carry.initial), reason=summary)
-    return _result(ctx, record, E.DRAIN_OK, summary)
+    return Event(E.DRAIN_OK, record.id, ctx.clock(), name=record.name,
+                 reason=summary, source="action",
+                 payload=DrainSummary(moved=tuple(
+                     s for s in carry.initial if s not in by_id)))
 
 
 def _confirm_moved(ctx, record, carry, on_host):
@@ -300,14 +303,14 @@ def _confirm_moved(ctx, record, carry, on_host):
                         server=sid, reason=str(e))
             continue
         if (server.status or "").upper() == "VERIFY_RESIZE":
-            _try(ctx, record, carry, sid, "confirm_resize",
+            send(ctx, record, carry, sid, "confirm_resize",
                  ctx.compute.confirm_resize)
         elif server.host != record.name and not server.task_state:
             carry.cold.discard(sid)     # confirmed: settled elsewhere
     return len(carry.cold)
 
 
-def _try(ctx, record, carry, sid, what, call):
+def send(ctx, record, carry, sid, what, call):
     """Send one request; a refusal is logged and the server tried again
     at a later pass (its attempts counted)."""
     try:
@@ -321,7 +324,7 @@ def _try(ctx, record, carry, sid, what, call):
     return True
 
 
-def _watch(ctx, record, carry, sid, settings, now):
+def watch(ctx, record, carry, sid, settings, now):
     """A migration in flight: note its progress; one that copied nothing
     for [drain] stuck_timeout is aborted or forced to complete."""
     try:
@@ -365,34 +368,3 @@ def _watch(ctx, record, carry, sid, settings, now):
     except compute_base.ComputeError as e:
         LOG.warning("drain_stuck_action_refused", host=record.name,
                     server=sid, action=action, reason=str(e))
-
-
-def undrain(ctx, record):
-    """Put a drained (or draining) host back: abort the live migrations
-    still in flight from it, where Nova allows, then enable its compute
-    service if a drain disabled it (an operator's own disable is left)."""
-    aborted = 0
-    for server in ctx.compute.list_servers(record.name):
-        if (server.status or "").upper() != "MIGRATING":
-            continue
-        try:
-            for mig in ctx.compute.server_migrations(server.id):
-                ctx.compute.abort_migration(server.id, mig.id)
-                aborted += 1
-        except compute_base.ComputeError as e:
-            LOG.warning("undrain_abort_refused", host=record.name,
-                        server=server.id, reason=str(e),
-                        effect="the migration finishes; the server stays "
-                               "on its new host")
-    _set_inflight(record.name, 0)
-    svc = ctx.compute.service_of(record.name)
-    enabled = ""
-    if svc is not None and svc.status == "disabled" \
-            and (svc.disabled_reason or "").startswith(DRAIN_REASON):
-        ctx.compute.enable_service(svc.id)
-        enabled = "; compute service enabled"
-    elif svc is not None and svc.status == "disabled":
-        enabled = ("; left disabled: %r is not a drain's"
-                   % (svc.disabled_reason or ""))
-    return _result(ctx, record, E.UNDRAIN_OK,
-                   "put back: %d migration(s) aborted%s" % (aborted, enabled))

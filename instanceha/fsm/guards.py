@@ -190,7 +190,10 @@ GUARDS = {
         and ev.payload.stopped_for_operator),
     "isolated": lambda r, ev, p: r.isolated,
     "drained": lambda r, ev, p: bool(r.drain_then),
+    "drained_not_isolated": lambda r, ev, p: (bool(r.drain_then)
+                                              and not r.isolated),
     "then_decommission": lambda r, ev, p: r.drain_then == "decommission",
+    "fail_back": lambda r, ev, p: r.fail_back and bool(r.drain_moved),
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
     "back_not_isolated": lambda r, ev, p: (not r.isolated
                                            and heartbeat_since_loss(r, ev)),

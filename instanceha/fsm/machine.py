@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
-    AgentSilence, DrainRequest, Isolated, PowerReading, ServiceReport,
-    Suspension)
+    AgentSilence, DrainRequest, DrainSummary, Isolated, PowerReading,
+    ResumeRequest, ServiceReport, Suspension)
 from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
@@ -193,9 +193,19 @@ def _enter(r, dst, ev, p):
         changes.update(drain_then=ev.payload.then,
                        drain_concurrency=ev.payload.concurrency,
                        drain_force=ev.payload.force)
+    if isinstance(ev.payload, DrainSummary):
+        changes["drain_moved"] = tuple(ev.payload.moved)
+    if dst is State.UNDRAINING:
+        changes["from_maintenance"] = r.state in (State.MAINTENANCE,
+                                                  State.FAILED)
+        changes["fail_back"] = bool(
+            isinstance(ev.payload, ResumeRequest)
+            and (ev.payload.fail_back if ev.payload.fail_back is not None
+                 else p.fail_back))
     if dst is State.ACTIVE:
         changes.update(drain_then="", drain_concurrency=None,
-                       drain_force=False)
+                       drain_force=False, drain_moved=(), fail_back=False,
+                       from_maintenance=False)
     return changes
 
 

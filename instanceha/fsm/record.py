@@ -72,6 +72,13 @@ class HostRecord:
     drain_then: str = ""
     drain_concurrency: Optional[int] = None
     drain_force: bool = False
+    #: the servers the drain moved off the host (a fail-back moves them
+    #: back), and whether the operator's resume asked for it
+    drain_moved: Tuple[str, ...] = ()
+    fail_back: bool = False
+    #: put back from maintenance (not a drain cancelled or refused): the
+    #: smoke test applies
+    from_maintenance: bool = False
 
     @property
     def loss_count(self):

@@ -32,6 +32,9 @@ class Policy:
     #: a read): an advance seen this soon after the agent fell silent may
     #: be from before it
     nova_seen_lag: float = 3.0
+    #: a drained host's resume moves the drained servers back
+    #: ([maintenance] fail_back; an operator's resume may say otherwise)
+    fail_back: bool = False
 
     @classmethod
     def from_conf(cls, conf):
@@ -49,6 +52,9 @@ class Policy:
             power_evidence=conf.fencing.power_evidence,
             nova_seen_lag=conf.detection.poll_interval + 1.0,
         )
+        maintenance = getattr(conf, "maintenance", None)
+        if maintenance is not None:
+            kw["fail_back"] = maintenance.fail_back
         agent = getattr(conf, "agent", None)
         if agent is not None and hasattr(agent, "nova_report_interval"):
             kw["nova_report_interval"] = agent.nova_report_interval

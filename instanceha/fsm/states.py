@@ -19,7 +19,9 @@ class State(str, enum.Enum):
     SUSPENDED = "suspended"      # operator: hands off (optionally until a time)
     DRAINING = "draining"        # operator: live host disabled, servers migrating off
     UNDRAINING = "undraining"    # drain cancelled or ended: aborting, re-enabling
+    DECOMMISSIONING = "decommissioning"  # drained: service deleted, aggregates left
     DECOMMISSIONED = "decommissioned"  # drained for good; heartbeat loss ignored
+    FAILING_BACK = "failing_back"  # back in service: the drained servers move back
 
 
 class Action(str, enum.Enum):
@@ -29,6 +31,8 @@ class Action(str, enum.Enum):
     CHECK_CLEANUP = "check_cleanup"  # migrations completed? then put host back
     DRAIN = "drain"                  # migrate every server off a live host
     UNDRAIN = "undrain"              # abort its migrations, re-enable it
+    DECOMMISSION = "decommission"    # delete its compute service, leave aggregates
+    FAIL_BACK = "fail_back"          # migrate the drained servers back to it
 
 
 #: The action a state starts on entry. Re-entering the state (a retry, or a
@@ -41,6 +45,8 @@ ENTRY_ACTION = {
     State.RECOVERING: Action.CHECK_CLEANUP,
     State.DRAINING: Action.DRAIN,
     State.UNDRAINING: Action.UNDRAIN,
+    State.DECOMMISSIONING: Action.DECOMMISSION,
+    State.FAILING_BACK: Action.FAIL_BACK,
 }
 
 #: States of a host being proven dead or having its servers moved: reads
@@ -56,7 +62,8 @@ PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
 #: Actions that run in the work queue's ordinary lane (long passes and
 #: checks), even for a host whose last news came through the urgent lane.
 ORDINARY_ACTIONS = frozenset({Action.EVACUATE, Action.CHECK_CLEANUP,
-                              Action.DRAIN, Action.UNDRAIN})
+                              Action.DRAIN, Action.UNDRAIN,
+                              Action.DECOMMISSION, Action.FAIL_BACK})
 
 #: What an active host hears that cannot start a proof of death: "still
 #: heartbeating" (Nova's or its agent's) and "capacity appeared".
@@ -86,6 +93,10 @@ RESULTS = {
                            E.CLEANUP_PENDING),
     Action.DRAIN: ((E.DRAIN_OK, E.DRAIN_FAILED), E.DRAIN_FAILED),
     Action.UNDRAIN: ((E.UNDRAIN_OK, E.UNDRAIN_FAILED), E.UNDRAIN_FAILED),
+    Action.DECOMMISSION: ((E.DECOMMISSION_OK, E.DECOMMISSION_FAILED),
+                          E.DECOMMISSION_FAILED),
+    Action.FAIL_BACK: ((E.FAIL_BACK_OK, E.FAIL_BACK_FAILED),
+                       E.FAIL_BACK_FAILED),
 }
 
 #: Every result kind.

@@ -167,10 +167,9 @@ def test_bad_drain_requests_are_refused_naming_the_field():
 
 def test_a_drain_through_the_api_ends_in_maintenance():
     w, api = _api()
-    status, out = _post(api, "compute-1", {"reason": "kernel",
-                                           "then": "decommission"})
+    status, out = _post(api, "compute-1", {"reason": "kernel"})
     assert status == 202 and out["preflight"]["ok"]
-    w.until("compute-1", "decommissioned")
+    w.until("compute-1", "maintenance")
     assert _on(w, "compute-1") == []
 
 

@@ -5,7 +5,8 @@ while draining (the failure path takes what is left)."""
 import pytest
 
 from instanceha import conf as conf_pkg
-from instanceha.events import DrainRequest, Event, EventKind as E
+from instanceha.events import (DrainRequest, DrainSummary, Event,
+                               EventKind as E, ResumeRequest)
 from instanceha.fsm import machine
 from instanceha.fsm.states import Action, State as S
 
@@ -33,18 +34,51 @@ def test_a_drain_starts_the_drain_pass_and_keeps_the_request():
         "decommission", 3, True)
 
 
-@pytest.mark.parametrize("then,state", [("maintenance", S.MAINTENANCE),
-                                        ("decommission", S.DECOMMISSIONED)])
-def test_a_finished_drain_ends_as_asked(then, state):
-    rec, _ = _draining(then=then)
-    new, actions = _step(rec, E.DRAIN_OK, reason="4/4 servers moved")
-    assert new.state is state and actions == []
+def test_a_finished_drain_ends_in_maintenance_and_resumes_through_undrain():
+    rec, _ = _draining()
+    new, actions = _step(rec, E.DRAIN_OK, reason="4/4 servers moved",
+                         payload=DrainSummary(moved=("a", "b")))
+    assert new.state is S.MAINTENANCE and actions == []
     assert "4/4 servers moved" in new.reason
-    # Resumed later: the drained host is re-enabled first.
-    back, actions = _step(new, E.OPERATOR_RESUME, at=20.0)
+    assert new.drain_moved == ("a", "b")
+    # Resumed later: the drained host is re-enabled first (smoke test),
+    # then, when asked, its servers move back.
+    back, actions = _step(new, E.OPERATOR_RESUME, at=20.0,
+                          payload=ResumeRequest(fail_back=True))
     assert back.state is S.UNDRAINING and actions == [Action.UNDRAIN]
-    done, _ = _step(back, E.UNDRAIN_OK, at=21.0, reason="enabled")
+    assert back.from_maintenance and back.fail_back
+    moving, actions = _step(back, E.UNDRAIN_OK, at=21.0, reason="enabled")
+    assert moving.state is S.FAILING_BACK and actions == [Action.FAIL_BACK]
+    done, _ = _step(moving, E.FAIL_BACK_OK, at=30.0, reason="2/2 back")
     assert done.state is S.ACTIVE and done.drain_then == ""
+    assert done.drain_moved == () and not done.fail_back
+    # Without fail-back: active once re-enabled.
+    plain, _ = _step(new, E.OPERATOR_RESUME, at=20.0)
+    assert not plain.fail_back
+    assert _step(plain, E.UNDRAIN_OK, at=21.0)[0].state is S.ACTIVE
+
+
+def test_a_failed_fail_back_leaves_the_host_active_and_says_why():
+    rec = machine.HostRecord(id="h", name="h", state=S.FAILING_BACK,
+                             drain_moved=("a",), fail_back=True)
+    new, _ = _step(rec, E.FAIL_BACK_FAILED, reason="a: SHUTOFF")
+    assert new.state is S.ACTIVE and "a: SHUTOFF" in new.reason
+
+
+def test_decommission_after_a_complete_drain_or_maintenance_with_why():
+    rec, _ = _draining(then="decommission")
+    new, actions = _step(rec, E.DRAIN_OK, reason="2/2 servers moved",
+                         payload=DrainSummary(moved=("a", "b")))
+    assert new.state is S.DECOMMISSIONING
+    assert actions == [Action.DECOMMISSION]
+    done, _ = _step(new, E.DECOMMISSION_OK, reason="service deleted")
+    assert done.state is S.DECOMMISSIONED
+    # Nothing brings a decommissioned host back: its service is gone.
+    assert _step(done, E.OPERATOR_RESUME)[0].state is S.DECOMMISSIONED
+    refused, _ = _step(new, E.DECOMMISSION_FAILED,
+                       reason="1 server(s) still on the host")
+    assert refused.state is S.MAINTENANCE
+    assert "still on the host" in refused.reason
 
 
 def test_cancel_and_refusal_put_the_host_back():
