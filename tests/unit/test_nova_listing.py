@@ -218,3 +218,21 @@ def test_an_unknown_filter_is_a_programming_error():
         d._list(nova_transport.SERVERS, "/servers", "2.53",
                 changes_since="x")
     assert compute.calls == []
+
+
+def test_a_service_row_is_the_record_its_constructor_builds():
+    import dataclasses
+    from instanceha.drivers.compute import base, nova_records
+    row = {"id": "u1", "host": "c1", "state": "up", "status": "disabled",
+           "forced_down": True, "disabled_reason": "r",
+           "updated_at": "2026-11-26T10:00:00.000000", "zone": "z1",
+           "binary": "nova-compute"}
+    fast = nova_records.to_service(row)
+    slow = base.ComputeService(
+        id="u1", host="c1", state="up", status="disabled", forced_down=True,
+        disabled_reason="r",
+        updated_at=nova_records.parse_time(row["updated_at"]), zone="z1",
+        binary="nova-compute")
+    assert fast == slow and hash(fast) == hash(slow)
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(slow)}
+    assert dataclasses.replace(fast, status="enabled").status == "enabled"
