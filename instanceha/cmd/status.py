@@ -149,7 +149,28 @@ def _status_host(conf, host):
               file=sys.stderr)
         return 1
     print(format_decisions(record, rows, reserved))
+    work = running_servers(conf.status_file, record)
+    if work:
+        print(work)
     return 0
+
+
+def running_servers(path, record):
+    """What the status file says the host's running drain or fail-back
+    is doing, server by server ('' when nothing runs or no status)."""
+    try:
+        with open(path) as f:
+            hosts = json.load(f).get("hosts") or []
+    except (OSError, ValueError):
+        return ""
+    host = next((h for h in hosts if h.get("id") == record.get("id")
+                 or h.get("name") == record.get("name")), None)
+    if not host or not host.get("servers"):
+        return ""
+    lines = ["%s now (%d servers):" % (host.get("work") or "running",
+                                       len(host["servers"]))]
+    lines += ["  %-40s %s" % kv for kv in sorted(host["servers"].items())]
+    return "\n".join(lines)
 
 
 def main(argv):

@@ -70,12 +70,28 @@ class Carry:
     #: servers cold-migrated and not yet confirmed: once moved, they wait
     #: in VERIFY_RESIZE on their destination, off this host's list
     cold: Set[str] = dataclasses.field(default_factory=set)
+    #: servers seen off the host (moved, or deleted meanwhile)
+    moved: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
         set_inflight(self.host, 0)
         runs = getattr(self.ctx, "runs", None)
         if runs is not None and runs.get(self.host_id) is self:
             del runs[self.host_id]
+
+    def servers_view(self):
+        """{server id: where it stands} for status, server by server."""
+        view = {}
+        for sid in self.initial:
+            if sid in self.given_up:
+                view[sid] = "not migratable: " + self.given_up[sid]
+            elif sid in self.sent_at or sid in self.cold:
+                view[sid] = "moving"
+            else:
+                view[sid] = "waiting"
+        for sid in self.moved:
+            view[sid] = "moved"
+        return view
 
     def status_text(self):
         """Where the drain stands, in a few words (status)."""
@@ -213,6 +229,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              force=True)
     by_id = {s.id: s for s in servers}
     carry.left_count = len([s for s in carry.initial if s in by_id])
+    carry.moved = {s for s in carry.initial
+                   if s not in by_id and s not in carry.cold}
     for sid in [s for s in carry.sent_at if s not in by_id]:
         # Off the host: moved (a cold move is confirmed on arrival).
         ctx.drain_stats["moved"] += 1

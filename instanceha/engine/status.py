@@ -22,13 +22,24 @@ def snapshot(engine, hosts, errors):
                    "heartbeat_ok": r.heartbeat_ok, "busy": r.busy,
                    "retrying": errors.get(r.id),
                    "operator_disabled": r.operator_disabled,
-                   "agent": agent_text(r)}
+                   "agent": agent_text(r),
+                   **_work(engine, r)}
                   for r in hosts],
         "sources": {name: fn() for name, fn in engine.health.items()},
         "unprotected": unprotected(engine),
         "degraded": engine.journal_health.degraded(),
         **engine.status_extra(),
     }
+
+
+def _work(engine, rec):
+    """A drain's or fail-back's progress, server by server, while one
+    runs (nothing otherwise)."""
+    run = getattr(engine.ctx, "runs", {}).get(rec.id) if rec.busy else None
+    view = getattr(run, "servers_view", None)
+    if view is None:
+        return {}
+    return {"work": running_work(engine.ctx, rec), "servers": view()}
 
 
 def agent_text(rec):

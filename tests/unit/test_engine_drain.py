@@ -207,7 +207,26 @@ def test_metrics_and_status_say_what_the_drain_did():
     assert host["state"] == "draining"
     assert "1 of 2 servers moved, 1 moving" in w.engine.running_work(
         w.engine.find("compute-0").id)
+    assert host["servers"] == {"compute-0-vm-0": "moved",
+                               "compute-0-vm-1": "moving"}
+    assert host["work"].startswith("drain: 1 of 2 servers moved")
     text = api.handle("GET", "/metrics")[2].decode()
     assert 'instanceha_drain_servers_total{event="sent_live"} 2.0' in text
     assert 'instanceha_drain_servers_total{event="moved"} 1.0' in text
     assert "instanceha_drain_migration_seconds_count 1.0" in text
+
+
+def test_status_host_prints_the_drain_server_by_server(tmp_path):
+    import json
+    from instanceha.cmd import status as status_cmd
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"hosts": [{
+        "id": "u0", "name": "compute-0", "state": "draining",
+        "work": "drain: 1 of 2 servers moved, 1 moving",
+        "servers": {"a": "moved", "b": "moving"}}]}))
+    text = status_cmd.running_servers(str(path), {"id": "u0"})
+    assert text.splitlines() == [
+        "drain: 1 of 2 servers moved, 1 moving now (2 servers):",
+        "  a" + " " * 39 + " moved", "  b" + " " * 39 + " moving"]
+    assert status_cmd.running_servers(str(tmp_path / "none"),
+                                      {"id": "u0"}) == ""
