@@ -12,6 +12,7 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.engine import drain
 from instanceha.engine.evacuator import Requeue
 from instanceha.events import EventKind as E
+from instanceha.fsm.states import State
 
 LOG = structlog.get_logger("instanceha.drain")
 
@@ -58,6 +59,14 @@ def undrain(ctx, record, carry=None):
     compute service if a drain disabled it (an operator's own disable is
     left)."""
     m = ctx.conf.maintenance
+    if carry is not None and record.state is not State.UNDRAINING:
+        # Left undraining meanwhile (suspended by its operator): nothing
+        # more is done; the smoke test's server is removed.
+        if carry.server_id is not None:
+            _delete(ctx, record, carry)
+        return drain.result(ctx, record, E.UNDRAIN_FAILED,
+                            "the host left undraining (%s)"
+                            % record.state.value)
     if carry is None:
         aborted = _abort_inflight(ctx, record)
         carry = Smoke(started_at=ctx.clock(), aborted=aborted)
@@ -142,6 +151,11 @@ def fail_back(ctx, record, carry=None):
     """One pass of moving the drained servers back onto the host (live
     migrations aimed at it, by the drain's concurrency and stuck
     handling); the result once each is back or cannot come."""
+    if carry is not None and record.state is not State.FAILING_BACK:
+        carry.close()
+        return drain.result(ctx, record, E.FAIL_BACK_FAILED,
+                            "the host left failing back (%s)"
+                            % record.state.value)
     settings = drain._settings(ctx, record.drain_concurrency)
     now = ctx.clock()
     if carry is None:
