@@ -49,6 +49,8 @@ class Carry:
     ctx: object = None
     host: str = ""
     host_id: str = ""
+    #: when the drain began (ours)
+    started_at: Optional[float] = None
     #: the plan's view of the other hosts, read at the first pass
     capacities: object = None
     services: object = None
@@ -209,7 +211,7 @@ def drain(ctx, record, carry=None):
         carry = Carry(capacities=capacities, services=services,
                       initial=tuple(s.id for s in servers),
                       host=record.name, host_id=record.id, ctx=ctx,
-                      left_count=len(servers))
+                      left_count=len(servers), started_at=ctx.clock())
         ctx.runs[record.id] = carry
         LOG.info("drain_started", host=record.name,
                  servers=len(servers), concurrency=concurrency,
@@ -217,8 +219,32 @@ def drain(ctx, record, carry=None):
                  reason="preflight passed" if plan.ok else
                  "preflight refused, forced: " + "; ".join(plan.refusals))
     else:
+        down = source_down(ctx, record)
+        if down:
+            # Nova refuses every move from a host whose nova-compute is
+            # down: nothing is sent or counted; the host is dead or its
+            # compute is, and the failure path decides (its heartbeat loss
+            # takes the host out of draining). Never declared drained.
+            carry.moving = 0
+            set_inflight(record.name, 0)
+            LOG.warning("drain_paused", host=record.name, reason=down,
+                        effect="nothing sent until it reports again")
+            return Requeue(settings.poll_interval, carry)
         servers = ctx.compute.list_servers(record.name)
     return _step(ctx, record, carry, servers, settings, concurrency)
+
+
+def source_down(ctx, record):
+    """Why the host's own nova-compute cannot migrate anything now (Nova
+    says it is down, or it is forced down), or None."""
+    svc = ctx.compute.service_of(record.name)
+    if svc is None:
+        return "Nova lists no compute service for the host"
+    if svc.forced_down:
+        return "its compute service is forced down"
+    if svc.state != "up":
+        return "Nova reports its compute service down"
+    return None
 
 
 def _step(ctx, record, carry, servers, settings, concurrency):
@@ -286,8 +312,11 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                      for sid, _, how in plan.steps):
         return Requeue(settings.poll_interval, carry)
     carry.close()
-    moved = len([s for s in carry.initial if s not in by_id])
+    gone = [s for s in carry.initial if s not in by_id]
+    moved = len(gone)
     parts = ["%d/%d servers moved" % (moved, len(carry.initial))]
+    if gone:
+        parts.append("moved: " + _where(ctx, record, carry, gone))
     if carry.given_up:
         parts.append("not migratable: " + ", ".join(
             "%s (%s)" % (s, why) for s, why in sorted(carry.given_up.items())))
@@ -300,8 +329,39 @@ def _step(ctx, record, carry, servers, settings, concurrency):
              total=len(carry.initial), reason=summary)
     return Event(E.DRAIN_OK, record.id, ctx.clock(), name=record.name,
                  reason=summary, source="action",
-                 payload=DrainSummary(moved=tuple(
-                     s for s in carry.initial if s not in by_id)))
+                 payload=DrainSummary(moved=tuple(gone)))
+
+
+#: Servers named one by one in a drain's summary (the journal's reason).
+NAMED = 100
+#: Seconds before the drain began from which Nova's migration records are
+#: read (clock skew between this node and Nova).
+SINCE_MARGIN = 600.0
+
+
+def _where(ctx, record, carry, gone):
+    """'id to host, ...' for the servers the drain moved, from Nova's
+    migration records of the host since the drain began (one read); a
+    server with none is named alone."""
+    dest = {}
+    try:
+        # Nova's changes-since is on Nova's clock: a margin for skew
+        # (an older migration of a server is replaced by its newer one).
+        since = (None if carry.started_at is None
+                 else carry.started_at - SINCE_MARGIN)
+        for m in ctx.compute.list_host_migrations(record.name, since=since):
+            if m.source_host == record.name and m.dest_host \
+                    and m.status in ("completed", "confirmed", "finished",
+                                     "done"):
+                dest[m.server_id] = m.dest_host
+    except (compute_base.ComputeError, NotImplementedError) as e:
+        LOG.warning("drain_destinations_unknown", host=record.name,
+                    reason=str(e) or type(e).__name__)
+    text = ", ".join("%s to %s" % (s, dest[s]) if s in dest else s
+                     for s in gone[:NAMED])
+    if len(gone) > NAMED:
+        text += " and %d more" % (len(gone) - NAMED)
+    return text
 
 
 def _confirm_moved(ctx, record, carry, on_host):

@@ -230,3 +230,39 @@ def test_status_host_prints_the_drain_server_by_server(tmp_path):
         "  a" + " " * 39 + " moved", "  b" + " " * 39 + " moving"]
     assert status_cmd.running_servers(str(tmp_path / "none"),
                                       {"id": "u0"}) == ""
+
+
+def test_a_host_that_dies_before_the_engine_notices_is_never_declared_drained():
+    # Found on the simulator: Nova refused every move from the dead host
+    # ('compute service unavailable'), the refusals counted as tries, the
+    # drain ended in maintenance (heartbeat loss ignored there) with the
+    # servers on a dead, powered host.
+    w = _world(3, 2)
+    w.pass_()
+    w.compute.stalled.add("compute-0-vm-1")
+    _drain(w, "compute-0")
+    w.until("compute-0", "draining")
+    w.compute.kill("compute-0")          # the reconciler has not seen it
+    svc = w.compute.services["compute-0"]
+    svc["updated_at"] -= 100             # Nova already calls it down
+    rec = w.engine.find("compute-0")
+    for _ in range(6):                   # drain passes only
+        w.clock.advance(5)
+        w.engine.queue.pump()
+        w.drain()
+        assert w.state("compute-0")[0] == "draining"
+    assert w.engine.find("compute-0").id == rec.id
+    w.until("compute-0", "evacuated", passes=200)
+    assert w.fencer.powered_off == ["compute-0"]
+    assert _on(w, "compute-0") == []
+
+
+def test_the_drains_summary_names_each_server_moved_and_where():
+    w = _world(3, 2)
+    w.pass_()
+    _drain(w, "compute-0")
+    w.until("compute-0", "maintenance")
+    reason = w.state("compute-0")[1]
+    for sid in ("compute-0-vm-0", "compute-0-vm-1"):
+        dest = w.compute.servers[sid]["host"]
+        assert "%s to %s" % (sid, dest) in reason, reason
