@@ -49,8 +49,9 @@ class Carry:
     ctx: object = None
     host: str = ""
     host_id: str = ""
-    #: when the drain began (ours)
+    #: when the drain began, when a server was last given up (ours)
     started_at: Optional[float] = None
+    failed_at: Optional[float] = None
     #: the plan's view of the other hosts, read at the first pass
     capacities: object = None
     services: object = None
@@ -290,6 +291,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         if tries > settings.stuck_retries:
             carry.given_up[sid] = ("%s migration failed %d times"
                                    % (how, tries))
+            carry.failed_at = now
             ctx.drain_stats["given_up"] += 1
             LOG.warning("drain_server_given_up", host=record.name,
                         server=sid, reason=carry.given_up[sid])
@@ -310,6 +312,18 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):
+        return Requeue(settings.poll_interval, carry)
+    if carry.failed_at is not None and not (
+            record.nova_seen_at is not None
+            and record.nova_seen_at > carry.failed_at):
+        # Servers given up on may have failed because the host is dying
+        # (Nova calls it up for its service_down_time after a death):
+        # the drain ends only once Nova has recorded a heartbeat after
+        # the last failure. A dead host never gets one: its heartbeat
+        # loss hands it to the failure path instead.
+        LOG.info("drain_end_waits", host=record.name,
+                 reason="waiting for a heartbeat newer than the last "
+                        "failed migration before leaving servers on it")
         return Requeue(settings.poll_interval, carry)
     carry.close()
     gone = [s for s in carry.initial if s not in by_id]

@@ -266,3 +266,21 @@ def test_the_drains_summary_names_each_server_moved_and_where():
     for sid in ("compute-0-vm-0", "compute-0-vm-1"):
         dest = w.compute.servers[sid]["host"]
         assert "%s to %s" % (sid, dest) in reason, reason
+
+
+def test_a_host_dying_while_nova_still_says_up_is_not_declared_drained():
+    # The window before Nova calls a dead compute down (its
+    # service_down_time): moves fail, servers are given up on; the drain
+    # must not end while no heartbeat came after the last failure.
+    w = _world(3, 2)
+    w.conf.set_override("stuck_retries", 0, "drain")
+    w.pass_()
+    w.compute.stalled.add("compute-0-vm-1")
+    _drain(w, "compute-0")
+    w.until("compute-0", "draining")
+    w.compute.kill("compute-0")          # heartbeats stop; Nova: up (8 s)
+    from instanceha.drivers.compute.base import ComputeError
+    w.compute.fail["live_migrate"] = [ComputeError("migration failed")] * 50
+    w.until("compute-0", "evacuated", passes=300)
+    assert w.fencer.powered_off == ["compute-0"]
+    assert _on(w, "compute-0") == []
