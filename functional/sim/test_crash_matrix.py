@@ -54,7 +54,10 @@ SPARE = "compute-3"
 #: every state a recovery passes through
 STATES = ("suspect", "fencing", "fenced", "evacuating", "evacuated",
           "recovering", "active", "pending")
-KINDS = tuple(a.value for a in Action)   # fence isolate evacuate check_cleanup
+#: the recovery's actions (a planned drain's -- drain, undrain,
+#: decommission, fail_back -- are not in this matrix yet)
+KINDS = tuple(a.value for a in (Action.FENCE, Action.ISOLATE,
+                                Action.EVACUATE, Action.CHECK_CLEANUP))
 
 POINTS = (["after_transition:" + s for s in STATES]
           + ["%s_action:%s" % (when, k) for k in KINDS
