@@ -74,6 +74,19 @@ _HINTS = {"maintenance": " (only where no recovery is under way; suspend "
           "drain": " (only an active host, or one in maintenance)"}
 
 
+def command_payload(verb, args):
+    """The payload of a drain's or a resume's body (None for the other
+    commands); ValueError or TypeError naming a bad field."""
+    if verb == "drain":
+        return drain_request(args)
+    if verb == "resume" and "fail_back" in args:
+        if not isinstance(args["fail_back"], bool):
+            raise ValueError("fail_back must be true or false, not %r"
+                             % (args["fail_back"],))
+        return ResumeRequest(fail_back=args["fail_back"])
+    return None
+
+
 def drain_request(args):
     """The DrainRequest of a drain command's body; ValueError or
     TypeError naming a bad field."""
@@ -193,7 +206,8 @@ class OperatorAPI:
             args = load_object(body)
             seconds = suspend_seconds(args, verb,
                                       self.conf.api.max_suspend_seconds)
-        except ValueError as e:
+            payload = command_payload(verb, args)
+        except (TypeError, ValueError) as e:
             return answer(400, {"error": "bad request body: %s" % e})
         if not machine.rules_for(rec.state, kind):
             # Said now rather than accepted and silently ignored.
@@ -205,19 +219,10 @@ class OperatorAPI:
         now = self.clock()
         reason = str(args.get("reason") or "no reason given")
         until = now + seconds if seconds is not None else None
-        payload = Suspension(until) if until is not None else None
-        if verb == "resume" and "fail_back" in args:
-            if not isinstance(args["fail_back"], bool):
-                return answer(400, {"error": "bad request body: fail_back "
-                                    "must be true or false, not %r"
-                                    % (args["fail_back"],)})
-            payload = ResumeRequest(fail_back=args["fail_back"])
+        if until is not None:
+            payload = Suspension(until)
         preflight = None
         if verb == "drain":
-            try:
-                payload = drain_request(args)
-            except (TypeError, ValueError) as e:
-                return answer(400, {"error": "bad request body: %s" % e})
             status, preflight = self._preflight(rec, payload)
             if status != 202 or args.get("dry_run"):
                 return answer(200 if status == 202 else status, {

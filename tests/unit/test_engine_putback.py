@@ -1,0 +1,142 @@
+"""Putting a drained host back (smoke test, fail-back) and decommission,
+as passes of the engine against the unit fake of Nova: the world after
+each step."""
+
+import types
+
+from instanceha.drivers.compute import base as cb
+from instanceha.events import Event, EventKind as E
+from tests.unit import test_engine_drain as drain_tests
+from tests.unit.test_engine_drain import _on, _post, _svc
+
+
+def _putback_calls(compute):
+    """Nova's calls a put-back needs, on the unit fake, where it lacks
+    them: a server booted forced onto a host (ERROR where boots fail or
+    the host is down), deleted; a service deleted (409 with servers);
+    a host removed from an aggregate; a live migration aimed at a
+    host."""
+    compute.fail_boots_on = getattr(compute, "fail_boots_on", set())
+    booted = []
+
+    def create_server(self, name, flavor_id, image_id, host, zone=None,
+                      network=None):
+        sid = "%s-%d" % (name, len(booted))
+        booted.append(sid)
+        ok = host not in self.fail_boots_on and self._service_up(host)
+        self.servers[sid] = dict(
+            id=sid, name=name, host=host, task_state=None,
+            status="ACTIVE" if ok else "ERROR",
+            vm_state="active" if ok else "error",
+            fault=None if ok else "No valid host was found.")
+        return self.get_server(sid)
+
+    def delete_server(self, server_id):
+        self.servers.pop(server_id, None)
+
+    def delete_service(self, service_id):
+        host = next(h for h, s in self.services.items()
+                    if s["id"] == service_id)
+        if any(v["host"] == host for v in self.servers.values()):
+            raise cb.Conflict("Unable to delete compute service that is "
+                              "hosting instances.", 409)
+        del self.services[host]
+
+    def remove_host_from_aggregate(self, aggregate_id, host):
+        self.aggregates = [
+            a if a.id != aggregate_id else cb.Aggregate(
+                name=a.name, id=a.id, zone=a.zone, metadata=a.metadata,
+                hosts=tuple(h for h in a.hosts if h != host))
+            for a in self.aggregates]
+
+    live = compute.live_migrate
+
+    def live_migrate(self, server_id, block_migration="auto", host=None):
+        if host is None:
+            return live(server_id, block_migration)
+        aim = self._move_target
+        self._move_target = lambda source: host
+        try:
+            return live(server_id, block_migration)
+        finally:
+            self._move_target = aim
+
+    for fn in (create_server, delete_server, delete_service,
+               remove_host_from_aggregate, live_migrate):
+        try:
+            getattr(type(compute), fn.__name__)
+            own = fn.__name__ in vars(type(compute))
+        except AttributeError:
+            own = False
+        if not own or fn.__name__ == "live_migrate":
+            setattr(compute, fn.__name__, types.MethodType(fn, compute))
+    return booted
+
+
+def _api():
+    w, api = drain_tests._api()
+    _putback_calls(w.compute)
+    return w, api
+
+
+def test_resume_with_fail_back_moves_the_drained_servers_back():
+    w, api = _api()
+    status, _ = _post(api, "compute-0", {"reason": "kernel"})
+    assert status == 202
+    w.until("compute-0", "maintenance")
+    assert _on(w, "compute-0") == []
+    import json
+    status, _, out = api.handle("POST", "/hosts/compute-0/resume",
+                                json.dumps({"fail_back": True}).encode())
+    assert status == 202, out
+    w.until("compute-0", "active")
+    assert _on(w, "compute-0") == ["compute-0-vm-0", "compute-0-vm-1"]
+    assert all(w.compute.servers[s]["status"] == "ACTIVE"
+               for s in _on(w, "compute-0"))
+    assert "2/2 servers moved back" in w.state("compute-0")[1]
+    status, _, out = api.handle("POST", "/hosts/compute-0/resume",
+                                json.dumps({"fail_back": "yes"}).encode())
+    assert status == 400 and b"fail_back" in out
+
+
+def test_decommission_deletes_the_service_and_leaves_the_aggregates():
+    from instanceha.drivers.compute.base import Aggregate
+    w, api = _api()
+    w.compute.aggregates = [Aggregate(name="rack-1", id="7",
+                                      hosts=("compute-1", "compute-2"))]
+    status, _ = _post(api, "compute-1", {"reason": "retired",
+                                         "then": "decommission"})
+    assert status == 202
+    w.until("compute-1", "decommissioned")
+    assert "compute-1" not in w.compute.services
+    assert w.compute.aggregates[0].hosts == ("compute-2",)
+    reason = w.state("compute-1")[1]
+    assert "compute service deleted" in reason and "rack-1" in reason
+    assert "inventory entry is left over" in reason
+
+
+def test_a_smoke_test_failure_keeps_the_host_disabled_with_why():
+    w, api = _api()
+    for k, v in (("smoke_test", True), ("smoke_flavor", "f1"),
+                 ("smoke_image", "i1")):
+        w.conf.set_override(k, v, "maintenance")
+    status, _ = _post(api, "compute-0", {"reason": "kernel"})
+    w.until("compute-0", "maintenance")
+    w.compute.fail_boots_on.add("compute-0")
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    w.until("compute-0", "failed")
+    assert "smoke test failed" in w.state("compute-0")[1]
+    assert _svc(w, "compute-0")["status"] == "disabled"
+    # Repaired and resumed again: the smoke test runs again, passes, and
+    # the host is re-enabled.
+    w.compute.fail_boots_on.discard("compute-0")
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    w.until("compute-0", "active")
+    assert "smoke test passed" in w.state("compute-0")[1]
+    assert _svc(w, "compute-0")["status"] == "enabled"
+    assert not [s for s in w.compute.servers
+                if s.startswith("instanceha-smoke")
+                or "smoke" in w.compute.servers[s].get("name", "")]
