@@ -7,11 +7,24 @@ server is a *level*, ordered by risk; each level allows every lower one.
 level        rank  allows
 ============ ===== =======================================================
 ``none``     0     nothing automatic
-(reboot)     10    reserved: restart in place (not implemented yet)
+``restart``  5     instance repair: start a server that stopped by itself
+``reboot``   10    instance repair: hard-reboot it in place
+``migrate``  15    instance repair: cold-migrate it elsewhere and start it
 ``evacuate`` 20    rebuild the server on another host once its host is
                    fenced
-(rebuild)    30    reserved: rebuild from the image, losing local data
+``rebuild``  30    instance repair: rebuild it from its image, losing its
+                   local disks (also needs [instance_repair]
+                   allow_rebuild)
 ============ ===== =======================================================
+
+``restart``, ``reboot``, ``migrate`` and ``rebuild`` are levels only while
+instance repair is on (``Settings.instance_levels``, from
+``[instance_repair] enabled``: the levels are then
+:class:`~instanceha.policy.repair_values.Ladder`'s); while it is off they
+are refused as malformed, i.e. ``none``, and the levels are
+:class:`~instanceha.policy.repair_values.Level`'s two. The ranks are the
+same in both, so ``decision.allows(Ladder.REBOOT)`` and
+``decision.allows(Level.EVACUATE)`` compare as expected.
 
 The level is set with a metadata key (default ``instanceha:repair``) at
 three scopes, and the nearest scope that sets it wins:
@@ -34,8 +47,9 @@ marker. An expired marker is reported so that it can be removed.
 
 Malformed values fail towards doing nothing:
 
-* a level that is not ``none`` or ``evacuate`` counts as ``none`` at that
-  scope (it still wins over farther scopes), with an error;
+* a level that is not one of the levels above (``none`` or ``evacuate``
+  while instance repair is off) counts as ``none`` at that scope (it
+  still wins over farther scopes), with an error;
 * a suspension that is neither a time nor ``forever`` counts as
   suspended forever, with an error, until it is fixed or removed.
 
@@ -55,18 +69,19 @@ from instanceha.policy.facts import (AGGREGATE, SERVER, WARNING,
 from instanceha.policy.repair_scopes import (
     ACTIVE, DEFAULT, EXPIRED, MALFORMED, SCOPES, LevelSetting, Marker,
     level_at, marker_at, note_misspelt, scopes)
-from instanceha.policy.repair_values import Level, Settings, format_time
+from instanceha.policy.repair_values import (AnyLevel, Level, Settings,
+                                             format_time)
 # Re-exported: the engine, the API and tests use them as repair.<name>.
 from instanceha.policy.facts import GLOBAL  # noqa: F401
 from instanceha.policy.repair_values import (  # noqa: F401
-    DEFAULT_REPAIR_KEY, DEFAULT_SUSPEND_KEY, RESERVED, parse_level,
+    DEFAULT_REPAIR_KEY, DEFAULT_SUSPEND_KEY, RESERVED, Ladder, parse_level,
     parse_until)
 
 
 @dataclasses.dataclass(frozen=True)
 class RepairDecision:
     server_id: str
-    level: Level
+    level: AnyLevel
     level_from: LevelSetting
     suspended: bool
     #: while suspended: when every active marker has expired (None: never,
@@ -79,11 +94,11 @@ class RepairDecision:
     problems: Tuple[Problem, ...]
     reason: str
 
-    def allows(self, needed: Level = Level.EVACUATE) -> bool:
+    def allows(self, needed: AnyLevel = Level.EVACUATE) -> bool:
         """May instanceha start a repair of level ``needed`` now?"""
         return not self.suspended and self.level >= needed
 
-    def why_not(self, needed: Level = Level.EVACUATE) -> Optional[str]:
+    def why_not(self, needed: AnyLevel = Level.EVACUATE) -> Optional[str]:
         """None when allowed, else the reason (for status and logs)."""
         if self.allows(needed):
             return None

@@ -15,8 +15,9 @@ from typing import Any, Mapping, Optional
 from instanceha.policy.facts import (AGGREGATE, ERROR, GLOBAL, SERVER,
                                      WARNING, AggregateFacts, Problem,
                                      ServerFacts, describe, short)
-from instanceha.policy.repair_values import (Level, Settings, format_time,
-                                             parse_level, parse_until)
+from instanceha.policy.repair_values import (AnyLevel, Level, Settings,
+                                             format_time, parse_level,
+                                             parse_until)
 
 #: scopes, nearest first
 SCOPES = (SERVER, AGGREGATE, GLOBAL)
@@ -62,7 +63,7 @@ class LevelSetting:
     object_name: str
     key: str
     value: Optional[str]        # the raw value; None for the default
-    level: Level
+    level: AnyLevel
     valid: bool = True          # False: malformed, counted as none
 
     @property
@@ -127,7 +128,7 @@ def level_at(obj, s, problems) -> Optional[LevelSetting]:
     if s.repair_key not in obj.metadata:
         return None
     raw = obj.metadata[s.repair_key]
-    level, why = parse_level(raw)
+    level, why = parse_level(raw, s.levels)
     if level is None:
         problems.append(Problem(
             ERROR, obj.scope, obj.id, obj.name, s.repair_key, str(raw),

@@ -1,6 +1,7 @@
 """What a repair level or a suspension may say, and the keys that say it; pure.
 
-:class:`Level` and :func:`parse_level` (a metadata value to a level),
+:class:`Level` and :func:`parse_level` (a metadata value to a level;
+:class:`Ladder`, the longer ladder of levels once instance repair is on),
 :func:`parse_until` and :func:`format_time` (a suspension's time), and
 :class:`Settings` (the metadata keys, the default level, the global
 aggregate). The rules are in :mod:`instanceha.policy.repair`.
@@ -10,7 +11,7 @@ import dataclasses
 import datetime
 import enum
 import re
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Type, Union
 
 from instanceha.util import timeparse
 
@@ -33,18 +34,52 @@ class Level(enum.IntEnum):
 RESERVED = {"reboot": 10, "rebuild": 30}
 
 
-def parse_level(value) -> Tuple[Optional[Level], Optional[str]]:
-    """(Level, None) or (None, why not) for a metadata value."""
+class Ladder(enum.IntEnum):
+    """Every repair level once instance repair is on ([instance_repair]
+    enabled): :class:`Level`'s two at the same ranks, and the levels of
+    instance repair between and above them. Each allows every lower one
+    (see :mod:`instanceha.policy.instance_repair`)."""
+    NONE = 0
+    #: start a server that stopped by itself
+    RESTART = 5
+    #: hard-reboot it in place
+    REBOOT = 10
+    #: cold-migrate it to another host and start it there
+    MIGRATE = 15
+    EVACUATE = 20
+    #: rebuild it from its image, losing its local disks
+    REBUILD = 30
+
+    @property
+    def label(self):
+        return self.name.lower()
+
+
+#: what a level setting holds: :class:`Level` while instance repair is
+#: off, :class:`Ladder` while it is on; both compare by rank
+AnyLevel = Union[Level, Ladder]
+
+
+#: the levels in force: :class:`Level` or :class:`Ladder`
+Levels = Union[Type[Level], Type[Ladder]]
+
+
+def parse_level(value, levels: Levels = Level
+                ) -> Tuple[Optional[AnyLevel], Optional[str]]:
+    """(level, None) or (None, why not) for a metadata value. ``levels``:
+    :class:`Level` (the default) or, with instance repair on,
+    :class:`Ladder`."""
     if not isinstance(value, str):
         return None, "is not a level name"
     text = value.strip().lower()
-    for level in Level:
-        if level.label == text:
+    for level in levels:
+        if level.name.lower() == text:
             return level, None
-    if text in RESERVED:
-        return None, "is a level not supported yet"
+    if text in RESERVED or text in (x.label for x in Ladder):
+        return None, ("is a level not supported yet while instance repair "
+                      "is off ([instance_repair] enabled = false)")
     return None, "is not a level (%s)" % " or ".join(
-        level.label for level in Level)
+        level.name.lower() for level in levels)
 
 
 _TIME = re.compile(
@@ -97,7 +132,7 @@ class Settings:
     repair_key: str = DEFAULT_REPAIR_KEY
     suspend_key: str = DEFAULT_SUSPEND_KEY
     #: the level when no scope sets one
-    default_level: Level = Level.EVACUATE
+    default_level: AnyLevel = Level.EVACUATE
     #: name of the aggregate whose metadata is the global scope
     global_aggregate: Optional[str] = None
     #: False: a server's own level may lower, never raise, the level its
@@ -107,6 +142,13 @@ class Settings:
     #: other metadata keys in use (priority, evacuable): never reported
     #: as looking like a misspelt repair or suspension key
     known_keys: Tuple[str, ...] = ()
+    #: instance repair is on: the levels are :class:`Ladder`'s (restart,
+    #: reboot, migrate and rebuild besides none and evacuate)
+    instance_levels: bool = False
+
+    @property
+    def levels(self) -> Levels:
+        return Ladder if self.instance_levels else Level
 
     def __post_init__(self):
         for name in ("repair_key", "suspend_key"):
@@ -117,17 +159,26 @@ class Settings:
                                  "blanks around it, not %r" % (name, key))
         if self.repair_key == self.suspend_key:
             raise ValueError("repair_key and suspend_key must differ")
-        object.__setattr__(self, "default_level", Level(self.default_level))
+        object.__setattr__(self, "default_level",
+                           self.levels(int(self.default_level)))
 
     @classmethod
     def from_conf(cls, conf):
         r = conf.recovery
-        level, why = parse_level(r.repair_level)
+        # [instance_repair] is registered with every other group; a conf
+        # built without it (some tests) means instance repair off.
+        group = getattr(conf, "instance_repair", None)
+        instance_levels = bool(getattr(group, "enabled", False))
+        level, why = parse_level(r.repair_level,
+                                 Ladder if instance_levels else Level)
         if level is None:
             raise ValueError("[recovery] repair_level %r %s" % (
                 r.repair_level, why))
+        known: Tuple[str, ...] = (r.priority_key, r.evacuable_key)
+        if group is not None:
+            known += (group.restart_group_key,)
         return cls(repair_key=r.repair_key, suspend_key=r.suspend_key,
                    default_level=level,
                    global_aggregate=r.global_aggregate or None,
                    server_may_raise=r.server_may_raise_level,
-                   known_keys=(r.priority_key, r.evacuable_key))
+                   known_keys=known, instance_levels=instance_levels)
