@@ -24,6 +24,7 @@ from instanceha.conf import drain
 from instanceha.conf import evacuation
 from instanceha.conf import fencing
 from instanceha.conf import heartbeat
+from instanceha.conf import instance_repair
 from instanceha.conf import journal
 from instanceha.conf import kdump
 from instanceha.conf import maintenance
@@ -35,7 +36,7 @@ from instanceha.conf import reserved_hosts
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
            capacity, reserved_hosts, coordination, heartbeat, drain,
-           maintenance]
+           maintenance, instance_repair]
 
 
 def new_conf():
