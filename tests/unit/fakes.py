@@ -44,6 +44,12 @@ class FakeCompute(cb.ComputeDriver):
         #: stay 'migrating' until finish_moves()
         self.moves_complete = True
         self.stalled = set()         # server ids whose moves stay running
+        #: issue 24's put-back and decommission (see create_server)
+        self.fail_boots_on = set()   # hosts where a build fails
+        self.disabled_prefilter = False  # True: Nova since Train
+        self.boots = []              # create_server's arguments, in order
+        self.deleted = []            # server ids delete_server removed
+        self.aggregate_calls = []    # ("remove_host", aggregate id, host)
         for i in range(hosts):
             name = "compute-%d" % i
             self.services[name] = dict(id="uuid-%d" % i, host=name,
@@ -110,7 +116,8 @@ class FakeCompute(cb.ComputeDriver):
 
     def get_server(self, server_id):
         v = self.servers[server_id]
-        return cb.Server(id=v["id"], name=v["id"], status=v["status"],
+        return cb.Server(id=v["id"], name=v.get("name") or v["id"],
+                         status=v["status"],
                          host=v["host"], vm_state=v["vm_state"],
                          fault=v["fault"], task_state=v.get("task_state"),
                          power_state=v.get("power_state"),
@@ -330,24 +337,36 @@ class FakeCompute(cb.ComputeDriver):
         v.update(host=m["dest"], task_state=None, vm_state="resized",
                  status="VERIFY_RESIZE")
 
-    def live_migrate(self, server_id, block_migration="auto"):
+    def live_migrate(self, server_id, block_migration="auto", host=None):
         """Like Nova at microversion 2.30 (pre-checks within the request):
         409 unless ACTIVE or PAUSED with no task; 400 when the source
         compute is down or no host fits (the record goes 'error'). Then
         'completed' at once, or 'running' (task_state migrating) while
-        ``moves_complete`` is False or the server is in ``stalled``."""
+        ``moves_complete`` is False or the server is in ``stalled``.
+        ``host``: checked like any other (400 when unknown, the source,
+        disabled, down or full); the call is recorded with it."""
         self._maybe_fail()
-        self.move_calls.append(("live_migrate", server_id))
+        self.move_calls.append(("live_migrate", server_id) if host is None
+                               else ("live_migrate", server_id, host))
         v = self._server_or_404(server_id)
         if v["vm_state"] not in ("active", "paused") \
                 or v.get("task_state") is not None:
             raise cb.Conflict("Cannot 'os-migrateLive' instance %s while it "
                               "is in vm_state %s" % (server_id,
                                                      v["vm_state"]), 409)
+        if host is not None and host not in self.services:
+            raise cb.ComputeError("Compute host %s could not be found."
+                                  % host, 400)
+        if host is not None and host == v["host"]:
+            raise cb.ComputeError("Unable to migrate instance (%s) to "
+                                  "current host (%s)." % (server_id, host),
+                                  400)
         if not self._service_up(v["host"]):
             raise cb.ComputeError("Compute service of %s is unavailable at "
                                   "this time." % v["host"], 400)
         dest = self._move_target(v["host"])
+        if host is not None:
+            dest = host if self._fits(host) else None
         if dest is None:
             self._new_move(server_id, "live-migration", "error", None)
             raise cb.ComputeError("No valid host was found. There are not "
@@ -508,6 +527,102 @@ class FakeCompute(cb.ComputeDriver):
                 self._set_move(m, "error")
                 v.update(task_state=None, status="SHUTOFF"
                          if v["vm_state"] == "stopped" else "ACTIVE")
+
+    # -- putting a host back, or retiring it (issue 24) -----------------------
+    #
+    # A smoke test's server (create_server) is ACTIVE at once on the host
+    # it was forced onto, or ERROR with Nova's fault and no host: when the
+    # host's compute is dead or forced down (the fake's simplification:
+    # Nova would leave it in BUILD until that compute starts), full, in
+    # ``fail_boots_on`` (the build fails there), or disabled while
+    # ``disabled_prefilter`` is True (Nova since Train: Placement's
+    # COMPUTE_STATUS_DISABLED trait is forbidden even for a forced host).
+
+    def _fits(self, host):
+        """Whether ``host`` would take one more server: enabled, up, with
+        room (the scheduler's checks of a requested host)."""
+        s = self.services.get(host)
+        return (s is not None and s["status"] == "enabled"
+                and self._service_up(host)
+                and sum(1 for x in self.servers.values()
+                        if x["host"] == host) < self.capacity)
+
+    def create_server(self, name, flavor_id, image_id, host, zone=None,
+                      network=None):
+        self._maybe_fail()
+        self.boots.append(dict(name=name, flavor_id=flavor_id,
+                               image_id=image_id, host=host,
+                               zone=zone or "nova", network=network))
+        sid = "%s-%d" % (name, len(self.boots) - 1)
+        s = self.services.get(host)
+        fault = None
+        if s is None:
+            fault = ("No valid host was found. No such host - host: %s "
+                     "node: None " % host)
+        elif not self._service_up(host):
+            fault = "No valid host was found. "
+        elif self.disabled_prefilter and s["status"] != "enabled":
+            fault = "No valid host was found. "
+        elif sum(1 for x in self.servers.values()
+                 if x["host"] == host) >= self.capacity:
+            fault = "No valid host was found. "
+        elif host in self.fail_boots_on:
+            fault = ("Build of instance %s aborted: the hypervisor of %s "
+                     "failed to start it" % (sid, host))
+        self.servers[sid] = dict(
+            id=sid, name=name, host=None if fault else host,
+            task_state=None, status="ERROR" if fault else "ACTIVE",
+            vm_state="error" if fault else "active", fault=fault,
+            image=image_id)
+        return self.get_server(sid)
+
+    def delete_server(self, server_id):
+        """Gone at once; a server already gone is no error."""
+        self._maybe_fail()
+        if self.servers.pop(server_id, None) is not None:
+            self.deleted.append(server_id)
+
+    def delete_service(self, service_id):
+        """Nova's refusals (409): servers on the host, or a live or cold
+        migration not over from or to it. Else the service is gone, and
+        the host out of every aggregate (Nova does both)."""
+        self._maybe_fail()
+        host = next((h for h, s in self.services.items()
+                     if s["id"] == service_id), None)
+        if host is None:
+            raise cb.NotFound("Service %s not found." % service_id, 404)
+        if any(v["host"] == host for v in self.servers.values()):
+            raise cb.Conflict("Unable to delete compute service that is "
+                              "hosting instances. Migrate or delete the "
+                              "instances first.", 409)
+        if any(host in (m["source"], m["dest"]) and m["status"] not in (
+                "confirmed", "error", "failed", "completed", "cancelled")
+               for m in self.moves):
+            raise cb.Conflict("Unable to delete compute service that has "
+                              "in-progress migrations. Complete the "
+                              "migrations or delete the instances first.",
+                              409)
+        del self.services[host]
+        for a in list(self.aggregates):
+            if host in a.hosts:
+                self._drop_from_aggregate(a, host)
+
+    def _drop_from_aggregate(self, a, host):
+        import dataclasses
+        self.aggregates[self.aggregates.index(a)] = dataclasses.replace(
+            a, hosts=tuple(h for h in a.hosts if h != host))
+
+    def remove_host_from_aggregate(self, aggregate_id, host):
+        """404 (Nova's one message) when the aggregate is unknown or the
+        host is not in it."""
+        self._maybe_fail()
+        self.aggregate_calls.append(("remove_host", aggregate_id, host))
+        a = next((a for a in self.aggregates if a.id == aggregate_id),
+                 None)
+        if a is None or host not in a.hosts:
+            raise cb.NotFound("Cannot remove host %s in aggregate %s"
+                              % (host, aggregate_id), 404)
+        self._drop_from_aggregate(a, host)
 
     # the world
     def kill(self, host):

@@ -308,8 +308,12 @@ class ComputeDriver(abc.ABC):
     # as a plain ComputeError carrying Nova's message and status 400;
     # an unknown server or migration is NotFound.
 
-    def live_migrate(self, server_id, block_migration="auto"):
-        """Live-migrate the server; the scheduler chooses the destination.
+    def live_migrate(self, server_id, block_migration="auto", host=None):
+        """Live-migrate the server; the scheduler chooses the destination,
+        or checks ``host`` when given (a fail-back's target: never forced,
+        so Nova's scheduler still refuses a host that is disabled, down,
+        full or unknown: a plain ComputeError with status 400, "No valid
+        host was found" or "Compute host ... could not be found").
         The server must be ACTIVE or PAUSED with no task in progress
         (else Conflict). Nova then shows task_state ``migrating`` (status
         MIGRATING) and a ``live-migration`` migration record."""
@@ -346,6 +350,50 @@ class ComputeDriver(abc.ABC):
         from or to ``host``: [Migration], ``migration_type`` set, newest
         first. ``since`` (epoch seconds): only those changed since."""
         raise _unsupported("listing a host's migrations")
+
+    # -- putting a host back, or retiring it (issue 24) -------------------------
+    #
+    # Concrete here like the moves above: each raises ComputeError("... is
+    # not supported by this compute driver") in a driver without them.
+
+    def create_server(self, name, flavor_id, image_id, host, zone=None,
+                      network=None):
+        """Boot a server forced onto ``host`` (a smoke test): Nova's
+        availability zone form "ZONE:HOST" (``zone`` None: "nova"), which
+        makes Nova's scheduler skip its filters for that host. It does
+        not skip Placement: since Train (Nova 20) a disabled compute's
+        resource provider carries the COMPUTE_STATUS_DISABLED trait and
+        the scheduler's mandatory pre-filter forbids it, so a boot forced
+        onto a *disabled* compute fails (ERROR, fault "No valid host was
+        found.") unless that trait is missing (a compute older than
+        Train, or a sync that failed). A compute that is down is not
+        filtered either: the build waits for it, the server in BUILD.
+        ``flavor_id`` and ``image_id`` are ids (Nova takes no names);
+        ``network``: a network id, else no network at all. Returns the
+        Server as known right after the request (possibly only its id,
+        name and status BUILD); its outcome is read with get_server.
+        Sent once, never again: an unanswered request may still have
+        created the server."""
+        raise _unsupported("creating a server")
+
+    def delete_server(self, server_id):
+        """Delete the server; a server already gone is no error."""
+        raise _unsupported("deleting a server")
+
+    def delete_service(self, service_id):
+        """Delete the nova-compute service (by its id, a UUID). Nova
+        refuses (Conflict, with its message) while the host still has
+        servers ("hosting instances") or migrations not over from or to
+        it; NotFound when there is no such service. Nova itself removes
+        the host from its aggregates and deletes its resource provider."""
+        raise _unsupported("deleting a compute service")
+
+    def remove_host_from_aggregate(self, aggregate_id, host):
+        """Take ``host`` out of the host aggregate ``aggregate_id``
+        (Aggregate.id). NotFound when the aggregate or the host is
+        unknown or the host is not in it (Nova does not say which);
+        Conflict when Nova refuses the change."""
+        raise _unsupported("removing a host from an aggregate")
 
     # -- the control plane a recovery needs (ControlPlaneMonitor) --------------
     def list_control_services(self):

@@ -98,14 +98,18 @@ class NovaMoves:
                 raise base.ComputeError(str(e), 400) from None
             raise
 
-    def live_migrate(self, server_id, block_migration="auto"):
+    def live_migrate(self, server_id, block_migration="auto", host=None):
         if block_migration not in ("auto", True, False):
             raise ValueError("block_migration must be 'auto', True or "
                              "False, not %r" % (block_migration,))
+        if host is not None and (not isinstance(host, str) or not host):
+            raise ValueError("host must be a host name, not %r" % (host,))
+        # A named host without "force": at 2.30 Nova's scheduler checks it
+        # (requested_destination) like any candidate.
         self._move("post", "/servers/%s/action" % server_id,
                    LIVE_MIGRATE_MICROVERSION,
                    json={"os-migrateLive": {
-                       "host": None, "block_migration": block_migration}})
+                       "host": host, "block_migration": block_migration}})
 
     def cold_migrate(self, server_id):
         self._move("post", "/servers/%s/action" % server_id, "2.1",
