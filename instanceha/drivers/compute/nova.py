@@ -2,7 +2,8 @@
 
 With nova_transport.py and nova_capacity.py (the driver's plumbing and its
 capacity reads), the only modules that import openstacksdk or keystoneauth;
-its live and cold migrations are nova_moves.py's.
+its live and cold migrations are nova_moves.py's, a smoke test's server,
+deleting a compute service and leaving an aggregate nova_lifecycle.py's.
 Every call names its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
 keeping a server's power state below 2.95, migration fields) changes between
 microversions, so "latest" is never used. At connect time the server's maximum
@@ -18,6 +19,7 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_capacity import NovaCapacity
+from instanceha.drivers.compute.nova_lifecycle import NovaLifecycle
 from instanceha.drivers.compute.nova_moves import NovaMoves
 from instanceha.drivers.compute.nova_records import (
     time_memo, to_aggregate, to_migration, to_server, to_service)
@@ -56,7 +58,8 @@ def connect(conf):
     return openstack.connect(cloud=conf.cloud, **kwargs)
 
 
-class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, base.ComputeDriver):
+class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
+                 base.ComputeDriver):
 
     def __init__(self, conf, connection=None, clock=time.monotonic,
                  sleep=time.sleep):
