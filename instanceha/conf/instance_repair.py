@@ -8,7 +8,7 @@ GROUP = "instance_repair"
 ACTIONS = ("start", "hard_reboot", "cold_migrate", "rebuild")
 
 OPTS = [
-    cfg.BoolOpt("enabled", mutable=True, default=False,
+    cfg.BoolOpt("enabled", default=False,
                 help="Repair single servers that break on a healthy host: "
                      "a guest that stopped by itself or crashed (Nova's "
                      "power-state sync stopped it, not a user), a server "
@@ -17,7 +17,7 @@ OPTS = [
                      "migrate and rebuild become valid values of "
                      "[recovery] repair_key (see "
                      "doc/instance-repair-research.md)."),
-    cfg.ListOpt("actions", mutable=True,
+    cfg.ListOpt("actions",
                 default=["start", "hard_reboot", "cold_migrate"],
                 item_type=types.String(choices=list(ACTIONS)),
                 help="The repair ladder, tried in this order while the "
@@ -27,58 +27,58 @@ OPTS = [
                      "start; level migrate), 'rebuild' (from its image, "
                      "losing local disks; level rebuild and allow_rebuild). "
                      "A server's repair level caps how far up it goes."),
-    cfg.IntOpt("max_repairs", mutable=True, default=3, min=1,
+    cfg.IntOpt("max_repairs", default=3, min=1,
                help="Repair actions one server may get within window "
                     "seconds; one more needed marks it failed, and nothing "
                     "more is tried until an operator clears it "
                     "('instanceha repair --clear SERVER')."),
-    cfg.IntOpt("window", mutable=True, default=3600, min=60,
+    cfg.IntOpt("window", default=3600, min=60,
                help="Seconds over which max_repairs is counted; the "
                     "failures of a server older than this are forgotten "
                     "and its ladder starts again at the first action."),
-    cfg.IntOpt("min_uptime", mutable=True, default=60, min=0,
+    cfg.IntOpt("min_uptime", default=60, min=0,
                help="Seconds a repaired server must stay ACTIVE before the "
                     "action counts as a success; going down sooner counts "
                     "as a failure and the next action is tried."),
-    cfg.IntOpt("action_timeout", mutable=True, default=300, min=10,
+    cfg.IntOpt("action_timeout", default=300, min=10,
                help="Seconds one repair action may take to bring the "
                     "server ACTIVE (min_uptime comes on top); later, it "
                     "counts as failed (timeout) and the next action is "
                     "tried."),
-    cfg.IntOpt("hold_count", mutable=True, default=20, min=0,
+    cfg.IntOpt("hold_count", default=20, min=0,
                help="Cloud-wide hold: this many servers breaking within "
                     "hold_window seconds hold every repair (a storage or "
                     "network outage must not turn into hundreds of "
                     "reboots), in status and metrics like the storm hold. "
                     "0 turns the absolute count off."),
-    cfg.IntOpt("hold_percent", mutable=True, default=5, min=0, max=100,
+    cfg.IntOpt("hold_percent", default=5, min=0, max=100,
                help="Cloud-wide hold: this percentage of the servers "
                     "watched breaking within hold_window seconds holds "
                     "every repair too (with at least hold_min_failures "
                     "servers). 0 turns the percentage off."),
-    cfg.IntOpt("hold_min_failures", mutable=True, default=3, min=1,
+    cfg.IntOpt("hold_min_failures", default=3, min=1,
                help="The hold_percent rule holds only with at least this "
                     "many servers breaking: in a small cloud one or two "
                     "are already several percent."),
-    cfg.IntOpt("hold_window", mutable=True, default=600, min=10,
+    cfg.IntOpt("hold_window", default=600, min=10,
                help="Seconds within which breaking servers count towards "
                     "the cloud-wide hold (hold_count, hold_percent)."),
-    cfg.BoolOpt("allow_rebuild", mutable=True, default=False,
+    cfg.BoolOpt("allow_rebuild", default=False,
                 help="Allow the 'rebuild' action (from the server's image: "
                      "its local disks are lost). Besides this, 'rebuild' "
                      "must be in actions and the server's repair level "
                      "must be rebuild."),
-    cfg.ListOpt("excluded_projects", mutable=True, default=[],
+    cfg.ListOpt("excluded_projects", default=[],
                 help="Project ids whose servers instanceha never repairs "
                      "or evacuates: services that fail over by themselves "
                      "(the Octavia amphorae's project, for one); moving "
                      "their servers breaks them."),
-    cfg.ListOpt("excluded_tags", mutable=True, default=[],
+    cfg.ListOpt("excluded_tags", default=[],
                 help="Server tags, or tags of the server's image, that keep "
                      "a server out of instance repair and evacuation, for "
                      "service-owned servers (Octavia tags its amphora image "
                      "with its amp_image_tag, e.g. 'amphora')."),
-    cfg.StrOpt("restart_group_key", mutable=True,
+    cfg.StrOpt("restart_group_key",
                default="instanceha:restart_group",
                help="Server metadata key holding its restart group, an "
                     "integer 0 or more: within one project, the servers of "
