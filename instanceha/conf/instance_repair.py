@@ -16,7 +16,10 @@ OPTS = [
                      "undone. On, the repair levels restart, reboot, "
                      "migrate and rebuild become valid values of "
                      "[recovery] repair_key (see "
-                     "doc/instance-repair-research.md)."),
+                     "doc/instance-repair-research.md). Not acted on yet: "
+                     "the decisions exist (policy.instance_repair), the "
+                     "engine does not run repairs in this release; only "
+                     "the level names are accepted."),
     cfg.ListOpt("actions",
                 default=["start", "hard_reboot", "cold_migrate"],
                 item_type=types.String(choices=list(ACTIONS)),
