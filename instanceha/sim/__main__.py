@@ -24,7 +24,7 @@ from instanceha.sim.server import SimServer
 FLOAT_PARAMS = ("report_interval", "service_down_time", "evacuation_time",
                 "schedule_time", "boot_time", "power_delay", "api_latency",
                 "live_migration_time", "cold_migration_time",
-                "migration_monitor_interval")
+                "migration_monitor_interval", "server_boot_time")
 INT_PARAMS = ("hosts", "servers_per_host", "host_vcpus", "server_vcpus",
               "host_ram_mb", "host_disk_gb", "server_ram_mb", "server_disk_gb",
               "api_max_limit",
@@ -42,6 +42,12 @@ def build_parser():
     p.add_argument("--write-config", metavar="DIR",
                    help="write clouds.yaml and bmc.yaml into DIR")
     p.add_argument("--host-prefix", default="compute-")
+    p.add_argument("--no-disabled-prefilter", dest="disabled_prefilter",
+                   action="store_false",
+                   help="a server forced onto a disabled compute boots "
+                        "there (Nova before Train); by default it fails "
+                        "with NoValidHost, as Placement's pre-filter of "
+                        "disabled computes makes it since Train")
     for name in INT_PARAMS:
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None)
     for name in FLOAT_PARAMS:
@@ -132,7 +138,8 @@ def main(argv=None):
     check_agent_args(args, parser)
     params = {k: getattr(args, k) for k in INT_PARAMS + FLOAT_PARAMS
               if getattr(args, k) is not None}
-    cloud = SimCloud(host_prefix=args.host_prefix, **params)
+    cloud = SimCloud(host_prefix=args.host_prefix,
+                     disabled_prefilter=args.disabled_prefilter, **params)
     srv = SimServer(cloud, host=args.bind, port=args.port)
     stop = threading.Event()
 

@@ -6,7 +6,11 @@ http://127.0.0.1:8787/sim/hosts/compute-1/kill`` (the host hangs;
 API with its host's power state then (instanceha/sim/invariant.py).
 ``POST /sim/servers/<id>/stall-migration`` and ``POST
 /sim/hosts/<host>/stall-migrations`` (``{"stall": true|false}``) stall live
-migrations of a server or from or to a host."""
+migrations of a server or from or to a host. ``POST
+/sim/hosts/<host>/fail-boots`` (``{"fail": true|false, "message": "..."}``)
+makes builds on the host fail; ``POST /sim/scheduler``
+(``{"disabled_prefilter": true|false}``) turns Placement's pre-filter of
+disabled computes on or off."""
 
 from instanceha.sim import model
 from instanceha.sim import web
@@ -34,6 +38,8 @@ class Control:
                 "unsafe": sum(1 for r in records if r["unsafe"])})
         if len(parts) == 3 and parts[0] == "hosts" and req.method == "POST":
             return self._host_action(parts[1], parts[2], req)
+        if parts == ["scheduler"] and req.method == "POST":
+            return self._scheduler(req)
         if parts[:1] == ["servers"] and len(parts) == 3 \
                 and parts[2] == "stall-migration" and req.method == "POST":
             return self._stall(req, server_id=parts[1])
@@ -65,6 +71,18 @@ class Control:
                 c.hold_cleanup(name, body["hold"])
             elif action == "stall-migrations":
                 return self._stall(req, host=name)
+            elif action == "fail-boots":
+                try:
+                    body = req.json() if req.body else {"fail": True}
+                except ValueError:
+                    return _error(400, "body must be a JSON object")
+                if not isinstance(body, dict) or "fail" not in body \
+                        or set(body) - {"fail", "message"} \
+                        or not isinstance(body["fail"], bool) \
+                        or not isinstance(body.get("message", ""), str):
+                    return _error(400, "body must be {\"fail\": true|false"
+                                       "[, \"message\": \"...\"]}")
+                c.fail_boots(name, body["fail"], body.get("message"))
             elif action == "bmc":
                 try:
                     body = req.json()
@@ -83,6 +101,20 @@ class Control:
         except model.NotFound as e:
             return _error(404, e.message)
         return web.Response(200, c.snapshot()["hosts"][name])
+
+    def _scheduler(self, req):
+        try:
+            body = req.json()
+        except ValueError:
+            return _error(400, "body must be a JSON object")
+        if not isinstance(body, dict) or set(body) != {"disabled_prefilter"} \
+                or not isinstance(body["disabled_prefilter"], bool):
+            return _error(400, "body must be {\"disabled_prefilter\": "
+                               "true|false}")
+        with self.cloud.lock:
+            self.cloud.disabled_prefilter = body["disabled_prefilter"]
+        return web.Response(200, {
+            "disabled_prefilter": self.cloud.disabled_prefilter})
 
     def _stall(self, req, **which):
         try:

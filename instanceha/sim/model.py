@@ -39,7 +39,9 @@ The rules follow Nova (read from its source, not copied):
 * unsetting forced_down is refused while evacuations from the host are
   ``done`` (api/openstack/compute/services.py ``_check_for_evacuations``).
 
-Live and cold migrations (a planned drain's moves) are model_moves.py's.
+Live and cold migrations (a planned drain's moves) are model_moves.py's;
+servers booted and deleted, compute services deleted and hosts leaving
+aggregates (a smoke test, a decommission) model_builds.py's.
 """
 
 import collections
@@ -50,6 +52,7 @@ import threading
 import time
 
 from instanceha.sim import invariant
+from instanceha.sim.model_builds import Builds
 from instanceha.sim.model_moves import Moves
 from instanceha.sim.records import (  # noqa: F401  (re-exported)
     ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, MIGRATING,
@@ -78,7 +81,7 @@ class ControlService:
         self.service_updated = now
 
 
-class SimCloud(Moves):
+class SimCloud(Moves, Builds):
     """A small Nova + BMC world. All parameters have demo-friendly defaults."""
 
     def __init__(self, hosts=6, servers_per_host=5, host_vcpus=64,
@@ -92,7 +95,8 @@ class SimCloud(Moves):
                  server_ram_mb=2048, server_disk_gb=20,
                  allocation_ratios=None, reserved=None,
                  live_migration_time=1.0, cold_migration_time=1.0,
-                 migration_monitor_interval=5.0):
+                 migration_monitor_interval=5.0, server_boot_time=1.0,
+                 disabled_prefilter=True):
         self.clock = clock
         #: Nova's [api] max_limit: the most items one page of a paged list
         #: (servers, os-migrations from 2.59) carries
@@ -123,7 +127,8 @@ class SimCloud(Moves):
         self.hosts = {}
         self.servers = {}
         self.migrations = []
-        #: host -> rebuilds cast to its compute while it was dead
+        #: host -> casts to its compute while it was dead (rebuilds,
+        #: builds): (function, args), run when it starts
         self.rpc_queues = {}
         #: server id -> its instance actions, oldest first (os-instance-actions)
         self.actions = {}
@@ -167,6 +172,9 @@ class SimCloud(Moves):
         self._placed = {}
         self._init_moves(live_migration_time, cold_migration_time,
                          migration_monitor_interval)
+        self._init_builds(server_boot_time, disabled_prefilter,
+                          server_vcpus, int(server_ram_mb),
+                          int(server_disk_gb))
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
             self.hosts[name] = Host(name, i, seed, host_vcpus, now,
@@ -331,7 +339,9 @@ class SimCloud(Moves):
         for m in self.migrations:
             if m.migration_type != "evacuation":
                 continue
-            s = self.servers[m.instance_uuid]
+            s = self.servers.get(m.instance_uuid)
+            if s is None:
+                continue                # deleted: its allocation is gone
             if m.status in ("accepted", "pre-migrating"):
                 where = self._placed.get(m.id)
             elif m.status == "done":
@@ -340,7 +350,7 @@ class SimCloud(Moves):
                 continue
             if where is not None and s.host != where:
                 out.setdefault(where, []).append(s)
-        return self.move_claims(out)
+        return self.build_claims(self.move_claims(out))
 
     def _used_vcpus(self, name):
         return self.usage(name)["VCPU"]
@@ -513,9 +523,10 @@ class SimCloud(Moves):
         h.started_at = self._now
         if not h.hold_cleanup:
             self._cleanup(h)
+        self.builds_host_started(h)
         # Start-up (init_host) is over: the compute consumes what waited.
-        for args in self.rpc_queues.pop(h.name, []):
-            self._claim(*args)
+        for func, args in self.rpc_queues.pop(h.name, []):
+            func(*args)
 
     def _cleanup(self, h):
         # What nova-compute does at start for evacuations away from it.
@@ -570,7 +581,7 @@ class SimCloud(Moves):
     def service_by_uuid(self, service_uuid):
         with self.lock:
             self._advance()
-            for h in self.hosts.values():
+            for h in self.computes():
                 if h.service_uuid == service_uuid:
                     return h
             raise NotFound("Service %s could not be found." % service_uuid)
@@ -825,7 +836,8 @@ class SimCloud(Moves):
             self._advance()
             s = self._server(server_id)
             if host is not None:
-                self._host(host)
+                if self._host(host).service_deleted:
+                    raise NotFound("Compute host %s not found." % host)
                 if s.host == host:
                     raise BadRequest("The target host can't be the same one.")
             if s.vm_state not in (ACTIVE, STOPPED, ERROR):
@@ -934,7 +946,7 @@ class SimCloud(Moves):
         claims = self._claims()
         usable_of = {}      # (vcpus, ram, disk) -> capacity: one per size
         for h in self.hosts.values():
-            if h.name == source or h.disabled:
+            if h.name == source or h.disabled or h.service_deleted:
                 continue
             if requested is not None and h.name != requested:
                 continue
@@ -951,7 +963,10 @@ class SimCloud(Moves):
     def _schedule(self, m, forced, requested, stop, action):
         # The conductor: it works on the oldest 'accepted' migration of the
         # instance, which after a stuck evacuation is not the new one.
-        s = self.servers[m.instance_uuid]
+        s = self.servers.get(m.instance_uuid)
+        if s is None:
+            self._set_migration(m, "error")     # deleted meanwhile
+            return
         m = next((x for x in self.migrations
                   if x.instance_uuid == s.id and x.status == "accepted"
                   and x.migration_type == "evacuation"), m)
@@ -975,13 +990,16 @@ class SimCloud(Moves):
             self._claim(m, dest, stop, action)
         else:
             self.rpc_queues.setdefault(dest, []).append(
-                (m, dest, stop, action))
+                (self._claim, (m, dest, stop, action)))
 
     def _claim(self, m, dest, stop, action):
         # The destination compute: claim (the migration gets its
         # destination), then the rebuild, which expects the task state the
         # API set.
-        s = self.servers[m.instance_uuid]
+        s = self.servers.get(m.instance_uuid)
+        if s is None:
+            self._set_migration(m, "error")     # deleted meanwhile
+            return
         h = self.hosts[dest]
         ev = self._event(action, "compute_rebuild_instance", dest, self._now)
         m.dest_compute = dest
@@ -1009,7 +1027,9 @@ class SimCloud(Moves):
                  stop, ev, s.vm_state, h.boot_generation)
 
     def _rebuilt(self, m, dest_name, stop, ev, orig_vm_state, generation):
-        s = self.servers[m.instance_uuid]
+        s = self.servers.get(m.instance_uuid)
+        if s is None:
+            return                      # deleted meanwhile
         dest = self.hosts[dest_name]
         self.rebuilding.get(s.id, set()).discard(dest_name)
         if not dest.alive or dest.boot_generation != generation:
@@ -1090,7 +1110,11 @@ class SimCloud(Moves):
                     "vcpus": h.vcpus, "used_vcpus": usage["VCPU"],
                     "ram_mb": h.ram_mb, "disk_gb": h.disk_gb,
                     "usage": usage,
+                    "service_deleted": h.service_deleted,
+                    "failing_boots": self.failing_boots.get(h.name),
                 }
+                if h.service_deleted:
+                    continue
                 services[h.name] = {
                     "id": h.service_uuid, "host": h.name,
                     "binary": "nova-compute",
@@ -1133,6 +1157,11 @@ class SimCloud(Moves):
                         "servers": sorted(self.stalled_servers),
                         "hosts": sorted(self.stalled_hosts)},
                     "placement": {"reachable": self.placement_reachable},
+                    "disabled_prefilter": self.disabled_prefilter,
+                    "deleted_servers": [list(d) for d in
+                                        self.deleted_servers],
+                    "deleted_services": [list(d) for d in
+                                         self.deleted_services],
                     "nova_api": {"failure": self.api_failure}}
 
 

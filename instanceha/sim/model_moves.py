@@ -184,7 +184,8 @@ class Moves:
                 raise Conflict("Cannot 'os-migrateLive' instance %s while "
                                "it is in task_state %s"
                                % (s.id, s.task_state))
-            if host is not None and host not in self.hosts:
+            if host is not None and (host not in self.hosts
+                                     or self.hosts[host].service_deleted):
                 raise BadRequest("Compute host %s could not be found."
                                  % host)
             s.task_state = MIGRATING
@@ -471,7 +472,7 @@ class Moves:
                 raise Conflict("Cannot 'migrate' instance %s while it is "
                                "in task_state %s" % (s.id, s.task_state))
             if host is not None:
-                if host not in self.hosts:
+                if host not in self.hosts or self.hosts[host].service_deleted:
                     raise BadRequest("Compute host %s could not be found."
                                      % host)
                 if host == s.host:

@@ -7,14 +7,15 @@ code; the behaviour behind them lives in model.py.
 
 This module is the front door: token check, microversion negotiation and
 routing. The handlers live beside it (nova_services, nova_servers,
-nova_hosts, nova_migrations), on the wire helpers of nova_wire and the
-request checks of nova_schema.
+nova_builds, nova_hosts, nova_migrations, nova_moves), on the wire helpers
+of nova_wire and the request checks of nova_schema.
 """
 
 import re
 
 from instanceha.sim import model as m
 from instanceha.sim import web
+from instanceha.sim.nova_builds import BuildsAPI
 from instanceha.sim.nova_hosts import HostsAPI
 from instanceha.sim.nova_migrations import MigrationsAPI
 from instanceha.sim.nova_moves import MovesAPI
@@ -67,7 +68,8 @@ def parse_version(headers):
     return version
 
 
-class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI, MovesAPI):
+class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI, MovesAPI,
+              BuildsAPI):
     def __init__(self, cloud, keystone):
         self.cloud = cloud
         self.keystone = keystone
@@ -139,6 +141,13 @@ class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI, MovesAPI):
             return 200, self.list_services(req, version)
         if len(parts) == 2 and parts[0] == "os-services" and method == "PUT":
             return 200, self.update_service(req, parts[1], version)
+        if len(parts) == 2 and parts[0] == "os-services" \
+                and method == "DELETE":
+            return self.delete_service(parts[1], version)
+        if parts == ["servers"] and method == "POST":
+            return self.create_server(req, version)
+        if len(parts) == 2 and parts[0] == "servers" and method == "DELETE":
+            return self.delete_server(parts[1])
         if parts in (["servers"], ["servers", "detail"]) and method == "GET":
             return 200, self.list_servers(req, version,
                                           detail=len(parts) == 2)

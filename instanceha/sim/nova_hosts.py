@@ -24,13 +24,23 @@ class HostsAPI:
         return view
 
     def aggregate_action(self, req, aggregate_id, version):
-        """Only ``set_metadata`` (a null value removes the key), with
-        Nova's schema: metadata keys 1-255 characters, values strings of
-        at most 255 characters or null."""
+        """``set_metadata`` (a null value removes the key), with Nova's
+        schema: metadata keys 1-255 characters, values strings of at most
+        255 characters or null; ``remove_host``."""
         body = read_body(req)
         if not isinstance(body, dict) or len(body) != 1:
             raise ApiFault(400, "Malformed request body")
         action = next(iter(body))
+        if action == "remove_host":
+            args = body[action]
+            check_keys(args, ["host"], ["host"])
+            check_string("host", args["host"])
+            if not str(aggregate_id).isdigit():
+                raise ApiFault(400, "Invalid input received: id must be an "
+                                    "integer")
+            agg = self.cloud.remove_host_from_aggregate(aggregate_id,
+                                                        args["host"])
+            return {"aggregate": self.aggregate_view(agg, version)}
         if action != "set_metadata":
             raise ApiFault(400, "Additional properties are not allowed "
                                 "(%r was unexpected)" % action)
@@ -85,7 +95,7 @@ class HostsAPI:
         marker, hypervisors_links)."""
         with self.cloud.lock:
             self.cloud.now()
-            hosts = sorted(self.cloud.hosts.values(),
+            hosts = sorted(self.cloud.computes(),
                            key=lambda h: h.service_id)
             more = False
             if version >= (2, 33):

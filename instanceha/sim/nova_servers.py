@@ -23,7 +23,8 @@ class ServersAPI:
                  {"rel": "bookmark", "href": "%s/servers/%s" % (base, s.id)}]
         if not detail:
             return {"id": s.id, "name": s.name, "links": links}
-        host_id = hashlib.sha224((s.project_id + s.host).encode()).hexdigest()
+        host_id = hashlib.sha224((s.project_id + s.host).encode()) \
+            .hexdigest() if s.host else ""
         if version >= (2, 47):
             flavor = {"vcpus": s.vcpus, "ram": s.ram_mb, "disk": s.disk_gb,
                       "ephemeral": 0, "swap": 0,

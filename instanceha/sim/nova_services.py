@@ -37,7 +37,7 @@ class ServicesAPI:
             self.cloud.now()
             return {"services": [
                 self.service_view(h, version)
-                for h in self.cloud.hosts.values()
+                for h in self.cloud.computes()
                 if (not host or h.name == host)
                 and (not binary or binary == "nova-compute")] + [
                 self.control_view(c, version) for c in self.cloud.control
@@ -67,6 +67,18 @@ class ServicesAPI:
                                           forced_down=forced)
             return {"service": self.service_view(h, version)}
 
+    def delete_service(self, service_id, version):
+        """DELETE /os-services/{id}: a UUID from 2.53, an integer before
+        (Nova's 400 otherwise); the model's refusals (409) and 404."""
+        if version >= (2, 53):
+            if not UUID_RE.match(service_id):
+                raise ApiFault(400, "Invalid uuid %s" % service_id)
+        elif not service_id.isdigit():
+            raise ApiFault(400, "Invalid input received: id must be an "
+                                "integer")
+        self.cloud.delete_service(service_id)
+        return 204, None
+
     def _update_service_legacy(self, action, body, version):
         allowed = ["host", "binary", "disabled_reason"]
         if version >= (2, 11):
@@ -89,7 +101,7 @@ class ServicesAPI:
         with self.cloud.lock:
             self.cloud.now()
             h = self.cloud.hosts.get(host)
-            if h is None:
+            if h is None or h.service_deleted:
                 raise ApiFault(404, "Could not find binary %s on host %s."
                                % (binary, host))
             service = {"host": host, "binary": binary}

@@ -57,7 +57,7 @@ class Placement:
         c = self.cloud
         with c.lock:
             c.now()
-            host = next((h for h in c.hosts.values()
+            host = next((h for h in c.computes()
                          if h.node_uuid == rp_uuid), None)
             if host is None:
                 return _error(404, "Not Found", "No resource provider with "
@@ -89,7 +89,7 @@ class Placement:
             c.now()
             summaries, requests = {}, []
             claims = c._claims()
-            for h in c.hosts.values():
+            for h in c.computes():
                 inv, used = c.inventories(h.name), c.usage(h.name, claims)
                 res = {rc: {"capacity": int((i["total"] - i["reserved"])
                                             * i["allocation_ratio"]),
@@ -113,7 +113,7 @@ class Placement:
         name, uuid = req.arg("name"), req.arg("uuid")
         with self.cloud.lock:
             self.cloud.now()
-            hosts = list(self.cloud.hosts.values())
+            hosts = self.cloud.computes()
         providers = []
         for h in hosts:
             rp_uuid = h.node_uuid

@@ -8,13 +8,15 @@ import uuid
 
 ACTIVE, STOPPED, ERROR = "active", "stopped", "error"
 PAUSED, RESIZED = "paused", "resized"
+BUILDING = "building"               # a server being booted (status BUILD)
+SCHEDULING, SPAWNING = "scheduling", "spawning"   # its task states
 REBUILDING = "rebuilding"
 MIGRATING = "migrating"             # a live migration's task state
 RESIZE_PREP, RESIZE_MIGRATING = "resize_prep", "resize_migrating"
 RESIZE_MIGRATED, RESIZE_FINISH = "resize_migrated", "resize_finish"
 RESIZE_TASKS = (RESIZE_PREP, RESIZE_MIGRATING, RESIZE_MIGRATED,
                 RESIZE_FINISH)
-POWER_RUNNING, POWER_PAUSED, POWER_SHUTDOWN = 1, 3, 4
+POWER_NOSTATE, POWER_RUNNING, POWER_PAUSED, POWER_SHUTDOWN = 0, 1, 3, 4
 CLEANUP_STATUSES = ("accepted", "pre-migrating", "done")
 #: a live migration not over yet (the conductor's 'accepted' included)
 LIVE_UNDER_WAY = ("accepted", "queued", "preparing", "running",
@@ -25,7 +27,7 @@ LIVE_IN_PROGRESS = ("queued", "preparing", "running", "post-migrating")
 COLD_UNDER_WAY = ("pre-migrating", "migrating", "post-migrating")
 
 _STATUS = {ACTIVE: "ACTIVE", STOPPED: "SHUTOFF", ERROR: "ERROR",
-           PAUSED: "PAUSED", RESIZED: "VERIFY_RESIZE"}
+           PAUSED: "PAUSED", RESIZED: "VERIFY_RESIZE", BUILDING: "BUILD"}
 
 
 class SimError(Exception):
@@ -82,6 +84,12 @@ class Host:
         self.disabled_reason = None
         self.forced_down = False
         self.service_updated = now
+        #: its nova-compute service was deleted (os-services DELETE): no
+        #: service row, compute node or resource provider until the
+        #: compute starts again and registers anew; the machine and its
+        #: BMC stay
+        self.service_deleted = False
+        self.registrations = 0              # services registered since
         self.bmc_reachable = True
         self.bmc_refuse_power_off = False
         self.hold_cleanup = False          # compute starts but skips cleanup
