@@ -195,11 +195,6 @@ def test_drain_moves_active_paused_and_shutoff_servers_then_resume(
     _assert_safe(c)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PRODUCT GAP (issue 24: 'status and history show the drain's progress "
-    "server by server'): the journal of a drain holds the transitions and "
-    "one 'drain' action with the count ('3/3 servers moved'); no entry "
-    "names a server the drain moved, or where to"))
 def test_history_names_each_server_the_drain_moved(make_cloud):
     c = make_cloud({"drain": FAST_DRAIN}, hosts=3, servers_per_host=2)
     moved = _on(c, "compute-1")
@@ -325,14 +320,6 @@ def test_host_lost_mid_drain_is_fenced_and_the_rest_evacuated(make_cloud):
     _assert_fenced_and_rest_evacuated(c, early, late, moved_to)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PRODUCT BUG (engine/drain.py _step): a live-migrate request refused "
-    "because the host's compute is unavailable (Nova: 400 'Compute "
-    "service of compute-1 is unavailable at this time.') counts as a "
-    "failed attempt; after [drain] stuck_retries+1 of them the servers "
-    "are 'not migratable' and the drain ends DRAIN_OK -> maintenance, "
-    "where heartbeat loss is ignored: a dead host is left powered on "
-    "with servers on it, never fenced or evacuated"))
 def test_host_lost_mid_drain_before_the_engine_notices(make_cloud):
     """The same loss, with the engine's detection slower than the drain's
     passes (as with Nova's 60 s service_down_time against [drain]
