@@ -17,12 +17,14 @@ OPTS = [
                      "HOST --fail-back' or '--no-fail-back' decides for "
                      "one resume."),
     cfg.BoolOpt("smoke_test", default=False,
-                help="Before a drained host is re-enabled, boot a small "
-                     "server on it (forced onto the host, which is still "
-                     "disabled, with availability zone 'ZONE:HOST'), wait "
-                     "until it is ACTIVE and delete it. A failure keeps the "
-                     "host disabled, in state failed, with the reason. "
-                     "Needs smoke_flavor and smoke_image."),
+                help="When a drained host is put back, boot a small "
+                     "server forced onto it (availability zone "
+                     "'ZONE:HOST'), wait until it is ACTIVE and delete it. "
+                     "Nova boots nothing on a disabled compute, so the "
+                     "host is enabled for the test (the scheduler may "
+                     "place servers there meanwhile); a failure disables "
+                     "it again and puts it in state failed with the "
+                     "reason. Needs smoke_flavor and smoke_image."),
     cfg.StrOpt("smoke_flavor", default="",
                help="Flavor (id) of the smoke test's server: the smallest "
                     "one the host accepts."),

@@ -27,6 +27,8 @@ class Smoke:
     started_at: float
     server_id: Optional[str] = None
     aborted: int = 0
+    #: the service id the test enabled (to disable again on failure)
+    enabled: Optional[str] = None
 
     def close(self):
         pass
@@ -77,7 +79,7 @@ def undrain(ctx, record, carry=None):
 
 def _enable(ctx, record, carry, tested):
     svc = ctx.compute.service_of(record.name)
-    enabled = ""
+    enabled = "; compute service enabled" if carry.enabled else ""
     if svc is not None and svc.status == "disabled" \
             and (svc.disabled_reason or "").startswith(drain.DRAIN_REASON):
         ctx.compute.enable_service(svc.id)
@@ -91,8 +93,14 @@ def _enable(ctx, record, carry, tested):
 
 
 def _smoke(ctx, record, carry, m):
-    """One look at the smoke test: its server booted forced onto the
-    still-disabled host must become ACTIVE within smoke_timeout."""
+    """One look at the smoke test: its server booted forced onto the host
+    must become ACTIVE within smoke_timeout.
+
+    Nova (from Train) refuses any boot on a disabled compute, forced or
+    not (its COMPUTE_STATUS_DISABLED trait in Placement), so the host is
+    enabled for the test: the scheduler may place other servers there
+    meanwhile (said in the log). A failed test disables it again with
+    the drain's marker and the reason."""
     now = ctx.clock()
     late = now - carry.started_at > m.smoke_timeout
     if carry.server_id is None:
@@ -104,6 +112,14 @@ def _smoke(ctx, record, carry, m):
                     "smoke test: nova-compute did not report up within "
                     "%.0fs; the host stays disabled" % m.smoke_timeout)
             return Requeue(SMOKE_POLL, carry)
+        if svc.status == "disabled" \
+                and (svc.disabled_reason or "").startswith(drain.DRAIN_REASON):
+            ctx.compute.enable_service(svc.id)
+            carry.enabled = svc.id
+            LOG.warning("smoke_test_enabled_host", host=record.name,
+                        reason="Nova boots nothing on a disabled compute: "
+                               "enabled for the smoke test; the scheduler "
+                               "may place servers there meanwhile")
         server = ctx.compute.create_server(
             "instanceha-smoke-%s" % record.name, m.smoke_flavor,
             m.smoke_image, record.name, zone=svc.zone,
@@ -127,6 +143,9 @@ def _smoke(ctx, record, carry, m):
                        % (now - carry.started_at))
     if status in ("ERROR", "GONE") or late:
         _delete(ctx, record, carry)
+        if carry.enabled is not None:
+            ctx.compute.disable_service(
+                carry.enabled, "%s: smoke test failed" % drain.DRAIN_REASON)
         why = ("smoke test failed: its server is %s%s; the host stays "
                "disabled" % (status if not late or status in ("ERROR",
                                                                "GONE")
@@ -243,7 +262,10 @@ def decommission(ctx, record):
         if record.name in agg.hosts and agg.id is not None:
             ctx.compute.remove_host_from_aggregate(agg.id, record.name)
             removed.append(agg.name)
-    ctx.compute.delete_service(svc.id)
+    try:
+        ctx.compute.delete_service(svc.id)
+    except compute_base.NotFound:
+        pass                        # deleted meanwhile: what was asked
     text = "compute service deleted"
     if removed:
         text += ", removed from aggregate(s) %s" % ", ".join(sorted(removed))

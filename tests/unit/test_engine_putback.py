@@ -117,6 +117,9 @@ def test_decommission_deletes_the_service_and_leaves_the_aggregates():
 
 def test_a_smoke_test_failure_keeps_the_host_disabled_with_why():
     w, api = _api()
+    # Nova since Train: nothing boots on a disabled compute, forced or
+    # not; the smoke test enables the host for its server.
+    w.compute.disabled_prefilter = True
     for k, v in (("smoke_test", True), ("smoke_flavor", "f1"),
                  ("smoke_image", "i1")):
         w.conf.set_override(k, v, "maintenance")
@@ -129,6 +132,7 @@ def test_a_smoke_test_failure_keeps_the_host_disabled_with_why():
     w.until("compute-0", "failed")
     assert "smoke test failed" in w.state("compute-0")[1]
     assert _svc(w, "compute-0")["status"] == "disabled"
+    assert "smoke test failed" in _svc(w, "compute-0")["disabled_reason"]
     # Repaired and resumed again: the smoke test runs again, passes, and
     # the host is re-enabled.
     w.compute.fail_boots_on.discard("compute-0")
