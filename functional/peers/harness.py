@@ -137,7 +137,9 @@ class TestBed:
     # -- back to a clean cloud between tests
     def restore(self, timeout=120):
         """Every BMC on and willing, every compute up, enabled, not forced
-        down, no servers. Waits on Nova, so a test that broke it fails here."""
+        down, no servers, no live migration held. Waits on Nova, so a test
+        that broke it fails here."""
+        self.cloud.release_live_migrations()
         for host in self.hosts:
             for b in (self.redfish.get(host), self.ipmi.get(host)):
                 if b is None:

@@ -6,9 +6,11 @@
 2. the image/network stand-ins (``stubsvc``);
 3. ``placement`` and ``nova-api`` as WSGI apps over HTTP, ``nova-conductor``,
    ``nova-scheduler``;
-4. one ``nova-compute`` per host (``compute_driver =
-   fake.FakeDriverWithoutFakeNodes``, its own ``state_path``) so a host can be
-   killed and started again like a real one.
+4. one ``nova-compute`` per host (Nova's ``fake.FakeDriverWithoutFakeNodes``
+   through ``novaside/iha_fakevirt.py``, whose live migrations a test may
+   hold in ``running``: :meth:`NovaCloud.hold_live_migrations`; its own
+   ``state_path``) so a host can be killed and started again like a real
+   one.
 
 Nova and Placement run from the venv ``tools/realpeers/install.sh`` builds;
 nothing of Nova is faked, only the image service and the network service,
@@ -46,6 +48,10 @@ NOVASIDE = HERE / "novaside"
 CELL_NAME = "cell1"
 IMAGE_ID = "6a1d3a0e-4c2f-4c55-9a58-1f0d2b7c9e01"  # any id is an image
 FLAVOR_ID = "iha.tiny"
+#: the computes' virt driver: Nova's fake.FakeDriverWithoutFakeNodes whose
+#: live migrations can be held running (novaside/iha_fakevirt.py)
+COMPUTE_DRIVER = "iha_fake.HeldLiveMigrationDriver"
+HOLD_FILE = "hold-live-migrations"   # iha_fakevirt.HOLD_FILE
 DEFAULT_HOSTS = ("compute-0", "compute-1", "compute-2")
 START_TIMEOUT = float(os.environ.get("INSTANCEHA_NOVA_START_TIMEOUT", "240"))
 
@@ -328,7 +334,9 @@ class NovaCloud(procs.StartedOnEnter):
             (hstate / "instances").mkdir(parents=True, exist_ok=True)
             _write_ini(nova_dir / ("%s.conf" % host), {"DEFAULT": {
                 "host": host, "state_path": str(hstate),
-                "instances_path": str(hstate / "instances")}})
+                "instances_path": str(hstate / "instances"),
+                # registered by novaside/compute_launch.py
+                "compute_driver": COMPUTE_DRIVER}})
         placement = {
             "DEFAULT": {"debug": "False"},
             "api": {"auth_strategy": "noauth2"},
@@ -385,11 +393,38 @@ class NovaCloud(procs.StartedOnEnter):
             existing = self.procs.get(name)
             if existing is not None and existing.running():
                 return existing
-        proc = self._start(name, [self._bin("nova-compute"),
+        proc = self._start(name, [self._python(),
+                                  NOVASIDE / "compute_launch.py",
                                   "--config-file", self.etc / "nova" / "nova.conf",
                                   "--config-file", self.etc / "nova" / ("%s.conf" % host)])
         self._write_pidfile(host, proc.pid)
         return proc
+
+    def hold_live_migrations(self, host, servers=None, progress=True):
+        """Keep the live migrations from ``host`` (those of ``servers``
+        only, when given) ``running`` in its compute's driver until Nova
+        aborts or force-completes them or :meth:`release_live_migrations`
+        (novaside/iha_fakevirt.py). ``progress``: a held migration's
+        record shows memory still to copy going down steadily; False:
+        nothing reported (a stalled migration). Migrations already
+        finished are not affected; the hold is read by each migration as
+        it runs."""
+        words = list(servers) if servers else ["*"]
+        if not progress:
+            words.append("stalled")
+        path = self.state / host / HOLD_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(words) + "\n")
+        os.replace(tmp, path)
+
+    def release_live_migrations(self, host=None):
+        """Lift the hold on ``host`` (every host by default): held live
+        migrations complete."""
+        for h in ([host] if host else self.hosts):
+            try:
+                (self.state / h / HOLD_FILE).unlink()
+            except FileNotFoundError:
+                pass
 
     def compute_pidfile(self, host):
         """The host's nova-compute pid file, as a service manager keeps
@@ -525,13 +560,14 @@ class NovaCloud(procs.StartedOnEnter):
             "name": FLAVOR_ID, "id": FLAVOR_ID, "ram": 64, "vcpus": 1,
             "disk": 1}})
 
-    def boot(self, host, count=1, name="iha", microversion="2.74"):
+    def boot(self, host, count=1, name="iha", microversion="2.74",
+             flavor=FLAVOR_ID):
         """Boot ``count`` servers on ``host``; returns their ids (not waited)."""
         ids = []
         for i in range(count):
             resp = self.call("POST", "/servers", {"server": {
                 "name": "%s-%s-%d" % (name, host, i), "imageRef": IMAGE_ID,
-                "flavorRef": FLAVOR_ID, "networks": "none", "host": host}},
+                "flavorRef": flavor, "networks": "none", "host": host}},
                 microversion=microversion)
             ids.append(resp.json()["server"]["id"])
         return ids
