@@ -21,8 +21,8 @@ would.
     source, the moved one ACTIVE where it went, the host enabled and
     active, nothing sent after;
 (d) a live migration Nova holds ``queued`` behind one that is copying
-    (progress in its record) is not stuck and must not be aborted: a
-    product bug today, marked xfail (strict) with what Nova recorded.
+    (progress in its record) is not stuck and must not be aborted (found
+    here: it was aborted as stuck for want of memory figures).
 
 Nova's fake driver copies nothing: a live migration is ``running`` for a
 fraction of a second. For (c) and (d) the bed's driver (Nova's
@@ -408,19 +408,6 @@ def test_resume_mid_drain_aborts_in_nova_and_reenables(clean_bed, engine):
 STUCK_TIMEOUT = 4
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PRODUCT BUG (instanceha/engine/drain.py watch()): a live migration "
-    "Nova holds 'queued' (the source compute runs "
-    "max_concurrent_live_migrations = 1 at a time, Nova's default, while "
-    "[drain] concurrency defaults to 2) reports no memory_remaining_bytes "
-    "(null), so after [drain] stuck_timeout the drain calls it stuck "
-    "('no progress for 4s (? bytes left)') and aborts it (DELETE "
-    "/servers/{id}/migrations/{mid} at 2.65: Nova marks it 'cancelled'), "
-    "though it only waits for the one copying; retried, it queues and is "
-    "aborted again (here twice in 14 s, then completed once the first was "
-    "let go); a first migration longer than ([drain] stuck_retries + 1) x "
-    "stuck_timeout gets the second given up as 'not migratable' and left "
-    "on the host"))
 def test_migration_queued_behind_a_progressing_one_is_not_aborted(
         clean_bed, engine):
     """Nova's source compute runs one live migration at a time

@@ -434,9 +434,15 @@ def watch(ctx, record, carry, sid, settings, now):
     left = None
     if mig.memory_remaining is not None or mig.disk_remaining is not None:
         left = (mig.memory_remaining or 0) + (mig.disk_remaining or 0)
+    if mig.status != "running" or left is None:
+        # Queued behind another (Nova runs max_concurrent_live_migrations
+        # at once per compute, 1 by default) or preparing: it has not
+        # started copying, and without figures no progress can be judged.
+        # Only a running migration whose figures stop going down is stuck.
+        carry.progress.pop(sid, None)
+        return
     seen = carry.progress.get(sid)
-    if seen is None or (left is not None and seen[0] is not None
-                        and left < seen[0]):
+    if seen is None or seen[0] is None or left < seen[0]:
         carry.progress[sid] = (left, now)
         return
     if now - seen[1] < settings.stuck_timeout:

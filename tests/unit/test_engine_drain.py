@@ -284,3 +284,31 @@ def test_a_host_dying_while_nova_still_says_up_is_not_declared_drained():
     w.until("compute-0", "evacuated", passes=300)
     assert w.fencer.powered_off == ["compute-0"]
     assert _on(w, "compute-0") == []
+
+
+def test_a_migration_queued_behind_another_is_never_called_stuck():
+    # Found on real Nova: it runs one live migration per compute at a
+    # time (max_concurrent_live_migrations = 1), so the drain's second
+    # waits 'queued' with no memory figures; it was aborted as stuck.
+    from instanceha.engine import drain as drain_mod
+    from instanceha.drivers.compute.base import ServerMigration
+    w = _world(3, 2)
+    w.pass_()
+    w.conf.set_override("stuck_timeout", 10, "drain")
+    carry = drain_mod.Carry(ctx=w.ctx, host="compute-0")
+    rec = w.engine.find("compute-0")
+    settings = drain_mod._settings(w.ctx)
+    queued = [ServerMigration(id="2", server_id="s", status="queued")]
+    w.compute.server_migrations = lambda sid: queued
+    aborted = []
+    w.compute.abort_migration = lambda sid, mid: aborted.append(mid)
+    for t in range(0, 100, 5):
+        drain_mod.watch(w.ctx, rec, carry, "s", settings, 1000.0 + t)
+    assert aborted == [] and carry.stuck == {}
+    # Running, its figures frozen: stuck after the timeout, aborted.
+    frozen = [ServerMigration(id="2", server_id="s", status="running",
+                              memory_remaining=500, disk_remaining=0)]
+    w.compute.server_migrations = lambda sid: frozen
+    for t in range(100, 125, 5):
+        drain_mod.watch(w.ctx, rec, carry, "s", settings, 1000.0 + t)
+    assert aborted == ["2"]
