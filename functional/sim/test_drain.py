@@ -16,8 +16,6 @@ of 12: its budget is the harness's).
 
 import json
 
-import pytest
-
 from functional.sim.conftest import wait_for
 from instanceha.util.marker import MARKER
 
