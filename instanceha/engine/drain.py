@@ -18,7 +18,6 @@ drain's counting afresh, which can only allow a few more attempts.
 
 import dataclasses
 import datetime
-import threading
 from typing import Dict, List, Optional, Set, Tuple
 
 import structlog
@@ -36,12 +35,6 @@ LOG = structlog.get_logger("instanceha.drain")
 #: The start of the disabled_reason a drain writes.
 DRAIN_REASON = MARKER + " draining"
 
-#: Servers migrating from each draining host now, across the engine: the
-#: cap across hosts ([drain] max_concurrent).
-_inflight: Dict[str, int] = {}
-_inflight_lock = threading.Lock()
-
-
 @dataclasses.dataclass
 class Carry:
     """What the passes of one drain remember (in memory)."""
@@ -55,9 +48,8 @@ class Carry:
     #: the plan's view of the other hosts, read at the first pass
     capacities: object = None
     services: object = None
-    #: servers on the host at the first pass, and how many are still there
+    #: servers on the host at the first pass
     initial: Tuple[str, ...] = ()
-    left_count: int = 0
     #: migrations in flight from the host at the last pass
     moving: int = 0
     attempts: Dict[str, int] = dataclasses.field(default_factory=dict)
@@ -77,7 +69,7 @@ class Carry:
     moved: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
-        set_inflight(self.host, 0)
+        self.moving = 0
         runs = getattr(self.ctx, "runs", None)
         if runs is not None and runs.get(self.host_id) is self:
             del runs[self.host_id]
@@ -98,25 +90,19 @@ class Carry:
 
     def status_text(self):
         """Where the drain stands, in a few words (status)."""
-        moved = len(self.initial) - self.left_count
         text = "%d of %d servers moved, %d moving" % (
-            moved, len(self.initial), self.moving)
+            len(self.moved), len(self.initial), self.moving)
         if self.given_up:
             text += ", %d not migratable" % len(self.given_up)
         return text
 
 
-def set_inflight(host, n):
-    with _inflight_lock:
-        if n:
-            _inflight[host] = n
-        else:
-            _inflight.pop(host, None)
-
-
-def others_inflight(host):
-    with _inflight_lock:
-        return sum(n for h, n in _inflight.items() if h != host)
+def others_inflight(ctx, host):
+    """Servers migrating now from the other hosts being drained or failed
+    back (their runs' last count): the cap across hosts ([drain]
+    max_concurrent)."""
+    return sum(run.moving for run in list(ctx.runs.values())
+               if isinstance(run, Carry) and run.host != host)
 
 
 def _now_text(ctx):
@@ -154,7 +140,8 @@ def read(ctx, host):
     return servers, hosts, services
 
 
-def _settings(ctx, concurrency=None):
+def settings_for(ctx, concurrency=None):
+    """[drain]'s settings, with an operator's concurrency for one host."""
     settings = drain_policy.Settings.from_conf(ctx.conf)
     if concurrency:
         settings = dataclasses.replace(settings, concurrency=concurrency)
@@ -164,7 +151,7 @@ def _settings(ctx, concurrency=None):
 def _plan(ctx, host, servers, hosts, services, force, concurrency):
     return drain_policy.plan(host, drain_policy.server_facts(servers),
                              hosts, services,
-                             _settings(ctx, concurrency), force=force)
+                             settings_for(ctx, concurrency), force=force)
 
 
 def preflight(ctx, host, force=False, concurrency=None):
@@ -172,11 +159,6 @@ def preflight(ctx, host, force=False, concurrency=None):
     changed."""
     servers, hosts, services = read(ctx, host)
     return _plan(ctx, host, servers, hosts, services, force, concurrency)
-
-
-def plan_json(plan):
-    """A DrainPlan for the API and the CLI."""
-    return plan.as_dict()
 
 
 def drain(ctx, record, carry=None):
@@ -190,7 +172,7 @@ def drain(ctx, record, carry=None):
             carry.close()
         return result(ctx, record, E.DRAIN_FAILED,
                        "the host left draining (%s)" % record.state.value)
-    settings = _settings(ctx, record.drain_concurrency)
+    settings = settings_for(ctx, record.drain_concurrency)
     concurrency = settings.concurrency
     if carry is None:
         servers, capacities, services = read(ctx, record.name)
@@ -212,7 +194,7 @@ def drain(ctx, record, carry=None):
         carry = Carry(capacities=capacities, services=services,
                       initial=tuple(s.id for s in servers),
                       host=record.name, host_id=record.id, ctx=ctx,
-                      left_count=len(servers), started_at=ctx.clock())
+                      started_at=ctx.clock())
         ctx.runs[record.id] = carry
         LOG.info("drain_started", host=record.name,
                  servers=len(servers), concurrency=concurrency,
@@ -227,7 +209,6 @@ def drain(ctx, record, carry=None):
             # compute is, and the failure path decides (its heartbeat loss
             # takes the host out of draining). Never declared drained.
             carry.moving = 0
-            set_inflight(record.name, 0)
             LOG.warning("drain_paused", host=record.name, reason=down,
                         effect="nothing sent until it reports again")
             return Requeue(settings.poll_interval, carry)
@@ -255,7 +236,6 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              carry.capacities, carry.services, settings,
                              force=True)
     by_id = {s.id: s for s in servers}
-    carry.left_count = len([s for s in carry.initial if s in by_id])
     carry.moved = {s for s in carry.initial
                    if s not in by_id and s not in carry.cold}
     for sid in [s for s in carry.sent_at if s not in by_id]:
@@ -267,7 +247,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     for sid in inflight:
         watch(ctx, record, carry, sid, settings, now)
     room = max(0, concurrency - len(inflight))
-    cap = settings.max_concurrent - others_inflight(record.name)
+    cap = settings.max_concurrent - others_inflight(ctx, record.name)
     room = max(0, min(room, cap))
     sent = 0
     left: List[str] = []
@@ -308,7 +288,6 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     unconfirmed = _confirm_moved(ctx, record, carry, by_id)
     moving = len(inflight) + sent + unconfirmed
     carry.moving = moving
-    set_inflight(record.name, moving)
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):

@@ -96,11 +96,10 @@ class Engine(Hosts):
 
     def drain_preflight(self, rec, request):
         """The drain plan of host ``rec`` for ``request`` (DrainRequest),
-        read from Nova now, as JSON (engine.drain.plan_json); nothing is
-        changed."""
-        return drain_mod.plan_json(drain_mod.preflight(
+        read from Nova now, as JSON; nothing is changed."""
+        return drain_mod.preflight(
             self.ctx, rec.name, force=request.force,
-            concurrency=request.concurrency))
+            concurrency=request.concurrency).as_dict()
 
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""

@@ -50,7 +50,9 @@ def _abort_inflight(ctx, record):
                         server=server.id, reason=str(e),
                         effect="the migration finishes; the server stays "
                                "on its new host")
-    drain.set_inflight(record.name, 0)
+    run = ctx.runs.get(record.id)
+    if isinstance(run, drain.Carry):
+        run.close()
     return aborted
 
 
@@ -175,13 +177,13 @@ def fail_back(ctx, record, carry=None):
         return drain.result(ctx, record, E.FAIL_BACK_FAILED,
                             "the host left failing back (%s)"
                             % record.state.value)
-    settings = drain._settings(ctx, record.drain_concurrency)
+    settings = drain.settings_for(ctx, record.drain_concurrency)
     now = ctx.clock()
     if carry is None:
         carry = drain.Carry(ctx=ctx, host=record.name, host_id=record.id,
                             initial=tuple(record.drain_moved))
         ctx.runs[record.id] = carry
-    here = 0
+    carry.moved = set()
     moving = []
     todo = []
     gone = []
@@ -195,7 +197,7 @@ def fail_back(ctx, record, carry=None):
             continue
         status = (server.status or "").upper()
         if server.host == record.name and status != "MIGRATING":
-            here += 1
+            carry.moved.add(sid)
         elif status == "MIGRATING":
             moving.append(sid)
         elif status in ("ACTIVE", "PAUSED"):
@@ -206,7 +208,7 @@ def fail_back(ctx, record, carry=None):
         drain.watch(ctx, record, carry, sid, settings, now)
     room = max(0, min(settings.concurrency - len(moving),
                       settings.max_concurrent
-                      - drain.others_inflight(record.name)))
+                      - drain.others_inflight(ctx, record.name)))
     sent = 0
     for sid in todo:
         if sent >= room:
@@ -222,12 +224,11 @@ def fail_back(ctx, record, carry=None):
                           s, host=record.name)):
             sent += 1
     carry.moving = len(moving) + sent
-    carry.left_count = len(carry.initial) - here
-    drain.set_inflight(record.name, carry.moving)
     if carry.moving or any(s not in carry.given_up for s in todo):
         return Requeue(settings.poll_interval, carry)
     carry.close()
-    parts = ["%d/%d servers moved back" % (here, len(carry.initial))]
+    parts = ["%d/%d servers moved back" % (len(carry.moved),
+                                            len(carry.initial))]
     if gone:
         parts.append("%d deleted meanwhile" % len(gone))
     if carry.given_up:

@@ -297,7 +297,7 @@ def test_a_migration_queued_behind_another_is_never_called_stuck():
     w.conf.set_override("stuck_timeout", 10, "drain")
     carry = drain_mod.Carry(ctx=w.ctx, host="compute-0")
     rec = w.engine.find("compute-0")
-    settings = drain_mod._settings(w.ctx)
+    settings = drain_mod.settings_for(w.ctx)
     queued = [ServerMigration(id="2", server_id="s", status="queued")]
     w.compute.server_migrations = lambda sid: queued
     aborted = []

@@ -2,81 +2,8 @@
 as passes of the engine against the unit fake of Nova: the world after
 each step."""
 
-import types
-
-from instanceha.drivers.compute import base as cb
 from instanceha.events import Event, EventKind as E
-from tests.unit import test_engine_drain as drain_tests
-from tests.unit.test_engine_drain import _on, _post, _svc
-
-
-def _putback_calls(compute):
-    """Nova's calls a put-back needs, on the unit fake, where it lacks
-    them: a server booted forced onto a host (ERROR where boots fail or
-    the host is down), deleted; a service deleted (409 with servers);
-    a host removed from an aggregate; a live migration aimed at a
-    host."""
-    compute.fail_boots_on = getattr(compute, "fail_boots_on", set())
-    booted = []
-
-    def create_server(self, name, flavor_id, image_id, host, zone=None,
-                      network=None):
-        sid = "%s-%d" % (name, len(booted))
-        booted.append(sid)
-        ok = host not in self.fail_boots_on and self._service_up(host)
-        self.servers[sid] = dict(
-            id=sid, name=name, host=host, task_state=None,
-            status="ACTIVE" if ok else "ERROR",
-            vm_state="active" if ok else "error",
-            fault=None if ok else "No valid host was found.")
-        return self.get_server(sid)
-
-    def delete_server(self, server_id):
-        self.servers.pop(server_id, None)
-
-    def delete_service(self, service_id):
-        host = next(h for h, s in self.services.items()
-                    if s["id"] == service_id)
-        if any(v["host"] == host for v in self.servers.values()):
-            raise cb.Conflict("Unable to delete compute service that is "
-                              "hosting instances.", 409)
-        del self.services[host]
-
-    def remove_host_from_aggregate(self, aggregate_id, host):
-        self.aggregates = [
-            a if a.id != aggregate_id else cb.Aggregate(
-                name=a.name, id=a.id, zone=a.zone, metadata=a.metadata,
-                hosts=tuple(h for h in a.hosts if h != host))
-            for a in self.aggregates]
-
-    live = compute.live_migrate
-
-    def live_migrate(self, server_id, block_migration="auto", host=None):
-        if host is None:
-            return live(server_id, block_migration)
-        aim = self._move_target
-        self._move_target = lambda source: host
-        try:
-            return live(server_id, block_migration)
-        finally:
-            self._move_target = aim
-
-    for fn in (create_server, delete_server, delete_service,
-               remove_host_from_aggregate, live_migrate):
-        try:
-            getattr(type(compute), fn.__name__)
-            own = fn.__name__ in vars(type(compute))
-        except AttributeError:
-            own = False
-        if not own or fn.__name__ == "live_migrate":
-            setattr(compute, fn.__name__, types.MethodType(fn, compute))
-    return booted
-
-
-def _api():
-    w, api = drain_tests._api()
-    _putback_calls(w.compute)
-    return w, api
+from tests.unit.test_engine_drain import _api, _on, _post, _svc
 
 
 def test_resume_with_fail_back_moves_the_drained_servers_back():
