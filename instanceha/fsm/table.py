@@ -173,14 +173,6 @@ RULES = [
     (S.DRAINING, E.OPERATOR_RESUME, ALWAYS, S.UNDRAINING,
      "drain cancelled by operator: aborting migrations in flight, "
      "re-enabling the host"),
-    # A host that dies while draining is a failed host: proven dead,
-    # then what is left is evacuated (what moved already is not there).
-    (S.DRAINING, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
-     "heartbeat lost while draining: {event.reason}"),
-    (S.DRAINING, E.FORCED_DOWN, ALWAYS, S.SUSPECT,
-     "forced down by another actor while draining: {event.reason}"),
-    (S.DRAINING, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
-     "heartbeat agent silent on every path while draining"),
     (S.UNDRAINING, E.UNDRAIN_OK, "fail_back", S.FAILING_BACK,
      "{event.reason}; moving the drained servers back"),
     (S.UNDRAINING, E.UNDRAIN_OK, ALWAYS, S.ACTIVE, "{event.reason}"),
@@ -189,12 +181,6 @@ RULES = [
     (S.FAILING_BACK, E.FAIL_BACK_OK, ALWAYS, S.ACTIVE, "{event.reason}"),
     (S.FAILING_BACK, E.FAIL_BACK_FAILED, ALWAYS, S.ACTIVE,
      "fail-back incomplete: {event.reason}"),
-    (S.FAILING_BACK, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
-     "heartbeat lost while failing back: {event.reason}"),
-    (S.FAILING_BACK, E.FORCED_DOWN, ALWAYS, S.SUSPECT,
-     "forced down by another actor while failing back: {event.reason}"),
-    (S.FAILING_BACK, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
-     "heartbeat agent silent on every path while failing back"),
     (S.UNDRAINING, E.UNDRAIN_FAILED, ALWAYS, S.FAILED,
      "could not put the drained host back: {event.reason}"),
     (S.MAINTENANCE, E.OPERATOR_RESUME, "drained", S.UNDRAINING,
@@ -212,6 +198,20 @@ RULES = [
     (S.SUSPENDED, E.TICK, "suspension_expired", S.ACTIVE,
      "suspension expired"),
 ]
+
+# A host that dies while servers migrate off it (a drain) or back onto
+# it (a fail-back) is a failed host: proven dead, then what is left on it
+# is evacuated (what moved already is not there).
+for _s, _doing in ((S.DRAINING, "draining"),
+                   (S.FAILING_BACK, "failing back")):
+    RULES += [
+        (_s, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
+         "heartbeat lost while %s: {event.reason}" % _doing),
+        (_s, E.FORCED_DOWN, ALWAYS, S.SUSPECT,
+         "forced down by another actor while %s: {event.reason}" % _doing),
+        (_s, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
+         "heartbeat agent silent on every path while %s" % _doing),
+    ]
 
 # Operator resume: a host instanceha isolated is either back (then only
 # Nova's cleanup is awaited) or proven dead again before anything more is
