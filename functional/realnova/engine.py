@@ -88,7 +88,14 @@ VICTIM_SERVERS = 2
 
 
 def boot_victims(bed, host, within=90.0):
-    """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there.
+    """VICTIM_SERVERS servers booted on ``host`` and ACTIVE there (see
+    boot_on)."""
+    return boot_on(bed, host, VICTIM_SERVERS, within=within)
+
+
+def boot_on(bed, host, count, within=90.0, **boot_args):
+    """``count`` servers booted on ``host`` and ACTIVE there
+    (``boot_args``: the bed's boot options, name=, flavor=).
 
     Right after the bed (re)starts a compute, Placement may have no
     allocation candidate for it yet (Nova's scheduler says so: "a temporary
@@ -98,7 +105,7 @@ def boot_victims(bed, host, within=90.0):
     attempts would be over in seconds)."""
     deadline = time.monotonic() + within
     while True:
-        ids = bed.cloud.boot(host, VICTIM_SERVERS)
+        ids = bed.cloud.boot(host, count, **boot_args)
         try:
             bed.cloud.wait_servers(ids, host=host)
             return ids

@@ -46,15 +46,16 @@ maintenance on the 2-core machine (idle to loaded), the cancel of (c)
 loaded machine. The file takes 3-4 minutes, 60-90 s of it the bed's start.
 """
 
-import json
 import subprocess
 import sys
 import time
 
 import pytest
 
+from functional import operator_api as op
 from functional.peers import procs
 from functional.peers.errors import PeerError
+from functional.realnova.engine import boot_on
 from instanceha.util.marker import MARKER
 
 #: what a drain writes in the disabled_reason (engine.drain.DRAIN_REASON)
@@ -73,57 +74,8 @@ HUGE_FLAVOR = "iha.drain-huge"
 
 # -- helpers ---------------------------------------------------------------
 
-def _api(eng, method, path, body=None):
-    """(status, JSON answer) of the engine's operator API (unix socket)."""
-    data = json.dumps(body).encode() if body is not None else None
-    status, _, raw = eng.api(
-        method, path, body=data,
-        headers={"Content-Type": "application/json"} if data else None,
-        timeout=60)
-    return status, json.loads(raw)
-
-
-def _state(eng, host):
-    """(state, reason) of the host in the engine's GET /status."""
-    status, snap = _api(eng, "GET", "/status")
-    assert status == 200, snap
-    h = next(h for h in snap["hosts"] if h["name"] == host)
-    return h["state"], h["reason"] or ""
-
-
-def _settle(eng, host, state, timeout):
-    """Wait for the host's state, then (state, reason) from GET /status."""
-    eng.wait_state(host, state, timeout=timeout)
-    found = _state(eng, host)
-    assert found[0] == state, found
-    return found
-
-
-def _history(eng, host):
-    entries, marker = [], None
-    while True:
-        url = "/hosts/%s/history?limit=50" % host
-        if marker:
-            url += "&marker=" + marker
-        status, page = _api(eng, "GET", url)
-        assert status == 200, page
-        entries.extend(page["entries"])
-        marker = page["next_marker"]
-        if marker is None:
-            return entries
-
-
-def _path(eng, host):
-    """The host's states in its journal, in order (repeats dropped)."""
-    steps = []
-    for e in _history(eng, host):
-        if e["kind"] != "transition":
-            continue
-        if not steps:
-            steps.append(e["from"])
-        if steps[-1] != e["to"]:
-            steps.append(e["to"])
-    return steps
+_api, _state, _settle = op.api, op.state, op.settle
+_history, _path = op.history, op.path
 
 
 def _cli(eng, *args):
@@ -135,25 +87,11 @@ def _cli(eng, *args):
         capture_output=True, text=True, timeout=60)
 
 
-def _boot(bed, host, count, name, flavor=None, within=90.0):
-    """``count`` servers booted on ``host``, ACTIVE there. A boot right
-    after the bed restarted a compute can end in No valid host (Placement
-    not ready for it yet): deleted and tried again for ``within`` s."""
-    cloud = bed.cloud
-    kwargs = {"flavor": flavor} if flavor else {}
-    deadline = time.monotonic() + within
-    while True:
-        ids = cloud.boot(host, count, name=name, **kwargs)
-        try:
-            cloud.wait_servers(ids, host=host)
-            return ids
-        except PeerError as e:
-            if "No valid host" not in str(e) \
-                    or time.monotonic() > deadline:
-                raise
-            for sid in ids:
-                cloud.call("DELETE", "/servers/%s" % sid, ok=(204, 404))
-            time.sleep(5)
+def _boot(bed, host, count, name, flavor=None):
+    """``count`` servers booted on ``host``, ACTIVE there (engine.boot_on:
+    a boot right after the bed restarted a compute is tried again)."""
+    return boot_on(bed, host, count, name=name,
+                   **({"flavor": flavor} if flavor else {}))
 
 
 def _stop(bed, sid):

@@ -16,6 +16,7 @@ of 12: its budget is the harness's).
 
 import json
 
+from functional import operator_api as op
 from functional.sim.conftest import wait_for
 from instanceha.util.marker import MARKER
 
@@ -43,58 +44,8 @@ def _service(c, host):
     return c.sim.snapshot()["services"][host]
 
 
-def _api(c, method, path, body=None):
-    """(status, JSON answer) of the engine's operator API (unix socket)."""
-    data = json.dumps(body).encode() if body is not None else None
-    status, _, raw = c.engine.api(
-        method, path, body=data,
-        headers={"Content-Type": "application/json"} if data else None,
-        timeout=60)
-    return status, json.loads(raw)
-
-
-def _state(c, host):
-    """(state, reason) of the host in the engine's GET /status."""
-    status, snap = _api(c, "GET", "/status")
-    assert status == 200, snap
-    h = next(h for h in snap["hosts"] if h["name"] == host)
-    return h["state"], h["reason"] or ""
-
-
-def _settle(c, host, state, timeout):
-    """Wait for the host's state, then (state, reason) from GET /status."""
-    c.wait_state(host, state, timeout=timeout)
-    found = _state(c, host)
-    assert found[0] == state, found
-    return found
-
-
-def _history(c, host):
-    """Every entry of the host's journal, through the API, in order."""
-    entries, marker = [], None
-    while True:
-        url = "/hosts/%s/history?limit=50" % host
-        if marker:
-            url += "&marker=" + marker
-        status, page = _api(c, "GET", url)
-        assert status == 200, page
-        entries.extend(page["entries"])
-        marker = page["next_marker"]
-        if marker is None:
-            return entries
-
-
-def _path(c, host):
-    """The host's states in its journal, in order (repeats dropped)."""
-    steps = []
-    for e in _history(c, host):
-        if e["kind"] != "transition":
-            continue
-        if not steps:
-            steps.append(e["from"])
-        if steps[-1] != e["to"]:
-            steps.append(e["to"])
-    return steps
+_api, _state, _settle = op.api, op.state, op.settle
+_history, _path = op.history, op.path
 
 
 def _moves(c, sid):
