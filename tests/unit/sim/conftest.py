@@ -1,5 +1,9 @@
+import openstack
 import pytest
+import requests
 
+from instanceha import conf as conf_pkg
+from instanceha.drivers.compute.nova import NovaDriver
 from instanceha.sim import SimCloud, SimServer
 
 
@@ -34,3 +38,38 @@ def sim(clock, tmp_path, monkeypatch):
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def nova(sim, clock):
+    """The real NovaDriver against the simulator."""
+    conf = conf_pkg.make({"DEFAULT": {"cloud": "sim",
+                                      "clouds_file": sim.clouds_yaml}})
+    return NovaDriver(conf, clock=clock)
+
+
+@pytest.fixture
+def api(sim):
+    """Raw requests to the simulator's Nova API: call(method, path,
+    microversion, json)."""
+    conn = openstack.connect(cloud="sim")
+    token = conn.auth_token
+
+    def call(method, path, microversion="2.1", json=None):
+        headers = {"X-Auth-Token": token,
+                   "OpenStack-API-Version": "compute " + microversion}
+        return requests.request(method, sim.url + "/compute/v2.1" + path,
+                                headers=headers, json=json, timeout=10)
+    yield call
+    conn.close()
+
+
+def control(sim, path, body=None):
+    """POST to the simulator's control API."""
+    return requests.post(sim.url + "/sim" + path, json=body, timeout=10)
+
+
+def run(sim, clock, seconds):
+    """Time passes in the simulated cloud."""
+    clock.advance(seconds)
+    sim.cloud.now()

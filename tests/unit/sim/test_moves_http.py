@@ -3,47 +3,16 @@ NovaDriver against it (the requests and answers the drain pass will
 meet), raw requests for Nova's microversion rules, and the control API's
 stalls."""
 
-import openstack
 import pytest
-import requests
 
-from instanceha import conf as conf_pkg
 from instanceha.drivers.compute import base
-from instanceha.drivers.compute.nova import NovaDriver
+from tests.unit.sim.conftest import control, run
 
-
-@pytest.fixture
-def nova(sim, clock):
-    conf = conf_pkg.make({"DEFAULT": {"cloud": "sim",
-                                      "clouds_file": sim.clouds_yaml}})
-    return NovaDriver(conf, clock=clock)
-
-
-@pytest.fixture
-def api(sim):
-    conn = openstack.connect(cloud="sim")
-    token = conn.auth_token
-
-    def call(method, path, microversion="2.1", json=None):
-        headers = {"X-Auth-Token": token,
-                   "OpenStack-API-Version": "compute " + microversion}
-        return requests.request(method, sim.url + "/compute/v2.1" + path,
-                                headers=headers, json=json, timeout=10)
-    yield call
-    conn.close()
-
-
-def control(sim, path, body=None):
-    return requests.post(sim.url + "/sim" + path, json=body, timeout=10)
 
 
 def server(sim, host="compute-0", index=0):
     return sim.cloud.list_servers(host)[index].id
 
-
-def run(sim, clock, seconds):
-    clock.advance(seconds)
-    sim.cloud.now()
 
 
 def test_driver_live_migrates_and_follows_progress(sim, clock, nova):
