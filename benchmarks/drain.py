@@ -76,7 +76,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -85,6 +84,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.engine_run import engine_process, read_status  # noqa: E402
 from instanceha import conf as conf_pkg  # noqa: E402
 from instanceha import simrun  # noqa: E402
 from instanceha.api import client  # noqa: E402
@@ -101,16 +101,8 @@ ENDED = {("live-migration", "completed"): "instance.live_migration_post.end",
          ("migration", "confirmed"): "instance.resize_confirm.end"}
 
 
-def _status(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
 def _state(path, host):
-    for h in _status(path).get("hosts", []):
+    for h in read_status(path).get("hosts", []):
         if h.get("name") == host:
             return h.get("state"), h.get("reason") or ""
     return None, ""
@@ -243,58 +235,48 @@ def run(args, stuck_count, workdir, broker_url=None):
                                       "transport_url": broker_url}
     path = simrun.write_config(workdir, srv, overrides)
     conf = conf_pkg.load(["--config-file", path])
-    status_path = os.path.join(workdir, "status.json")
-    log = open(os.path.join(workdir, "instanceha.log"), "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "instanceha.cmd.main", "run",
-         "--config-file", path], stdout=log, stderr=subprocess.STDOUT)
-    notifier = None
-    try:
-        started = time.time()
-        _wait(lambda: _status(status_path).get("generated_at", 0) > started
-              and len(_status(status_path).get("hosts", [])) == 4
-              and all(h["state"] == "active"
-                      for h in _status(status_path)["hosts"]), 120,
-              "the engine to see every host active (log %s)" % log.name)
-        if broker_url:
-            notifier = MoveNotifier(cloud, broker_url)
-            notifier.start()
-        load = os.getloadavg()[0]
-        t0 = time.time()
-        code, answer = client.call(conf, "POST", "/hosts/%s/drain" % HOST,
-                                   {"reason": "benchmark"}, timeout=60)
-        if code != 202:
-            raise SystemExit("drain refused (%d): %s" % (code, answer))
-        _wait(lambda: _state(status_path, HOST)[0] != "draining"
-              and _state(status_path, HOST)[0] != "active", 3600,
-              "the drain to end (log %s)" % log.name, step=0.1)
-        t_end = time.time()
-        state, reason = _state(status_path, HOST)
-        left = {s.id for s in cloud.list_servers(HOST)}
-        moved = len(order) - len(left)
-        if state != "maintenance" or left != set(stuck):
-            raise SystemExit("the drain ended %s (%s) with %d servers left "
-                             "(expected the %d stuck): log %s"
-                             % (state, reason, len(left), len(stuck),
-                                log.name))
-        p = profile(cloud, stuck)
-        return dict(total=t_end - t0, moved=moved, load=load,
-                    load_end=os.getloadavg()[0],
-                    last_move=(p["last_done"] - t0) if p["last_done"]
-                    else float("nan"),
-                    copy=p["copy"], idle=p["idle"], held=p["held"],
-                    notified=notifier.sent if notifier else None)
-    finally:
-        if notifier is not None:
-            notifier.stop.set()
-            notifier.join(10)
-        proc.terminate()
+    with engine_process(path, workdir) as (proc, status_path, log_name):
+        notifier = None
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        srv.stop()
+            started = time.time()
+            _wait(lambda: read_status(status_path).get("generated_at", 0) > started
+                  and len(read_status(status_path).get("hosts", [])) == 4
+                  and all(h["state"] == "active"
+                          for h in read_status(status_path)["hosts"]), 120,
+                  "the engine to see every host active (log %s)" % log_name)
+            if broker_url:
+                notifier = MoveNotifier(cloud, broker_url)
+                notifier.start()
+            load = os.getloadavg()[0]
+            t0 = time.time()
+            code, answer = client.call(conf, "POST", "/hosts/%s/drain" % HOST,
+                                       {"reason": "benchmark"}, timeout=60)
+            if code != 202:
+                raise SystemExit("drain refused (%d): %s" % (code, answer))
+            _wait(lambda: _state(status_path, HOST)[0] != "draining"
+                  and _state(status_path, HOST)[0] != "active", 3600,
+                  "the drain to end (log %s)" % log_name, step=0.1)
+            t_end = time.time()
+            state, reason = _state(status_path, HOST)
+            left = {s.id for s in cloud.list_servers(HOST)}
+            moved = len(order) - len(left)
+            if state != "maintenance" or left != set(stuck):
+                raise SystemExit("the drain ended %s (%s) with %d servers left "
+                                 "(expected the %d stuck): log %s"
+                                 % (state, reason, len(left), len(stuck),
+                                    log_name))
+            p = profile(cloud, stuck)
+            return dict(total=t_end - t0, moved=moved, load=load,
+                        load_end=os.getloadavg()[0],
+                        last_move=(p["last_done"] - t0) if p["last_done"]
+                        else float("nan"),
+                        copy=p["copy"], idle=p["idle"], held=p["held"],
+                        notified=notifier.sent if notifier else None)
+        finally:
+            if notifier is not None:
+                notifier.stop.set()
+                notifier.join(10)
+            srv.stop()
 
 
 def main():

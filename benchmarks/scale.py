@@ -25,29 +25,20 @@ with each row: on a shared machine the times depend on it.
 """
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.engine_run import engine_process, read_status  # noqa: E402
 from instanceha import simrun  # noqa: E402
 from instanceha.util import waiting  # noqa: E402
 from instanceha.sim import SimCloud, SimServer  # noqa: E402
 
 DEATHS = 20
-
-
-def _status(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def _rss_mb(pid):
@@ -81,89 +72,79 @@ def run(hosts, servers, poll, workdir, audit_interval=300.0):
         # pause and take the CPU the storm needs. Production's default.
         "audit": {"interval": audit_interval},
         "DEFAULT": {"workers": 16}})
-    status_path = os.path.join(workdir, "status.json")
-    log = open(os.path.join(workdir, "instanceha.log"), "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "instanceha.cmd.main", "run",
-         "--config-file", path], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        started = time.time()
-
-        def known():
-            st = _status(status_path)
-            return (st.get("generated_at", 0) > started
-                    and len(st.get("hosts", [])) >= hosts
-                    and all(h["state"] == "active" for h in st["hosts"]))
-        if not _wait(known, 300, 0.5):
-            raise SystemExit("%d hosts: the engine did not see every host "
-                             "active (log %s)" % (hosts, log.name))
-        # Passes after the first (which creates every record).
-        cpus = []
-        last = None
-        end = time.monotonic() + max(6 * poll, 8)
-        while time.monotonic() < end:
-            rec = _status(status_path).get("sources", {}).get("reconciler", {})
-            if rec.get("passes") != last and rec.get("last_pass_cpu"):
-                last = rec["passes"]
-                cpus.append(rec["last_pass_cpu"])
-            time.sleep(poll / 3)
-        rss = _rss_mb(proc.pid)
-        cpu_before = _cpu_s(proc.pid)
-        victims = ["compute-%d" % i for i in range(0, hosts, hosts // DEATHS)]
-        victims = victims[:DEATHS]
-        load = os.getloadavg()[0]
-        t0 = time.time()
-        killed = {}
-        for name in victims:
-            cloud.kill(name)
-            # The simulator's lock is shared with its API: under load a
-            # kill may land late; each death is timed from its own kill.
-            killed[name] = time.time() - t0
-        off = {}
-
-        def all_off():
-            snap_hosts = cloud.hosts
-            for name in victims:
-                if name not in off and not snap_hosts[name].power_on:
-                    off[name] = time.time() - t0
-            return len(off) == len(victims)
-        sim_before = sum(os.times()[:2])
-        _wait(all_off, 120, 0.05)
-        cpu_storm = _cpu_s(proc.pid) - cpu_before
-        sim_storm = sum(os.times()[:2]) - sim_before
-        others_off = sorted(name for name, h in cloud.hosts.items()
-                            if name not in victims and not h.power_on)
-        # Live hosts the engine has started to fence (or further) but not
-        # powered off yet: false fencings in the making.
-        time.sleep(0.5)      # the status file follows changes within 0.2 s
-        others_fencing = sorted(
-            h["name"] for h in _status(status_path).get("hosts", [])
-            if h.get("name") not in victims
-            and h.get("name") not in others_off
-            and h.get("state") not in ("active", "suspect"))
-        conf_floor = (simrun.FAST["detection"]["delta"]
-                      + simrun.FAST["detection"]["grace_period"]
-                      - cloud.report_interval)
-        return dict(hosts=hosts, servers=hosts * servers,
-                    pass_cpu_ms=1000 * statistics.median(cpus) if cpus
-                    else float("nan"), passes=len(cpus), rss_mb=rss,
-                    first_off=min(off.values()) if off else None,
-                    last_off=max(off.values()) if off else None,
-                    kills_took=max(killed.values()),
-                    worst_own=max((off[n] - killed[n] for n in off),
-                                  default=None),
-                    fenced=len(off), floor=conf_floor,
-                    cpu_storm=cpu_storm, sim_storm=sim_storm,
-                    others_off=others_off, others_fencing=others_fencing,
-                    load=load)
-    finally:
-        proc.terminate()
+    with engine_process(path, workdir) as (proc, status_path, log_name):
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        srv.stop()
+            started = time.time()
+
+            def known():
+                st = read_status(status_path)
+                return (st.get("generated_at", 0) > started
+                        and len(st.get("hosts", [])) >= hosts
+                        and all(h["state"] == "active" for h in st["hosts"]))
+            if not _wait(known, 300, 0.5):
+                raise SystemExit("%d hosts: the engine did not see every host "
+                                 "active (log %s)" % (hosts, log_name))
+            # Passes after the first (which creates every record).
+            cpus = []
+            last = None
+            end = time.monotonic() + max(6 * poll, 8)
+            while time.monotonic() < end:
+                rec = read_status(status_path).get("sources", {}).get("reconciler", {})
+                if rec.get("passes") != last and rec.get("last_pass_cpu"):
+                    last = rec["passes"]
+                    cpus.append(rec["last_pass_cpu"])
+                time.sleep(poll / 3)
+            rss = _rss_mb(proc.pid)
+            cpu_before = _cpu_s(proc.pid)
+            victims = ["compute-%d" % i for i in range(0, hosts, hosts // DEATHS)]
+            victims = victims[:DEATHS]
+            load = os.getloadavg()[0]
+            t0 = time.time()
+            killed = {}
+            for name in victims:
+                cloud.kill(name)
+                # The simulator's lock is shared with its API: under load a
+                # kill may land late; each death is timed from its own kill.
+                killed[name] = time.time() - t0
+            off = {}
+
+            def all_off():
+                snap_hosts = cloud.hosts
+                for name in victims:
+                    if name not in off and not snap_hosts[name].power_on:
+                        off[name] = time.time() - t0
+                return len(off) == len(victims)
+            sim_before = sum(os.times()[:2])
+            _wait(all_off, 120, 0.05)
+            cpu_storm = _cpu_s(proc.pid) - cpu_before
+            sim_storm = sum(os.times()[:2]) - sim_before
+            others_off = sorted(name for name, h in cloud.hosts.items()
+                                if name not in victims and not h.power_on)
+            # Live hosts the engine has started to fence (or further) but not
+            # powered off yet: false fencings in the making.
+            time.sleep(0.5)      # the status file follows changes within 0.2 s
+            others_fencing = sorted(
+                h["name"] for h in read_status(status_path).get("hosts", [])
+                if h.get("name") not in victims
+                and h.get("name") not in others_off
+                and h.get("state") not in ("active", "suspect"))
+            conf_floor = (simrun.FAST["detection"]["delta"]
+                          + simrun.FAST["detection"]["grace_period"]
+                          - cloud.report_interval)
+            return dict(hosts=hosts, servers=hosts * servers,
+                        pass_cpu_ms=1000 * statistics.median(cpus) if cpus
+                        else float("nan"), passes=len(cpus), rss_mb=rss,
+                        first_off=min(off.values()) if off else None,
+                        last_off=max(off.values()) if off else None,
+                        kills_took=max(killed.values()),
+                        worst_own=max((off[n] - killed[n] for n in off),
+                                      default=None),
+                        fenced=len(off), floor=conf_floor,
+                        cpu_storm=cpu_storm, sim_storm=sim_storm,
+                        others_off=others_off, others_fencing=others_fencing,
+                        load=load)
+        finally:
+            srv.stop()
 
 
 def main():
