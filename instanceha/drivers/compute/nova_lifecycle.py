@@ -55,6 +55,7 @@ Conflict always means Nova refused the state of things.
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.drivers.compute.nova_transport import plain_400
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -79,13 +80,7 @@ class NovaLifecycle:
     and ``_cache`` (the aggregates' TTLCache)."""
 
     def _refusal(self, method, path, microversion, **kwargs):
-        """A write whose 400 is a plain ComputeError (not a Conflict)."""
-        try:
-            return self._call(method, path, microversion, **kwargs)
-        except base.Conflict as e:
-            if e.status == 400:
-                raise base.ComputeError(str(e), 400) from None
-            raise
+        return plain_400(self._call, method, path, microversion, **kwargs)
 
     def create_server(self, name, flavor_id, image_id, host, zone=None,
                       network=None):

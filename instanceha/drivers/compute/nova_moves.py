@@ -56,7 +56,7 @@ import datetime
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_records import (
     to_migration, to_server_migration)
-from instanceha.drivers.compute.nova_transport import Listing
+from instanceha.drivers.compute.nova_transport import Listing, plain_400
 
 #: os-migrations of one host (source or destination), changed since
 HOST_MIGRATIONS = Listing("/os-migrations", "migrations",
@@ -90,13 +90,7 @@ class NovaMoves:
     and ``_list`` (:class:`NovaTransport`) and ``max_microversion``."""
 
     def _move(self, method, path, microversion, **kwargs):
-        """A migration request: Nova's 400 as a plain ComputeError."""
-        try:
-            return self._call(method, path, microversion, **kwargs)
-        except base.Conflict as e:
-            if e.status == 400:
-                raise base.ComputeError(str(e), 400) from None
-            raise
+        return plain_400(self._call, method, path, microversion, **kwargs)
 
     def live_migrate(self, server_id, block_migration="auto", host=None):
         if block_migration not in ("auto", True, False):

@@ -194,6 +194,18 @@ class NovaTransport:
             raise base.ComputeError("GET %s: answer is not JSON" % what)
 
 
+def plain_400(call, method, path, microversion, **kwargs):
+    """``call(method, path, microversion, ...)`` (a driver's ``_call``)
+    for a write whose 400 is a plain ComputeError, not the Conflict the
+    transport makes of it (Nova's 400s there say the request was bad)."""
+    try:
+        return call(method, path, microversion, **kwargs)
+    except base.Conflict as e:
+        if e.status == 400:
+            raise base.ComputeError(str(e), 400) from None
+        raise
+
+
 def next_page(key, data):
     """The next page of a list, as openstacksdk's listing finds it in the
     body: (its address without the query, its query parameters as lists of
