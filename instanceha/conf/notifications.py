@@ -7,7 +7,7 @@ GROUP = "notifications"
 DEFAULT_EVENT_TYPES = [
     r"^service\.update$",
     r"^instance\.(evacuate|rebuild_scheduled|rebuild\..*|update)$",
-    r"^instance\.(live_migration_(post|post_dest|rollback|abort|"
+    r"^instance\.(live_migration_(pre|post|post_dest|rollback|abort|"
     r"force_complete)\.end|resize_(finish|confirm)\.end|resize\.error)$",
     r"^compute\.instance\.(evacuate|rebuild\..*|update)$",
 ]

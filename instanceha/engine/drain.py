@@ -35,6 +35,14 @@ LOG = structlog.get_logger("instanceha.drain")
 #: The start of the disabled_reason a drain writes.
 DRAIN_REASON = MARKER + " draining"
 
+#: Seconds before a pass looks again at a migration that has just been
+#: asked for, is preparing, or was just aborted, whatever [drain]
+#: poll_interval says: its stuck clock starts when a pass first sees it
+#: copying, and an aborted one's retry waits for the next pass.
+QUICK = 1.0
+#: The shortest wait between two passes of one drain (s).
+MIN_WAIT = 0.05
+
 @dataclasses.dataclass
 class Carry:
     """What the passes of one drain remember (in memory)."""
@@ -244,8 +252,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         ctx.drain_durations.append(now - carry.sent_at.pop(sid))
     why = plan.why
     inflight = [sid for sid, _, how in plan.steps if how == "wait"]
-    for sid in inflight:
-        watch(ctx, record, carry, sid, settings, now)
+    wake = [watch(ctx, record, carry, sid, settings, now)
+            for sid in inflight]
     room = max(0, concurrency - len(inflight))
     cap = settings.max_concurrent - others_inflight(ctx, record.name)
     room = max(0, min(room, cap))
@@ -285,13 +293,15 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             carry.sent_at.setdefault(sid, now)
             if how == "cold":
                 carry.cold.add(sid)
+    if sent:
+        wake.append(now + QUICK)
     unconfirmed = _confirm_moved(ctx, record, carry, by_id)
     moving = len(inflight) + sent + unconfirmed
     carry.moving = moving
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):
-        return Requeue(settings.poll_interval, carry)
+        return Requeue(next_pass(settings, now, wake), carry)
     if carry.failed_at is not None and not (
             record.nova_seen_at is not None
             and record.nova_seen_at > carry.failed_at):
@@ -395,20 +405,33 @@ def send(ctx, record, carry, sid, what, call):
     return True
 
 
+def next_pass(settings, now, wake):
+    """Seconds to the next pass: [drain] poll_interval, sooner when a
+    migration in flight needs a look (``wake``: moments on the engine's
+    clock, None for "at the poll"), so that a stuck one is handled at its
+    deadline rather than at the first poll after it."""
+    due = [w for w in wake if w is not None]
+    if not due:
+        return settings.poll_interval
+    return max(MIN_WAIT, min(float(settings.poll_interval), min(due) - now))
+
+
 def watch(ctx, record, carry, sid, settings, now):
     """A migration in flight: note its progress; one that copied nothing
-    for [drain] stuck_timeout is aborted or forced to complete."""
+    for [drain] stuck_timeout is aborted or forced to complete. Returns
+    when a pass should look at it again (the engine's clock), or None
+    for the next poll."""
     try:
         migrations = ctx.compute.server_migrations(sid)
     except compute_base.ComputeError as e:
         LOG.warning("drain_progress_unknown", host=record.name, server=sid,
                     reason=str(e))
-        return
+        return None
     running = [m for m in migrations if m.status in ("running", "queued",
                                                      "preparing")]
     if not running:
         carry.progress.pop(sid, None)
-        return
+        return None
     mig = running[0]
     left = None
     if mig.memory_remaining is not None or mig.disk_remaining is not None:
@@ -418,14 +441,16 @@ def watch(ctx, record, carry, sid, settings, now):
         # at once per compute, 1 by default) or preparing: it has not
         # started copying, and without figures no progress can be judged.
         # Only a running migration whose figures stop going down is stuck.
+        # A queued one may wait long (the poll); one preparing, or running
+        # without figures yet, is about to start its stuck clock (soon).
         carry.progress.pop(sid, None)
-        return
+        return None if mig.status == "queued" else now + QUICK
     seen = carry.progress.get(sid)
     if seen is None or seen[0] is None or left < seen[0]:
         carry.progress[sid] = (left, now)
-        return
+        return now + settings.stuck_timeout
     if now - seen[1] < settings.stuck_timeout:
-        return
+        return seen[1] + settings.stuck_timeout
     handled = carry.stuck.get(sid, 0)
     carry.stuck[sid] = handled + 1
     ctx.drain_stats["stuck"] += 1
@@ -445,3 +470,4 @@ def watch(ctx, record, carry, sid, settings, now):
     except compute_base.ComputeError as e:
         LOG.warning("drain_stuck_action_refused", host=record.name,
                     server=sid, action=action, reason=str(e))
+    return now + QUICK

@@ -204,8 +204,8 @@ def fail_back(ctx, record, carry=None):
             todo.append(sid)
         else:
             carry.given_up[sid] = "%s: not live-migratable now" % status
-    for sid in moving:
-        drain.watch(ctx, record, carry, sid, settings, now)
+    wake = [drain.watch(ctx, record, carry, sid, settings, now)
+            for sid in moving]
     room = max(0, min(settings.concurrency - len(moving),
                       settings.max_concurrent
                       - drain.others_inflight(ctx, record.name)))
@@ -223,9 +223,11 @@ def fail_back(ctx, record, carry=None):
                       lambda s: ctx.compute.live_migrate(
                           s, host=record.name)):
             sent += 1
+    if sent:
+        wake.append(now + drain.QUICK)
     carry.moving = len(moving) + sent
     if carry.moving or any(s not in carry.given_up for s in todo):
-        return Requeue(settings.poll_interval, carry)
+        return Requeue(drain.next_pass(settings, now, wake), carry)
     carry.close()
     parts = ["%d/%d servers moved back" % (len(carry.moved),
                                             len(carry.initial))]

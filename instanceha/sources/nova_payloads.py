@@ -65,8 +65,11 @@ class InstanceFacts:
 
 
 SERVICE_EVENTS = frozenset(["service.update"])
-#: A live or cold migration's steps ending: a drain's progress.
+#: A live or cold migration's steps ending: a drain's progress. The
+#: destination's pre_live_migration ending is the moment the copy starts
+#: (the drain's stuck clock starts when a pass sees it copying).
 MOVE_EVENTS = frozenset([
+    "instance.live_migration_pre.end",
     "instance.live_migration_post.end",
     "instance.live_migration_post_dest.end",
     "instance.live_migration_rollback.end",

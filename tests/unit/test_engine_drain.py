@@ -312,3 +312,71 @@ def test_a_migration_queued_behind_another_is_never_called_stuck():
     for t in range(100, 125, 5):
         drain_mod.watch(w.ctx, rec, carry, "s", settings, 1000.0 + t)
     assert aborted == ["2"]
+
+
+def test_a_stuck_migration_is_handled_at_its_deadline_not_at_a_poll():
+    # The pass after a send comes within QUICK (the stuck clock starts
+    # when a pass sees the copy), and the pass that judges it comes at
+    # its deadline: at poll_interval 5 a stuck try was aborted 15 s after
+    # its request (first look at +5, judged at the poll after +15).
+    from instanceha.engine import drain as drain_mod
+    w = _world(3, 1)
+    w.conf.set_override("poll_interval", 5, "drain")
+    w.conf.set_override("stuck_timeout", 10, "drain")
+    w.conf.set_override("stuck_retries", 0, "drain")
+    w.pass_()
+    w.compute.stalled.add("compute-0-vm-0")
+    sent, aborted = [], []
+    live, abort = w.compute.live_migrate, w.compute.abort_migration
+
+    def live_migrate(sid, **kw):
+        sent.append(w.clock())
+        return live(sid, **kw)
+
+    def abort_migration(sid, mid):
+        aborted.append(w.clock())
+        return abort(sid, mid)
+    w.compute.live_migrate = live_migrate
+    w.compute.abort_migration = abort_migration
+    _drain(w, "compute-0")
+    w.until("compute-0", "maintenance", passes=200)
+    assert len(sent) == 1 and len(aborted) == 1
+    # Seen copying within QUICK of the request (+1 s of the world's step),
+    # judged at its deadline (+1 s of the world's step).
+    assert aborted[0] - sent[0] <= 10 + drain_mod.QUICK + 2
+    assert "not migratable" in w.state("compute-0")[1]
+
+
+def test_watch_says_when_to_look_again():
+    from instanceha.engine import drain as drain_mod
+    from instanceha.drivers.compute.base import ServerMigration
+    w = _world(3, 2)
+    w.pass_()
+    w.conf.set_override("stuck_timeout", 10, "drain")
+    settings = drain_mod.settings_for(w.ctx)
+    carry = drain_mod.Carry(ctx=w.ctx, host="compute-0")
+    rec = w.engine.find("compute-0")
+    migs = []
+    w.compute.server_migrations = lambda sid: migs
+    aborted = []
+    w.compute.abort_migration = lambda sid, mid: aborted.append(mid)
+
+    def look(status, left, t):
+        migs[:] = [ServerMigration(id="7", server_id="s", status=status,
+                                   memory_remaining=left, disk_remaining=0)]
+        return drain_mod.watch(w.ctx, rec, carry, "s", settings, t)
+    assert look("queued", None, 100.0) is None           # at the poll
+    assert look("preparing", None, 101.0) == 101.0 + drain_mod.QUICK
+    assert look("running", 500, 102.0) == 112.0          # clock starts
+    assert look("running", 400, 104.0) == 114.0          # progress
+    assert look("running", 400, 110.0) == 114.0          # not yet
+    assert aborted == []
+    assert look("running", 400, 114.0) == 114.0 + drain_mod.QUICK
+    assert aborted == ["7"]
+    migs[:] = []
+    assert drain_mod.watch(w.ctx, rec, carry, "s", settings, 115.0) is None
+    # The pass's wait: the poll, or sooner for the earliest look.
+    assert drain_mod.next_pass(settings, 100.0, [None]) == \
+        settings.poll_interval
+    assert drain_mod.next_pass(settings, 100.0, [None, 103.0, 102.0]) == 2.0
+    assert drain_mod.next_pass(settings, 100.0, [99.0]) == drain_mod.MIN_WAIT

@@ -383,15 +383,19 @@ def test_error_and_drop_records_are_counted():
     assert sink.events == []
 
 
-def test_a_migration_step_wakes_the_passes_and_keeps_nothing():
-    # A drain's live migration ended: the draining host's next pass reads
-    # its servers now; the board keeps nothing about the server.
+@pytest.mark.parametrize("event_type", [
+    "instance.live_migration_post.end",     # the move ended
+    "instance.live_migration_pre.end",      # its copy starts
+])
+def test_a_migration_step_wakes_the_passes_and_keeps_nothing(event_type):
+    # A drain's live migration ended (or started copying): the draining
+    # host's next pass reads its servers now; the board keeps nothing
+    # about the server.
     with Harness() as h:
         woken = []
         h.board.subscribe(woken.append)
         entry = helpers.recorded()["instance.rebuild.end"]  # same payload
-        h.publish("instance.live_migration_post.end", entry["payload"],
-                  entry["publisher_id"])
+        h.publish(event_type, entry["payload"], entry["publisher_id"])
         h.wait_handled()
         assert woken == [SERVER]
         assert h.board.facts(SERVER) == {}
