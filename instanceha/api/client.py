@@ -1,9 +1,19 @@
-"""The CLI's side of the operator API: where the service listens, a
-Keystone token when ``[api] auth_strategy = keystone``, one JSON request.
+"""The clients' side of the operator API: one JSON request, made one of
+two ways.
 
-The token comes through keystoneauth (openstacksdk's session) from the
-same clouds.yaml entry the service uses for Nova (``[DEFAULT] cloud`` and
-``clouds_file``). It is sent as X-Auth-Token and never printed.
+- :meth:`APIClient.from_conf` (the ``instanceha`` commands, on the
+  service's machine): where the service listens (its unix socket, else
+  TCP) from its configuration, and a Keystone token when ``[api]
+  auth_strategy = keystone``, got through keystoneauth (openstacksdk's
+  session) from the clouds.yaml entry the service uses for Nova
+  (``[DEFAULT] cloud`` and ``clouds_file``).
+- :meth:`APIClient.from_session` (the ``openstack instanceha`` commands):
+  the user's own keystoneauth session and the endpoint found in the
+  Keystone catalog; the session sends the user's token.
+
+Either way the token is sent as X-Auth-Token and never printed, and the
+answer is (HTTP status, decoded JSON). :func:`call` is the first way in
+one call.
 """
 
 import http.client
@@ -11,6 +21,7 @@ import json
 import os
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from instanceha.conf import api as api_conf
@@ -59,29 +70,116 @@ def keystone_token(conf):
     return token
 
 
+class APIClient:
+    """The operator API at ``base`` (``unix:<path>`` or an HTTP URL).
+
+    ``token``: None (no X-Auth-Token), or a function giving the token for
+    each request. ``session``: a keystoneauth session that makes the HTTP
+    requests and authenticates them itself (``base`` is then the
+    endpoint's URL)."""
+
+    def __init__(self, base, token=None, session=None, timeout=10.0):
+        self.base = base.rstrip("/") if not base.startswith("unix:") \
+            else base
+        self.token = token
+        self.session = session
+        self.timeout = timeout
+
+    @classmethod
+    def from_conf(cls, conf, token=keystone_token, timeout=10.0):
+        """The running service's API as its configuration says, with a
+        token for the service's own cloud under auth_strategy = keystone."""
+        need = conf.api.auth_strategy == "keystone"
+        return cls(api_url(conf), token=(lambda: token(conf)) if need
+                   else None, timeout=timeout)
+
+    @classmethod
+    def from_session(cls, session, endpoint, timeout=30.0):
+        """The API at ``endpoint`` (from the Keystone catalog), reached
+        through the keystoneauth ``session`` with its user's token."""
+        return cls(endpoint, session=session, timeout=timeout)
+
+    def request(self, method, path, body=None, query=None):
+        """(HTTP status, decoded JSON answer or {"error": text}).
+        ``query``: {name: value}, None values left out. Raises ClientError
+        when the service cannot be reached or no token had."""
+        if query:
+            pairs = [(k, v) for k, v in query.items() if v is not None]
+            if pairs:
+                path += "?" + urllib.parse.urlencode(pairs)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.session is not None:
+            return self._session_call(method, path, data, headers)
+        if self.token is not None:
+            headers["X-Auth-Token"] = self.token()
+        if self.base.startswith("unix:"):
+            return _call_unix(self.base, method, path, data, headers,
+                              self.timeout)
+        url = self.base + path
+        req = urllib.request.Request(url, data=data, headers=headers,
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, _decode(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, _decode(e.read())
+        except (urllib.error.URLError, OSError) as e:
+            raise ClientError("cannot reach the service at %s: %s"
+                              % (url, e))
+
+    def _session_call(self, method, path, data, headers):
+        # Local: keystoneauth is imported only by the session's users.
+        from keystoneauth1 import exceptions as ks_exc
+        url = self.base + path
+        try:
+            resp = self.session.request(
+                url, method, data=data, headers=headers, raise_exc=False,
+                timeout=self.timeout)
+        except ks_exc.ConnectionError as e:
+            raise ClientError("cannot reach the service at %s: %s" % (
+                self.base, mask_url(e)))
+        except ks_exc.ClientException as e:
+            # Keystone refused the user's credentials, a catalog lookup
+            # failed, ...: keystoneauth's message says which.
+            raise ClientError("request to %s failed: %s: %s" % (
+                self.base, type(e).__name__, mask_url(e)))
+        return resp.status_code, _decode(resp.content)
+
+    # -- the endpoints ---------------------------------------------------------
+    def status(self):
+        return self.request("GET", "/status")
+
+    def history(self, host, since=None, until=None, limit=None,
+                marker=None):
+        return self.request("GET", "/hosts/%s/history" % quote(host),
+                            query={"since": since, "until": until,
+                                   "limit": limit, "marker": marker})
+
+    def command(self, host, verb, body):
+        """POST /hosts/<host>/<verb> (suspend, maintenance, drain,
+        resume)."""
+        return self.request("POST", "/hosts/%s/%s" % (quote(host), verb),
+                            body)
+
+    def resume_storm(self, body):
+        return self.request("POST", "/storm/resume", body)
+
+
+def quote(host):
+    """A host name as one path segment."""
+    return urllib.parse.quote(host, safe="")
+
+
 def call(conf, method, path, body=None, timeout=10.0, token=keystone_token):
-    """(HTTP status, decoded JSON answer or {"error": text}). Raises
-    ClientError when the service cannot be reached or no token had."""
-    base = api_url(conf)
-    url = base + path
-    headers = {"Accept": "application/json"}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    if conf.api.auth_strategy == "keystone":
-        headers["X-Auth-Token"] = token(conf)
-    if base.startswith("unix:"):
-        return _call_unix(base, method, path, data, headers, timeout)
-    req = urllib.request.Request(url, data=data, headers=headers,
-                                 method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, _decode(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, _decode(e.read())
-    except (urllib.error.URLError, OSError) as e:
-        raise ClientError("cannot reach the service at %s: %s" % (url, e))
+    """(HTTP status, decoded JSON answer or {"error": text}) from the
+    service ``conf`` configures. Raises ClientError when the service
+    cannot be reached or no token had."""
+    return APIClient.from_conf(conf, token, timeout).request(
+        method, path, body)
 
 
 class UnixConnection(http.client.HTTPConnection):
