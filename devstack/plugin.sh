@@ -6,7 +6,10 @@
 # stack install     install the package (setup_develop)
 # stack post-config write /etc/instanceha: instanceha.conf (iniset),
 #                   clouds.yaml from DevStack's admin credentials, the BMC
-#                   inventory (noop for an all-in-one node, said loudly)
+#                   inventory (noop for an all-in-one node, said loudly);
+#                   with Keystone, the operator API behind it and in its
+#                   catalog (service type instanceha: the openstack CLI's
+#                   `openstack instanceha ...` finds it there)
 # stack extra       `instanceha check`, then run the service (run_process)
 # unstack           stop it
 # clean             remove its configuration and state
@@ -17,9 +20,16 @@
 # one per fake compute), configured at post-config, run at extra, stopped
 # at unstack, removed at clean.
 #
-# Variables: devstack/settings. DevStack's own (DEST, DATA_DIR, STACK_USER,
-# ADMIN_PASSWORD, KEYSTONE_SERVICE_URI, REGION_NAME, SERVICE_HOST,
-# HOST_IP, VIRT_DRIVER, NOVA_CONF, NOVA_CPU_CONF) come from stack.sh.
+# Variables: devstack/settings, and INSTANCEHA_API_KEYSTONE (default True:
+# with DevStack's keystone service, the operator API takes Keystone tokens
+# on TCP, SERVICE_LISTEN_ADDRESS:INSTANCEHA_API_PORT, and is registered in
+# the catalog; False keeps it on the unix socket only). DevStack's own
+# (DEST, DATA_DIR, STACK_USER, ADMIN_PASSWORD, KEYSTONE_SERVICE_URI,
+# REGION_NAME, SERVICE_HOST, SERVICE_PROTOCOL, SERVICE_LISTEN_ADDRESS,
+# HOST_IP, VIRT_DRIVER, NOVA_CONF, NOVA_CPU_CONF) come from stack.sh; the
+# Keystone functions (create_service_user, get_or_create_service,
+# get_or_create_endpoint, configure_keystone_authtoken_middleware) from
+# its lib/keystone.
 # shellcheck disable=SC2154
 
 INSTANCEHA_XTRACE=$(set +o | grep xtrace)
@@ -131,7 +141,41 @@ function configure_instanceha {
         instanceha_agent_write_key
         instanceha_configure_engine_agent
     fi
+    if instanceha_api_keystone; then
+        create_instanceha_accounts
+        configure_instanceha_api_keystone
+    fi
     chmod 0640 "$INSTANCEHA_CONF"
+}
+
+# -- the operator API in Keystone's catalog ----------------------------------
+
+function instanceha_api_keystone {
+    # The operator API behind Keystone and in its catalog: whenever
+    # DevStack runs Keystone, unless INSTANCEHA_API_KEYSTONE=False.
+    [[ "$(trueorfalse True INSTANCEHA_API_KEYSTONE)" == "True" ]] \
+        && is_service_enabled keystone
+}
+
+function instanceha_api_url {
+    echo "${SERVICE_PROTOCOL:-http}://$(instanceha_hostport "$SERVICE_HOST" "$INSTANCEHA_API_PORT")"
+}
+
+function create_instanceha_accounts {
+    # The service user keystonemiddleware validates tokens as, and the
+    # service type instanceha with its endpoint (public, internal, admin),
+    # where `openstack instanceha ...` finds the API.
+    create_service_user "instanceha"
+    get_or_create_service "instanceha" "instanceha" "instanceha operator API (instance high availability)"
+    get_or_create_endpoint "instanceha" "$REGION_NAME" "$(instanceha_api_url)"
+}
+
+function configure_instanceha_api_keystone {
+    # Commands and reads on TCP with a Keystone token and the policy's
+    # admin role; the unix socket stays for the local instanceha CLI.
+    iniset "$INSTANCEHA_CONF" api auth_strategy keystone
+    iniset "$INSTANCEHA_CONF" api listen_address "${SERVICE_LISTEN_ADDRESS:-$SERVICE_HOST}"
+    configure_keystone_authtoken_middleware "$INSTANCEHA_CONF" instanceha
 }
 
 function start_instanceha {
