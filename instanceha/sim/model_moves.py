@@ -313,8 +313,12 @@ class Moves:
         if self._stalled(m) and not m.move.forced:
             return
         left = max(0.0, 1.0 - m.move.progress)
-        self._at(self._now + left * self.live_migration_time,
-                 self._live_step, m, m.move.bump(), "finish")
+        due = self._now + left * self.live_migration_time
+        if due <= self._now:
+            # What is left ends within the clock's resolution: copied
+            # (else the finish would be set at now again and again).
+            m.move.progress = 1.0
+        self._at(due, self._live_step, m, m.move.bump(), "finish")
 
     def _live_finish(self, m):
         self._progress(m)

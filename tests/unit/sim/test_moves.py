@@ -385,3 +385,27 @@ def test_snapshot_shows_progress_and_stalls(clock):
     assert snap["double_running"] == []
     with pytest.raises(ValueError):
         cloud.stall_migrations()
+
+
+def test_a_copy_ending_below_the_clocks_resolution_still_completes(clock):
+    # Found by benchmarks/drain.py (copy 1.85 s): a live migration whose
+    # copy had a few nanoseconds left set its end at now + left x time,
+    # which an epoch clock (resolution ~2e-7 s) rounds to now: the model
+    # ran that event again and again and never served another request.
+    import threading
+    cloud = make(clock, live_migration_time=1.85)
+    s = first(cloud)
+    m = cloud.live_migrate(s.id)
+    for _ in range(4):
+        step(cloud, clock, 0.1)
+    assert m.status == "running"
+    step(cloud, clock, 1.0)
+    m.move.progress = 1.0 - 5e-9        # below the clock's resolution
+    m.move.progress_at = clock()
+    cloud._live_due(m)
+    done = threading.Thread(target=cloud.now, daemon=True)
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "the model loops on the migration's end"
+    assert m.status == "completed"
+    assert (s.host, s.status) == (m.dest_compute, "ACTIVE")
