@@ -87,6 +87,7 @@ class SnapshotCollector:
         count.add_metric([], len(unprotected))
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
                     acts, per_host, count, drains)
+        yield from _instance_repair(snap.get("instance_repair"))
         yield from self._api.audit_ages.collect(self._api.engine, snap,
                                                 self._api.clock())
         for name, health in sorted(snap["sources"].items()):
@@ -99,3 +100,35 @@ class SnapshotCollector:
                     "%s of source %s" % (field, name))
                 g.add_metric([], value)
                 yield g
+
+
+def _instance_repair(view):
+    """Instance repair's hold, open cases by state and counts (issue 25),
+    while it is on."""
+    if not view:
+        return
+    hold = view.get("hold") or {}
+    g = GaugeMetricFamily(
+        "instanceha_instance_repair_hold",
+        "1 while the cloud-wide hold stops instance repairs (many servers "
+        "broke within [instance_repair] hold_window)")
+    g.add_metric([], 1 if hold.get("held") else 0)
+    yield g
+    g = GaugeMetricFamily(
+        "instanceha_instance_repair_failing",
+        "Servers broken within [instance_repair] hold_window")
+    g.add_metric([], hold.get("failing", 0))
+    yield g
+    g = GaugeMetricFamily("instanceha_instance_repair_cases",
+                          "Servers being repaired, by where they stand",
+                          labels=["state"])
+    for state, n in sorted((view.get("by_state") or {}).items()):
+        g.add_metric([state], n)
+    yield g
+    g = GaugeMetricFamily("instanceha_instance_repair_events",
+                          "Instance repair events since start (actions "
+                          "sent, outcomes, failed, excluded...)",
+                          labels=["event"])
+    for event, n in sorted((view.get("counts") or {}).items()):
+        g.add_metric([event], n)
+    yield g

@@ -27,6 +27,7 @@ from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.probes import Probes
 from instanceha.engine.progress import ProgressBoard
+from instanceha.engine import repair as repair_mod
 from instanceha.engine.runner import Runner
 from instanceha.engine.workqueue import WorkQueue
 from instanceha.events import Event, EventKind as E
@@ -85,6 +86,11 @@ class Engine(Hosts):
         self.fencing = FencingGate(conf, clock, context.readiness,
                                    self._view)
         self.started_at = clock()
+        #: instance repair (issue 25): its cases are keys of this queue
+        #: (RepairKey), run by the same workers
+        self.repair = repair_mod.InstanceRepair(
+            conf, context, self.queue, self.find,
+            cluster_ok=self.cluster_status)
         # A notification about a server may settle an evacuation: the
         # hosts waiting for their next pass take it now.
         context.board.subscribe(self._wake_passes)
@@ -393,6 +399,7 @@ class Engine(Hosts):
         """Options changed (SIGHUP): what the engine derived from them."""
         self.policy = fsm.Policy.from_conf(self.conf)
         self.fencing.settings = storm.Settings.from_conf(self.conf)
+        self.repair.reload_settings()
 
     def hold_for(self, rec, at, pending=None):
         """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
@@ -420,6 +427,12 @@ class Engine(Hosts):
     # -- threads ---------------------------------------------------------------
     def work(self, key):
         """Process one key taken from the queue, as a worker does."""
+        if repair_mod.is_key(key):
+            try:
+                self.repair.work(key)
+            finally:
+                self.queue.done(key)
+            return
         try:
             self.process(key)
         except _Retry:

@@ -28,8 +28,17 @@ def snapshot(engine, hosts, errors):
         "sources": {name: fn() for name, fn in engine.health.items()},
         "unprotected": unprotected(engine),
         "degraded": engine.journal_health.degraded(),
+        **_repair(engine),
         **engine.status_extra(),
     }
+
+
+def _repair(engine):
+    """Instance repair's cases and hold, while it is on."""
+    repair = getattr(engine, "repair", None)
+    if repair is None or not repair.enabled:
+        return {}
+    return {"instance_repair": repair.snapshot()}
 
 
 def _work(engine, rec):

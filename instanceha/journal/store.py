@@ -100,6 +100,28 @@ BMC_EVIDENCE = sa.Table(
 )
 
 
+#: Instance repair (issue 25): one row per repair action sent for a server
+#: (``action`` start, hard_reboot, cold_migrate, rebuild; ``outcome``
+#: running, then success, failure, timeout or interrupted), and one row
+#: per verdict that closed a server's case without an action (``action``
+#: ``failed``: marked failed until cleared; ``cleared``: an operator
+#: cleared it; ``not_permitted``: its level forbids the next action;
+#: ``excluded``: a service-owned server). Written before the action is
+#: sent; the ladder's history is the rows since the last ``cleared``.
+REPAIRS = sa.Table(
+    "instance_repairs", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("server_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255)),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("step", sa.Integer),
+    sa.Column("verdict", sa.String(32)),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float),
+    sa.Column("outcome", sa.String(32)),
+    sa.Column("detail", sa.Text),
+)
+
 #: kind -> (table, its time column, rank among entries at the same time)
 _HISTORY = {
     "transition": (TRANSITIONS, TRANSITIONS.c.at, 0),
@@ -292,6 +314,37 @@ class Journal:
         rows = self._select(sa.select(BMC_EVIDENCE).order_by(
             BMC_EVIDENCE.c.id))
         return {(r["host_name"], r["method"]): r["evidence"] for r in rows}
+
+    # -- instance repair ----------------------------------------------------
+    def repair_started(self, server_id, host_name, action, at, step=None,
+                       verdict=None, outcome="running", detail="",
+                       finished_at=None):
+        """A repair row (an action sent, or a verdict closing a case);
+        returns its id."""
+        with self._write() as c:
+            res = c.execute(REPAIRS.insert(), dict(
+                server_id=server_id, host_name=host_name, action=action,
+                step=step, verdict=verdict, started_at=at,
+                finished_at=finished_at, outcome=outcome, detail=detail))
+            return res.inserted_primary_key[0]
+
+    def repair_finished(self, row_id, at, outcome, detail=""):
+        with self._write() as c:
+            c.execute(REPAIRS.update().where(REPAIRS.c.id == row_id).values(
+                finished_at=at, outcome=outcome, detail=detail))
+
+    def repairs(self, server_id=None, since=None, limit=None):
+        """Repair rows, oldest first (of one server when given; at or after
+        ``since``; the newest ``limit``)."""
+        q = sa.select(REPAIRS)
+        if server_id is not None:
+            q = q.where(REPAIRS.c.server_id == server_id)
+        if since is not None:
+            q = q.where(REPAIRS.c.started_at >= since)
+        if limit is not None:
+            rows = self._select(q.order_by(REPAIRS.c.id.desc()).limit(limit))
+            return rows[::-1]
+        return self._select(q.order_by(REPAIRS.c.id))
 
     # -- reads ------------------------------------------------------------------
     def latest(self):

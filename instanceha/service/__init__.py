@@ -147,6 +147,7 @@ class Service(Group, Reloading, Health):
         self.engine.submit(event)
 
     def _capacity_appeared(self, hosts):
+        self.engine.repair.capacity_appeared()
         return self.engine.capacity_appeared(hosts)
 
     def _powered_off(self):
@@ -364,6 +365,7 @@ class Service(Group, Reloading, Health):
                 # for step 2.
                 resumed = self._step("journal",
                                      self.engine.resume_from_journal)
+                self._step("journal", self.engine.repair.resume)
             else:
                 # A standby reads the journal when elected (the acting
                 # member is writing it meanwhile); now only that it answers.

@@ -10,7 +10,14 @@ migrations of a server or from or to a host. ``POST
 /sim/hosts/<host>/fail-boots`` (``{"fail": true|false, "message": "..."}``)
 makes builds on the host fail; ``POST /sim/scheduler``
 (``{"disabled_prefilter": true|false}``) turns Placement's pre-filter of
-disabled computes on or off."""
+disabled computes on or off. Instance repair (model_repair.py): ``POST
+/sim/servers/<id>/crash`` (``{"how": "crashed"|"shutdown", "notify":
+true}``: the guest goes off by itself and Nova's sync stops it),
+``.../error`` (``{"message": "..."}``), ``.../user-stop`` (its user's
+os-stop), ``.../fail-repairs`` (``{"actions": ["start", ...]}``: those
+leave it in ERROR)."""
+
+SERVER_BREAKS = ("crash", "error", "user-stop", "fail-repairs")
 
 from instanceha.sim import model
 from instanceha.sim import web
@@ -43,6 +50,9 @@ class Control:
         if parts[:1] == ["servers"] and len(parts) == 3 \
                 and parts[2] == "stall-migration" and req.method == "POST":
             return self._stall(req, server_id=parts[1])
+        if parts[:1] == ["servers"] and len(parts) == 3 \
+                and req.method == "POST" and parts[2] in SERVER_BREAKS:
+            return self._break(parts[1], parts[2], req)
         return _error(404, "no such control path: %s %s"
                       % (req.method, req.path))
 
@@ -115,6 +125,42 @@ class Control:
             self.cloud.disabled_prefilter = body["disabled_prefilter"]
         return web.Response(200, {
             "disabled_prefilter": self.cloud.disabled_prefilter})
+
+    def _break(self, server_id, what, req):
+        c = self.cloud
+        try:
+            body = req.json() if req.body else {}
+        except ValueError:
+            return _error(400, "body must be a JSON object")
+        if not isinstance(body, dict):
+            return _error(400, "body must be a JSON object")
+        try:
+            if what == "crash":
+                how = body.get("how", "crashed")
+                if how not in ("crashed", "shutdown"):
+                    return _error(400, "how must be crashed or shutdown")
+                c.crash_server(server_id, how=how,
+                               notify=bool(body.get("notify", True)))
+            elif what == "error":
+                c.error_server(server_id, str(body.get("message")
+                                              or "Simulated failure"),
+                               notify=bool(body.get("notify", True)))
+            elif what == "user-stop":
+                c.user_stop(server_id)
+            else:
+                actions = body.get("actions", [])
+                if not isinstance(actions, list):
+                    return _error(400, "actions must be a list")
+                c.fail_repairs(server_id, actions)
+        except model.NotFound as e:
+            return _error(404, e.message)
+        except model.Conflict as e:
+            return _error(409, e.message)
+        with c.lock:
+            s = c.servers[server_id]
+            return web.Response(200, {"id": s.id, "status": s.status,
+                                      "vm_state": s.vm_state,
+                                      "power_state": s.power_state})
 
     def _stall(self, req, **which):
         try:

@@ -54,6 +54,7 @@ import time
 from instanceha.sim import invariant
 from instanceha.sim.model_builds import Builds
 from instanceha.sim.model_moves import Moves
+from instanceha.sim.model_repair import Repairs
 from instanceha.sim.records import (  # noqa: F401  (re-exported)
     ACTIVE, BadRequest, CLEANUP_STATUSES, Conflict, ERROR, Host, MIGRATING,
     Migration, NotFound, PAUSED, POWER_RUNNING, POWER_SHUTDOWN, REBUILDING,
@@ -81,7 +82,7 @@ class ControlService:
         self.service_updated = now
 
 
-class SimCloud(Moves, Builds):
+class SimCloud(Moves, Builds, Repairs):
     """A small Nova + BMC world. All parameters have demo-friendly defaults."""
 
     def __init__(self, hosts=6, servers_per_host=5, host_vcpus=64,
@@ -175,6 +176,7 @@ class SimCloud(Moves, Builds):
         self._init_builds(server_boot_time, disabled_prefilter,
                           server_vcpus, int(server_ram_mb),
                           int(server_disk_gb))
+        self._init_repair()
         for i in range(hosts):
             name = "%s%d" % (host_prefix, i)
             self.hosts[name] = Host(name, i, seed, host_vcpus, now,
@@ -714,8 +716,19 @@ class SimCloud(Moves, Builds):
             if host is None or not host.alive:
                 raise Conflict("Compute service of %s is unavailable at "
                                "this time." % s.host)
+            old = s.vm_state
+            s.task_state = "powering-off"
+            self._record(s, "stop", self.user_id)
+            self._notify_update(s, old, None, self.user_id, s.project_id)
+            self._notify("instance.power_off.start", s, self.user_id,
+                         s.project_id)
             s.vm_state, s.power_state = STOPPED, POWER_SHUTDOWN
+            s.task_state = None
             s.updated = self._now
+            self._notify_update(s, old, "powering-off", self.user_id,
+                                s.project_id)
+            self._notify("instance.power_off.end", s, self.user_id,
+                         s.project_id)
 
     def set_metadata(self, server_id, metadata=None, tags=None):
         """Server metadata and tags, as an owner or operator sets them."""

@@ -21,7 +21,7 @@ from instanceha.sim.nova_migrations import MigrationsAPI
 from instanceha.sim.nova_moves import MovesAPI
 from instanceha.sim.nova_schema import (
     BOOL_FALSE, BOOL_TRUE, UUID_RE, check_bool, check_keys, check_string,
-    next_links, paginate)
+    next_links, paginate, read_body)
 from instanceha.sim.nova_servers import ServersAPI
 from instanceha.sim.nova_services import ServicesAPI
 from instanceha.sim.nova_wire import (
@@ -157,6 +157,15 @@ class NovaAPI(ServicesAPI, HostsAPI, ServersAPI, MigrationsAPI, MovesAPI,
         if len(parts) == 3 and parts[0] == "servers" \
                 and parts[2] == "action" and method == "POST":
             return self.server_action(req, parts[1], version)
+        if len(parts) == 3 and parts[0] == "servers" \
+                and parts[2] == "metadata" and method == "POST":
+            body = read_body(req)
+            items = body.get("metadata") if isinstance(body, dict) else None
+            if not isinstance(items, dict) or not all(
+                    isinstance(v, str) for v in items.values()):
+                raise ApiFault(400, "Malformed request body")
+            return 200, {"metadata": self.cloud.update_server_metadata(
+                parts[1], items)}
         if len(parts) == 4 and parts[0] == "servers" \
                 and parts[2] == "metadata" and method == "DELETE":
             self.cloud.delete_server_metadata(parts[1], parts[3])

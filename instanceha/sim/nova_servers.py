@@ -101,6 +101,24 @@ class ServersAPI:
         if action == "os-stop":
             self.cloud.stop_server(server_id)
             return 202, None
+        if action == "os-start":
+            self.cloud.start_server(server_id)
+            return 202, None
+        if action == "reboot":
+            args = body[action]
+            if not isinstance(args, dict) \
+                    or args.get("type") not in ("HARD", "SOFT"):
+                raise ApiFault(400, "Invalid input for field/attribute "
+                                    "type.")
+            self.cloud.reboot_server(server_id, hard=args["type"] == "HARD")
+            return 202, None
+        if action == "rebuild":
+            args = body[action]
+            if not isinstance(args, dict) or not args.get("imageRef"):
+                raise ApiFault(400, "Invalid input for field/attribute "
+                                    "imageRef.")
+            self.cloud.rebuild_server(server_id, str(args["imageRef"]))
+            return 202, None
         if action == "os-resetState":
             args = body[action]
             check_keys(args, ["state"], ["state"])
@@ -157,7 +175,8 @@ class ServersAPI:
         def view(a):
             v = {"action": a["action"], "instance_uuid": server_id,
                  "request_id": a["request_id"], "message": None,
-                 "project_id": server.project_id, "user_id": server.user_id,
+                 "project_id": a.get("project_id", server.project_id),
+                 "user_id": a.get("user_id", server.user_id),
                  "start_time": web.iso_micro(a["start_time"])}
             if version >= (2, 58):
                 last = max([a["start_time"]] + [

@@ -130,6 +130,56 @@ class FakeCompute(cb.ComputeDriver):
                               "image": ({"id": v["image"]} if v.get("image")
                                         else "")})
 
+    # -- instance repair (issue 25) -------------------------------------------
+    def list_servers_by_status(self, status):
+        self._maybe_fail()
+        return [self.get_server(sid) for sid, v in self.servers.items()
+                if v["status"] == status]
+
+    def instance_actions(self, server_id):
+        self._maybe_fail()
+        v = self._server_or_404(server_id)
+        return [cb.InstanceAction(**a) for a in reversed(
+            v.get("actions") or [])]
+
+    def _repair_call(self, name, server_id, accepted):
+        self._maybe_fail()
+        self.repair_calls = getattr(self, "repair_calls", [])
+        self.repair_calls.append((name, server_id))
+        v = self._server_or_404(server_id)
+        if v["vm_state"] not in accepted or v.get("task_state"):
+            raise cb.Conflict("Cannot '%s' instance %s while it is in "
+                              "vm_state %s" % (name, server_id,
+                                               v["vm_state"]), 409)
+        fails = (v.get("repair_faults") or {}).get(name)
+        if fails:
+            v.update(vm_state="error", status="ERROR", power_state=4)
+        else:
+            v.update(vm_state="active", status="ACTIVE", power_state=1)
+
+    def start_server(self, server_id):
+        """ACTIVE at once (ERROR when the server's ``repair_faults`` names
+        the action)."""
+        self._repair_call("start", server_id, ("stopped",))
+
+    def reboot_server(self, server_id, hard=True):
+        self._repair_call("reboot", server_id, (
+            "active", "stopped", "paused", "suspended", "error"))
+
+    def rebuild_server(self, server_id, image_id):
+        self._repair_call("rebuild", server_id, ("active", "stopped",
+                                                 "error"))
+
+    def set_server_metadata(self, server_id, items):
+        self._maybe_fail()
+        v = self._server_or_404(server_id)
+        meta = v.setdefault("metadata", {})
+        for key, value in items.items():
+            if value is None:
+                meta.pop(key, None)
+            else:
+                meta[key] = str(value)
+
     def list_aggregates(self):
         self._maybe_fail()
         return list(self.aggregates)

@@ -86,6 +86,17 @@ class ActionEvent:
 
 
 @dataclasses.dataclass(frozen=True)
+class InstanceAction:
+    """One instance action of a server (os-instance-actions): who asked
+    (user and project None: Nova's own context, e.g. its power-state
+    sync's stop)."""
+    action: str         # stop, start, reboot, resetState, migrate...
+    user_id: Optional[str] = None
+    project_id: Optional[str] = None
+    request_id: Optional[str] = None
+    start_time: Optional[float] = None
+
+@dataclasses.dataclass(frozen=True)
 class Aggregate:
     """A Nova host aggregate (os-aggregates)."""
     name: str
@@ -406,6 +417,40 @@ class ComputeDriver(abc.ABC):
         below HTTP 500); raise ComputeError when it does not, NoEndpoint
         when no Placement endpoint is configured."""
         raise NotImplementedError
+
+    # -- instance repair (issue 25): one server on a healthy host --------------
+    #
+    # Concrete like the moves: each raises ComputeError("... is not
+    # supported by this compute driver") in a driver without them.
+
+    def list_servers_by_status(self, status):
+        """Every server across all projects and hosts whose Nova status is
+        ``status`` (SHUTOFF, ERROR): [Server] (the repair sweep)."""
+        raise _unsupported("listing servers by status")
+
+    def instance_actions(self, server_id):
+        """The server's instance actions, newest first as Nova lists them:
+        [InstanceAction]."""
+        raise _unsupported("reading instance actions")
+
+    def start_server(self, server_id):
+        """Nova's os-start (the server must be SHUTOFF with no task)."""
+        raise _unsupported("starting a server")
+
+    def reboot_server(self, server_id, hard=True):
+        """Nova's reboot, HARD by default (accepted in ACTIVE, SHUTOFF,
+        PAUSED, SUSPENDED and ERROR)."""
+        raise _unsupported("rebooting a server")
+
+    def rebuild_server(self, server_id, image_id):
+        """Nova's rebuild from ``image_id`` in place: the server's local
+        disks are lost (instance repair's opt-in last action)."""
+        raise _unsupported("rebuilding a server")
+
+    def set_server_metadata(self, server_id, items):
+        """Set (merge) metadata keys of a server: {key: value}; a value of
+        None removes the key (a key already gone is no error)."""
+        raise _unsupported("setting server metadata")
 
 
 def _unsupported(what):

@@ -21,6 +21,7 @@ from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_capacity import NovaCapacity
 from instanceha.drivers.compute.nova_lifecycle import NovaLifecycle
 from instanceha.drivers.compute.nova_moves import NovaMoves
+from instanceha.drivers.compute.nova_repair import NovaRepair
 from instanceha.drivers.compute.nova_records import (
     time_memo, to_aggregate, to_migration, to_server, to_service)
 from instanceha.drivers.compute.nova_transport import (
@@ -59,7 +60,7 @@ def connect(conf):
 
 
 class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
-                 base.ComputeDriver):
+                 NovaRepair, base.ComputeDriver):
 
     def __init__(self, conf, connection=None, clock=time.monotonic,
                  sleep=time.sleep):

@@ -1,0 +1,348 @@
+"""Instance repair as passes of the engine (issue 25): a server that broke
+on a healthy host comes back, in order of risk, and says what happened.
+
+Sources (Nova's notifications, the periodic sweep, the operator) hand
+news about one server to :meth:`InstanceRepair.news`; they never act. The
+news opens a *case* for the server and puts its key (:class:`RepairKey`)
+on the engine's work queue, where the engine's workers run
+:meth:`InstanceRepair.process`: one level-triggered pass that reads the
+server from Nova, follows the action in flight, and decides the next one
+with the pure policy (:mod:`instanceha.policy.instance_repair`):
+
+1. the host gate: no repair on a host that is not ``active`` for the
+   engine (suspect, fencing, fenced, evacuating, failed: the host path
+   owns its servers; draining, maintenance, suspended: planned work
+   pauses repair) or whose compute service Nova reports down or forced
+   down, checked again right before each request (the safety invariant:
+   never act on a server whose host may be down or being fenced);
+2. the action in flight (:mod:`instanceha.engine.repair_pass`): ACTIVE
+   for ``min_uptime`` is a success; ERROR, down again, or not ACTIVE
+   within ``action_timeout`` a failure or timeout (a journal row each);
+3. exclusions (service-owned servers), the cloud-wide hold, restart
+   groups, then :func:`~instanceha.policy.instance_repair.next_action`
+   (the ladder, the per-server limit, the repair level);
+4. a move (cold migration) waits for room on another host (pending).
+
+Progress lives in the journal's ``instance_repairs`` rows (an attempt is
+written before its request is sent) and in the server's metadata markers
+(:mod:`instanceha.engine.repair_markers`); the case itself (why it waits)
+is in memory and rebuilt from the running rows and the sweep after a
+restart.
+"""
+
+import collections
+import dataclasses
+import threading
+from typing import Counter, Dict, List, NamedTuple, Optional
+
+import structlog
+
+from instanceha.engine import repair_pass
+from instanceha.policy import instance_repair as ir
+
+LOG = structlog.get_logger("instanceha.instance_repair")
+
+#: verdict of an operator's one-off repair
+OPERATOR = "operator"
+#: seconds between two passes of a case that waits (host, hold, group)
+WAIT = 5.0
+#: seconds between two passes while an action runs
+FOLLOW = 1.0
+
+
+class RepairKey(NamedTuple):
+    """A server's key on the engine's work queue (hosts' keys are their
+    service UUIDs: strings)."""
+    server_id: str
+
+
+@dataclasses.dataclass
+class Case:
+    """One broken server being repaired (in memory)."""
+    server_id: str
+    verdict: str
+    reason: str
+    source: str
+    broke_at: float
+    host: Optional[str] = None
+    #: pending | paused | held | waiting | running | uptime
+    state: str = "pending"
+    why: str = ""
+    #: the action in flight: its Attempt and journal row
+    attempt: Optional[ir.Attempt] = None
+    row: Optional[int] = None
+    step: Optional[int] = None
+    #: when the server was first seen ACTIVE since the attempt began
+    active_since: Optional[float] = None
+    #: cold migration: where it was, confirm and start sent
+    moved_from: Optional[str] = None
+    confirmed: bool = False
+    started_after_move: bool = False
+    #: an operator's one-off repair, and the level it may go to
+    operator: bool = False
+    level: Optional[int] = None
+    #: project and restart group, read at the last pass
+    project_id: Optional[str] = None
+    group: Optional[int] = None
+
+    def view(self) -> dict:
+        return {"server": self.server_id, "state": self.state,
+                "why": self.why, "verdict": self.verdict,
+                "reason": self.reason, "source": self.source,
+                "broke_at": self.broke_at, "host": self.host,
+                "action": self.attempt.action if self.attempt else None,
+                "action_started_at": self.attempt.started_at
+                if self.attempt else None,
+                "active_since": self.active_since,
+                "operator": self.operator}
+
+
+class InstanceRepair:
+    """The cases and their passes; the engine's workers run them."""
+
+    def __init__(self, conf, ctx, queue, host_record, cluster_ok=None):
+        """``host_record(name)``: the engine's record of a host (None:
+        unknown); ``cluster_ok()``: (ok, why) of the engine's storm gate."""
+        self.conf = conf
+        self.ctx = ctx
+        self.queue = queue
+        self.clock = ctx.clock
+        self.host_record = host_record
+        self.cluster_ok = cluster_ok or (lambda: (True, ""))
+        self.settings = ir.Settings.from_conf(conf)
+        self._lock = threading.RLock()
+        self.cases: Dict[str, Case] = {}
+        #: server -> when it last broke (the hold's count), pruned
+        self.breakages: Dict[str, float] = {}
+        #: servers the sweep counted at its last pass (hold_percent)
+        self.watched = 0
+        #: an operator accepted this many breakages (hold lifted)
+        self.acknowledged: Optional[int] = None
+        self.stats: Counter = collections.Counter()
+        self._last_hold = None
+
+    @property
+    def enabled(self):
+        return self.settings.enabled
+
+    def reload_settings(self):
+        self.settings = ir.Settings.from_conf(self.conf)
+
+    # -- sources' news ------------------------------------------------------------
+    def news(self, verdict: ir.Verdict, at: float, source: str) -> bool:
+        """A source's verdict about one server. Returns True when it
+        opened, woke or closed a case."""
+        if not self.enabled or verdict is None:
+            return False
+        sid = verdict.server_id
+        with self._lock:
+            case = self.cases.get(sid)
+            if verdict.repair:
+                ours = case is not None and case.attempt is not None
+                if not ours:
+                    # Our own action failing is the attempt's business,
+                    # not a new breakage for the hold.
+                    self.breakages[sid] = at
+                    self.stats["broken"] += 1
+                if case is None:
+                    case = Case(sid, verdict.kind, verdict.reason, source,
+                                at, host=verdict.host)
+                    self.cases[sid] = case
+                    self.stats["cases"] += 1
+                    LOG.info("repair_case_opened", server=sid,
+                             host=verdict.host, verdict=verdict.kind,
+                             source=source, reason=verdict.reason)
+            elif verdict.left_alone or verdict.kind == ir.USER_STOP:
+                if case is None:
+                    return False
+                if case.attempt is not None and verdict.kind in (
+                        ir.RESIZING, ir.MIGRATING) \
+                        and case.attempt.action == ir.COLD_MIGRATE:
+                    return False        # our own cold migration
+                if case.attempt is not None and verdict.kind == \
+                        ir.REBUILDING and case.attempt.action == ir.REBUILD:
+                    return False        # our own rebuild
+                if case.attempt is not None and not verdict.by_user:
+                    return False
+                self._drop(case, verdict.kind, verdict.reason, at)
+                return True
+            else:
+                return False
+        self.queue.add(RepairKey(sid))
+        return True
+
+    def _drop(self, case, kind, why, at):
+        """Close a case left to its owner (a user's stop, a delete, a
+        shelve...): the attempt in flight, if any, is recorded as
+        interrupted."""
+        self.cases.pop(case.server_id, None)
+        if case.row is not None:
+            repair_pass.finish_row(self, case, at, "interrupted",
+                                   "%s: %s" % (kind, why))
+        self.stats["left_alone"] += 1
+        LOG.info("repair_case_dropped", server=case.server_id, verdict=kind,
+                 reason=why)
+
+    # -- operator -----------------------------------------------------------------
+    def request(self, server_id, level=None, reason=""):
+        """An operator's one-off repair of ``server_id`` (``level``: the
+        highest repair level it may use, a Ladder rank; None: the
+        server's own). Not held by the cloud-wide hold."""
+        now = self.clock()
+        with self._lock:
+            case = self.cases.get(server_id)
+            if case is None:
+                case = Case(server_id, OPERATOR, reason or "operator "
+                            "request", "operator", now)
+                self.cases[server_id] = case
+            case.operator = True
+            case.level = level
+        LOG.info("repair_requested", server=server_id, level=level,
+                 reason=reason or "operator request")
+        self.queue.add(RepairKey(server_id))
+        return case.view()
+
+    def clear(self, server_id, reason=""):
+        """Clear a server's failure: its ladder starts again."""
+        now = self.clock()
+        self.ctx.journal.repair_started(
+            server_id, None, "cleared", now, outcome="cleared",
+            finished_at=now, detail=reason or "operator: repair --clear")
+        repair_pass.set_markers(self, server_id, repair_pass.markers.cleared())
+        with self._lock:
+            case = self.cases.pop(server_id, None)
+        if case is not None and case.row is not None:
+            repair_pass.finish_row(self, case, now, "interrupted",
+                                   "cleared by an operator")
+        self.stats["cleared"] += 1
+        LOG.info("repair_cleared", server=server_id,
+                 reason=reason or "operator: repair --clear")
+
+    def capacity_appeared(self):
+        """Compute hosts became schedulable: moves waiting for room try
+        now."""
+        with self._lock:
+            waiting = [c.server_id for c in self.cases.values()
+                       if c.state == "pending"]
+        for sid in waiting:
+            self.queue.add(RepairKey(sid))
+        return len(waiting)
+
+    def acknowledge_hold(self):
+        """Lift the cloud-wide hold for the servers broken now."""
+        h = self.hold_now(self.clock())
+        self.acknowledged = len(h.failing)
+        return self.acknowledged
+
+    # -- the hold -----------------------------------------------------------------
+    def hold_now(self, now):
+        s = self.settings
+        with self._lock:
+            since = now - max(s.hold_window, 1.0)
+            for sid in [k for k, at in self.breakages.items()
+                        if at <= since]:
+                del self.breakages[sid]
+            recent = dict(self.breakages)
+        if self.acknowledged is not None and not recent:
+            self.acknowledged = None
+        h = ir.hold(recent, now, s, self.watched, self.acknowledged)
+        if h.held and not (self._last_hold and self._last_hold.held):
+            LOG.warning("instance_repair_hold", failing=len(h.failing),
+                        total=h.total, reason=h.why)
+            self.stats["hold_engaged"] += 1
+        elif not h.held and self._last_hold and self._last_hold.held:
+            LOG.info("instance_repair_hold_lifted", reason=h.why)
+        self._last_hold = h
+        return h
+
+    # -- passes -------------------------------------------------------------------
+    def work(self, key):
+        """One pass for ``key`` (a RepairKey), on an engine worker."""
+        try:
+            after = self.process(key.server_id)
+        except Exception:
+            LOG.exception("repair_pass_error", server=key.server_id)
+            after = WAIT * 2
+        if after is not None:
+            self.queue.add_after(key, after)
+
+    def process(self, server_id):
+        """One pass of the server's case; seconds to the next pass, or
+        None when the case is closed."""
+        with self._lock:
+            case = self.cases.get(server_id)
+        if case is None:
+            return None
+        if not self.enabled:
+            with self._lock:
+                self.cases.pop(server_id, None)
+            return None
+        return repair_pass.run(self, case)
+
+    def members(self):
+        """The open cases as restart-group members."""
+        with self._lock:
+            return [ir.Member(c.server_id, c.project_id, c.group)
+                    for c in self.cases.values()]
+
+    def close(self, case: Case) -> None:
+        sid = case.server_id
+        with self._lock:
+            if self.cases.get(sid) is case:
+                del self.cases[sid]
+
+    def resume(self):
+        """After a restart: a case for every server whose attempt row was
+        left running (the attempt is followed, or timed out)."""
+        if not self.enabled:
+            return 0
+        rows = [r for r in self.ctx.journal.repairs()
+                if r["outcome"] == "running" and r["action"] in ir.ACTIONS]
+        for r in rows:
+            case: Case = Case(r["server_id"], r["verdict"] or "resumed",
+                        "resumed from the journal", "journal",
+                        r["started_at"], host=r["host_name"])
+            case.attempt = ir.Attempt(r["action"], r["started_at"])
+            case.row, case.step = r["id"], r["step"]
+            case.moved_from = r["host_name"] \
+                if r["action"] == ir.COLD_MIGRATE else None
+            sid = r["server_id"]
+            with self._lock:
+                self.cases.setdefault(sid, case)
+            self.queue.add(RepairKey(sid))
+        return len(rows)
+
+    # -- status -------------------------------------------------------------------
+    def snapshot(self):
+        now = self.clock()
+        h = self.hold_now(now) if self.enabled else None
+        with self._lock:
+            cases = sorted((c.view() for c in self.cases.values()),
+                           key=lambda v: v["broke_at"])
+        counts = collections.Counter(v["state"] for v in cases)
+        return {"enabled": self.enabled,
+                "hold": h.as_dict() if h is not None else None,
+                "cases": cases[:200], "open": len(cases),
+                "by_state": dict(counts), "counts": dict(self.stats)}
+
+    def describe(self, server_id):
+        """What the operator sees of one server: its case, its markers,
+        its journal rows."""
+        with self._lock:
+            case = self.cases.get(server_id)
+        rows = self.ctx.journal.repairs(server_id, limit=50)
+        return {"server": server_id,
+                "case": case.view() if case is not None else None,
+                "rows": rows}
+
+
+#: the host gate (repair_pass.host_gate)
+host_gate = repair_pass.host_gate
+
+
+def is_key(key) -> bool:
+    return isinstance(key, RepairKey)
+
+
+__all__: List[str] = ["InstanceRepair", "RepairKey", "Case", "host_gate",
+                      "is_key"]

@@ -1,0 +1,417 @@
+"""One pass of an instance repair case (see :mod:`instanceha.engine.repair`):
+read the server, follow the action in flight, decide and send the next.
+Every side effect goes through the compute driver (``ctx.compute``) and
+the journal; every decision is the policy's
+(:mod:`instanceha.policy.instance_repair`), given the time read once per
+pass from the engine's clock.
+"""
+
+from typing import List, Optional
+
+import structlog
+
+from instanceha.drivers.compute import base
+from instanceha.engine import repair_markers as markers
+from instanceha.fsm.states import State
+from instanceha.policy import facts_nova
+from instanceha.policy import instance_repair as ir
+from instanceha.policy import repair as repair_policy
+
+LOG = structlog.get_logger("instanceha.instance_repair")
+
+#: seconds between passes while something waits (host, hold, group)
+WAIT = 5.0
+#: seconds between passes while an action runs
+FOLLOW = 1.0
+#: seconds between passes of a move waiting for capacity
+CAPACITY = 15.0
+#: Nova power_state running
+RUNNING = 1
+
+
+# -- side effects ----------------------------------------------------------------
+
+def set_markers(repair, server_id, wanted, current=None):
+    """Write the markers that changed; a failure is logged, never
+    raised (a marker is information, not state)."""
+    try:
+        if current is None:
+            current = (repair.ctx.compute.get_server(server_id).raw or {}) \
+                .get("metadata") or {}
+        change = markers.changes(current, wanted)
+        if change:
+            repair.ctx.compute.set_server_metadata(server_id, change)
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.warning("repair_marker_not_written", server=server_id,
+                    reason=str(e) or type(e).__name__)
+
+
+def finish_row(repair, case, at, outcome, detail=""):
+    try:
+        repair.ctx.journal.repair_finished(case.row, at, outcome, detail)
+    except Exception as e:   # noqa: BLE001 - logged; the sweep re-finds it
+        LOG.error("journal_write_failed", server=case.server_id,
+                  reason=str(e))
+    case.row = None
+
+
+def _row(repair, case, action, now, outcome, detail, step=None):
+    """A journal row closing a case without an action (failed, not
+    permitted, excluded)."""
+    repair.ctx.journal.repair_started(
+        case.server_id, case.host, action, now, step=step,
+        verdict=case.verdict, outcome=outcome, detail=detail,
+        finished_at=now)
+
+
+# -- reading ------------------------------------------------------------------
+
+def _metadata(server):
+    return (server.raw or {}).get("metadata") or {}
+
+
+def is_up(server) -> bool:
+    """ACTIVE, no task, the guest running (as far as Nova says)."""
+    return ((server.status or "").upper() == "ACTIVE"
+            and server.task_state is None
+            and server.power_state in (None, RUNNING))
+
+
+def _history(repair, server_id):
+    """(attempts since the last clear, marked failed)."""
+    rows = repair.ctx.journal.repairs(server_id)
+    last_clear = max((i for i, r in enumerate(rows)
+                      if r["action"] == "cleared"), default=-1)
+    rows = rows[last_clear + 1:]
+    attempts = []
+    failed = False
+    for r in rows:
+        if r["action"] in ir.ACTIONS:
+            outcome = r["outcome"] if r["outcome"] in ir.OUTCOMES \
+                else ir.FAILURE
+            attempts.append(ir.Attempt(r["action"], r["started_at"],
+                                       r["finished_at"], outcome))
+        elif r["action"] == "failed":
+            failed = True
+    return attempts, failed
+
+
+def _level(repair, case, server, now):
+    """The server's RepairDecision (nearest scope wins), or the
+    operator's level for a one-off repair."""
+    rs = repair_policy.Settings.from_conf(repair.conf)
+    found = base.aggregates_or_none(
+        repair.ctx.compute, None, "aggregate-scope repair levels are not "
+        "consulted") or ()
+    aggregates: tuple = tuple(facts_nova.aggregate_from_nova({
+        "name": a.name, "id": a.id, "metadata": dict(a.metadata or {}),
+        "hosts": list(a.hosts)}) for a in found)
+    facts = facts_nova.server_from_record(server, aggregates=aggregates)
+    global_scope = next((a for a in aggregates
+                         if a.name == rs.global_aggregate), None) \
+        if rs.global_aggregate else None
+    decision = repair_policy.decide(facts, now, rs, global_scope)
+    if case.level is not None:
+        return case.level, facts
+    return decision, facts
+
+
+# -- the pass -------------------------------------------------------------------
+
+def run(repair, case) -> Optional[float]:
+    ctx, s = repair.ctx, repair.settings
+    now = repair.clock()
+    if ctx.may_act() is not None:
+        return WAIT
+    try:
+        server = ctx.compute.get_server(case.server_id)
+    except base.NotFound:
+        repair._drop(case, ir.DELETED, "the server is gone", now)
+        return None
+    except base.ComputeError as e:
+        LOG.warning("repair_server_unreadable", server=case.server_id,
+                    reason=str(e))
+        return WAIT
+    case.host = server.host or case.host
+    case.project_id = (server.raw or {}).get("tenant_id")
+
+    # 1. The action in flight.
+    if case.attempt is not None:
+        outcome = _follow(repair, case, server, now)
+        if outcome == ir.RUNNING:
+            case.state = "uptime" if case.active_since else "running"
+            if case.active_since is not None:
+                return max(0.05, min(WAIT, case.active_since + s.min_uptime
+                                     - now))
+            return FOLLOW
+        _finished(repair, case, server, outcome, now)
+        if outcome == ir.SUCCESS:
+            repair.close(case)
+            return None
+
+    # 2. Healthy again (by itself, or by someone else): nothing to do.
+    if is_up(server) and not case.operator:
+        LOG.info("repair_case_closed", server=case.server_id,
+                 reason="ACTIVE again without a repair action")
+        repair.close(case)
+        return None
+    if case.operator and is_up(server) and case.attempt is None \
+            and case.step is None:
+        pass                        # an operator asked: a repair anyway
+
+    # 3. The host gate: the host path or planned work owns it.
+    why = host_gate(repair, server.host)
+    if why is not None:
+        return _wait(repair, case, "paused", why, now, server)
+
+    # 4. Service-owned servers.
+    facts = facts_nova.server_from_record(server)
+    out = ir.excluded(facts, s, project_id=case.project_id)
+    if out is not None:
+        _row(repair, case, "excluded", now, "not permitted", out)
+        repair.stats["excluded"] += 1
+        LOG.info("repair_excluded", server=case.server_id, reason=out)
+        repair.close(case)
+        return None
+
+    # 5. The cloud-wide hold (an operator's one-off repair is not held).
+    if not case.operator:
+        h = repair.hold_now(now)
+        if h.held:
+            return _wait(repair, case, "held", h.why, now, server)
+
+    # 6. Restart groups: lower groups of the project first.
+    case.group, _problem = ir.restart_group_of(facts, s)
+    _, waits = ir.release(repair.members())
+    if case.server_id in waits:
+        return _wait(repair, case, "waiting", waits[case.server_id], now,
+                     server)
+
+    # 7. The ladder.
+    history, marked_failed = _history(repair, case.server_id)
+    level, facts = _level(repair, case, server, now)
+    settings = s
+    if case.operator and not s.enabled:
+        return None
+    decision = ir.next_action(history, settings, level, now=now,
+                              vm_state=server.vm_state,
+                              task_state=server.task_state,
+                              marked_failed=marked_failed)
+    if isinstance(decision, ir.Refusal):
+        return _refused(repair, case, server, decision, now)
+    return _send(repair, case, server, decision, now)
+
+
+def _wait(repair, case, state, why, now, server):
+    if case.state != state or case.why != why:
+        LOG.info("repair_waits", server=case.server_id, state=state,
+                 reason=why)
+        set_markers(repair, case.server_id, markers.pending(now, why),
+                    _metadata(server))
+    case.state, case.why = state, why
+    repair.stats["waits_" + state] += 1
+    return WAIT
+
+
+def _refused(repair, case, server, refusal, now):
+    kind = refusal.kind
+    if kind in (ir.IN_PROGRESS, ir.BUSY):
+        case.state, case.why = "waiting", refusal.reason
+        if refusal.until is not None:
+            return max(FOLLOW, min(WAIT, refusal.until - now))
+        return WAIT
+    meta = _metadata(server)
+    if kind == ir.FAILED and markers.FAILED in meta:
+        LOG.info("repair_not_started", server=case.server_id, kind=kind,
+                 reason=refusal.reason)
+    elif kind == ir.FAILED:
+        _row(repair, case, "failed", now, "failed", refusal.reason)
+        set_markers(repair, case.server_id,
+                    markers.failed(now, refusal.reason), meta)
+        repair.stats["failed"] += 1
+        LOG.warning("repair_failed", server=case.server_id,
+                    reason=refusal.reason)
+    elif kind == ir.NOT_PERMITTED:
+        _row(repair, case, "not_permitted", now, "not permitted",
+             refusal.reason)
+        set_markers(repair, case.server_id, markers.result(
+            refusal.action or "repair", markers.NOT_PERMITTED, now,
+            refusal.reason), meta)
+        repair.stats["not_permitted"] += 1
+        LOG.warning("repair_not_permitted", server=case.server_id,
+                    action=refusal.action, reason=refusal.reason)
+    else:
+        set_markers(repair, case.server_id, {markers.PENDING: None}, meta)
+        LOG.info("repair_not_started", server=case.server_id, kind=kind,
+                 reason=refusal.reason)
+    repair.close(case)
+    return None
+
+
+def _room_elsewhere(repair, server) -> Optional[str]:
+    """A host other than the server's with room for it, or None."""
+    raw = server.raw or {}
+    flavor = raw.get("flavor") or {}
+    need = (int(flavor.get("vcpus") or 1), int(flavor.get("ram") or 0),
+            int(flavor.get("disk") or 0))
+    try:
+        caps = repair.ctx.compute.host_capacities() or {}
+        services = {svc.host: svc for svc in repair.ctx.compute
+                    .list_services()}
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.warning("capacity_unknown", server=server.id,
+                    reason=str(e) or type(e).__name__)
+        return None
+    for name, c in sorted(caps.items()):
+        svc = services.get(name)
+        if name == server.host or svc is None or svc.status != "enabled" \
+                or svc.state != "up" or svc.forced_down:
+            continue
+        if (c.vcpus - c.vcpus_used >= need[0]
+                and c.ram_mb - c.ram_mb_used >= need[1]
+                and c.disk_gb - c.disk_gb_used >= need[2]):
+            return name
+    return None
+
+
+def _send(repair, case, server, action, now):
+    ctx = repair.ctx
+    if action.moves and _room_elsewhere(repair, server) is None:
+        _wait(repair, case, "pending", "%s needs room on another host: "
+              "none has it now (retried when capacity appears)"
+              % action.name, now, server)
+        return CAPACITY
+    # The gate once more, right before the request: the host must still
+    # be active for the engine and up for Nova.
+    why = host_gate(repair, server.host)
+    if why is None:
+        try:
+            svc = ctx.compute.service_of(server.host)
+        except base.ComputeError as e:
+            svc, why = None, "Nova's service row unreadable: %s" % e
+        if why is None and (svc is None or svc.state != "up"
+                            or svc.forced_down):
+            why = "Nova reports the compute service of %s down or " \
+                  "forced down" % server.host
+    if why is not None:
+        return _wait(repair, case, "paused", why, now, server)
+    case.row = ctx.journal.repair_started(
+        case.server_id, server.host, action.name, now, step=action.step,
+        verdict=case.verdict, detail=action.reason)
+    case.attempt = ir.Attempt(action.name, now)
+    case.step = action.step
+    case.active_since = None
+    case.moved_from = server.host if action.moves else None
+    case.confirmed = case.started_after_move = False
+    case.state, case.why = "running", action.reason
+    set_markers(repair, case.server_id, markers.running(action.name, now),
+                _metadata(server))
+    try:
+        if action.name == ir.START:
+            ctx.compute.start_server(case.server_id)
+        elif action.name == ir.HARD_REBOOT:
+            ctx.compute.reboot_server(case.server_id, hard=True)
+        elif action.name == ir.COLD_MIGRATE:
+            ctx.compute.cold_migrate(case.server_id)
+        elif action.name == ir.REBUILD:
+            image = (server.raw or {}).get("image")
+            ctx.compute.rebuild_server(case.server_id, image.get("id")
+                                       if isinstance(image, dict) else image)
+    except base.ComputeError as e:
+        LOG.warning("repair_request_refused", server=case.server_id,
+                    action=action.name, reason=str(e))
+        _finished(repair, case, server, ir.FAILURE, repair.clock(),
+                  "Nova refused: %s" % e)
+        return FOLLOW
+    repair.stats["sent_" + action.name] += 1
+    LOG.info("repair_sent", server=case.server_id, host=server.host,
+             action=action.name, step=action.step, reason=action.reason)
+    return FOLLOW
+
+
+def _follow(repair, case, server, now) -> str:
+    """How the action in flight stands (a policy outcome), sending what a
+    cold migration needs on its way (confirm, start)."""
+    s = repair.settings
+    status = (server.status or "").upper()
+    attempt = case.attempt
+    if attempt.action == ir.COLD_MIGRATE and not case.started_after_move:
+        if status == "VERIFY_RESIZE" and not case.confirmed:
+            try:
+                repair.ctx.compute.confirm_resize(case.server_id)
+                case.confirmed = True
+            except base.ComputeError as e:
+                LOG.warning("repair_confirm_refused", server=case.server_id,
+                            reason=str(e))
+        elif (status == "SHUTOFF" and server.task_state is None
+              and server.host != case.moved_from):
+            if host_gate(repair, server.host) is None:
+                try:
+                    repair.ctx.compute.start_server(case.server_id)
+                    case.started_after_move = True
+                except base.ComputeError as e:
+                    LOG.warning("repair_start_refused",
+                                server=case.server_id, reason=str(e))
+    if server.task_state is not None or status in ("VERIFY_RESIZE",
+                                                   "RESIZE", "REBUILD",
+                                                   "HARD_REBOOT"):
+        if now - attempt.started_at > s.action_timeout:
+            return ir.TIMEOUT
+        return ir.RUNNING
+    if is_up(server):
+        if case.active_since is None:
+            case.active_since = now
+    elif status == "ACTIVE":
+        status = "SHUTOFF"              # ACTIVE with the guest off
+    return ir.judge(attempt, status, case.active_since, now, s)
+
+
+def host_gate(repair, host):
+    """Why no repair may act on a server of ``host`` now, or None."""
+    if not host:
+        return "the server has no host"
+    rec = repair.host_record(host)
+    if rec is None:
+        return "host %s is unknown to the engine" % host
+    if rec.state is not State.ACTIVE:
+        owner = ("planned work pauses repair"
+                 if rec.state in (State.DRAINING, State.MAINTENANCE,
+                                  State.SUSPENDED)
+                 else "the host path owns its servers")
+        return "host %s is %s: %s" % (host, rec.state.value, owner)
+    if not rec.heartbeat_ok:
+        return "host %s: its heartbeat was lost" % host
+    if rec.agent == "silent":
+        return "host %s: its agent is silent" % host
+    if rec.operator_disabled:
+        return ("host %s is disabled by its operator (%s): planned work "
+                "pauses repair" % (host, rec.operator_disabled))
+    ok, why = repair.cluster_ok()
+    if not ok:
+        return "the engine holds host recoveries: %s" % why
+    return None
+
+
+
+def _finished(repair, case, server, outcome, now, detail=""):
+    attempt = case.attempt
+    detail = detail or {
+        ir.SUCCESS: "ACTIVE for %.0f s" % repair.settings.min_uptime,
+        ir.FAILURE: "the server is %s" % server.status,
+        ir.TIMEOUT: "not ACTIVE within %.0f s" % repair.settings
+        .action_timeout}.get(outcome, outcome)
+    if case.row is not None:
+        finish_row(repair, case, now, outcome, detail)
+    repair.stats["outcome_" + outcome] += 1
+    log = LOG.info if outcome == ir.SUCCESS else LOG.warning
+    log("repair_result", server=case.server_id, action=attempt.action,
+        outcome=outcome, seconds=round(now - attempt.started_at, 2),
+        reason=detail)
+    set_markers(repair, case.server_id,
+                markers.result(attempt.action, outcome, now, "" if outcome
+                               == ir.SUCCESS else detail))
+    case.attempt = None
+    case.active_since = None
+
+
+__all__: List[str] = ["run", "set_markers", "finish_row", "is_up"]

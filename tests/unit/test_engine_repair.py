@@ -1,0 +1,151 @@
+"""Instance repair as passes of the engine (issue 25), against the unit
+fake of Nova on a fake clock: the server's state, its markers and the
+journal's rows after each step, not the calls made."""
+
+from instanceha.engine import repair_markers as markers
+from instanceha.events import Event, EventKind as E
+from instanceha.policy import instance_repair as ir
+from tests.unit.test_engine import World
+
+SID = "compute-0-vm-0"
+
+
+def _world(**opts):
+    w = World(hosts=3, servers=2)
+    settings = {"enabled": True, "min_uptime": 10, "action_timeout": 30}
+    settings.update(opts)
+    for key, value in settings.items():
+        w.conf.set_override(key, value, "instance_repair")
+    w.engine.repair.reload_settings()
+    w.pass_()
+    return w
+
+
+def _break(w, sid=SID, kind=ir.STOPPED_BY_ITSELF, state="stopped"):
+    v = w.compute.servers[sid]
+    v.update(vm_state=state, status="SHUTOFF" if state == "stopped"
+             else "ERROR", power_state=4)
+    v.setdefault("actions", []).append(dict(action="stop"))
+    w.engine.repair.news(ir.Verdict(kind, sid, "test", host=v["host"]),
+                         w.clock(), "test")
+
+
+def _settle(w, seconds=1.0, passes=60):
+    for _ in range(passes):
+        w.pass_(seconds)
+
+
+def _rows(w, sid=SID):
+    return [(r["action"], r["outcome"]) for r in w.journal.repairs(sid)]
+
+
+def test_a_server_stopped_by_itself_is_started_and_marked_success():
+    w = _world()
+    _break(w)
+    _settle(w, passes=15)
+    v = w.compute.servers[SID]
+    assert v["status"] == "ACTIVE"
+    assert _rows(w) == [("start", "success")]
+    meta = v["metadata"]
+    assert meta[markers.RESULT].startswith("start success at ")
+    assert markers.RUNNING not in meta and markers.PENDING not in meta
+    assert w.engine.repair.cases == {}
+
+
+def test_the_ladder_goes_on_to_hard_reboot_when_start_fails():
+    w = _world()
+    w.compute.servers[SID]["repair_faults"] = {"start": True}
+    _break(w)
+    _settle(w, passes=20)
+    assert _rows(w) == [("start", "failure"), ("hard_reboot", "success")]
+    assert w.compute.servers[SID]["status"] == "ACTIVE"
+
+
+def test_max_repairs_marks_the_server_failed_until_cleared():
+    w = _world(max_repairs=2)
+    w.compute.servers[SID]["repair_faults"] = {"start": True,
+                                               "reboot": True}
+    _break(w)
+    _settle(w, passes=20)
+    assert _rows(w) == [("start", "failure"), ("hard_reboot", "failure"),
+                        ("failed", "failed")]
+    assert markers.FAILED in w.compute.servers[SID]["metadata"]
+    # New news changes nothing while it is marked failed.
+    _break(w, state="error", kind=ir.ERROR)
+    _settle(w, passes=5)
+    assert len(_rows(w)) == 3
+    # Cleared: the ladder starts again.
+    w.compute.servers[SID]["repair_faults"] = {}
+    w.engine.repair.clear(SID, "fixed the image")
+    assert markers.FAILED not in w.compute.servers[SID]["metadata"]
+    _break(w, state="error", kind=ir.ERROR)
+    _settle(w, passes=15)
+    assert _rows(w)[-1] == ("hard_reboot", "success")
+
+
+def test_maintenance_pauses_repair_until_the_host_is_resumed():
+    w = _world()
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.OPERATOR_MAINTENANCE, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    w.pass_()
+    assert w.state("compute-0")[0] == "maintenance"
+    _break(w)
+    _settle(w, passes=5)
+    assert getattr(w.compute, "repair_calls", []) == []
+    case = w.engine.repair.cases[SID]
+    assert case.state == "paused" and "maintenance" in case.why
+    w.engine.submit(Event(E.OPERATOR_RESUME, rec.id, w.clock(),
+                          name="compute-0", source="operator"))
+    _settle(w, passes=15)
+    assert w.compute.servers[SID]["status"] == "ACTIVE"
+    assert _rows(w) == [("start", "success")]
+
+
+def test_a_lost_host_is_the_host_paths_and_never_repaired():
+    w = _world()
+    w.compute.kill("compute-0")
+    for _ in range(10):
+        w.pass_()
+    assert w.state("compute-0")[0] != "active"
+    _break(w)
+    w.pass_()
+    assert ("start", SID) not in getattr(w.compute, "repair_calls", [])
+
+
+def test_a_users_stop_drops_the_case():
+    w = _world()
+    w.compute.servers[SID]["repair_faults"] = {"start": True}
+    _break(w)
+    w.engine.repair.news(ir.Verdict(ir.USER_STOP, SID, "user",
+                                    by_user=True), w.clock(), "test")
+    _settle(w, passes=5)
+    assert SID not in w.engine.repair.cases
+
+
+def test_the_cloud_wide_hold_stops_every_repair():
+    w = _world(hold_count=3, hold_percent=0)
+    sids = sorted(w.compute.servers)[:4]
+    for sid in sids:
+        _break(w, sid)
+    _settle(w, passes=5)
+    assert getattr(w.compute, "repair_calls", []) == []
+    snap = w.engine.snapshot()["instance_repair"]
+    assert snap["hold"]["held"] and snap["hold"]["failing"] == 4
+    assert markers.PENDING in w.compute.servers[sids[0]]["metadata"]
+
+
+def test_excluded_service_servers_are_left_alone():
+    w = _world(excluded_tags=["amphora"])
+    w.compute.servers[SID]["tags"] = ["amphora"]
+    _break(w)
+    _settle(w, passes=5)
+    assert _rows(w) == [("excluded", "not permitted")]
+    assert w.compute.servers[SID]["status"] == "SHUTOFF"
+
+
+def test_disabled_instance_repair_ignores_news():
+    w = World(hosts=2, servers=1)
+    w.pass_()
+    assert not w.engine.repair.news(
+        ir.Verdict(ir.CRASHED, "compute-0-vm-0", "x"), w.clock(), "test")
