@@ -12,14 +12,19 @@ OPTS = [
                 help="Repair single servers that break on a healthy host: "
                      "a guest that stopped by itself or crashed (Nova's "
                      "power-state sync stopped it, not a user), a server "
-                     "that fell into ERROR. A user's own stop is never "
-                     "undone. On, the repair levels restart, reboot, "
+                     "that fell into ERROR. Found by Nova's notifications "
+                     "(instance.power_off, instance.update, *.error, added "
+                     "to [notifications] event_types while this is on) and "
+                     "by the sweep (sweep_interval); repaired by the "
+                     "engine up the ladder in actions, only on a host the "
+                     "engine sees active (never one suspect, fenced, "
+                     "draining or in maintenance). A user's own stop is "
+                     "never undone. On, the repair levels restart, reboot, "
                      "migrate and rebuild become valid values of "
-                     "[recovery] repair_key (see "
-                     "doc/instance-repair-research.md). Not acted on yet: "
-                     "the decisions exist (policy.instance_repair), the "
-                     "engine does not run repairs in this release; only "
-                     "the level names are accepted."),
+                     "[recovery] repair_key. Every attempt is journalled "
+                     "and marked in the server's metadata "
+                     "(instanceha:instance_repair.*); see "
+                     "doc/instance-repair.md. Off: nothing is repaired."),
     cfg.ListOpt("actions",
                 default=["start", "hard_reboot", "cold_migrate"],
                 item_type=types.String(choices=list(ACTIONS)),
@@ -81,6 +86,16 @@ OPTS = [
                      "a server out of instance repair and evacuation, for "
                      "service-owned servers (Octavia tags its amphora image "
                      "with its amp_image_tag, e.g. 'amphora')."),
+    cfg.IntOpt("sweep_interval", default=60, min=5,
+               help="Seconds between two sweeps of Nova's SHUTOFF and "
+                    "ERROR servers and their instance actions: the "
+                    "fallback that finds a broken server whose "
+                    "notification was lost (or every one, without "
+                    "notifications or without Nova's [notifications] "
+                    "notify_on_state_change). A lost notification delays a "
+                    "repair by up to this long; each sweep costs two "
+                    "server listings (three with hold_percent) and one "
+                    "instance-action read per server that changed."),
     cfg.StrOpt("restart_group_key",
                default="instanceha:restart_group",
                help="Server metadata key holding its restart group, an "

@@ -37,7 +37,7 @@ from typing import Counter, Dict, List, NamedTuple, Optional
 
 import structlog
 
-from instanceha.engine import repair_pass
+from instanceha.engine import repair_markers, repair_news, repair_pass
 from instanceha.policy import instance_repair as ir
 
 LOG = structlog.get_logger("instanceha.instance_repair")
@@ -170,6 +170,44 @@ class InstanceRepair:
                 return False
         self.queue.add(RepairKey(sid))
         return True
+
+    def from_notification(self, facts, at):
+        """A source's instance notification (sources.nova_payloads
+        InstanceFacts), classified."""
+        if not self.enabled:
+            return False
+        verdict = repair_news.notification_verdict(facts)
+        if verdict is None or not (verdict.repair or verdict.left_alone):
+            return False
+        LOG.info("instance_repair_news", server=verdict.server_id,
+                 event_type=facts.event, host=verdict.host,
+                 verdict=verdict.kind, reason=verdict.reason)
+        return self.news(verdict, at, "notification")
+
+    def from_sweep(self, server, actions, at):
+        """The sweep's server (SHUTOFF or ERROR) and its instance
+        actions, classified."""
+        if not self.enabled:
+            return False
+        verdict = repair_news.sweep_verdict(server, actions)
+        if verdict is None or not (verdict.repair or verdict.left_alone):
+            return False
+        if verdict.repair:
+            LOG.info("instance_repair_news", server=verdict.server_id,
+                     host=verdict.host, verdict=verdict.kind,
+                     source="sweep", reason=verdict.reason)
+        return self.news(verdict, at, "sweep")
+
+    def sweep_skips(self, server):
+        """The sweep need not read a server marked failed or with a
+        case open."""
+        meta = (server.raw or {}).get("metadata") or {}
+        with self._lock:
+            return (repair_markers.FAILED in meta
+                    or server.id in self.cases)
+
+    def set_watched(self, count):
+        self.watched = int(count)
 
     def _drop(self, case, kind, why, at):
         """Close a case left to its owner (a user's stop, a delete, a

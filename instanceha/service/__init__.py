@@ -120,6 +120,7 @@ class Service(Group, Reloading, Health):
             health["audit"] = self.audit.health
             self.sources.append(self.audit)
         self.notifications = self.kdump = self.heartbeat = None
+        self.repair_sweep = None
         health.update(self._add_event_sources(sink))
         self.engine = Engine(
             conf, ctx, journal, clock=clock, health=health,
@@ -298,10 +299,27 @@ class Service(Group, Reloading, Health):
             # Imported here: oslo.messaging is loaded only when
             # notifications are enabled.
             from instanceha.sources.notifications import NotificationSource
-            src = NotificationSource(conf, sink, self.clock, self.board)
+            repair_sink = None
+            if conf.instance_repair.enabled:
+                def repair_sink(facts, at):
+                    self.engine.repair.from_notification(facts, at)
+            src = NotificationSource(conf, sink, self.clock, self.board,
+                                     repair_sink=repair_sink)
             self.sources.append(src)
             self.notifications = src
             health["notifications"] = src.health
+        if conf.instance_repair.enabled:
+            # Instance repair's fallback: Nova's broken servers, read.
+            from instanceha.sources.repair_sweep import RepairSweep
+            src = RepairSweep(
+                conf, self.compute,
+                lambda server, actions, at: self.engine.repair.from_sweep(
+                    server, actions, at), self.clock,
+                watched=lambda n: self.engine.repair.set_watched(n),
+                skip=lambda server: self.engine.repair.sweep_skips(server))
+            self.sources.append(src)
+            self.repair_sweep = src
+            health["repair_sweep"] = src.health
         if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
             if self.membership is not None:
                 sink = self._submit_if_acting

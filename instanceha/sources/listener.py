@@ -40,7 +40,7 @@ SERVICE, INSTANCE, DROP, ERROR = "service", "instance", "drop", "error"
 def _is_instance(event_type):
     if event_type.startswith(np.LEGACY_PREFIX):
         event_type = event_type[len(np.LEGACY_PREFIX):]
-    return event_type in np.INSTANCE_EVENTS
+    return event_type in np.INSTANCE_EVENTS or np.is_repair_event(event_type)
 
 
 def parse_message(priority, publisher_id, event_type, payload, metadata):
@@ -96,6 +96,17 @@ def listener_connected(server):
     return True
 
 
+def event_types(conf):
+    """[notifications] event_types, plus instance repair's power-off and
+    error notifications while [instance_repair] enabled is on."""
+    patterns = list(conf.notifications.event_types)
+    repair = getattr(conf, "instance_repair", None)
+    if repair is not None and repair.enabled:
+        patterns += [p for p in np.REPAIR_EVENT_PATTERNS
+                     if p not in patterns]
+    return patterns
+
+
 def make_batch_listener(conf, transport, handle_batch):
     """An oslo.messaging batch notification listener (threading executor)
     on ``[notifications]``'s exchange, topics and pool that calls
@@ -105,7 +116,7 @@ def make_batch_listener(conf, transport, handle_batch):
     group = conf.notifications
     targets = [oslo_messaging.Target(topic=t, exchange=group.exchange)
                for t in list(group.topics) + list(group.legacy_topics)]
-    endpoint = _Endpoint(handle_batch, event_filter(group.event_types))
+    endpoint = _Endpoint(handle_batch, event_filter(event_types(conf)))
     server = oslo_messaging.get_batch_notification_listener(
         transport, targets, [endpoint], executor="threading",
         pool=group.pool, allow_requeue=False,

@@ -124,7 +124,11 @@ def _time_key(emitted):
 class NotificationSource:
 
     def __init__(self, conf, sink, clock=time.time, progress_board=None, *,
-                 transport=None):
+                 transport=None, repair_sink=None):
+        """``repair_sink(facts, at)``: instance repair's news (issue 25):
+        every instance notification's InstanceFacts; None: not handed
+        over."""
+        self._repair_sink = repair_sink
         self._conf = conf
         self._group = conf.notifications
         self._sink = sink
@@ -138,7 +142,8 @@ class NotificationSource:
         self._latest = LatestSeen()
         self._own_writes = {}     # service uuid -> (expires_at, expected)
         self._counts = {"received": 0, "dropped": 0, "errors": 0,
-                        "events": 0, "progress": 0, "reordered": 0}
+                        "events": 0, "progress": 0, "reordered": 0,
+                        "repair": 0}
         self._last_message_at = None
         self._started_at = None
         self._last_error = None
@@ -328,8 +333,10 @@ class NotificationSource:
         self._sink(event)
 
     def _on_instance(self, now, event_type, facts):
-        if self._board is None:
-            return
+        if self._repair_sink is not None:
+            self._on_repair_news(now, facts)
+        if self._board is None or facts.event not in np.INSTANCE_EVENTS:
+            return                      # (instance repair's news only)
         if np.is_move(facts):
             # A migration step ended: a draining host's next pass reads
             # its servers now rather than at its poll interval.
@@ -344,3 +351,10 @@ class NotificationSource:
         LOG.debug("instance_progress", server=facts.server_id,
                   event_type=facts.event, host=facts.host,
                   task_state=facts.task_state, reason="recorded")
+
+    def _on_repair_news(self, now, facts):
+        """Hand the instance notification to instance repair, which
+        classifies it (policy.instance_repair) and decides; nothing here
+        acts."""
+        self._count("repair")
+        self._repair_sink(facts, now)

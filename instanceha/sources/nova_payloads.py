@@ -51,6 +51,14 @@ class InstanceFacts:
     fault: Optional[str] = None
     publisher_host: Optional[str] = None
     schema: str = ""
+    #: instance repair (issue 25): the power state's name, the request
+    #: context's user and project (``action_initiator_*``, payload 1.7+)
+    #: and whether the payload carried them (False: an older or legacy
+    #: payload; nobody can tell who acted)
+    power_state: Optional[str] = None
+    initiator_user: Optional[str] = None
+    initiator_project: Optional[str] = None
+    has_initiator: bool = False
 
     def progress_facts(self):
         """Keyword arguments for ``ProgressBoard.record``."""
@@ -84,6 +92,13 @@ INSTANCE_EVENTS = frozenset([
     "instance.rebuild.error", "instance.update",
 ]) | MOVE_EVENTS
 LEGACY_PREFIX = "compute."
+#: instance repair's (besides instance.update and every instance.*.error)
+REPAIR_EVENTS = frozenset(["instance.power_off.start",
+                           "instance.power_off.end"])
+#: the event type filter's patterns for them ([notifications] event_types
+#: gets them while [instance_repair] enabled is on)
+REPAIR_EVENT_PATTERNS = (r"^instance\.power_off\.(start|end)$",
+                         r"^instance\.[a-z_]+\.error$")
 
 # Task states Nova sets while an evacuation rebuilds a server.
 REBUILD_TASK_STATES = frozenset([
@@ -186,6 +201,7 @@ def parse_instance(event_type, publisher_id, payload):
         _, _, fault_data = unwrap(fault)
         fault = "%s: %s" % (fault_data.get("exception"),
                             fault_data.get("exception_message"))
+    power = data.get("power_state")
     return InstanceFacts(
         server_id=_str(data, "uuid"), event=event_type,
         host=_str(data, "host", required=False),
@@ -194,7 +210,13 @@ def parse_instance(event_type, publisher_id, payload):
         task_state=task_state, old_state=old_state,
         old_task_state=old_task_state, fault=fault,
         publisher_host=_publisher_host(publisher_id),
-        schema="%s %s" % (name, version))
+        schema="%s %s" % (name, version),
+        power_state=power if isinstance(power, str) else None,
+        initiator_user=_str(data, "action_initiator_user", required=False),
+        initiator_project=_str(data, "action_initiator_project",
+                               required=False),
+        has_initiator=("action_initiator_user" in data
+                       or "action_initiator_project" in data))
 
 
 def _parse_legacy_instance(event_type, publisher_id, payload):
@@ -215,6 +237,14 @@ def _parse_legacy_instance(event_type, publisher_id, payload):
         old_task_state=_str(payload, "old_task_state", required=False),
         fault=str(fault) if fault and event_type.endswith(".error") else None,
         publisher_host=_publisher_host(publisher_id), schema="legacy")
+
+
+def is_repair_event(event_type):
+    """Instance repair's news besides instance.update: a power-off
+    (Nova's sync stopping a guest that went off by itself) and an
+    action's ``.error`` (issue 25)."""
+    return event_type in REPAIR_EVENTS or (
+        event_type.startswith("instance.") and event_type.endswith(".error"))
 
 
 def is_rebuild_related(facts):

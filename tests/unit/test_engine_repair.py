@@ -149,3 +149,44 @@ def test_disabled_instance_repair_ignores_news():
     w.pass_()
     assert not w.engine.repair.news(
         ir.Verdict(ir.CRASHED, "compute-0-vm-0", "x"), w.clock(), "test")
+
+
+def test_the_sweep_finds_a_stop_by_nova_and_leaves_a_users_stop():
+    from instanceha.sources.repair_sweep import RepairSweep
+    w = _world(sweep_interval=5)
+    nova_stop, user_stop = "compute-0-vm-0", "compute-1-vm-0"
+    for sid, user in ((nova_stop, None), (user_stop, "u1")):
+        v = w.compute.servers[sid]
+        v.update(vm_state="stopped", status="SHUTOFF", power_state=4)
+        v["actions"] = [dict(action="start", user_id="u1",
+                             project_id="p1"),
+                        dict(action="stop", user_id=user,
+                             project_id="p1" if user else None)]
+    sweep = RepairSweep(w.conf, w.compute, w.engine.repair.from_sweep,
+                        w.clock, skip=w.engine.repair.sweep_skips)
+    assert len(sweep.run_once()) == 2
+    _settle(w, passes=15)
+    assert w.compute.servers[nova_stop]["status"] == "ACTIVE"
+    assert w.compute.servers[user_stop]["status"] == "SHUTOFF"
+    assert _rows(w, user_stop) == []
+
+
+def test_a_crash_notification_opens_a_case():
+    from instanceha.sources import nova_payloads as np
+    w = _world()
+    v = w.compute.servers[SID]
+    v.update(vm_state="stopped", status="SHUTOFF", power_state=4)
+    facts = np.InstanceFacts(
+        server_id=SID, event="instance.power_off.start", host="compute-0",
+        node="compute-0", state="active", task_state="powering-off",
+        power_state="crashed", has_initiator=True)
+    assert w.engine.repair.from_notification(facts, w.clock())
+    assert w.engine.repair.cases[SID].verdict == ir.CRASHED
+    users = np.InstanceFacts(
+        server_id="compute-1-vm-1", event="instance.power_off.start",
+        host="compute-1", node="compute-1", state="active",
+        task_state="powering-off", power_state="running",
+        initiator_user="u", initiator_project="p", has_initiator=True)
+    assert not w.engine.repair.from_notification(users, w.clock())
+    _settle(w, passes=15)
+    assert _rows(w) == [("start", "success")]
