@@ -52,6 +52,15 @@ RULES = [
         "Lift the storm hold for the hosts lost now.",
         [{"method": "POST", "path": "/storm/resume"}]),
     policy.DocumentedRuleDefault(
+        "instanceha:server:read", "rule:admin_api",
+        "Read a server's instance repair: its case, markers and journal "
+        "rows.",
+        [{"method": "GET", "path": "/servers/{server}/repair"}]),
+    policy.DocumentedRuleDefault(
+        "instanceha:server:repair", "rule:admin_api",
+        "Ask for a one-off repair of a server, or clear its failure.",
+        [{"method": "POST", "path": "/servers/{server}/repair"}]),
+    policy.DocumentedRuleDefault(
         "instanceha:health:read", "rule:admin_api",
         "GET /healthz, when [api] public_health_and_metrics is false.",
         [{"method": "GET", "path": "/healthz"}]),

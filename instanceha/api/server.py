@@ -22,6 +22,11 @@
     POST /storm/resume                {"reason": "..."}  lift the storm hold
     GET  /hosts/<host>/history        the host's journal, in time order
                                       (?since=&until=&limit=&marker=)
+    GET  /servers/<id>/repair         the server's instance repair: its
+                                      case, markers and journal rows
+    POST /servers/<id>/repair         {"reason": "...", "level": "reboot"}
+                                      a one-off repair (up to the level), or
+                                      {"clear": true} to clear a failure
 
 Commands become operator events; the state machine decides what they mean
 in the host's current state. A suspension says how long: seconds (positive,
@@ -56,6 +61,7 @@ from instanceha.api import auth
 from instanceha.api import history as history_mod
 from instanceha.api import listeners
 from instanceha.api import metrics as metrics_mod
+from instanceha.api import repair as repair_api
 from instanceha.api import wsgi
 from instanceha.api.collector import SnapshotCollector
 from instanceha.api.commands import COMMANDS
@@ -152,6 +158,9 @@ class OperatorAPI:
                 self.registry)
         if method == "POST" and path == "/storm/resume":
             return self.resume_storm(body)
+        m = wsgi.SERVER_PATH.match(path)
+        if m:
+            return repair_api.handle(self, method, m.group(1), body)
         m = wsgi.HOST_PATH.match(path)
         if m and method == "GET" and m.group(2) == "history":
             return self.history(m.group(1), query or {})

@@ -27,6 +27,7 @@ from instanceha.conf import api as api_conf
 LOG = structlog.get_logger("instanceha.api")
 
 HOST_PATH = re.compile(r"^/hosts/([^/]+)/([a-z]+)$")
+SERVER_PATH = re.compile(r"^/servers/([^/]+)/repair$")
 _READS = ("GET", "HEAD")
 
 
@@ -52,6 +53,9 @@ def route(method, path):
         return "instanceha:metrics:read", True, _READS
     if path == "/storm/resume":
         return "instanceha:storm:resume", False, ("POST",)
+    if SERVER_PATH.match(path):
+        return ("instanceha:server:repair" if method == "POST"
+                else "instanceha:server:read"), False, _READS + ("POST",)
     m = HOST_PATH.match(path)
     if m is None:
         return None

@@ -59,6 +59,10 @@ def main(argv, now=None):
 def _print(journal, args, since, until):
     found = history_mod.find_host(journal, None, args.host)
     if found is None:
+        # Not a host: a server's instance repair rows (issue 25).
+        from instanceha.cmd import repair
+        if repair.history_server(journal, args.host, args.json):
+            return 0
         print("instanceha: no host %r in the journal" % args.host,
               file=sys.stderr)
         return 1

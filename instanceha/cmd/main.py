@@ -32,6 +32,14 @@
     instanceha history HOST [--since TIME] [--until TIME] [--limit N] [--json]
                                           HOST's journal: every transition,
                                           action and evacuation, in time order
+    instanceha status SERVER / history SERVER
+                                          a server's instance repair: its case,
+                                          markers and journal rows
+    instanceha repair SERVER [--level L] [--reason R] [--config-file F]
+                                          a one-off instance repair of SERVER
+                                          (up the ladder to level L)
+    instanceha repair --clear SERVER [--reason R] [--config-file F]
+                                          clear SERVER's repair failure
     instanceha policy explain SERVER [--config-file F]
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
@@ -73,6 +81,9 @@ def main(argv=None):
         return status.main(rest)
     if cmd in ("suspend", "maintenance", "drain", "resume"):
         return host_commands.main(cmd, rest)
+    if cmd == "repair":
+        from instanceha.cmd import repair
+        return repair.main(rest)
     if cmd == "policy":
         return policy.main(rest)
     if cmd == "demo":

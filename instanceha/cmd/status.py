@@ -145,9 +145,9 @@ def _status_host(conf, host):
         return rc
     record, rows, reserved = found
     if record is None:
-        print("instanceha: no host %r in the journal" % host,
-              file=sys.stderr)
-        return 1
+        # Not a host: a server's instance repair (issue 25).
+        from instanceha.cmd import repair
+        return repair.status_server(conf, host)
     print(format_decisions(record, rows, reserved))
     work = running_servers(conf.status_file, record)
     if work:

@@ -363,6 +363,11 @@ class InstanceRepair:
                 "cases": cases[:200], "open": len(cases),
                 "by_state": dict(counts), "counts": dict(self.stats)}
 
+    @staticmethod
+    def markers_view(metadata):
+        """The repair markers of a server's metadata, by short name."""
+        return repair_markers.view(metadata)
+
     def describe(self, server_id):
         """What the operator sees of one server: its case, its markers,
         its journal rows."""

@@ -190,3 +190,57 @@ def test_a_crash_notification_opens_a_case():
     assert not w.engine.repair.from_notification(users, w.clock())
     _settle(w, passes=15)
     assert _rows(w) == [("start", "success")]
+
+
+def _api(w):
+    import json
+    from instanceha.api.server import OperatorAPI
+
+    api = OperatorAPI(w.conf, w.engine, w.clock)
+
+    def call(method, path, body=None):
+        status, _, data = api.handle(method, path, json.dumps(
+            body).encode() if body is not None else b"")
+        return status, json.loads(data)
+    return call
+
+
+def test_operator_api_refuses_an_unknown_server_and_changes_nothing():
+    w = _world()
+    call = _api(w)
+    status, body = call("POST", "/servers/nope/repair", {"reason": "x"})
+    assert status == 404 and "'nope'" in body["error"]
+    assert w.engine.repair.cases == {} and w.journal.repairs() == []
+    status, body = call("POST", "/servers/%s/repair" % SID,
+                        {"level": "sideways"})
+    assert status == 400 and "sideways" in body["error"]
+    status, body = call("GET", "/servers/nope/repair")
+    assert status == 404
+
+
+def test_operator_one_off_repair_and_clear_through_the_api():
+    w = _world()
+    call = _api(w)
+    status, body = call("POST", "/servers/%s/repair" % SID,
+                        {"reason": "stuck app", "level": "reboot"})
+    assert status == 202, body
+    _settle(w, passes=15)
+    assert _rows(w) == [("hard_reboot", "success")]
+    status, body = call("POST", "/servers/%s/repair" % SID, {"clear": True})
+    assert status == 202
+    status, body = call("GET", "/servers/%s/repair" % SID)
+    assert status == 200
+    assert [r["action"] for r in body["rows"]] == ["hard_reboot", "cleared"]
+    assert body["markers"]["result"].startswith("hard_reboot success")
+
+
+def test_the_cli_formats_a_servers_repair():
+    from instanceha.cmd import repair
+    text = repair.format_server({
+        "server": SID, "name": "vm", "status": "ACTIVE", "host": "h",
+        "enabled": True, "case": None,
+        "markers": {"result": "start success at T"},
+        "rows": [{"started_at": 0, "action": "start", "outcome":
+                  "success", "step": 1, "host_name": "h", "detail": "x"}]})
+    assert "marker result: start success at T" in text
+    assert "start         success" in text
