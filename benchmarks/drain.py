@@ -10,8 +10,9 @@ the migration time and [drain] concurrency:
 
     floor = ceil(N / concurrency) x migration time
 
-(the simulator also spends 3 x schedule_time = 0.15 s per live migration
-before its copy starts: accepted -> queued -> preparing -> running).
+(a live migration takes the migration time from its request to its
+completion in the simulator: its 3 x schedule_time = 0.15 s of
+scheduling, accepted -> queued -> preparing -> running, is counted in it).
 Target (issue 24): within 1.1x the floor.
 
 Then the same with K servers whose live migrations stall (the simulator's
@@ -43,31 +44,32 @@ the times depend on it.
         --concurrency 2] [--poll-interval 5] [--stuck 3 --stuck-timeout 10
         --stuck-retries 2] [--runs 1] [--notifications]
 
-Measured (2-core machine, load 0.1-8; 100 servers, 2 s, concurrency 2,
-floor 100 s; stuck: 3 servers, stuck_timeout 10 s, retries 2, bound 30 s
-each; engine at 5a2560e):
+Measured (2-core machine; 100 servers, 2 s from request to completion,
+concurrency 2, floor 100 s; stuck: 3 servers, stuck_timeout 10 s,
+retries 2, bound 30 s each):
 
-    poll_interval 5 (default), no notifications, 3 runs:
-        254.1 / 253.1 / 252.6 s = 2.53x; copy 2.15 s, idle 2.9 s a slot
-        stuck: 370 s; each stuck server held a slot 56 s (3 tries)
-    poll_interval 1, no notifications: 147.2 s = 1.47x (idle 0.64 s);
-        stuck: 229 s, 38 s a stuck server
-    poll_interval 5, notifications: 110.7 s = 1.11x (idle 0.05 s);
-        stuck: 198 s, 40-43 s a stuck server
+    notifications, poll_interval 5 (engine at 83989c0, load 2.8 / 0.8):
+        103.3 s = 1.03x (target 1.1x); idle 0.05 s a slot
+        stuck: 168.0 s; each stuck server held a slot 31.3-31.5 s for its
+        3 tries (bound 30 s: 10 s without progress + ~0.5 s of Nova's
+        scheduling and abort a try); the last one in the drain's order
+        holds one slot alone at the end
+    polling only (engine at 5a2560e, before the passes came at a stuck
+    clock's deadline and 1 s after a request):
+        poll_interval 5: 2.53x (idle 2.9 s a slot), a stuck server 56 s
+        poll_interval 1: 1.47x (idle 0.64 s), a stuck server 38 s
 
 Where the time goes: polling alone, a slot waits for the drain's next
-pass after its migration ends (idle ~ poll_interval - copy time), so the
-ratio is ~poll_interval / migration time with poll 5 (2.5x) and ~1.4-1.5x
-with poll 1 (the smallest [drain] poll_interval takes); no poll the option
-allows reaches 1.1x. Notifications wake the pass at once (idle 0.05 s):
-what is left above the floor is the simulator's 0.15 s of scheduling per
-migration (2.15 / 2 = 1.075x). A stuck try lasts about stuck_timeout +
-one pass (its clock starts at the first pass that sees it running, and it
-is judged at passes) + one more pass before its retry is sent (without a
-notification of the abort): 18.5 s a try at poll 5, 12.5 s at poll 1,
-13.5 s with notifications, against the 10 s bound. The last stuck server
-in the drain's order holds one slot alone at the end, for its three
-tries.
+pass after its migration ends (idle ~ poll_interval - migration time), so
+the ratio is ~poll_interval / migration time with poll 5 and ~1.4-1.5x
+with poll 1 (the smallest [drain] poll_interval takes): no poll reaches
+1.1x with 2 s migrations (with real ones, minutes long, the poll is a
+small part). Nova's migration notifications wake the pass at once: the
+end of one migration (live_migration_post.end) sends the next, and the
+start of a copy (live_migration_pre.end) starts its stuck clock. A stuck
+try is judged at its clock's deadline (a pass is scheduled for it), and
+its retry is sent at the pass the abort's notification wakes (or 1 s
+after the abort without notifications).
 """
 
 import argparse
@@ -98,7 +100,9 @@ ENDED = {("live-migration", "completed"): "instance.live_migration_post.end",
              "instance.live_migration_abort.end",
          ("live-migration", "error"): "instance.live_migration_rollback.end",
          ("migration", "finished"): "instance.resize_finish.end",
-         ("migration", "confirmed"): "instance.resize_confirm.end"}
+         ("migration", "confirmed"): "instance.resize_confirm.end",
+         # the destination's pre_live_migration ended: the copy starts
+         ("live-migration", "running"): "instance.live_migration_pre.end"}
 
 
 def _state(path, host):
@@ -160,17 +164,31 @@ class MoveNotifier(threading.Thread):
         self.notifier.close()
 
 
+#: the simulator's scheduling steps before a live migration copies
+#: (accepted -> queued -> preparing -> running), each its schedule_time
+LIVE_STEPS = 3
+
+
+def copy_time(migration_time, schedule_time):
+    """The simulator's copy time for a live migration that takes
+    ``migration_time`` from its request to ``completed``."""
+    return max(0.05, migration_time - LIVE_STEPS * schedule_time)
+
+
 def make_cloud(n, migration_time):
     # Four hosts; every server but compute-1's removed (the model rebuilds
     # its index when the number of servers changes). Sized so that the
     # three others take compute-1's N servers with room to spare for the
     # preflight's HA admission (the largest of them may fail after).
+    # A migration takes migration_time from its request to completion in
+    # the simulator: its scheduling steps are counted in it.
     room = max(2 * n, 64)
     cloud = SimCloud(hosts=4, servers_per_host=n, host_vcpus=4 * room,
                      server_vcpus=1, host_ram_mb=room * 2048,
                      server_ram_mb=2048, host_disk_gb=room * 20,
-                     server_disk_gb=20, live_migration_time=migration_time,
-                     cold_migration_time=migration_time)
+                     server_disk_gb=20, cold_migration_time=migration_time)
+    cloud.live_migration_time = copy_time(migration_time,
+                                          cloud.schedule_time)
     with cloud.lock:
         for sid in [s.id for s in cloud.servers.values() if s.host != HOST]:
             del cloud.servers[sid]
@@ -359,7 +377,7 @@ def main():
             vhost.__exit__(None, None, None)
     print("floor = ceil(servers / concurrency) x migration time = %.1f s; "
           "copy: a live migration's request to completion in the "
-          "simulator (its 0.15 s of scheduling included); idle: a slot's "
+          "simulator (its scheduling included); idle: a slot's "
           "mean wait from one migration's end to the next request"
           % floor)
     print("load: 1-minute load average at the drain's start (%d CPUs)"
