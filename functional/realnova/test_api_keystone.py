@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from functional import httpcall
+from functional.realnova import keystone_api
 
 
 def _call(url, method="GET", token=None, body=None):
@@ -30,10 +31,7 @@ def test_commands_need_a_keystone_admin_token(keystone_bed, keystone_engine):
     bed = keystone_bed
     ks = bed.keystone
     account = dict(ks.credentials("instanceha"))
-    eng = keystone_engine(overrides={
-        "api": {"auth_strategy": "keystone"},
-        "keystone_authtoken": dict(account, auth_type="password",
-                                   www_authenticate_uri=ks.url)})
+    eng = keystone_engine(overrides=keystone_api.engine_overrides(ks))
     eng.start()
     api = eng.status()["api"]
     host = bed.hosts[-1]

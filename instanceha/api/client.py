@@ -149,7 +149,7 @@ class APIClient:
                 self.base, type(e).__name__, mask_url(e)))
         return resp.status_code, _decode(resp.content)
 
-    # -- the endpoints ---------------------------------------------------------
+    # -- the endpoints ------------------------------------------------------
     def status(self):
         return self.request("GET", "/status")
 
