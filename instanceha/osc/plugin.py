@@ -11,8 +11,6 @@ clouds.yaml.
 from osc_lib import exceptions
 from osc_lib import utils
 
-from instanceha.api import client
-
 API_NAME = "instanceha"
 API_VERSION_OPTION = "os_instanceha_api_version"
 DEFAULT_API_VERSION = "1"
@@ -24,7 +22,11 @@ SERVICE_TYPE = "instanceha"
 
 def make_client(instance):
     """The API client for osc-lib's client manager ``instance``."""
+    # Local: every openstack command imports this module; only ours need
+    # the client (its logging and options cost ~0.1 s).
     from keystoneauth1 import exceptions as ks_exc
+
+    from instanceha.api import client
     try:
         endpoint = instance.get_endpoint_for_service_type(
             SERVICE_TYPE, region_name=instance.region_name,
