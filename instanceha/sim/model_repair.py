@@ -97,7 +97,15 @@ class Repairs:
             fn("info", "instance.update", payload)
 
     def _record(self, s, name, user):
-        """An instance action; ``user`` None: Nova's own context."""
+        """An instance action; ``user`` None: Nova's own context. A server
+        made with the cloud gets its ``create`` (by its user) first, as
+        every Nova server has."""
+        if not self.actions.get(s.id):
+            self.actions[s.id] = [{
+                "action": "create", "request_id": "req-" + stable_uuid(
+                    self.seed, "create", s.id), "start_time": s.created,
+                "events": [], "user_id": s.user_id,
+                "project_id": s.project_id}]
         action = {"action": name, "request_id": "req-" + stable_uuid(
             self.seed, "repair-request", s.id, name,
             str(next(self._repair_seq))), "start_time": self._now,

@@ -22,6 +22,11 @@ class Publisher:
         self._oslo = oslo_messaging
         self.conf = cfg.ConfigOpts()
         self.conf([], project="instanceha-sim", default_config_files=[])
+        import oslo_messaging.opts
+        for group, opts in oslo_messaging.opts.list_opts():
+            if group is None:
+                self.conf.register_opts(opts)
+        # Nova's exchange, before the transport reads it.
         self.conf.set_override("control_exchange", EXCHANGE)
         self.transport = oslo_messaging.get_notification_transport(
             self.conf, url=url)
