@@ -35,6 +35,7 @@ from instanceha.events import Event, EventKind as E
 from instanceha.events import PowerReading
 from instanceha.log import MASK
 from instanceha.util import periodic
+from instanceha.util.pool import bounded_map, window_for
 
 LOG = structlog.get_logger("instanceha.audit")
 
@@ -258,7 +259,8 @@ class FencingAudit:
         with concurrent.futures.ThreadPoolExecutor(
                 workers, thread_name_prefix="audit") as pool:
             verdicts = dict(zip((s.host for s in services),
-                                pool.map(self._check, services)))
+                                bounded_map(pool, self._check, services,
+                                            window_for(workers))))
         if self._stop.is_set():
             return self.unprotected()     # stopped mid-way: judged nothing
         unprotected = {h: r for h, (r, _, _) in verdicts.items() if r}
@@ -306,7 +308,8 @@ class FencingAudit:
         workers = max(1, min(self._conf.concurrency, len(ids)))
         with concurrent.futures.ThreadPoolExecutor(
                 workers, thread_name_prefix="powerwatch") as pool:
-            found = dict(zip(ids, pool.map(self._first_reading, ids)))
+            found = dict(zip(ids, bounded_map(pool, self._first_reading,
+                                              ids, window_for(workers))))
         states = {h: st for h, (_, st) in found.items()}
         now = self._clock()
         for host, state in sorted(states.items()):

@@ -13,6 +13,7 @@ from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.policy import proof
 from instanceha.sources import audit
+from instanceha.util.pool import bounded_map, window_for
 
 
 def fencer(name, conf):
@@ -89,7 +90,8 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
     with concurrent.futures.ThreadPoolExecutor(
             conf.audit.concurrency,
             thread_name_prefix="instanceha-check") as pool:
-        results = list(pool.map(one, hosts))
+        results = list(bounded_map(pool, one, hosts,
+                                   window_for(conf.audit.concurrency)))
     for problem in machines_shared(results, set(by_host)):
         report.add(FAIL, "inventory", problem)
     results = [r[:3] for r in results]
