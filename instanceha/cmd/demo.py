@@ -5,6 +5,10 @@ loopback port, runs instanceha against it over HTTP with its real drivers
 (openstacksdk, sushy), kills one host's nova-compute, and prints the
 recovery as it happens. Exits 0 only if every server of the dead host ended
 ACTIVE on another host and the host was put back in service.
+
+``--scenario NAME`` runs one drill instead (``--list`` names them; see
+doc/drills.md): a behaviour an operator must trust, on the same simulator,
+ending with a PASS/FAIL verdict.
 """
 
 import argparse
@@ -12,11 +16,12 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 from instanceha import conf as conf_pkg
 from instanceha import log
+from instanceha.drills import registry
+from instanceha.drills.timeline import Timeline
 from instanceha.util import waiting
 
 
@@ -33,29 +38,26 @@ def _parse(argv):
     p.add_argument("--workdir", default=None,
                    help="keep config, journal and log here (default: a "
                         "temporary directory, removed afterwards)")
+    drills = p.add_argument_group("drills")
+    drills.add_argument("--scenario", metavar="NAME", default=None,
+                        help="run this drill instead (see --list); only "
+                             "--workdir applies to it")
+    drills.add_argument("--list", action="store_true",
+                        help="name the drills, one line each, and exit")
     args = p.parse_args(argv)
+    if args.scenario is not None or args.list:
+        own = [a for a in ("hosts", "servers_per_host", "kill",
+                           "evacuation_time", "timeout")
+               if getattr(args, a) != p.get_default(a)]
+        if own:
+            p.error("--%s: not for a drill (a drill sets its own cloud)"
+                    % own[0].replace("_", "-"))
+        if args.list and args.scenario is not None:
+            p.error("give --list or --scenario NAME, not both")
+        return args
     if args.hosts < 2:
         p.error("--hosts must be at least 2: servers need somewhere to go")
     return args
-
-
-class Timeline:
-    def __init__(self, out):
-        self.t0 = time.monotonic()
-        self.out = out
-        self.marks = {}
-        self.lock = threading.Lock()
-
-    def elapsed(self):
-        return time.monotonic() - self.t0
-
-    def say(self, text, mark=None):
-        with self.lock:
-            t = self.elapsed()
-            if mark and mark not in self.marks:
-                self.marks[mark] = t
-            self.out.write("  [%5.1fs] %s\n" % (t, text))
-            self.out.flush()
 
 
 def _wait(pred, timeout, step=0.05):
@@ -67,8 +69,30 @@ MARKS = {"suspect": "detected", "fenced": "fenced", "evacuating": "disabled",
          "active": "re-enabled"}
 
 
+def drill(args, out, run=os.execv):
+    """``--list`` or ``--scenario NAME``: the listing, or the drill run as
+    its own process (``python -m instanceha.drills``: some drills run the
+    simulated hosts' agents, whose code this console script must not
+    import). Returns the exit status where this process goes on."""
+    if args.list:
+        out.write(registry.listing() + "\n")
+        return 0
+    if registry.lookup(args.scenario) is None:
+        print("instanceha demo: %s" % registry.unknown_text(args.scenario),
+              file=sys.stderr)
+        return 2
+    argv = [sys.executable, "-m", "instanceha.drills", args.scenario]
+    if args.workdir:
+        argv += ["--workdir", args.workdir]
+    out.flush()
+    sys.stderr.flush()
+    return run(sys.executable, argv)
+
+
 def main(argv=None):
     args = _parse(argv or [])
+    if args.list or args.scenario is not None:
+        return drill(args, sys.stdout)
     # Local: the service and the simulator cost ~0.4 s at import, and the
     # console script imports this module for every command.
     from instanceha import service, simrun
