@@ -5,6 +5,7 @@ import collections
 import time
 
 from functional.sim.conftest import wait_for
+from instanceha.drills import world
 
 VICTIM = "compute-7"
 #: Long enough that the host's failure is not a timeout of the stuck
@@ -14,13 +15,11 @@ OVERRIDES = {"evacuation": {"stall_timeout": 5.0, "server_retry_delay": 0.5,
 
 
 def _servers_of(cloud, host):
-    return {sid for sid, s in cloud.sim.snapshot()["servers"].items()
-            if s["host"] == host}
+    return world.servers_on(cloud.sim, host)
 
 
 def _dead_hosts(cloud):
-    return sorted(h for h, v in cloud.sim.snapshot()["hosts"].items()
-                  if not v["compute_alive"] and h != VICTIM)
+    return world.computes_down(cloud.sim, besides={VICTIM})
 
 
 def test_destinations_dying_mid_rebuild_are_retried_and_host_evacuated(

@@ -4,13 +4,13 @@
 import time
 
 from functional.sim.conftest import wait_for
+from instanceha.drills import world
 
 HOSTS = 20
 
 
 def _off(cloud):
-    return sorted(n for n, h in cloud.sim.snapshot()["hosts"].items()
-                  if h["power"] == "off")
+    return world.powered_off(cloud.sim)
 
 
 def test_hosts_dying_one_after_another_are_fenced_only_up_to_the_threshold(
