@@ -41,12 +41,12 @@ def port_open(host, port, timeout=1.0):
         return False
 
 
-def rabbitmqctl(*args, timeout=60, check=True):
+def rabbitmqctl(*args, timeout=60, check=True, stdin=None):
     exe = shutil.which("rabbitmqctl")
     if exe is None:
         missing("RabbitMQ: rabbitmqctl not found, cannot make a vhost")
     result = subprocess.run([exe, "-q"] + list(args), capture_output=True,
-                            text=True, timeout=timeout)
+                            text=True, timeout=timeout, input=stdin)
     if check and result.returncode != 0:
         raise RuntimeError("rabbitmqctl %s failed: %s"
                            % (args[0], result.stderr.strip()))
@@ -54,28 +54,43 @@ def rabbitmqctl(*args, timeout=60, check=True):
 
 
 class RabbitVhost:
-    """A vhost of our own on the machine's RabbitMQ, deleted afterwards."""
+    """A vhost of our own on the machine's RabbitMQ, deleted afterwards.
 
-    def __init__(self):
+    With ``own_user=True`` a broker user of its own too (random name and
+    password, allowed on this vhost only, deleted afterwards), for tests
+    whose logs may hold the shared user's password as an ordinary word
+    (the default 'guest': "the guest crashed")."""
+
+    def __init__(self, own_user=False):
         self.name = "instanceha-events-%s" % uuid.uuid4().hex[:8]
+        self.user, self.password = RABBIT_USER, RABBIT_PASSWORD
+        self.own_user = own_user
+        if own_user:
+            self.user = self.name
+            self.password = uuid.uuid4().hex
 
     def __enter__(self):
         if not port_open(RABBIT_HOST, RABBIT_PORT):
             missing("RabbitMQ: nothing listens on %s:%d (start it with "
                     "'rabbitmq-server -detached')" % (RABBIT_HOST, RABBIT_PORT))
         rabbitmqctl("add_vhost", self.name)
-        rabbitmqctl("set_permissions", "-p", self.name, RABBIT_USER,
+        if self.own_user:
+            # The password on standard input, not the argument list.
+            rabbitmqctl("add_user", self.user, stdin=self.password)
+        rabbitmqctl("set_permissions", "-p", self.name, self.user,
                     ".*", ".*", ".*")
         return self
 
     def __exit__(self, *exc):
         rabbitmqctl("delete_vhost", self.name, check=False)
+        if self.own_user:
+            rabbitmqctl("delete_user", self.user, check=False)
 
     @property
     def url(self):
         return "rabbit://%s:%s@%s:%d/%s" % (
-            urllib.parse.quote(RABBIT_USER, safe=""),
-            urllib.parse.quote(RABBIT_PASSWORD, safe=""), RABBIT_HOST,
+            urllib.parse.quote(self.user, safe=""),
+            urllib.parse.quote(self.password, safe=""), RABBIT_HOST,
             RABBIT_PORT, urllib.parse.quote(self.name, safe=""))
 
     def close_connections(self, why="instanceha test: broker outage"):

@@ -162,12 +162,19 @@ def test_a_move_waits_for_capacity(make_cloud):
     assert _server(c, "compute-0-vm-0").host == "compute-1"
 
 
-@pytest.mark.skip(reason="passes its assertions (crash notification -> "
-                  "start -> ACTIVE), but the harness's secret-leak check "
-                  "fails it: the broker's password 'guest' is a word of "
-                  "the repair log's reasons ('the guest crashed'); needs "
-                  "a broker user of its own")
-def test_a_crash_notification_is_repaired_within_seconds(make_cloud, vhost):
+@pytest.fixture(scope="module")
+def own_vhost():
+    """A vhost with a broker user of its own: the shared user's password
+    'guest' is an ordinary word of the repair log's reasons ("the guest
+    crashed"), which the harness's secret-leak check would report."""
+    from functional import events_fixtures as fx
+    with fx.RabbitVhost(own_user=True) as v:
+        yield v
+
+
+def test_a_crash_notification_is_repaired_within_seconds(make_cloud,
+                                                        own_vhost):
+    vhost = own_vhost
     from instanceha.sim.notify import Publisher
     c = make_cloud({"instance_repair": dict(FAST, sweep_interval=600),
                     "notifications": {"enabled": True,
