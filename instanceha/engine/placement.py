@@ -77,8 +77,7 @@ def place(ctx, record, servers, ordered, outcome):
                                          capacities, need)
         outcome.reserved = text
         if brought:
-            services = [dataclasses.replace(s, status="enabled",
-                                            disabled_reason=None)
+            services = [s._replace(status="enabled", disabled_reason=None)
                         if s.host in brought else s for s in services]
             if preflight:
                 _, pre = capacity.check(host, needs, services, capacities,

@@ -33,24 +33,15 @@ def to_aggregate(a):
 
 def to_service(s, parse=parse_time):
     """``parse``: parse_time, or a memo of it over a whole answer (rows
-    share their updated_at strings: Nova stamps whole seconds).
-
-    Built without the frozen dataclass's __init__ (which sets each field
-    through object.__setattr__): a third of the cost, for the whole
-    cloud's rows at every reconcile pass. Every field is given here;
-    tests/unit/test_nova_listing.py checks the record equals the one
-    __init__ builds."""
-    svc = _new(base.ComputeService)
-    svc.__dict__.update(
-        id=str(s["id"]), host=s["host"], state=s["state"], status=s["status"],
-        forced_down=bool(s.get("forced_down")),
-        disabled_reason=s.get("disabled_reason"),
-        updated_at=parse(s.get("updated_at")), zone=s.get("zone"),
-        binary=s.get("binary") or "nova-compute")
-    return svc
+    share their updated_at strings: Nova stamps whole seconds)."""
+    return _service(
+        str(s["id"]), s["host"], s["state"], s["status"],
+        bool(s.get("forced_down")), s.get("disabled_reason"),
+        parse(s.get("updated_at")), s.get("zone"),
+        s.get("binary") or "nova-compute")
 
 
-_new = object.__new__
+_service = base.ComputeService
 
 
 def time_memo():
