@@ -52,34 +52,52 @@ class FencingGate:
 
     def __init__(self, conf, clock, readiness, view):
         """``view()``: (version, {host id: record}) of the engine's records,
-        the version bumped on every change."""
+        the version bumped on every change; the engine also tells every
+        record it stores (:meth:`note`)."""
         self.conf = conf
         self.clock = clock
         self.readiness = readiness
         self._view = view
         self._lock = threading.Lock()
-        self.settings = storm.Settings.from_conf(conf)
+        self._settings = storm.Settings.from_conf(conf)
+        self._tally = storm.Tally(self._settings)
+        self._notes = 0              # bumped on every record noted
         self._ack = {}               # scope -> lost count an operator took
         self._acks = 0               # bumped on every acknowledgement
-        self._cache = None           # (version, acks, second, scopes)
+        self._cache = None           # (notes, acks, second, scopes)
         self._bucket = storm.TokenBucket(conf.policy.fence_rate_hosts,
                                          conf.policy.fence_rate_interval,
                                          clock())
         self._waiting = {}           # host_id -> (detected at, last asked)
 
+    @property
+    def settings(self):
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings):
+        """New storm settings (SIGHUP): the tally is counted again."""
+        _, records = self._view()
+        with self._lock:
+            self._settings = settings
+            self._tally = storm.Tally(settings, records.values())
+            self._notes += 1
+
+    def note(self, rec):
+        """``rec`` is now its host's record (called by the engine as it
+        stores one, under its lock)."""
+        with self._lock:
+            self._tally.put(rec)
+            self._notes += 1
+
     def scopes(self, at, pending=None):
         """storm.assess of every record (``pending`` as it will be)."""
-        version, records = self._view()
         with self._lock:
-            key = (version, self._acks, int(at))
+            key = (self._notes, self._acks, int(at))
             if pending is None and self._cache is not None \
                     and self._cache[:3] == key:
                 return self._cache[3]
-        if pending is not None:
-            records = dict(records)
-            records[pending.id] = pending
-        scopes = storm.assess(records.values(), at, self.settings)
-        with self._lock:
+            scopes = self._tally.assess(at, pending)
             # An acknowledged storm that has passed is forgotten.
             for name in list(self._ack):
                 scope = scopes.get(name)

@@ -35,6 +35,7 @@ class Hosts:
     clock: Callable[[], float]
     policy: fsm.Policy
     journal: Any
+    fencing: Any                    # engine.fencing_gate.FencingGate
     ctx: Any                            # engine.context.Context
     submit: Callable[[Event], None]
     cluster_status: Callable[[], Any]
@@ -49,6 +50,7 @@ class Hosts:
         """Store ``rec`` as its host's record (under the lock), noting
         whether each of Nova's rows for it matters, not only a change."""
         self._records[rec.id] = rec
+        self.fencing.note(rec)
         if fsm.machine.wants_every_report(rec):
             self._watched.add(rec.id)
         else:

@@ -126,6 +126,78 @@ def assess(records, now, s):
             for key, (names, total) in groups.items()}
 
 
+def _maybe_lost(rec):
+    """Whether ``rec`` (counted) can count as lost at some moment: all
+    but a quietly active host, most of a cloud."""
+    return not (rec.state is State.ACTIVE and rec.heartbeat_ok
+                and rec.agent != "silent")
+
+
+class Tally:
+    """:func:`assess` kept up to date record by record, for an engine
+    whose records change a few at a time: the total of every scope, and
+    the records that may count as lost. An assessment then reads those
+    few records, not the whole cloud (at 20,000 hosts, assess took tens
+    of milliseconds at every fencing decision, and 20 deaths were
+    decided one after another). Pure; not thread-safe (its owner locks).
+    """
+
+    def __init__(self, s, records=()):
+        self.s = s
+        self._scopes = {}               # id -> scopes it is counted in
+        self._totals = {GLOBAL: 0}      # scope -> hosts counted
+        self._maybe = {}                # id -> record that may be lost
+        for rec in records:
+            self.put(rec)
+
+    def put(self, rec):
+        """``rec`` is now its host's record."""
+        self._drop(rec.id, self._totals, self._maybe)
+        if counted(rec, self.s):
+            keys = tuple(scopes_of(rec, self.s))
+            self._scopes[rec.id] = keys
+            _add(self._totals, keys, 1)
+            if _maybe_lost(rec):
+                self._maybe[rec.id] = rec
+
+    def _drop(self, host_id, totals, maybe, forget=True):
+        keys = (self._scopes.pop(host_id, None) if forget
+                else self._scopes.get(host_id))
+        if keys:
+            _add(totals, keys, -1)
+        maybe.pop(host_id, None)
+
+    def assess(self, now, pending=None):
+        """What :func:`assess` says of the records put, at ``now``
+        (``pending``: a record as it will be, in place of its host's)."""
+        totals, maybe = self._totals, self._maybe
+        if pending is not None:
+            totals, maybe = dict(totals), dict(maybe)
+            self._drop(pending.id, totals, maybe, forget=False)
+            if counted(pending, self.s):
+                _add(totals, scopes_of(pending, self.s), 1)
+                if _maybe_lost(pending):
+                    maybe[pending.id] = pending
+        names: Dict[str, List[str]] = {key: [] for key in totals}
+        for rec in maybe.values():
+            if lost(rec, now, self.s):
+                for key in scopes_of(rec, self.s):
+                    names[key].append(rec.name or rec.id)
+        return {key: Scope(key, tuple(sorted(names[key])), total,
+                           self.s.threshold)
+                for key, total in totals.items()
+                if total or key == GLOBAL}
+
+
+def _add(totals, keys, n):
+    for key in keys:
+        total = totals.get(key, 0) + n
+        if total or key == GLOBAL:
+            totals[key] = total
+        else:
+            del totals[key]
+
+
 def holding(scopes, rec, s, acknowledged=None):
     """The Scope whose storm holds new fencing of ``rec``, or None.
 

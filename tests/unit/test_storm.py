@@ -288,3 +288,39 @@ def test_kdump_messages_before_the_loss_are_not_flapping():
     assert rec.loss_count == 0
     rec, out = run([ev(E.HEARTBEAT_LOST, 9), ev(E.TICK, 20)], p, rec)
     assert out[-1] == (S.FENCING, [A.FENCE])
+
+
+def test_the_tally_says_what_assess_says_record_by_record():
+    # The engine keeps a Tally as it stores records; every assessment
+    # (with or without a pending record) must equal assess over all.
+    import random
+    rng = random.Random(7)
+    states = list(S)
+    zones = [None, "az1", "az2"]
+    aggs = [(), ("rack1",), ("rack1", "gpu"), ("gpu",)]
+    for settings in (SET, storm.Settings(threshold=30, min_hosts=2,
+                                         window=100, per_zone=True,
+                                         per_aggregate=True,
+                                         recover_disabled=True)):
+        records = {}
+        tally = storm.Tally(settings)
+
+        def some(i):
+            return _rec(i, rng.choice(states), since=rng.uniform(0, 900),
+                        ok=rng.random() < 0.6, zone=rng.choice(zones),
+                        aggregates=rng.choice(aggs),
+                        agent=rng.choice([None, "silent", "beating"]),
+                        operator_disabled=rng.choice([None, None, "RMA"]))
+        for step in range(600):
+            rec = some(rng.randrange(40))
+            records[rec.id] = rec
+            tally.put(rec)
+            now = rng.uniform(0, 1200)
+            assert tally.assess(now) == storm.assess(records.values(), now,
+                                                     settings)
+            pending = some(rng.randrange(45))
+            assert tally.assess(now, pending) == storm.assess(
+                {**records, pending.id: pending}.values(), now, settings)
+        # Counted again from scratch: the same.
+        again = storm.Tally(settings, records.values())
+        assert again.assess(500.0) == tally.assess(500.0)
