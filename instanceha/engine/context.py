@@ -7,6 +7,7 @@ admission gate, the BMC evidence).
 """
 
 import collections
+import threading
 from typing import Counter, Deque, Dict, Set
 
 import structlog
@@ -66,6 +67,7 @@ class Context:
         #: ({host: entry} indexed, {host: hosts whose entries reach one of
         #: its BMCs})
         self._mates = None
+        self._mates_lock = threading.Lock()
         #: Nova's compute services and the cloud's capacities, as the
         #: evacuations of several hosts at once read them to choose and
         #: judge destinations: those that ask while a read runs share it
@@ -102,19 +104,35 @@ class Context:
                     if name != host and other is not None
                     and inventory_mod.same_bmc(bmc, other,
                                                inventory_mod.resolve)}
-        cached = self._mates
-        # Valid while every entry is the one indexed (a reload replaces
-        # the inventory; a changed entry is a new object): one identity
-        # comparison per entry, far cheaper than comparing BMCs.
-        if cached is None or len(cached[0]) != len(inv) or any(
-                inv.get(name) is not entry
-                for name, entry in cached[0].items()):
-            mates: Dict[str, Set[str]] = {}
-            for _, group in inventory_mod.shared(inv, inventory_mod.resolve):
-                for name in group:
-                    mates.setdefault(name, set()).update(group)
-            cached = self._mates = (dict(inv), mates)
-        return cached[1].get(host, set()) - {host}
+        return self._mates_index(inv).get(host, set()) - {host}
+
+    def _mates_index(self, inv):
+        """{host: hosts whose entries reach one of its BMCs} of ``inv``,
+        made once per inventory. One thread makes it while the others
+        wait: when many hosts die at once their fences all ask at the
+        same moment, and each making its own (0.15 s of CPU at 20,000
+        hosts, under one GIL) delayed the last power-off by seconds."""
+        with self._mates_lock:
+            cached = self._mates
+            # Valid while every entry is the one indexed (a reload
+            # replaces the inventory; a changed entry is a new object):
+            # one identity comparison per entry, far cheaper than
+            # comparing BMCs.
+            if cached is None or len(cached[0]) != len(inv) or any(
+                    inv.get(name) is not entry
+                    for name, entry in cached[0].items()):
+                mates: Dict[str, Set[str]] = {}
+                for _, group in inventory_mod.shared(inv,
+                                                     inventory_mod.resolve):
+                    for name in group:
+                        mates.setdefault(name, set()).update(group)
+                cached = self._mates = (dict(inv), mates)
+            return cached[1]
+
+    def index_bmcs(self):
+        """Make the index of BMCs shared between entries now (at start,
+        after a reload), not at the first fence."""
+        self._mates_index(self.inventory)
 
     def fencer(self, name):
         return self._fencers.get(name)

@@ -111,6 +111,7 @@ class Service(Group, Reloading, Health):
                       may_act=(self.membership.may_act
                                if self.membership is not None else None),
                       events_healthy=self._events_healthy)
+        ctx.index_bmcs()    # now, not at the first fences of a storm
         if conf.audit.enabled:
             # Could each host be fenced now? Checked before any recovery
             # could be needed, then every [audit] interval.

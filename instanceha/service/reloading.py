@@ -79,6 +79,7 @@ class Reloading:
             return r
         self.inventory = r.inventory
         self.engine.ctx.inventory = r.inventory
+        self.engine.ctx.index_bmcs()
         LOG.info("inventory_reloaded", path=path, hosts=len(r.inventory),
                  added=",".join(r.added) or None,
                  removed=",".join(r.removed) or None,

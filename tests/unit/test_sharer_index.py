@@ -95,3 +95,34 @@ def test_the_index_is_rebuilt_from_the_journal():
     again = EvidenceStore(journal, lambda: 0.0)
     assert again.load() == 2
     assert again.same_machine_hosts(a) == {"b"}
+
+
+def test_the_index_is_made_once_for_many_fences_at_once(monkeypatch):
+    # 20 hosts dying together: their fences all ask at once. The index is
+    # made at start (index_bmcs) and then shared: each fence making its
+    # own cost 0.15 s of CPU at 20,000 hosts, one after another.
+    import threading
+    w = World(hosts=1, servers=0)
+    w.ctx.inventory = {"h%d" % i: BMC(host="h%d" % i, driver="redfish",
+                                      address="https://10.0.1.%d" % i)
+                       for i in range(20)}
+    made = []
+    real = inventory.shared
+
+    def shared(*args, **kw):
+        made.append(1)
+        return real(*args, **kw)
+    monkeypatch.setattr(inventory, "shared", shared)
+    w.ctx.index_bmcs()
+    answers = {}
+
+    def fence(name):
+        answers[name] = w.ctx.bmc_mates(name, w.ctx.inventory[name])
+    threads = [threading.Thread(target=fence, args=(n,))
+               for n in w.ctx.inventory]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert answers == {n: set() for n in w.ctx.inventory}
+    assert len(made) == 1
