@@ -68,6 +68,7 @@ class Engine(Hosts):
         self._lock = threading.RLock()
         self._records = {}
         self._watched = set()
+        self._timed = set()
         #: what waits for each host (engine.inbox)
         self._inbox = Inboxes()
         #: are journal writes failing (status: degraded)?

@@ -279,8 +279,15 @@ def starts_proof(old, new):
                                                         State.FENCED)
 
 
+#: The states in which a record may have a timer (next_wakeup is None in
+#: every other state): the engine's tick looks at these records only.
+TIMED = frozenset([State.SUSPECT, State.PENDING, State.RECOVERING,
+                   State.SUSPENDED])
+
+
 def next_wakeup(record, policy):
-    """When a TICK could next change this record (None: no timer needed)."""
+    """When a TICK could next change this record (None: no timer needed;
+    always None outside :data:`TIMED`)."""
     if record.state is State.SUSPECT:
         if record.kdump_at is not None and kdump_proof(record, policy,
                                                         record.kdump_at):

@@ -253,3 +253,23 @@ def test_a_failed_host_comes_back_only_on_a_heartbeat_newer_than_its_loss():
     fresh = Event(E.HEARTBEAT_OK, "h", 30.0,
                   payload=ServiceReport(updated_at=112.0))
     assert machine.step(r, fresh, p)[0].state is S.ACTIVE
+
+
+def test_only_timed_states_ever_have_a_timer():
+    # The engine's tick looks only at records in machine.TIMED.
+    import itertools
+    from instanceha.fsm.machine import HostRecord
+    p = machine.Policy()
+    times = [None, 5.0, 100.0]
+    for state in S:
+        for lost, kdump, retry, until in itertools.product(times, repeat=4):
+            rec = HostRecord(id="u", name="c", state=state, since=0.0,
+                             heartbeat_ok=lost is None, lost_at=lost,
+                             kdump_at=kdump, kdump_first_at=kdump,
+                             retry_at=retry, until=until)
+            if state not in machine.TIMED:
+                assert machine.next_wakeup(rec, p) is None, (state, rec)
+    # ...and each timed state does have one, given its time.
+    assert machine.next_wakeup(HostRecord(
+        id="u", name="c", state=S.SUSPECT, since=0.0, heartbeat_ok=False,
+        lost_at=5.0), p) is not None
