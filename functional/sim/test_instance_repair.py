@@ -130,7 +130,7 @@ def test_maintenance_pauses_repair_and_service_servers_are_excluded(
     wait_for(lambda: _status(c, paused.id) == "ACTIVE", timeout=60)
 
 
-def test_the_cloud_wide_hold_and_restart_groups(make_cloud):
+def test_the_cloud_wide_hold(make_cloud):
     c = _cloud(make_cloud, {"hold_count": 4, "hold_percent": 0})
     c.start_engine()
     crashed = [_server(c, "compute-%d-vm-%d" % (h, i))
@@ -193,3 +193,90 @@ def test_a_crash_notification_is_repaired_within_seconds(make_cloud,
     finally:
         c.sim.notifiers.remove(pub)
         pub.close()
+
+
+GROUP_KEY = "instanceha:restart_group"
+
+
+def _row_times(c, sid):
+    """[(action, outcome, started_at, finished_at)] of the server's rows."""
+    status, body = op.api(c, "GET", "/servers/%s/repair" % sid)
+    assert status == 200, body
+    return [(r["action"], r["outcome"], r["started_at"], r["finished_at"])
+            for r in body["rows"]]
+
+
+def test_restart_groups_send_the_lower_group_first(make_cloud):
+    # A database (group 0) and its application server (group 1) of one
+    # project, and a group-1 server of another project that waits for
+    # nobody. min_uptime 6: the database's case stays open across a sweep.
+    c = _cloud(make_cloud, {"min_uptime": 6, "hold_percent": 0})
+    db = _server(c, "compute-0-vm-0")
+    app = _server(c, "compute-1-vm-0")
+    other = _server(c, "compute-2-vm-0")
+    c.sim.set_metadata(db.id, metadata={GROUP_KEY: "0"})
+    c.sim.set_metadata(app.id, metadata={GROUP_KEY: "1"})
+    c.sim.set_metadata(other.id, metadata={GROUP_KEY: "1"})
+    with c.sim.lock:
+        c.sim.servers[other.id].project_id = "0" * 31 + "2"
+    # The database's start does not fix it: it needs a hard reboot too.
+    c.sim.fail_repairs(db.id, ["start"])
+    c.start_engine()
+    c.sim.crash_server(db.id)
+    c.sim.crash_server(app.id)
+    c.sim.crash_server(other.id)
+    wait_for(lambda: "restart group 1 waits for group 0" in (
+        with_meta(c, app.id, PREFIX + "pending") or ""), timeout=60)
+    assert _status(c, app.id) == "SHUTOFF"
+    _wait_rows(c, db.id, [("start", "failure"), ("hard_reboot", "success")])
+    wait_for(lambda: _status(c, app.id) == "ACTIVE", timeout=60)
+    _wait_rows(c, app.id, [("start", "success")])
+    _wait_rows(c, other.id, [("start", "success")])
+    db_up = _row_times(c, db.id)[-1][3]
+    # The application server was sent only once the database had been
+    # ACTIVE for min_uptime; the other project's server did not wait.
+    assert _row_times(c, app.id)[0][2] >= db_up
+    assert _row_times(c, other.id)[0][2] < db_up
+    with c.sim.lock:
+        sent = [(sid, what) for _, sid, what in c.sim.repair_requests]
+    assert sent.index((app.id, "start")) > sent.index((db.id, "reboot"))
+
+
+def test_a_drain_pauses_repair_on_its_host_until_resume(make_cloud):
+    # compute-1's live migrations stall and the drain sends one at a time:
+    # the drain stays under way with vm-1 and vm-2 still on the host.
+    c = make_cloud({"instance_repair": dict(FAST, hold_percent=0),
+                    "drain": {"concurrency": 1, "poll_interval": 1}},
+                   server_boot_time=0.5)
+    c.sim.stall_migrations(host="compute-1")
+    c.start_engine()
+    status, body = op.api(c, "POST", "/hosts/compute-1/drain",
+                          {"reason": "firmware"})
+    assert status == 202, body
+
+    def moving():
+        return {m["instance_uuid"] for m in c.sim.snapshot()["migrations"]
+                if m["status"] == "running"}
+    wait_for(lambda: len(moving()) == 1, timeout=60)
+    with c.sim.lock:
+        left = sorted(s.id for s in c.sim.servers.values()
+                      if s.host == "compute-1" and s.id not in moving())
+    crashed = left[0]
+    c.sim.crash_server(crashed)
+    wait_for(lambda: "draining" in (with_meta(c, crashed, PREFIX + "pending")
+                                    or ""), timeout=60)
+    assert "planned work pauses repair" in with_meta(
+        c, crashed, PREFIX + "pending")
+    assert _status(c, crashed) == "SHUTOFF"
+    with c.sim.lock:
+        assert [r for r in c.sim.repair_requests if r[1] == crashed] == []
+    assert _rows(c, crashed)[0] == []
+    # The operator ends the drain: the host is active again, the repair
+    # goes on where the server is.
+    status, body = op.api(c, "POST", "/hosts/compute-1/resume",
+                          {"reason": "window closed"})
+    assert status == 202, body
+    wait_for(lambda: _status(c, crashed) == "ACTIVE", timeout=90)
+    _wait_rows(c, crashed, [("start", "success")])
+    with c.sim.lock:
+        assert c.sim.servers[crashed].host == "compute-1"

@@ -84,6 +84,8 @@ class Case:
     #: project and restart group, read at the last pass
     project_id: Optional[str] = None
     group: Optional[int] = None
+    #: a pass has read the server (its project and group are known)
+    read: bool = False
 
     def view(self) -> dict:
         return {"server": self.server_id, "state": self.state,
@@ -322,6 +324,12 @@ class InstanceRepair:
         with self._lock:
             return [ir.Member(c.server_id, c.project_id, c.group)
                     for c in self.cases.values()]
+
+    def unread(self):
+        """Open cases whose server no pass has read yet: their restart
+        group is not known."""
+        with self._lock:
+            return [c.server_id for c in self.cases.values() if not c.read]
 
     def close(self, case: Case) -> None:
         sid = case.server_id

@@ -134,6 +134,11 @@ def run(repair, case) -> Optional[float]:
         return WAIT
     case.host = server.host or case.host
     case.project_id = (server.raw or {}).get("tenant_id")
+    # Its restart group, read before any gate: a case paused or held
+    # still holds the higher groups of its project.
+    facts = facts_nova.server_from_record(server)
+    case.group, _problem = ir.restart_group_of(facts, s)
+    case.read = True
 
     # 1. The action in flight.
     if case.attempt is not None:
@@ -165,7 +170,6 @@ def run(repair, case) -> Optional[float]:
         return _wait(repair, case, "paused", why, now, server)
 
     # 4. Service-owned servers.
-    facts = facts_nova.server_from_record(server)
     out = ir.excluded(facts, s, project_id=case.project_id)
     if out is not None:
         _row(repair, case, "excluded", now, "not permitted", out)
@@ -180,8 +184,17 @@ def run(repair, case) -> Optional[float]:
         if h.held:
             return _wait(repair, case, "held", h.why, now, server)
 
-    # 6. Restart groups: lower groups of the project first.
-    case.group, _problem = ir.restart_group_of(facts, s)
+    # 6. Restart groups: lower groups of the project first. Servers that
+    # broke together are opened together but read one pass at a time: a
+    # grouped server waits until every open case has been read, or it
+    # could go before a lower group not read yet.
+    unread = [sid for sid in repair.unread() if sid != case.server_id]
+    if case.group is not None and unread:
+        # A moment's wait: no marker written for it.
+        case.state = "waiting"
+        case.why = ("restart group %d: %d other broken server(s) not read "
+                    "yet" % (case.group, len(unread)))
+        return FOLLOW
     _, waits = ir.release(repair.members())
     if case.server_id in waits:
         return _wait(repair, case, "waiting", waits[case.server_id], now,

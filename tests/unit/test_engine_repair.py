@@ -244,3 +244,32 @@ def test_the_cli_formats_a_servers_repair():
                   "success", "step": 1, "host_name": "h", "detail": "x"}]})
     assert "marker result: start success at T" in text
     assert "start         success" in text
+
+
+def test_a_restart_group_waits_for_a_lower_group_not_read_yet():
+    """Servers that broke together: the application server's (group 1)
+    pass comes before the database's (group 0) was ever read; it waits for
+    that read, then for the database to be ACTIVE for min_uptime."""
+    key = "instanceha:restart_group"
+    w = _world(hold_percent=0)
+    db, app = "compute-0-vm-0", "compute-1-vm-0"
+    w.compute.servers[db]["metadata"] = {key: "0"}
+    w.compute.servers[app]["metadata"] = {key: "1"}
+    _break(w, db)
+    _break(w, app)
+    repair = w.engine.repair
+    repair.process(app)
+    assert getattr(w.compute, "repair_calls", []) == []
+    assert repair.cases[app].state == "waiting"
+    assert "not read yet" in repair.cases[app].why
+    repair.process(db)
+    assert w.compute.repair_calls == [("start", db)]
+    repair.process(app)
+    assert "restart group 1 waits for group 0" in repair.cases[app].why
+    assert markers.PENDING in w.compute.servers[app]["metadata"]
+    _settle(w, passes=40)
+    assert w.compute.repair_calls == [("start", db), ("start", app)]
+    assert _rows(w, db) == [("start", "success")]
+    assert _rows(w, app) == [("start", "success")]
+    assert w.journal.repairs(app)[0]["started_at"] >= \
+        w.journal.repairs(db)[0]["finished_at"]
