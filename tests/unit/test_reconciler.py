@@ -548,3 +548,20 @@ def test_a_slow_read_does_not_age_live_hosts():
     out = r.pass_()
     assert out["c1"][0] is E.HEARTBEAT_LOST
     assert out["c0"][0] is out["c2"][0] is E.HEARTBEAT_OK
+
+
+def test_novas_clock_is_estimated_once_per_answer():
+    # Read by the reconciler, the control-plane monitor and every judge
+    # of a heartbeat's age: sorted once per os-services answer, not at
+    # every read (20,000 rows).
+    from instanceha.drivers.compute.nova_clock import NovaClock
+    clock = NovaClock()
+    rows = [svc(id="u%d" % i, host="c%d" % i, updated_at=1000.0 + i % 3)
+            for i in range(50)]
+    clock.observe(rows, 1001.0, 1001.2)
+    first = clock.estimate()
+    assert first is not None and clock.estimate() is first
+    later = [r._replace(updated_at=r.updated_at + 10) for r in rows]
+    clock.observe(later, 1011.0, 1011.2)
+    again = clock.estimate()
+    assert again is not first and again == NovaClock._estimate_rows(clock)
