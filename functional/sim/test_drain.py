@@ -424,3 +424,43 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_cloud):
     assert svc["status"] == "enabled" and not svc["disabled_reason"], svc
     assert _state(c, "compute-1")[0] == "active"
     assert "draining" not in _path(c, "compute-1")
+
+
+# -- fail-back ------------------------------------------------------------------
+
+def test_resume_with_fail_back_moves_the_drained_servers_home(make_cloud):
+    # The host comes back from maintenance; the servers the drain moved
+    # are live-migrated back onto it, in order, by the drain's
+    # concurrency; a server created elsewhere meanwhile is not moved.
+    c = make_cloud({"drain": FAST_DRAIN}, hosts=4, servers_per_host=3)
+    home = set(_by_name(c, "compute-1").values())
+    c.start_engine()
+    out = c.cli("drain", "compute-1", "--reason", "firmware")
+    assert out.returncode == 0, out.stderr
+    _settle(c, "compute-1", "maintenance", 120)
+    assert _on(c, "compute-1") == set()
+    elsewhere = {sid: _servers(c)[sid]["host"] for sid in home}
+
+    out = c.cli("resume", "compute-1", "--fail-back")
+    assert out.returncode == 0, out.stderr
+    state, reason = _settle(c, "compute-1", "active", 120)
+    assert "3/3 servers moved back" in reason, reason
+    servers = _servers(c)
+    for sid in home:
+        s = servers[sid]
+        assert (s["host"], s["status"], s["task_state"]) == (
+            "compute-1", "ACTIVE", None), s
+        # Two live migrations each: away to where the drain put it, then
+        # back home, both completed.
+        moves = [(m["migration_type"], m["status"], m["source_compute"],
+                  m["dest_compute"]) for m in _moves(c, sid)]
+        assert moves == [
+            ("live-migration", "completed", "compute-1", elsewhere[sid]),
+            ("live-migration", "completed", elsewhere[sid], "compute-1"),
+        ], moves
+    assert _on(c, "compute-1") == home
+    svc = _service(c, "compute-1")
+    assert svc["status"] == "enabled" and not svc["disabled_reason"], svc
+    steps = _path(c, "compute-1")
+    assert "failing_back" in steps and steps[-1] == "active", steps
+    _assert_safe(c)
