@@ -27,6 +27,7 @@ from instanceha.engine.evacuator import Requeue
 from instanceha.events import DrainSummary, Event, EventKind as E
 from instanceha.fsm.states import State
 from instanceha.policy import drain as drain_policy
+from instanceha.policy import drain_hosts
 from instanceha.policy import facts_nova
 from instanceha.util.marker import MARKER
 
@@ -68,6 +69,9 @@ class Carry:
         default_factory=dict)
     #: server -> stuck migrations handled (aborted or forced)
     stuck: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: server -> destinations of its migrations that got stuck (a retry
+    #: goes elsewhere)
+    tried: Dict[str, Set[str]] = dataclasses.field(default_factory=dict)
     #: server -> why it is no longer tried
     given_up: Dict[str, str] = dataclasses.field(default_factory=dict)
     #: servers cold-migrated and not yet confirmed: once moved, they wait
@@ -287,6 +291,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         carry.attempts[sid] = tries + 1
         request = (ctx.compute.live_migrate if how == "live"
                    else ctx.compute.cold_migrate)
+        if how == "live" and carry.tried.get(sid):
+            request = _elsewhere(ctx, record, carry, sid, request)
         if send(ctx, record, carry, sid, how + "_migrate", request):
             sent += 1
             ctx.drain_stats["sent_" + how] += 1
@@ -391,6 +397,23 @@ def _confirm_moved(ctx, record, carry, on_host):
     return len(carry.cold)
 
 
+def _elsewhere(ctx, record, carry, sid, request):
+    """The live migration of a server whose last one got stuck, aimed at
+    another destination (drain_hosts.retry_destination) when one is
+    left; else ``request`` (the scheduler chooses)."""
+    tried = carry.tried[sid]
+    dest = drain_hosts.retry_destination(record.name, carry.capacities or {},
+                                         carry.services or (), tried)
+    LOG.info("drain_retry_destination", host=record.name, server=sid,
+             destination=dest, tried=",".join(sorted(tried)),
+             reason="its migration to %s got stuck: tried elsewhere"
+             % ", ".join(sorted(tried)) if dest else
+             "no other destination left: the scheduler chooses")
+    if dest is None:
+        return request
+    return lambda s: ctx.compute.live_migrate(s, host=dest)
+
+
 def send(ctx, record, carry, sid, what, call):
     """Send one request; a refusal is logged and the server tried again
     at a later pass (its attempts counted)."""
@@ -453,6 +476,8 @@ def watch(ctx, record, carry, sid, settings, now):
         return seen[1] + settings.stuck_timeout
     handled = carry.stuck.get(sid, 0)
     carry.stuck[sid] = handled + 1
+    if mig.dest_host:
+        carry.tried.setdefault(sid, set()).add(mig.dest_host)
     ctx.drain_stats["stuck"] += 1
     carry.progress.pop(sid, None)
     action = settings.stuck_action

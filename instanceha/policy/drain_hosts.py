@@ -20,6 +20,7 @@ Each failure is a hard :class:`Refusal`: force cannot override it.
 import dataclasses
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from instanceha.policy.capacity_free import free_of
 from instanceha.policy.facts import HostFacts
 from instanceha.policy.facts_nova import host_facts
 
@@ -166,6 +167,27 @@ def destinations(host: str, hosts: Mapping[str, HostFacts], services,
                 svc.host != host and svc.host not in hosts:
             skipped.setdefault(svc.host, "no capacity known")
     return dests, dict(sorted(skipped.items()))
+
+
+def retry_destination(host: str, hosts: Mapping[str, HostFacts], services,
+                      tried) -> Optional[str]:
+    """Where a server whose migration from ``host`` got stuck goes next:
+    a destination (as :func:`destinations` says) other than those in
+    ``tried``, in the source host's zone when it has one, the one with
+    the most free RAM known (ties: by name); None when there is none
+    left (Nova's scheduler then chooses, maybe one tried before). Nova's
+    scheduler still checks the host asked for."""
+    zone = source_zone_of(host, hosts, services)
+    left = [h for h in destinations(host, hosts, services)[0]
+            if h.host not in tried and (zone is None or h.zone == zone)]
+    if not left:
+        return None
+
+    def free_ram(h):
+        if h.capacity is None:
+            return -1
+        return free_of(h.capacity).ram_mb
+    return min(left, key=lambda h: (-free_ram(h), h.host)).host
 
 
 def no_destination(host: str, skipped: Mapping[str, str]) -> Refusal:

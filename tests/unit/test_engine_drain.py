@@ -380,3 +380,45 @@ def test_watch_says_when_to_look_again():
         settings.poll_interval
     assert drain_mod.next_pass(settings, 100.0, [None, 103.0, 102.0]) == 2.0
     assert drain_mod.next_pass(settings, 100.0, [99.0]) == drain_mod.MIN_WAIT
+
+
+def test_a_stuck_server_is_retried_on_another_destination():
+    # "retried up to N times on another destination": each retry is aimed
+    # at a host its stuck migrations did not go to, while one is left.
+    w = _world(4, 1)
+    w.conf.set_override("stuck_timeout", 10, "drain")
+    w.conf.set_override("stuck_retries", 2, "drain")
+    w.pass_()
+    sid = "compute-0-vm-0"
+    w.compute.stalled.add(sid)
+    _drain(w, "compute-0")
+    w.until("compute-0", "maintenance", passes=300)
+    dests = [m["dest"] for m in w.compute.moves
+             if m["server"] == sid and m["type"] == "live-migration"]
+    assert len(dests) == 3, dests
+    assert sorted(dests) == ["compute-1", "compute-2", "compute-3"], dests
+    assert "not migratable" in w.state("compute-0")[1]
+
+
+def test_retry_destination_skips_tried_hosts_and_other_zones():
+    from instanceha.policy import drain_hosts
+    from instanceha.policy.facts import HostFacts
+    from instanceha.drivers.compute.base import ComputeService, HostCapacity
+
+    def cap(host, used):
+        return HostCapacity(host=host, vcpus=8, vcpus_used=0, ram_mb=1000,
+                            ram_mb_used=used, disk_gb=100, disk_gb_used=0)
+    hosts = {"src": HostFacts("src", zone="az1", capacity=cap("src", 0)),
+             "a": HostFacts("a", zone="az1", capacity=cap("a", 600)),
+             "b": HostFacts("b", zone="az1", capacity=cap("b", 100)),
+             "c": HostFacts("c", zone="az2", capacity=cap("c", 0)),
+             "d": HostFacts("d", zone="az1", enabled=False,
+                            capacity=cap("d", 0))}
+    services = [ComputeService("id-" + h, h, "up",
+                               "disabled" if h == "d" else "enabled",
+                               False, None, 1.0, hosts[h].zone)
+                for h in hosts]
+    pick = drain_hosts.retry_destination
+    assert pick("src", hosts, services, {"x"}) == "b"     # most free RAM
+    assert pick("src", hosts, services, {"b"}) == "a"
+    assert pick("src", hosts, services, {"a", "b"}) is None  # c: az2
