@@ -173,13 +173,17 @@ class InstanceRepair:
         self.queue.add(RepairKey(sid))
         return True
 
-    def from_notification(self, facts, at):
+    def from_notification(self, facts, at, stale=False):
         """A source's instance notification (sources.nova_payloads
-        InstanceFacts), classified."""
+        InstanceFacts), classified. ``stale``: it arrived after a newer
+        one of the same server: it may open a case (the pass reads Nova
+        and closes it if the server is fine) but never drop one."""
         if not self.enabled:
             return False
         verdict = repair_news.notification_verdict(facts)
         if verdict is None or not (verdict.repair or verdict.left_alone):
+            return False
+        if stale and not verdict.repair:
             return False
         LOG.info("instance_repair_news", server=verdict.server_id,
                  event_type=facts.event, host=verdict.host,

@@ -302,8 +302,9 @@ class Service(Group, Reloading, Health):
             from instanceha.sources.notifications import NotificationSource
             repair_sink = None
             if conf.instance_repair.enabled:
-                def repair_sink(facts, at):
-                    self.engine.repair.from_notification(facts, at)
+                def repair_sink(facts, at, stale=False):
+                    self.engine.repair.from_notification(facts, at,
+                                                         stale=stale)
             src = NotificationSource(conf, sink, self.clock, self.board,
                                      repair_sink=repair_sink)
             self.sources.append(src)

@@ -291,6 +291,14 @@ class NotificationSource:
                          emitted=emitted, publisher_id=publisher_id,
                          reason="older than one already applied for the "
                                 "same %s from the same publisher" % kind)
+                if kind == INSTANCE and self._repair_sink is not None:
+                    # Instance repair still hears it: a crash's
+                    # notifications come in a burst, and its last one
+                    # (power_off.end, which tells nothing) handled first
+                    # must not hide the earlier ones that tell. Marked
+                    # stale: it may open a case, never close one.
+                    self._count("repair")
+                    self._repair_sink(body, now, stale=True)
             elif kind == SERVICE:
                 self._on_service(now, publisher_id, event_type, body)
             else:

@@ -33,6 +33,12 @@ def _changed_at(server):
     return (server.raw or {}).get("updated")
 
 
+#: seconds from the start to the first sweep: soon, so that a server that
+#: broke while the engine was down is found, and hold_percent has the
+#: servers watched (counted by a sweep) within seconds of the start
+#: rather than only after sweep_interval
+FIRST = 5.0
+
 class RepairSweep:
 
     def __init__(self, conf, compute, sink, clock=time.time, watched=None,
@@ -54,7 +60,8 @@ class RepairSweep:
         self.found = 0
         self._periodic = periodic.Periodic(
             "instanceha-repair-sweep", self.run_once, self._interval,
-            first=self._interval(), on_error=self._failed, log=LOG)
+            first=min(FIRST, self._interval()), on_error=self._failed,
+            log=LOG)
 
     def _interval(self):
         return float(self._conf.instance_repair.sweep_interval)

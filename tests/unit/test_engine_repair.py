@@ -273,3 +273,23 @@ def test_a_restart_group_waits_for_a_lower_group_not_read_yet():
     assert _rows(w, app) == [("start", "success")]
     assert w.journal.repairs(app)[0]["started_at"] >= \
         w.journal.repairs(db)[0]["finished_at"]
+
+
+def test_a_stale_notification_opens_a_case_but_never_drops_one():
+    from instanceha.sources import nova_payloads as np
+    w = _world()
+    v = w.compute.servers[SID]
+    v.update(vm_state="stopped", status="SHUTOFF", power_state=4)
+    crash = np.InstanceFacts(
+        server_id=SID, event="instance.power_off.start", host="compute-0",
+        node="compute-0", state="active", task_state="powering-off",
+        power_state="crashed", has_initiator=True)
+    assert w.engine.repair.from_notification(crash, w.clock(), stale=True)
+    users = np.InstanceFacts(
+        server_id=SID, event="instance.power_off.start", host="compute-0",
+        node="compute-0", state="active", task_state="powering-off",
+        power_state="running", initiator_user="u", initiator_project="p",
+        has_initiator=True)
+    assert not w.engine.repair.from_notification(users, w.clock(),
+                                                 stale=True)
+    assert SID in w.engine.repair.cases

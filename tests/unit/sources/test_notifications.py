@@ -400,3 +400,35 @@ def test_a_migration_step_wakes_the_passes_and_keeps_nothing(event_type):
         assert woken == [SERVER]
         assert h.board.facts(SERVER) == {}
         assert h.sink.events == []
+
+
+def test_instance_repair_hears_a_crash_whose_last_notification_came_first():
+    """A crash's notifications (instance.update, power_off.start,
+    power_off.end) handled out of order: the last one, which tells
+    nothing, handled first must not hide the earlier ones from instance
+    repair; they reach it marked stale (they may open a case, never close
+    one)."""
+    from instanceha.sim import SimCloud
+    cloud = SimCloud(hosts=1, servers_per_host=1)
+    sent = []
+    cloud.notifiers.append(lambda *n: sent.append(n))
+    sid = next(iter(cloud.servers))
+    cloud.crash_server(sid)
+    assert sent[-1][1] == "instance.power_off.end"
+    assert "instance.power_off.start" in [n[1] for n in sent]
+    conf = make_conf(transport_url="fake:/")
+    heard = []
+    source = notifications.NotificationSource(
+        conf, helpers.Sink(), helpers.FakeClock(), ProgressBoard(),
+        transport=oslo_messaging.get_notification_transport(
+            conf, url="fake:/"),
+        repair_sink=lambda facts, at, stale=False: heard.append(
+            (facts.event, stale)))
+    stamps = ["2026-11-22 03:58:41.%06d" % i for i in range(len(sent))]
+    for (priority, event_type, payload), stamp in reversed(
+            list(zip(sent, stamps))):
+        source.handle(priority, "nova-compute:compute-0", event_type,
+                      payload, {"timestamp": stamp})
+    assert heard[0] == ("instance.power_off.end", False)
+    assert ("instance.power_off.start", True) in heard
+    assert all(stale for _, stale in heard[1:])
