@@ -447,6 +447,62 @@ class NovaCloud(procs.StartedOnEnter):
         if proc is not None:
             proc.kill()
 
+    def readd_compute(self, host, timeout=120):
+        """Give the cloud back a compute whose service was deleted
+        (``DELETE /os-services/{id}``, a decommission), as an operator
+        does: restart its nova-compute. Returns the seconds it took.
+
+        What Nova 34 does, read in its source: the delete soft-deletes the
+        service row and the host's compute node rows (``mapped`` set to 0,
+        db/main/api.py ``service_destroy``), removes the host from its
+        aggregates, deletes its resource provider (cascade) and its host
+        mapping (api/openstack/compute/services.py ``delete``). A compute
+        still running only logs that its service record is gone. Started
+        again, nova-compute creates a new service row (enabled:
+        ``enable_new_services``); the fake driver's node keeps the uuid
+        of the ``compute_id`` file in its ``state_path``, so the resource
+        tracker finds the soft-deleted compute node by that uuid and
+        undeletes it (resource_tracker.py ``_init_compute_node``, read
+        with read_deleted) and the report client creates its resource
+        provider again; the scheduler's periodic host discovery
+        (``discover_hosts_in_cells_interval``) maps the node (mapped 0)
+        to the cell again. Waits for all of it: the service up and
+        enabled, the hypervisor listed, its resource provider in
+        Placement with inventory."""
+        t0 = time.monotonic()
+        self.kill_compute(host)
+        self.start_compute(host)
+        name = "nova-compute-%s" % host
+
+        def back():
+            svcs = self.get("/os-services?host=%s&binary=nova-compute"
+                            % host, microversion="2.53")["services"]
+            if not (svcs and svcs[0]["state"] == "up"
+                    and svcs[0]["status"] == "enabled"):
+                return False
+            hv = self.get("/os-hypervisors/detail", "2.53")["hypervisors"]
+            mine = [h for h in hv if h["service"]["host"] == host]
+            if not mine:
+                return False
+            rp = self._session().get(
+                "%s/resource_providers/%s/inventories"
+                % (self.placement_url, mine[0]["id"]), timeout=10,
+                headers={"X-Auth-Token": self._placement_token(),
+                         "OpenStack-API-Version": "placement 1.14"})
+            return rp.status_code == 200 and bool(
+                rp.json().get("inventories"))
+
+        procs.wait_until(back, timeout, "service, compute node and resource "
+                         "provider back after a restart", name,
+                         self.log_of(name), procs=[self.procs[name]],
+                         interval=1)
+        return time.monotonic() - t0
+
+    def _placement_token(self):
+        if self.auth == "keystone":
+            return self.keystone.admin_token()
+        return "admin"
+
     def compute_running(self, host):
         proc = self.procs.get("nova-compute-%s" % host)
         return proc is not None and proc.running()

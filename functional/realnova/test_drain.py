@@ -46,6 +46,7 @@ maintenance on the 2-core machine (idle to loaded), the cancel of (c)
 loaded machine. The file takes 3-4 minutes, 60-90 s of it the bed's start.
 """
 
+import re
 import subprocess
 import sys
 import time
@@ -55,6 +56,7 @@ import pytest
 from functional import operator_api as op
 from functional.peers import procs
 from functional.peers.errors import PeerError
+from functional.peers.nova import FLAVOR_ID, IMAGE_ID
 from functional.realnova.engine import boot_on
 from instanceha.util.marker import MARKER
 
@@ -395,3 +397,182 @@ def test_migration_queued_behind_a_progressing_one_is_not_aborted(
                 "drained, in maintenance: 2/2 servers moved")), (
         "Nova's migrations %s; the engine: %s; in flight while held "
         "(first, second): %s" % (moves, reason, seen))
+
+
+# -- (e) maintenance -> resume with the smoke test ----------------------------
+
+#: [maintenance] with the smoke test on, booting what the bed boots (the
+#: bed's flavor and image, no network: peers/nova.py ``boot``)
+SMOKE = {"drain": {"poll_interval": 1},
+         "maintenance": {"smoke_test": True, "smoke_flavor": FLAVOR_ID,
+                         "smoke_image": IMAGE_ID, "smoke_timeout": 90}}
+
+SMOKE_NAME = "instanceha-smoke-%s"   # engine/putback.py's server name
+
+
+def _logged(eng, event, host):
+    """The engine's log lines for ``event`` on ``host``, as {key: value}
+    (structlog's key='value' rendering)."""
+    out = []
+    with open(eng.log_path) as f:
+        for line in f:
+            if "event='%s'" % event in line and "host='%s'" % host in line:
+                out.append(dict(re.findall(r"(\w+)='([^']*)'", line)))
+    return out
+
+
+def _drain_to_maintenance(bed, eng, host, reason):
+    out = _cli(eng, "drain", host, "--reason", reason)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    return _settle(eng, host, "maintenance", DRAIN_BUDGET)
+
+
+def test_maintenance_resume_runs_the_smoke_test(clean_bed, engine):
+    bed = clean_bed
+    cloud = bed.cloud
+    host = bed.hosts[0]
+    sid = _boot(bed, host, 1, "smoke")[0]
+    eng = engine(SMOKE).start()
+    t0 = time.monotonic()
+    _drain_to_maintenance(bed, eng, host, "bios update")
+    drained = time.monotonic() - t0
+    moved_to = _world(bed, [sid])[sid][0]
+    assert moved_to != host
+    assert cloud.service(host)["disabled_reason"].startswith(DRAIN_MARK)
+
+    # The smoke server, seen while it exists: on the host, being built.
+    seen = {}
+
+    def smoke_seen():
+        for s in cloud.get("/servers/detail?all_tenants=1&name=%s"
+                           % (SMOKE_NAME % host), "2.74")["servers"]:
+            seen.setdefault(s["id"], set()).add(
+                (s["OS-EXT-SRV-ATTR:host"], s["status"]))
+        return any((host, "ACTIVE") in v for v in seen.values())
+
+    t1 = time.monotonic()
+    out = _cli(eng, "resume", host, "--reason", "bios updated")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    # (or the engine done first: the server ACTIVE between two of our
+    # polls; Nova's records below say where it was)
+    _wait("the smoke server ACTIVE on %s" % host,
+          lambda: smoke_seen() or _state(eng, host)[0] in ("active",
+                                                             "failed"),
+          2 * RESUME_BUDGET, "nova-compute-%s" % host, bed)
+    state, reason = _settle(eng, host, "active", 2 * RESUME_BUDGET)
+    resumed = time.monotonic() - t1
+    assert "smoke test passed in" in reason, reason
+    assert reason.endswith("compute service enabled"), reason
+
+    # The engine: its journal, and the server its log names.
+    assert _path(eng, host)[-5:] == ["active", "draining", "maintenance",
+                                     "undraining", "active"]
+    last = [e for e in _history(eng, host) if e["kind"] == "transition"][-1]
+    assert last["to"] == "active" and "smoke test passed" in last["reason"], \
+        last
+    started = _logged(eng, "smoke_test_started", host)
+    passed = _logged(eng, "smoke_test_passed", host)
+    assert len(started) == 1 and len(passed) == 1, (started, passed)
+    smoke = started[0]["server"]
+
+    # Nova: that server was built on the host, and deleted.
+    assert cloud.call("GET", "/servers/%s" % smoke, ok=(404,))
+    deleted = {s["id"]: s for s in cloud.get(
+        "/servers/detail?deleted=true&all_tenants=1&name=%s"
+        % (SMOKE_NAME % host), "2.74")["servers"]}
+    assert smoke in deleted, deleted
+    assert deleted[smoke]["OS-EXT-SRV-ATTR:host"] == host, deleted[smoke]
+    assert deleted[smoke]["status"] == "DELETED", deleted[smoke]
+    actions = [a["action"] for a in cloud.get(
+        "/servers/%s/os-instance-actions" % smoke, "2.21")["instanceActions"]]
+    assert sorted(actions) == ["create", "delete"], actions
+    assert not seen or all(h in (None, host) for v in seen.values()
+                           for h, _ in v), seen
+    # The host back in service; the drained server stayed where it went.
+    svc = cloud.service(host)
+    assert svc["status"] == "enabled" and not svc["disabled_reason"], svc
+    assert svc["state"] == "up" and not svc["forced_down"], svc
+    assert _world(bed, [sid])[sid] == (moved_to, "ACTIVE", None)
+    assert cloud.servers_on(host) == []
+    print("\nsmoke test: drain -> maintenance %.1f s; resume with the smoke "
+          "test -> active %.1f s (%s)" % (drained, resumed, reason))
+
+
+# -- (f) drain, then decommission -----------------------------------------------
+
+AGGREGATE = "iha-decommission"
+
+
+def test_drain_then_decommission_deletes_service_and_membership(clean_bed,
+                                                                engine):
+    bed = clean_bed
+    cloud = bed.cloud
+    host, neighbour = bed.hosts[:2]
+    agg = cloud.call("POST", "/os-aggregates", {"aggregate": {
+        "name": AGGREGATE}}, microversion="2.41").json()["aggregate"]
+    eng = None
+    decommissioned = False
+    try:
+        # With a neighbour, so that a capacity scope by aggregate has a
+        # destination.
+        for h in (host, neighbour):
+            cloud.call("POST", "/os-aggregates/%s/action" % agg["id"],
+                       {"add_host": {"host": h}}, microversion="2.41")
+        sid = _boot(bed, host, 1, "decom")[0]
+        svc_id = cloud.service(host)["id"]
+        eng = engine(FAST_DRAIN).start()
+
+        t0 = time.monotonic()
+        out = _cli(eng, "drain", host, "--then", "decommission",
+                   "--reason", "rack retired")
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        assert "preflight: passed" in out.stdout, out.stdout
+        state, reason = _settle(eng, host, "decommissioned", DRAIN_BUDGET)
+        decommissioned = True
+        took = time.monotonic() - t0
+        assert reason.startswith("decommissioned: compute service deleted, "
+                                 "removed from aggregate(s) %s" % AGGREGATE), \
+            reason
+
+        # Nova: the server elsewhere, the service gone, the aggregate
+        # without the host, no hypervisor for it.
+        where, status, task = _world(bed, [sid])[sid]
+        assert where != host and (status, task) == ("ACTIVE", None)
+        assert cloud.get("/os-services?host=%s&binary=nova-compute" % host,
+                         "2.53")["services"] == []
+        assert all(s["id"] != svc_id for s in cloud.get(
+            "/os-services", "2.53")["services"])
+        assert cloud.get("/os-aggregates/%s" % agg["id"], "2.41")[
+            "aggregate"]["hosts"] == [neighbour]
+        assert host not in [h["service"]["host"] for h in cloud.get(
+            "/os-hypervisors/detail", "2.53")["hypervisors"]]
+        # The engine: its journal says it, in order.
+        assert _path(eng, host)[-4:] == ["active", "draining",
+                                         "decommissioning", "decommissioned"]
+        last = [e for e in _history(eng, host)
+                if e["kind"] == "transition"][-1]
+        assert last["to"] == "decommissioned" and \
+            "compute service deleted" in last["reason"], last
+        print("\ndrain --then decommission: command -> decommissioned "
+              "%.1f s (%s)" % (took, reason))
+    finally:
+        if eng is not None:
+            eng.stop()
+        try:
+            if decommissioned or not cloud.get(
+                    "/os-services?host=%s&binary=nova-compute" % host,
+                    "2.53")["services"]:
+                # The bed back: the compute restarted, Nova has it again.
+                readded = cloud.readd_compute(host)
+                back = _boot(bed, host, 1, "readded")
+                assert _world(bed, back)[back[0]][:2] == (host, "ACTIVE")
+                print("compute %s back in Nova and booting: %.1f s"
+                      % (host, readded))
+        finally:
+            hosts = cloud.get("/os-aggregates/%s" % agg["id"], "2.41")[
+                "aggregate"]["hosts"]
+            for h in hosts:
+                cloud.call("POST", "/os-aggregates/%s/action" % agg["id"],
+                           {"remove_host": {"host": h}}, microversion="2.41")
+            cloud.call("DELETE", "/os-aggregates/%s" % agg["id"],
+                       ok=(200, 204, 404))
