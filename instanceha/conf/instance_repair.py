@@ -77,15 +77,18 @@ OPTS = [
                      "must be in actions and the server's repair level "
                      "must be rebuild."),
     cfg.ListOpt("excluded_projects", default=[],
-                help="Project ids whose servers instanceha never repairs "
-                     "or evacuates: services that fail over by themselves "
-                     "(the Octavia amphorae's project, for one); moving "
-                     "their servers breaks them."),
+                help="Project ids whose servers instance repair never "
+                     "touches: services that fail over by themselves (the "
+                     "Octavia amphorae's project, for one); repairing or "
+                     "moving their servers breaks them. Not read by the "
+                     "host path (evacuation) yet: keep such servers out of "
+                     "it with their repair level or evacuable_key."),
     cfg.ListOpt("excluded_tags", default=[],
                 help="Server tags, or tags of the server's image, that keep "
-                     "a server out of instance repair and evacuation, for "
-                     "service-owned servers (Octavia tags its amphora image "
-                     "with its amp_image_tag, e.g. 'amphora')."),
+                     "a server out of instance repair, for service-owned "
+                     "servers (Octavia tags its amphora image with its "
+                     "amp_image_tag, e.g. 'amphora'). Not read by the host "
+                     "path (evacuation) yet."),
     cfg.IntOpt("sweep_interval", default=60, min=5,
                help="Seconds between two sweeps of Nova's SHUTOFF and "
                     "ERROR servers and their instance actions: the "
