@@ -57,12 +57,16 @@ class EventKind(str, enum.Enum):
     # A planned drain: every server moved off a live host (migrations).
     DRAIN_OK = "drain_ok"                  # what can move has moved
     DRAIN_FAILED = "drain_failed"          # refused or stopped: see reason
+    #: the host left draining (an operator's resume, its loss): the pass
+    #: stops; stale in any state, journalled as what happened
+    DRAIN_CANCELLED = "drain_cancelled"
     UNDRAIN_OK = "undrain_ok"              # migrations aborted, host enabled
     UNDRAIN_FAILED = "undrain_failed"
     DECOMMISSION_OK = "decommission_ok"    # service deleted, out of aggregates
     DECOMMISSION_FAILED = "decommission_failed"
     FAIL_BACK_OK = "fail_back_ok"          # the drained servers moved back
     FAIL_BACK_FAILED = "fail_back_failed"
+    FAIL_BACK_CANCELLED = "fail_back_cancelled"  # the host left failing back
     # Operator commands.
     OPERATOR_SUSPEND = "operator_suspend"
     OPERATOR_MAINTENANCE = "operator_maintenance"

@@ -182,8 +182,8 @@ def drain(ctx, record, carry=None):
         # the undrain.
         if carry is not None:
             carry.close()
-        return result(ctx, record, E.DRAIN_FAILED,
-                       "the host left draining (%s)" % record.state.value)
+        return result(ctx, record, E.DRAIN_CANCELLED,
+                      "the host left draining (%s)" % record.state.value)
     settings = settings_for(ctx, record.drain_concurrency)
     concurrency = settings.concurrency
     if carry is None:

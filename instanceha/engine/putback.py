@@ -174,7 +174,7 @@ def fail_back(ctx, record, carry=None):
     handling); the result once each is back or cannot come."""
     if carry is not None and record.state is not State.FAILING_BACK:
         carry.close()
-        return drain.result(ctx, record, E.FAIL_BACK_FAILED,
+        return drain.result(ctx, record, E.FAIL_BACK_CANCELLED,
                             "the host left failing back (%s)"
                             % record.state.value)
     settings = drain.settings_for(ctx, record.drain_concurrency)

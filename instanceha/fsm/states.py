@@ -91,12 +91,13 @@ RESULTS = {
                       E.EVACUATE_FAILED),
     Action.CHECK_CLEANUP: ((E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING),
                            E.CLEANUP_PENDING),
-    Action.DRAIN: ((E.DRAIN_OK, E.DRAIN_FAILED), E.DRAIN_FAILED),
+    Action.DRAIN: ((E.DRAIN_OK, E.DRAIN_FAILED, E.DRAIN_CANCELLED),
+                   E.DRAIN_FAILED),
     Action.UNDRAIN: ((E.UNDRAIN_OK, E.UNDRAIN_FAILED), E.UNDRAIN_FAILED),
     Action.DECOMMISSION: ((E.DECOMMISSION_OK, E.DECOMMISSION_FAILED),
                           E.DECOMMISSION_FAILED),
-    Action.FAIL_BACK: ((E.FAIL_BACK_OK, E.FAIL_BACK_FAILED),
-                       E.FAIL_BACK_FAILED),
+    Action.FAIL_BACK: ((E.FAIL_BACK_OK, E.FAIL_BACK_FAILED,
+                        E.FAIL_BACK_CANCELLED), E.FAIL_BACK_FAILED),
 }
 
 #: Every result kind.

@@ -98,6 +98,13 @@ def test_cancel_aborts_what_is_in_flight_and_re_enables():
     assert all(w.compute.servers[s]["status"] == "ACTIVE"
                for s in _on(w, "compute-0"))
     assert _svc(w, "compute-0")["status"] == "enabled"
+    # Journalled as what happened: cancelled, not failed (at the drain's
+    # next pass, which stops).
+    for _ in range(10):
+        w.pass_()
+    drains = [a["outcome"] for a in w.journal.actions()
+              if a["kind"] == "drain"]
+    assert drains == ["drain_cancelled"], drains
 
 
 def test_a_host_that_dies_while_draining_is_recovered_by_fencing():
