@@ -168,6 +168,20 @@ class APIClient:
     def resume_storm(self, body):
         return self.request("POST", "/storm/resume", body)
 
+    def repair(self, server, body):
+        """POST /servers/<id>/repair: a one-off repair, or a clear."""
+        return self.request("POST", "/servers/%s/repair" % quote(server),
+                            body)
+
+    def repair_case(self, server):
+        """GET /servers/<id>/repair: the server's case, markers, rows."""
+        return self.request("GET", "/servers/%s/repair" % quote(server))
+
+
+#: The repair levels a one-off instance repair may be asked up to (the
+#: API checks them too): both command lines offer these.
+REPAIR_LEVELS = ("restart", "reboot", "migrate", "evacuate", "rebuild")
+
 
 def quote(host):
     """A host name as one path segment."""

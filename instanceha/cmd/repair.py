@@ -12,7 +12,7 @@ import urllib.parse
 from instanceha.api import client
 from instanceha.cmd.common import load_conf, split_config_args
 
-LEVELS = ("restart", "reboot", "migrate", "evacuate", "rebuild")
+LEVELS = client.REPAIR_LEVELS
 
 
 def parser():

@@ -22,6 +22,8 @@ COMMANDS = {
     "instanceha_host_drain": "DrainHost",
     "instanceha_host_history": "HostHistory",
     "instanceha_storm_resume": "ResumeStorm",
+    "instanceha_server_repair": "RepairServer",
+    "instanceha_server_repair_show": "ShowServerRepair",
 }
 
 
