@@ -27,6 +27,11 @@ FOLLOW = 1.0
 CAPACITY = 15.0
 #: Nova power_state running
 RUNNING = 1
+#: Nova power states of a guest that is off (shutdown, crashed, suspended)
+GUEST_OFF = (4, 6, 7)
+#: seconds a case waits for Nova's own stop of an active server whose guest
+#: is off before the ladder goes on without it (a hard reboot)
+NOVA_STOP_GRACE = 30.0
 
 
 # -- side effects ----------------------------------------------------------------
@@ -200,7 +205,20 @@ def run(repair, case) -> Optional[float]:
         return _wait(repair, case, "waiting", waits[case.server_id], now,
                      server)
 
-    # 7. The ladder.
+    # 7. Nova's power-state sync saves a guest's power state (the news
+    # that opened the case) and stops the server right after: its stop is
+    # waited for, so that a server whose guest went off gets its start
+    # rather than a hard reboot racing Nova's stop.
+    if (not case.operator and case.attempt is None
+            and server.vm_state in ("active", "paused")
+            and server.task_state is None
+            and server.power_state in GUEST_OFF
+            and now - case.broke_at < NOVA_STOP_GRACE):
+        case.state = "waiting"
+        case.why = "Nova's power-state sync is stopping the server"
+        return FOLLOW
+
+    # 8. The ladder.
     history, marked_failed = _history(repair, case.server_id)
     level, facts = _level(repair, case, server, now)
     settings = s

@@ -293,3 +293,27 @@ def test_a_stale_notification_opens_a_case_but_never_drops_one():
     assert not w.engine.repair.from_notification(users, w.clock(),
                                                  stale=True)
     assert SID in w.engine.repair.cases
+
+
+def test_nova_s_own_stop_is_waited_for_before_the_ladder():
+    """The power state saved as crashed (the news) while the server is
+    still active: instanceha waits for Nova's stop and then starts it; a
+    stop that never comes is given NOVA_STOP_GRACE, then hard reboot."""
+    from instanceha.engine import repair_pass
+    w = _world()
+    for sid in (SID, "compute-1-vm-0"):
+        w.compute.servers[sid].update(power_state=6)
+        w.engine.repair.news(ir.Verdict(ir.CRASHED, sid, "test",
+                                        host=w.compute.servers[sid]["host"]),
+                             w.clock(), "test")
+    _settle(w, passes=5)
+    assert getattr(w.compute, "repair_calls", []) == []
+    assert "stopping" in w.engine.repair.cases[SID].why
+    # Nova stops the first one: start.
+    w.compute.servers[SID].update(vm_state="stopped", status="SHUTOFF",
+                                  power_state=4)
+    _settle(w, passes=15)
+    assert _rows(w) == [("start", "success")]
+    # The other is never stopped by Nova: hard reboot after the grace.
+    _settle(w, passes=int(repair_pass.NOVA_STOP_GRACE) + 15)
+    assert _rows(w, "compute-1-vm-0") == [("hard_reboot", "success")]
