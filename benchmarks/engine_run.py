@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 
 def read_status(path):
@@ -37,3 +38,15 @@ def engine_process(config_path, workdir):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def wait_or_exit(pred, timeout, what, step=0.05):
+    """``pred()``'s first true value within ``timeout`` seconds (polled
+    every ``step``), else the benchmark stops saying what it waited for."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise SystemExit("timed out after %.0fs waiting for %s" % (timeout, what))
