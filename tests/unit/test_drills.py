@@ -15,7 +15,7 @@ from instanceha.drills import registry
 from instanceha.drills.timeline import Timeline
 
 EXPECTED = ["host-death", "compute-death", "kdump", "kdump-trusted", "storm",
-            "cascade", "bmc-unreachable", "drain"]
+            "cascade", "bmc-unreachable", "drain", "instance-crash"]
 
 
 def test_list_names_every_scenario_with_a_line_each(capsys):
@@ -26,10 +26,15 @@ def test_list_names_every_scenario_with_a_line_each(capsys):
     assert [line.split()[0] for line in lines[:len(EXPECTED)]] == EXPECTED
     for line, scenario in zip(lines, registry.SCENARIOS):
         assert line.split(None, 1)[1] == scenario.summary
-    # What no drill shows yet is said, not left out.
-    assert lines[len(EXPECTED):] == [
-        "(not yet: instance-crash: a single server fails on a healthy host "
-        "and is repaired: waits for instance repair in the engine)"]
+    # Every behaviour has its drill now: no "not yet" line.
+    assert registry.PENDING == ()
+    assert lines[len(EXPECTED):] == []
+
+
+def test_list_says_what_is_still_pending(monkeypatch):
+    monkeypatch.setattr(registry, "PENDING", (("x-crash", "waits for x"),))
+    assert registry.listing().splitlines()[-1] == \
+        "(not yet: x-crash: waits for x)"
 
 
 def test_unknown_scenario_is_refused_naming_it_and_the_valid_ones(capsys):
