@@ -71,14 +71,17 @@ class NovaRepair:
         self._action(server_id, {"rebuild": {"imageRef": str(image_id)}})
 
     def set_server_metadata(self, server_id, items):
-        sets = {k: str(v)[:VALUE_MAX] for k, v in items.items()
-                if v is not None}
-        if sets:
-            self._call("post", "/servers/%s/metadata" % server_id, "2.1",
-                       json={"metadata": sets})
+        # Removals first: Nova takes one key per DELETE, and a reader
+        # between the requests must never see the new result beside the
+        # old 'running' marker (the keys set come last, in one POST).
         for key in [k for k, v in items.items() if v is None]:
             try:
                 self._call("delete", "/servers/%s/metadata/%s" % (
                     server_id, urllib.parse.quote(key, safe="")), "2.1")
             except base.NotFound:
                 pass                    # gone already
+        sets = {k: str(v)[:VALUE_MAX] for k, v in items.items()
+                if v is not None}
+        if sets:
+            self._call("post", "/servers/%s/metadata" % server_id, "2.1",
+                       json={"metadata": sets})
