@@ -52,6 +52,10 @@ FLAVOR_ID = "iha.tiny"
 #: live migrations can be held running (novaside/iha_fakevirt.py)
 COMPUTE_DRIVER = "iha_fake.HeldLiveMigrationDriver"
 HOLD_FILE = "hold-live-migrations"   # iha_fakevirt.HOLD_FILE
+#: guests a test turned off (novaside/iha_fakevirt.py POWER_FILE)
+POWER_FILE = "guest-power"
+#: the computes' [DEFAULT] sync_power_state_interval, seconds
+SYNC_POWER_STATE = 5
 DEFAULT_HOSTS = ("compute-0", "compute-1", "compute-2")
 START_TIMEOUT = float(os.environ.get("INSTANCEHA_NOVA_START_TIMEOUT", "240"))
 
@@ -336,7 +340,17 @@ class NovaCloud(procs.StartedOnEnter):
                 "host": host, "state_path": str(hstate),
                 "instances_path": str(hstate / "instances"),
                 # registered by novaside/compute_launch.py
-                "compute_driver": COMPUTE_DRIVER}})
+                "compute_driver": COMPUTE_DRIVER,
+                # Nova's power-state sync every few seconds (600 s by
+                # default): a guest a test turns off in the driver
+                # (guest_power_off) is stopped by Nova within seconds.
+                # Other tests' servers are untouched: the bed's driver
+                # reports the power state Nova last set for every other
+                # guest, so the sync finds nothing to stop; a restarted
+                # compute's driver has lost its guests (kept in memory),
+                # which the sync only logs ("unexpectedly not found.
+                # Ignore."), as its first run at each start already did.
+                "sync_power_state_interval": str(SYNC_POWER_STATE)}})
         placement = {
             "DEFAULT": {"debug": "False"},
             "api": {"auth_strategy": "noauth2"},
@@ -399,6 +413,18 @@ class NovaCloud(procs.StartedOnEnter):
                                   "--config-file", self.etc / "nova" / ("%s.conf" % host)])
         self._write_pidfile(host, proc.pid)
         return proc
+
+    def guest_power_off(self, host, server_id, how="shutdown"):
+        """The guest of ``server_id`` on ``host`` goes off by itself
+        (``how``: shutdown, crashed or suspended) in the compute's driver
+        (novaside/iha_fakevirt.py); Nova's power-state sync stops the
+        server within SYNC_POWER_STATE seconds, with its own context."""
+        path = self.state / host / POWER_FILE
+        lines = path.read_text().splitlines() if path.exists() else []
+        lines.append("%s %s %s" % (server_id, how, uuid.uuid4().hex))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, path)
 
     def hold_live_migrations(self, host, servers=None, progress=True):
         """Keep the live migrations from ``host`` (those of ``servers``

@@ -29,6 +29,17 @@ down by ``STEP`` every ``REPORT_EVERY`` seconds (never reaching 0 within
 /servers/{id}/migrations`` shows it. With the word ``stalled`` in the hold
 file nothing is reported: a migration that makes no progress.
 
+A guest may also go off by itself (instance repair, issue 25): the
+power file ``<state_path>/guest-power`` of the server's compute
+(``NovaCloud.guest_power_off``) holds lines ``<server uuid> <power state>
+<token>`` (``shutdown``, ``crashed`` or ``suspended``); the driver applies
+each line once (by its token), when Nova next asks it for the server's
+power state (``get_info``): the guest is off, as a libvirt domain that
+shut down or crashed, until Nova starts or reboots it. Nova's
+power-state sync (``[DEFAULT] sync_power_state_interval``) then stops the
+server with its own context, as it does for a real guest. Servers not in
+the file report what Nova last set, as the fake driver does.
+
 Nothing else of Nova is changed. nova-compute loads drivers only from the
 ``nova.virt`` package: ``compute_launch.py`` registers this module there
 as ``nova.virt.iha_fake``.
@@ -39,6 +50,7 @@ import threading
 import time
 
 import nova.conf
+from nova.compute import power_state
 from nova.virt import fake
 
 CONF = nova.conf.CONF
@@ -52,6 +64,27 @@ TICK = 0.1
 TOTAL = 1 << 30
 STEP = 1 << 20
 REPORT_EVERY = 0.5
+
+
+POWER_FILE = "guest-power"
+POWER_STATES = {"shutdown": power_state.SHUTDOWN,
+                "crashed": power_state.CRASHED,
+                "suspended": power_state.SUSPENDED}
+
+
+def power_requests(state_path):
+    """[(server uuid, power state, token)] of the power file."""
+    try:
+        with open(os.path.join(state_path, POWER_FILE)) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        words = line.split()
+        if len(words) == 3 and words[1] in POWER_STATES:
+            out.append((words[0], POWER_STATES[words[1]], words[2]))
+    return out
 
 
 def hold_of(state_path, server_id):
@@ -86,6 +119,17 @@ class HeldLiveMigrationDriver(fake.FakeDriverWithoutFakeNodes):
         self._lock = threading.Lock()
         #: server uuid -> "abort" | "complete", asked by Nova
         self._asked = {}
+        #: tokens of the power file's lines already applied
+        self._applied = set()
+
+    def get_info(self, instance, use_cache=True):
+        with self._lock:
+            for uuid, state, token in power_requests(CONF.state_path):
+                if uuid == instance.uuid and token not in self._applied \
+                        and uuid in self.instances:
+                    self._applied.add(token)
+                    self.instances[uuid].state = state
+        return super().get_info(instance, use_cache)
 
     def _take(self, server_id):
         with self._lock:
