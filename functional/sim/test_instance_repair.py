@@ -190,6 +190,13 @@ def test_a_crash_notification_is_repaired_within_seconds(make_cloud,
         c.sim.crash_server(s.id)
         wait_for(lambda: _status(c, s.id) == "ACTIVE", timeout=30)
         _wait_rows(c, s.id, [("start", "success")], timeout=30)
+        # Found by the notifications, not by the sweep (its first pass
+        # comes 5 s after the start, then every 600 s here).
+        with open(c.log_path) as f:
+            opened = [line for line in f
+                      if "repair_case_opened" in line and s.id in line]
+        assert len(opened) == 1 and "source='notification'" in opened[0], \
+            opened
     finally:
         c.sim.notifiers.remove(pub)
         pub.close()
