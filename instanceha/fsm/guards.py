@@ -195,8 +195,9 @@ GUARDS = {
     "then_decommission": lambda r, ev, p: r.drain_then == "decommission",
     "fail_back": lambda r, ev, p: r.fail_back and bool(r.drain_moved),
     "returned": lambda r, ev, p: r.isolated and r.returned and r.heartbeat_ok,
-    "back_not_isolated": lambda r, ev, p: (not r.isolated
-                                           and heartbeat_since_loss(r, ev)),
+    "back_not_isolated_undrained": lambda r, ev, p: (
+        not r.isolated and not r.drain_then
+        and heartbeat_since_loss(r, ev)),
     "suspension_expired": lambda r, ev, p: (r.until is not None
                                             and ev.at >= r.until),
     "suspension_expired_returned": lambda r, ev, p: (

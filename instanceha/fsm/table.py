@@ -150,7 +150,9 @@ RULES = [
     (S.RECOVERING, E.HEARTBEAT_LOST, ALWAYS, S.EVACUATED,
      "heartbeat lost again before the host was put back"),
     # -- failure that needs an operator --------------------------------------
-    (S.FAILED, E.HEARTBEAT_OK, "back_not_isolated", S.ACTIVE,
+    # A drained host that failed (its smoke test, its put-back) stays
+    # failed while its heartbeats go on: its operator resumes it.
+    (S.FAILED, E.HEARTBEAT_OK, "back_not_isolated_undrained", S.ACTIVE,
      "heartbeat back; the host was never forced down"),
     # -- planned drain (a live host emptied by migrations) ------------------
     # The drain pass runs its preflight first: refused (or stopped), the

@@ -60,6 +60,12 @@ def test_a_smoke_test_failure_keeps_the_host_disabled_with_why():
     assert "smoke test failed" in w.state("compute-0")[1]
     assert _svc(w, "compute-0")["status"] == "disabled"
     assert "smoke test failed" in _svc(w, "compute-0")["disabled_reason"]
+    # Its heartbeats go on (Nova keeps it up, disabled): the engine keeps
+    # it failed until its operator resumes it (found on real Nova: the
+    # next heartbeat took it to active).
+    for _ in range(5):
+        w.pass_(5.0)
+    assert w.state("compute-0")[0] == "failed"
     # Repaired and resumed again: the smoke test runs again, passes, and
     # the host is re-enabled.
     w.compute.fail_boots_on.discard("compute-0")
