@@ -75,21 +75,15 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.engine_run import engine_process, read_status  # noqa: E402
+from benchmarks.engine_run import (  # noqa: E402
+    engine_process, read_status, wait_or_exit)
 from instanceha import conf as conf_pkg  # noqa: E402
 from instanceha import simrun  # noqa: E402
 from instanceha.api import client  # noqa: E402
 from instanceha.sim import SimCloud, SimServer  # noqa: E402
 
 
-def _wait(pred, timeout, what, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise SystemExit("timed out after %.0fs waiting for %s" % (timeout, what))
+_wait = wait_or_exit
 
 
 def _status(conf):
