@@ -69,7 +69,11 @@ def test_the_ladder_then_the_limit_then_clear(make_cloud):
     body = _wait_rows(c, other.id, [("start", "failure"),
                                     ("hard_reboot", "failure"),
                                     ("failed", "failed")])
-    assert "failed" in body["markers"]
+    # The journal row comes first, the server's markers right after (the
+    # old ones removed, then the new set): wait for them (CI read them
+    # between the two once).
+    wait_for(lambda: "failed" in _rows(c, other.id)[1]["markers"],
+             timeout=10)
     assert with_meta(c, other.id, PREFIX + "failed")
     # The operator clears it and asks for a repair: it comes back.
     c.sim.fail_repairs(other.id, [])
