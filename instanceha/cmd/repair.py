@@ -42,15 +42,8 @@ def main(argv):
         body["clear"] = True
     elif args.level:
         body["level"] = args.level
-    path = "/servers/%s/repair" % urllib.parse.quote(args.server, safe="")
-    try:
-        code, answer = client.call(conf, "POST", path, body)
-    except client.ClientError as e:
-        print("instanceha: %s" % e, file=sys.stderr)
-        return 1
-    if code != 202:
-        print("instanceha: repair refused (%d): %s" % (
-            code, client.error_text(answer)), file=sys.stderr)
+    answer = _ask(conf, "POST", args.server, 202, "repair refused", body)
+    if answer is None:
         return 1
     if args.clear:
         print("%s: failure cleared; its repair ladder starts again"
@@ -60,6 +53,23 @@ def main(argv):
             answer["server"], " up to level %s" % args.level
             if args.level else ""))
     return 0
+
+
+def _ask(conf, method, server, expect, refused, body=None):
+    """The API's answer about ``server``'s repair when its code is
+    ``expect``; otherwise None, once the failure (``refused``: what a
+    refusal is called) is said on stderr."""
+    path = "/servers/%s/repair" % urllib.parse.quote(server, safe="")
+    try:
+        code, answer = client.call(conf, method, path, body)
+    except client.ClientError as e:
+        print("instanceha: %s" % e, file=sys.stderr)
+        return None
+    if code != expect:
+        print("instanceha: %s (%d): %s" % (
+            refused, code, client.error_text(answer)), file=sys.stderr)
+        return None
+    return answer
 
 
 def _when(at):
@@ -107,15 +117,9 @@ def format_server(view):
 
 def status_server(conf, server):
     """``instanceha status SERVER``: asked of the service's API."""
-    path = "/servers/%s/repair" % urllib.parse.quote(server, safe="")
-    try:
-        code, answer = client.call(conf, "GET", path)
-    except client.ClientError as e:
-        print("instanceha: %s" % e, file=sys.stderr)
-        return 1
-    if code != 200:
-        print("instanceha: no host or server %r: %s" % (
-            server, client.error_text(answer)), file=sys.stderr)
+    answer = _ask(conf, "GET", server, 200,
+                  "no host or server %r" % server)
+    if answer is None:
         return 1
     print(format_server(answer))
     return 0
