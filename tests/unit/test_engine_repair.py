@@ -171,22 +171,31 @@ def test_the_sweep_finds_a_stop_by_nova_and_leaves_a_users_stop():
     assert _rows(w, user_stop) == []
 
 
-def test_a_crash_notification_opens_a_case():
+def _power_off_start(server_id, host, crashed):
+    """instance.power_off.start as the listener reads it: a guest that
+    crashed (Nova's own sync, no user), or a user's stop."""
     from instanceha.sources import nova_payloads as np
+    user = {} if crashed else dict(initiator_user="u",
+                                   initiator_project="p")
+    return np.InstanceFacts(
+        server_id=server_id, event="instance.power_off.start", host=host,
+        node=host, state="active", task_state="powering-off",
+        power_state="crashed" if crashed else "running",
+        has_initiator=True, **user)
+
+
+def _crashed(w, server_id=SID):
+    w.compute.servers[server_id].update(vm_state="stopped",
+                                        status="SHUTOFF", power_state=4)
+    return _power_off_start(server_id, "compute-0", crashed=True)
+
+
+def test_a_crash_notification_opens_a_case():
     w = _world()
-    v = w.compute.servers[SID]
-    v.update(vm_state="stopped", status="SHUTOFF", power_state=4)
-    facts = np.InstanceFacts(
-        server_id=SID, event="instance.power_off.start", host="compute-0",
-        node="compute-0", state="active", task_state="powering-off",
-        power_state="crashed", has_initiator=True)
+    facts = _crashed(w)
     assert w.engine.repair.from_notification(facts, w.clock())
     assert w.engine.repair.cases[SID].verdict == ir.CRASHED
-    users = np.InstanceFacts(
-        server_id="compute-1-vm-1", event="instance.power_off.start",
-        host="compute-1", node="compute-1", state="active",
-        task_state="powering-off", power_state="running",
-        initiator_user="u", initiator_project="p", has_initiator=True)
+    users = _power_off_start("compute-1-vm-1", "compute-1", crashed=False)
     assert not w.engine.repair.from_notification(users, w.clock())
     _settle(w, passes=15)
     assert _rows(w) == [("start", "success")]
@@ -276,20 +285,10 @@ def test_a_restart_group_waits_for_a_lower_group_not_read_yet():
 
 
 def test_a_stale_notification_opens_a_case_but_never_drops_one():
-    from instanceha.sources import nova_payloads as np
     w = _world()
-    v = w.compute.servers[SID]
-    v.update(vm_state="stopped", status="SHUTOFF", power_state=4)
-    crash = np.InstanceFacts(
-        server_id=SID, event="instance.power_off.start", host="compute-0",
-        node="compute-0", state="active", task_state="powering-off",
-        power_state="crashed", has_initiator=True)
+    crash = _crashed(w)
     assert w.engine.repair.from_notification(crash, w.clock(), stale=True)
-    users = np.InstanceFacts(
-        server_id=SID, event="instance.power_off.start", host="compute-0",
-        node="compute-0", state="active", task_state="powering-off",
-        power_state="running", initiator_user="u", initiator_project="p",
-        has_initiator=True)
+    users = _power_off_start(SID, "compute-0", crashed=False)
     assert not w.engine.repair.from_notification(users, w.clock(),
                                                  stale=True)
     assert SID in w.engine.repair.cases
