@@ -15,6 +15,7 @@ from instanceha import conf as conf_pkg
 from instanceha import service
 from instanceha import simrun
 from instanceha.api import client
+from instanceha.drills import world
 from instanceha.sim import SimCloud, SimServer
 from instanceha.util import waiting
 
@@ -187,6 +188,19 @@ class Drill:
         """DrillFailed(``why``) unless ``condition``."""
         if not condition:
             raise DrillFailed(why)
+
+    def check_recovered(self, servers, gone):
+        """DrillFailed unless every one of ``servers`` is ACTIVE on a host
+        not in ``gone``."""
+        wrong = world.misplaced(self.cloud, servers, set(gone))
+        self.check(not wrong, "servers of %s not recovered: %s"
+                   % (", ".join(sorted(gone)), "; ".join(wrong)))
+
+    def check_safe(self):
+        """DrillFailed naming every breach of the safety rules the
+        simulator saw (a server rebuilt while its host was on, ...)."""
+        breaches = world.safety_breaches(self.cloud)
+        self.check(not breaches, "; ".join(breaches))
 
     # -- the operator ----------------------------------------------------------
     def operator(self, method, path, body=None):

@@ -45,10 +45,8 @@ def bmc_unreachable(make):
     d.check(state == "evacuated", "%s %s: %s" % (VICTIM, state, reason))
     d.check(world.powered_off(d.cloud) == [VICTIM],
             "powered off: %s" % world.powered_off(d.cloud))
-    wrong = world.misplaced(d.cloud, servers, {VICTIM})
-    d.check(not wrong, "servers not recovered: %s" % "; ".join(wrong))
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_recovered(servers, {VICTIM})
+    d.check_safe()
     return ("%s held in fencing %.1fs while its BMC was unreachable (left "
             "on, its %d servers untouched); powered off and evacuated %.1fs "
             "after the BMC answered"

@@ -37,16 +37,14 @@ def cascade(make):
         d.check(d.state(host)[0] == "evacuated", "%s %s: %s"
                 % ((host,) + d.state(host)))
     gone = {VICTIM, *dead}
-    wrong = world.misplaced(d.cloud, servers, gone)
-    d.check(not wrong, "servers not recovered: %s" % "; ".join(wrong))
+    d.check_recovered(servers, gone)
     d.check("failed" not in d.path(VICTIM), "%s went %s" % (
         VICTIM, " -> ".join(d.path(VICTIM))))
     retried = {e["server_id"] for e in d.journal.evacuations()
                if e["host_name"] == VICTIM and e["status"] == "retry"}
     d.check(len(retried) == 2, "servers sent again: %d, expected 2"
             % len(retried))
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_safe()
     last = max(d.at(h + ":evacuated") for h in gone)
     return ("%s evacuated with 2 servers sent again after their "
             "destinations (%s) died; those were recovered too: all %d "

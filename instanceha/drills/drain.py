@@ -75,8 +75,7 @@ def drain(make):
     d.check(svc["status"] == "enabled" and not svc["disabled_reason"]
             and not svc["forced_down"],
             "%s's service after the resume: %s" % (VICTIM, svc))
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_safe()
     steps = d.path(VICTIM)
     return ("%s drained in %.1fs (%d servers moved, each in its state: %s), "
             "maintenance with power on, back in service after 'resume' "

@@ -26,9 +26,7 @@ def host_death(make):
     d.check(world.powered_off(d.cloud) == [victim],
             "powered off: %s, expected %s alone"
             % (world.powered_off(d.cloud), victim))
-    wrong = world.misplaced(d.cloud, servers, {victim})
-    d.check(not wrong, "servers of %s not recovered: %s"
-            % (victim, "; ".join(wrong)))
+    d.check_recovered(servers, {victim})
     d.act("repairing %s: powering it on through its BMC (Nova cleans up "
           "the evacuated servers when its compute starts)" % victim)
     d.cloud.power(victim, True)
@@ -37,8 +35,7 @@ def host_death(make):
     d.check(svc["status"] == "enabled" and not svc["forced_down"],
             "%s not back in service: %s, forced_down=%s"
             % (victim, svc["status"], svc["forced_down"]))
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_safe()
     return ("%s fenced %.1fs after it hung (powered off before any "
             "evacuation), %d/%d servers ACTIVE elsewhere, back in service "
             "%.1fs after it died"
@@ -93,8 +90,7 @@ def compute_death(make):
     fences = [a for a in d.journal.actions() if a["kind"] == "fence"]
     d.check(not fences, "fence actions in the journal: %s" % fences)
     d.check(not snap["migrations"], "migrations: %s" % snap["migrations"])
-    d.check(not world.safety_breaches(d.cloud),
-            "; ".join(world.safety_breaches(d.cloud)))
+    d.check_safe()
     return ("%s held %.0fs with Nova reporting its compute down: never "
             "powered off, its %d servers never moved, active again once "
             "nova-compute ran" % (victim, WATCH, len(servers)))

@@ -6,7 +6,6 @@ never touched: powered on and ``active`` throughout."""
 
 import openstack
 
-from instanceha.drills import world
 
 #: The sweep is the drill's only source (no notification broker here):
 #: every 5 s (the smallest it takes), the first 5 s after the start. A
@@ -176,8 +175,7 @@ def instance_crash(make):
     d.check(not snap["migrations"], "migrations: %s" % snap["migrations"])
     fences = [a for a in d.journal.actions() if a["kind"] == "fence"]
     d.check(not fences, "fence actions in the journal: %s" % fences)
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_safe()
     return ("%s crashed on %s and was ACTIVE there again %.1fs later "
             "(found by the sweep, one start, marker 'start success', its "
             "journal row); %s, stopped by its owner, left SHUTOFF; %s "

@@ -90,9 +90,7 @@ def _crash(d):
 
 
 def _check_recovered(d, servers):
-    wrong = world.misplaced(d.cloud, servers, {VICTIM})
-    d.check(not wrong, "servers of %s not recovered: %s"
-            % (VICTIM, "; ".join(wrong)))
+    d.check_recovered(servers, {VICTIM})
     accepted = d.status()["sources"]["kdump"]["accepted"]
     d.check(accepted >= 1, "the engine took no fence_kdump message")
     reasons = [t["reason"] for t in d.journal.transitions()
@@ -119,8 +117,7 @@ def kdump(make):
                if t["host_name"] == VICTIM and t["dst"] == "fencing"]
     d.check(fencing and "dump is over" in fencing[0],
             "the power-off did not wait for the dump: %s" % fencing)
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_safe()
     off = d.at(VICTIM + ":fenced") - d.at("dump over")
     return ("%s left on while its dump ran (%d fence_kdump messages), "
             "powered off %.1fs after the last one ([kdump] timeout %gs), "

@@ -62,10 +62,8 @@ def storm(make):
                 % ((name,) + d.state(name)))
     d.check(world.powered_off(d.cloud) == sorted(DEAD),
             "powered off: %s, dead: %s" % (world.powered_off(d.cloud), DEAD))
-    wrong = world.misplaced(d.cloud, servers, set(DEAD))
-    d.check(not wrong, "servers not recovered: %s" % "; ".join(wrong))
-    breaches = world.safety_breaches(d.cloud)
-    d.check(not breaches, "; ".join(breaches))
+    d.check_recovered(servers, set(DEAD))
+    d.check_safe()
     last = max(d.at(n + ":evacuated") for n in DEAD)
     return ("%d of %d hosts died at once: %s held %gs with power on and "
             "servers in place (%d fenced before the hold), all %d evacuated "
