@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, \
     runtime_checkable
 
 from instanceha.events import Event
+from instanceha.util import periodic
 
 #: Where a source sends its events: the engine's submit. It must not
 #: block for long and must not raise (a source logs and drops what its sink
@@ -41,3 +42,26 @@ class Source(Protocol):
     def health(self) -> Mapping[str, Any]:
         """How the source is doing (counts, last times, last error), from
         memory: no I/O."""
+
+
+class PeriodicSource:
+    """A source whose work is one :class:`~instanceha.util.periodic.Periodic`
+    loop, built by the subclass as ``self._periodic``: started with the
+    sink to use, stopped within 5 s."""
+
+    _periodic: periodic.Periodic
+    _sink: Optional[Sink] = None
+
+    @property
+    def thread(self):
+        """The loop's thread (None before start), for the watchdog's
+        liveness check."""
+        return self._periodic.thread
+
+    def start(self, sink: Optional[Sink] = None) -> None:
+        if sink is not None:
+            self._sink = sink
+        self._periodic.start()
+
+    def stop(self) -> None:
+        self._periodic.stop(5)

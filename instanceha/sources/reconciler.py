@@ -24,6 +24,7 @@ from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
 from instanceha.events import ServiceReport
 from instanceha.fsm.nova_row import classify
+from instanceha.sources.base import PeriodicSource
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -31,7 +32,7 @@ LOG = structlog.get_logger("instanceha.reconciler")
 DITHER = 0.8
 
 
-class Reconciler:
+class Reconciler(PeriodicSource):
 
     def __init__(self, conf, compute, sink, clock, monotonic=None,
                  on_capacity=None, powered_off=None, wants_every_report=None):
@@ -295,20 +296,6 @@ class Reconciler:
         to a small part of a poll. Never longer than poll_interval."""
         return self._conf.detection.poll_interval * self._rng.uniform(
             DITHER, 1.0)
-
-    @property
-    def thread(self):
-        """The thread of the passes (None before start), for the
-        watchdog's liveness check."""
-        return self._periodic.thread
-
-    def start(self, sink=None):
-        if sink is not None:
-            self._sink = sink
-        self._periodic.start()
-
-    def stop(self):
-        self._periodic.stop(5)
 
     def health(self):
         w = self.writer_skew

@@ -21,6 +21,7 @@ import time
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.sources.base import PeriodicSource
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.sources.repair_sweep")
@@ -39,7 +40,7 @@ def _changed_at(server):
 #: rather than only after sweep_interval
 FIRST = 5.0
 
-class RepairSweep:
+class RepairSweep(PeriodicSource):
 
     def __init__(self, conf, compute, sink, clock=time.time, watched=None,
                  skip=None):
@@ -65,14 +66,6 @@ class RepairSweep:
 
     def _interval(self):
         return float(self._conf.instance_repair.sweep_interval)
-
-    def start(self, sink=None):
-        if sink is not None:
-            self._sink = sink
-        self._periodic.start()
-
-    def stop(self):
-        self._periodic.stop(5)
 
     def _failed(self, e):
         self.errors += 1
