@@ -52,8 +52,8 @@ def judge(run, attempt, now):
             LOG.warning("rebuild_events_unavailable", server=sid,
                         reason=str(e))
     verdict, waiting = failures.in_flight(
-        run.host, dest, via, {s.host: s for s in run.services},
-        attempt.candidates, events, age, run.conf.stall_timeout)
+        run.host, dest, via, run.services_by_host(),
+        attempt.unschedulable, events, age, run.conf.stall_timeout)
     if waiting != attempt.waiting and waiting:
         LOG.warning("evacuation_stalled", host=run.host, server=sid,
                     reason=waiting)
@@ -92,7 +92,7 @@ def _failed(run, attempt, bad):
                                         "failed")
         return True
     dest = next((m.dest_host for m in bad if m.dest_host), None)
-    svc = next((s for s in run.services if s.host == dest), None)
+    svc = run.services_by_host().get(dest)
     fault = server.fault or "migration %s, server %s" % (
         bad[-1].status, server.status)
     run.settle(attempt, failures.rebuild_failed(fault, dest, svc))

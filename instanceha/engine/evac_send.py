@@ -19,7 +19,7 @@ from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
-                                          Attempt, Outcome, schedulable)
+                                          Attempt, Outcome, unschedulable)
 from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.evacuator")
@@ -48,6 +48,28 @@ class Sending:
     finish: Callable[..., None]
     done: Callable[..., None]
     close_unanswered: Callable[..., None]
+
+    #: (the services read, {host: its service}, unschedulable() of it):
+    #: made once per read and shared by every request sent and judged on
+    #: it (per request, at 20,000 hosts, they cost a large cloud's worth
+    #: of memory and CPU each)
+    _services_memo: Optional[Tuple[List[Any], Dict[str, Any],
+                                   frozenset]] = None
+
+    def _services_read(self):
+        memo = self._services_memo
+        if memo is None or memo[0] is not self.services:
+            memo = (self.services, {s.host: s for s in self.services},
+                    unschedulable(self.services))
+            self._services_memo = memo
+        return memo
+
+    def services_by_host(self):
+        """{host: ComputeService} of the services read last."""
+        return self._services_read()[1]
+
+    def _unschedulable(self):
+        return self._services_read()[2]
 
     def resume(self, server, now):
         """A request a previous run (or process) left in Nova: wait for it.
@@ -102,7 +124,7 @@ class Sending:
                     sid, now, check.evac_id, {m.id: m.status for m in
                                               self.migs.get(sid, [])
                                               if m.status not in IN_FLIGHT},
-                    schedulable(self.services, self.host))
+                    self._unschedulable())
                 return
             if server.host not in (None, self.host) and \
                     (server.vm_state or "") in ("active", "stopped"):
@@ -139,7 +161,7 @@ class Sending:
         ctx.rows_seen[evac_id] = now
         attempt = Attempt(sid, now, evac_id,
                            {m.id: m.status for m in self.migs.get(sid, [])},
-                           schedulable(self.services, self.host))
+                           self._unschedulable())
         target = self.targets.get(sid)
         failpoints.hit("before_evacuate_request")
         try:

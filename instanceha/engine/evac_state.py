@@ -47,7 +47,12 @@ class Attempt:
     started: float                      # local clock, when it was sent
     evac_id: Optional[int]              # its journal row
     before: Dict[str, str]              # migration id -> status when sent
-    candidates: frozenset = frozenset()  # hosts schedulable when sent
+    #: hosts Nova could not schedule onto when it was sent (down, forced
+    #: down or disabled; every other host could take it), None when not
+    #: known (a request found in Nova): then no host is suspected of
+    #: having taken it. The complement, not the schedulable hosts
+    #: themselves: a few names instead of the whole cloud's per request.
+    unschedulable: Optional[frozenset] = None
     waiting: Optional[str] = None       # why it is waited for, if unusual
     #: its request got no answer (or its process stopped while it was
     #: being sent): the journal row stays open ('requested') until Nova is
@@ -64,7 +69,7 @@ def by_server(migrations):
     return out
 
 
-def schedulable(services, source):
+def unschedulable(services):
+    """The hosts of ``services`` Nova would not schedule onto."""
     return frozenset(s.host for s in services
-                     if s.host != source and failures.alive(s)
-                     and s.status == "enabled")
+                     if not (failures.alive(s) and s.status == "enabled"))

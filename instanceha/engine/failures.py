@@ -71,7 +71,7 @@ def rebuild_failed(fault, dest=None, dest_service=None):
     return Verdict("failed", text)
 
 
-def in_flight(source, dest, via, services, candidates, events, age,
+def in_flight(source, dest, via, services, unschedulable, events, age,
               stall_timeout):
     """An evacuation Nova still shows in progress. Returns
     ``(verdict, waiting)``: a retry verdict once it provably cannot
@@ -80,8 +80,9 @@ def in_flight(source, dest, via, services, candidates, events, age,
 
     ``dest``: its destination when known, ``via`` where from (the
     migration, a notification). ``services``: {host: ComputeService} now.
-    ``candidates``: hosts Nova could schedule onto when the request was
-    sent. ``events``: the latest evacuate request's instance action events
+    ``unschedulable``: hosts Nova could not schedule onto when the
+    request was sent (every other host could have taken it), None when
+    not known (no host is then suspected). ``events``: the latest evacuate request's instance action events
     ([ActionEvent]), or None when not asked or not known. ``age``: seconds
     since the request.
     """
@@ -113,9 +114,9 @@ def in_flight(source, dest, via, services, candidates, events, age,
             or (conductor[-1].result or "").lower() != "success":
         return None, None     # not sent to a compute (yet), or it failed
     waited = "no compute took the rebuild in %.0fs" % age
-    suspects = sorted(h for h in candidates
-                      if h != source and h in services
-                      and not alive(services[h]))
+    suspects = [] if unschedulable is None else sorted(
+        h for h, svc in services.items()
+        if h != source and h not in unschedulable and not alive(svc))
     if not suspects:
         return None, ("%s, and every host it could have been sent to is "
                       "up: waiting" % waited)

@@ -201,9 +201,12 @@ def test_rebuild_failures_classified():
 
 def _judge(dest=None, services=(), candidates=(), events=None, age=0.0,
            stall=60.0, via="migration"):
+    """``candidates``: the hosts schedulable when the request was sent,
+    every other host of ``services`` then was not."""
+    unschedulable = frozenset(s.host for s in services) - set(candidates)
     return failures.in_flight("src", dest, via,
                               {s.host: s for s in services},
-                              frozenset(candidates), events, age, stall)
+                              unschedulable, events, age, stall)
 
 
 def test_in_flight_known_destination_retried_only_once_forced_down():
@@ -239,6 +242,28 @@ def test_in_flight_unknown_destination_needs_stall_conductor_and_fencing():
     # A host already down when it was sent cannot have been chosen.
     verdict, waiting = _judge(None, fenced_b, ("c",), sent, age=300)
     assert verdict is None
+
+
+def test_in_flight_suspects_from_the_hosts_unschedulable_at_the_send():
+    sent = [cb.ActionEvent("rebuild_server", "ctl", True, "Success")]
+    fenced = [_svc("b", "down", forced=True), _svc("c"),
+              _svc("d", "down")]
+    services = {s.host: s for s in fenced}
+    # d was down at the send (could not be chosen); b was up: b alone.
+    verdict, _ = failures.in_flight("src", None, "migration", services,
+                                    frozenset({"d"}), sent, 300, 60)
+    assert verdict.retryable and verdict.reason.endswith("forced down: b")
+    # A host not known at the send (added since) may have been chosen:
+    # it is waited for like any other until fenced.
+    verdict, waiting = failures.in_flight("src", None, "migration",
+                                          services, frozenset(), sent, 300,
+                                          60)
+    assert verdict is None and "waiting for d" in waiting
+    # A request found in Nova (sent by an earlier process): who could
+    # take it is not known, so no host is suspected: it is waited for.
+    verdict, waiting = failures.in_flight("src", None, "migration",
+                                          services, None, sent, 300, 60)
+    assert verdict is None and "is up: waiting" in waiting
 
 
 def test_in_flight_destination_from_a_compute_event():
