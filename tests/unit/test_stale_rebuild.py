@@ -101,18 +101,19 @@ def test_healthy_server_after_the_old_rebuild_ran_is_left_alone():
 def test_unknown_destination_suspects_every_dead_candidate():
     """The verdict that sends a server again names the hosts whose queue
     may keep the old rebuild: a destination known only from the
-    conductor's notification, or every dead candidate."""
+    conductor's notification, or every dead candidate (H was schedulable
+    when it was sent: not among the unschedulable hosts)."""
     from instanceha.drivers.compute.base import ActionEvent, ComputeService
     dead = ComputeService(id="x", host=H, state="down", status="enabled",
                           forced_down=True, disabled_reason=None,
                           updated_at=0)
     verdict, _ = f.in_flight("compute-0", H, "notification", {H: dead},
-                             [H], None, 1, 60)
+                             frozenset(), None, 1, 60)
     assert verdict.retryable and verdict.suspects == (H,)
     verdict, _ = f.in_flight("compute-0", H, "migration", {H: dead},
-                             [H], None, 1, 60)
+                             frozenset(), None, 1, 60)
     assert verdict.retryable and verdict.suspects == ()   # it took it
     sent = [ActionEvent("rebuild_server", "conductor", True, "Success")]
-    verdict, _ = f.in_flight("compute-0", None, None, {H: dead}, [H], sent,
-                             61, 60)
+    verdict, _ = f.in_flight("compute-0", None, None, {H: dead},
+                             frozenset(), sent, 61, 60)
     assert verdict.retryable and verdict.suspects == (H,)
