@@ -117,6 +117,7 @@ def run(hosts, servers, poll, workdir, audit_interval=300.0):
             sim_before = sum(os.times()[:2])
             _wait(all_off, 120, 0.05)
             cpu_storm = _cpu_s(proc.pid) - cpu_before
+            rss_storm = _rss_mb(proc.pid)
             sim_storm = sum(os.times()[:2]) - sim_before
             others_off = sorted(name for name, h in cloud.hosts.items()
                                 if name not in victims and not h.power_on)
@@ -134,6 +135,9 @@ def run(hosts, servers, poll, workdir, audit_interval=300.0):
             return dict(hosts=hosts, servers=hosts * servers,
                         pass_cpu_ms=1000 * statistics.median(cpus) if cpus
                         else float("nan"), passes=len(cpus), rss_mb=rss,
+                        rss_storm=rss_storm,
+                        pass_cpu_max=1000 * max(cpus) if cpus
+                        else float("nan"),
                         first_off=min(off.values()) if off else None,
                         last_off=max(off.values()) if off else None,
                         kills_took=max(killed.values()),
@@ -187,6 +191,10 @@ def main():
                   r["kills_took"], "%.2fs (%.1fx floor)" % (
                       r["worst_own"], r["worst_own"] / r["floor"])
                   if r["worst_own"] is not None else "-"), flush=True)
+        print("        %d passes, slowest %.1f ms CPU; RSS %.1f MB after the "
+              "20th power-off (evacuations under way)" % (
+                  r["passes"], r["pass_cpu_max"], r["rss_storm"]),
+              flush=True)
         if r["others_off"]:
             print("        FALSE FENCING: %d host(s) powered off that were "
                   "never killed: %s" % (len(r["others_off"]),

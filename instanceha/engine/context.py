@@ -12,6 +12,7 @@ from typing import Counter, Deque, Dict, Set
 
 import structlog
 
+from instanceha import runtime
 from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import admission
@@ -21,6 +22,11 @@ from instanceha.policy import order
 from instanceha.util.single_flight import SingleFlight
 
 LOG = structlog.get_logger("instanceha.engine")
+
+
+def _paused(read):
+    with runtime.collection_paused():
+        return read()
 
 
 class Context:
@@ -73,10 +79,13 @@ class Context:
         #: judge destinations: those that ask while a read runs share it
         #: (util.single_flight). Never used to prove a host dead or to
         #: decide it returned: those read the host's own row afresh.
+        #: Each is a read of the whole cloud (tens of thousands of objects
+        #: made, most of them dropped once parsed): runtime.
+        #: collection_paused.
         self.shared_services = SingleFlight(
-            lambda: self.compute.list_services(), copy=list)
+            lambda: _paused(self.compute.list_services), copy=list)
         self.shared_capacities = SingleFlight(
-            lambda: self.compute.host_capacities(),
+            lambda: _paused(self.compute.host_capacities),
             copy=lambda caps: None if caps is None else dict(caps))
 
     def fence_gate(self):

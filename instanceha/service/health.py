@@ -8,7 +8,7 @@ import time
 
 import structlog
 
-from instanceha import watchdog
+from instanceha import runtime, watchdog
 
 LOG = structlog.get_logger("instanceha.service")
 
@@ -53,7 +53,10 @@ class Health:
             self._status_dirty.clear()
             started = time.monotonic()
             try:
-                self.write_status()
+                # The snapshot is a few dicts per host, all dropped once
+                # written: see runtime.collection_paused.
+                with runtime.collection_paused():
+                    self.write_status()
             except Exception as e:
                 LOG.warning("status_write_failed", reason=str(e))
             self._status_stop.wait(status_gap(time.monotonic() - started))

@@ -23,6 +23,7 @@ from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.events import Event, EventKind as E
 from instanceha.events import ServiceReport
+from instanceha import runtime
 from instanceha.fsm.nova_row import classify
 from instanceha.sources.base import PeriodicSource
 from instanceha.util import periodic
@@ -279,7 +280,8 @@ class Reconciler(PeriodicSource):
             self._writer_warned = None
 
     def _pass(self):
-        self.run_once()
+        with runtime.collection_paused():
+            self.run_once()
         self.last_error = None
 
     def _failed(self, e):

@@ -15,13 +15,13 @@ from instanceha.drivers.compute.nova_clock import NovaClock
 class ComputeService(NamedTuple):
     """One row of Nova's os-services.
 
-    A tuple of plain values, not a dataclass: CPython's collector stops
-    tracking such a tuple at its first young collection, so the rows of
-    the whole cloud, read again at every reconcile pass, never reach the
-    old generation. As dataclass instances (each with its tracked
-    ``__dict__``), 20,000 hosts' rows were promoted at every pass and set
-    off full collections of 100-300 ms while hosts were being fenced.
-    ``_replace`` gives a changed copy."""
+    A named tuple of plain values (one object per row, where a dataclass
+    instance had a ``__dict__`` beside it). CPython's collector still
+    tracks it (it stops tracking exact tuples only), so the reads of the
+    whole cloud (the reconcile pass, an evacuation's read of the services)
+    run with the collector paused (``runtime.collection_paused``): their
+    rows die young instead of being promoted and setting off full
+    collections. ``_replace`` gives a changed copy."""
 
     id: str                     # service UUID (microversion >= 2.53)
     host: str
