@@ -3,10 +3,16 @@ recovery policies (``instanceha.policy.evacuable``, ``repair``, ``order``,
 all pure) applied to what Nova says, for the evacuator.
 
 Read from Nova: each server as listed (metadata, tags, flavor with its
-extra specs, created) and, once per evacuation of a host, the host
-aggregates with their metadata; from Glance, each distinct image of those
-servers when evacuable tagging consults the image scope. A volume-backed
-server has no image here (its volume's image metadata is not read).
+extra specs, created, project) and, once per evacuation of a host, the
+host aggregates with their metadata; from Glance, each distinct image of
+those servers when evacuable tagging consults the image scope or
+``[instance_repair] excluded_tags`` is set. A volume-backed server has no
+image here (its volume's image metadata is not read).
+
+Service-owned servers (``[instance_repair] excluded_projects`` and
+``excluded_tags``, read whether instance repair is enabled or not) are
+left on the host first: their service fails over by itself
+(``instanceha.policy.instance_repair_groups.excluded``).
 
 Expired suspension markers are removed where they were found
 (``[recovery] remove_expired_markers``), after reading the object again:
@@ -20,7 +26,9 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.policy import evacuable, order, power, repair
+from instanceha.policy import instance_repair_groups as service
 from instanceha.policy.facts import Problem
+from instanceha.policy.instance_repair_settings import Settings as IRSettings
 
 LOG = structlog.get_logger("instanceha.selection")
 
@@ -50,14 +58,21 @@ def _image_id(server):
     return None
 
 
-def _images(compute, host, servers, settings):
+def project_of(server):
+    """The server's project (Nova's ``tenant_id``), None when not said."""
+    return (server.raw or {}).get("tenant_id") or None
+
+
+def _images(compute, host, servers, settings, tags=False):
     """{image id: ImageFacts} of the servers' images, read from Glance
-    only when evacuable tagging consults the image scope. A deleted image
+    only when evacuable tagging consults the image scope, or when
+    ``tags`` (image tags exclude service-owned servers). A deleted image
     has no properties; no image endpoint means the image scope is not
     consulted (said once per evacuation); any other failure raises
     ComputeError, so the evacuation is retried rather than decided on a
     scope that could not be read."""
-    if not settings.enabled or evacuable.IMAGE not in settings.sources:
+    if not tags and (not settings.enabled
+                     or evacuable.IMAGE not in settings.sources):
         return {}
     found = {}
     for iid in sorted({i for i in map(_image_id, servers) if i}):
@@ -71,8 +86,10 @@ def _images(compute, host, servers, settings):
         except (base.NoEndpoint, NotImplementedError) as e:
             LOG.warning("images_unavailable", host=host,
                         reason=str(e) or type(e).__name__,
-                        effect="image-scope evacuable tagging is not "
-                               "consulted for this evacuation")
+                        effect="image properties and tags (evacuable "
+                               "tagging's image scope, [instance_repair] "
+                               "excluded_tags) are not consulted for this "
+                               "evacuation")
             return {}
     return found
 
@@ -148,11 +165,15 @@ def select(ctx, host, servers, now) -> Selection:
     if rs.global_aggregate:
         global_scope = next((a for a in aggregates
                              if a.name == rs.global_aggregate), None)
-    images = _images(ctx.compute, host, servers, es)
+    svc = IRSettings.host_path_from_conf(conf)
+    images = _images(ctx.compute, host, servers, es,
+                     tags=bool(svc.excluded_tags))
     facts = [_facts(s, aggregates, images) for s in servers]
+    owned = _service_owned(host, servers, facts, svc)
     skipped: Dict[str, str] = {}
     problems: List[Problem] = []
     expired: List[repair.Marker] = []
+    facts = [f for f in facts if f.id not in owned]
     verdicts = evacuable.decide_all(facts, es)
     problems.extend(verdicts.problems)
     skipped.update(verdicts.skipped)
@@ -178,9 +199,29 @@ def select(ctx, host, servers, now) -> Selection:
                     servers=skipped, reason="recovery policy ([recovery], "
                     "server/flavor/aggregate metadata) says not to evacuate "
                     "them")
+    skipped.update(owned)
     return Selection(ranking.ids, skipped,
                      {r.id: order.sort_key(r.server, r.priority)
                       for r in ranking.servers})
+
+
+def _service_owned(host, servers, facts, settings):
+    """{server id: why} of the servers a service owns (excluded by
+    project or tag): left on the host, whatever the other policies say."""
+    owned = {}
+    for server, f in zip(servers, facts):
+        why = service.excluded(f, settings, project_of(server))
+        if why is not None:
+            owned[f.id] = why
+    if owned:
+        LOG.warning("servers_left_to_their_service", host=host,
+                    count=len(owned), servers=owned,
+                    reason="service-owned ([instance_repair] "
+                           "excluded_projects, excluded_tags): their "
+                           "service fails over by itself; moving them "
+                           "behind its back breaks it, so they are not "
+                           "evacuated")
+    return owned
 
 
 def explain(ctx_conf, compute, server_id, now):
@@ -190,8 +231,9 @@ def explain(ctx_conf, compute, server_id, now):
     server = compute.get_server(server_id)
     aggregates = _aggregates(compute, server.host)
     es = evacuable.Settings.from_conf(ctx_conf)
+    svc = IRSettings.host_path_from_conf(ctx_conf)
     f = _facts(server, aggregates, _images(compute, server.host, [server],
-                                           es))
+                                           es, tags=bool(svc.excluded_tags)))
     rs = repair.Settings.from_conf(ctx_conf)
     global_scope = next((a for a in aggregates
                          if a.name == rs.global_aggregate), None) \
@@ -203,6 +245,12 @@ def explain(ctx_conf, compute, server_id, now):
                           ctx_conf.evacuation.microversion), server.status)
     lines.append("nova: evacuable" if plan.evacuate
                  else "nova: not evacuable: %s" % plan.reason)
+    owned = service.excluded(f, svc, project_of(server))
+    lines.append("service-owned: %s" % (owned or "no"))
+    group, bad = service.restart_group_of(f, svc)
+    lines.append("restart group: %s" % (
+        group if group is not None else "none" if bad is None
+        else "none: " + bad.message))
     ev = evacuable.decide(f, es)
     lines.append("evacuable tagging: %s: %s" % (
         "yes" if ev.evacuable else "no", ev.reason))
@@ -214,7 +262,7 @@ def explain(ctx_conf, compute, server_id, now):
     lines.append("priority: %d (%s)" % (pr.value, pr.source))
     for p in evacuable.unique(list(ev.problems) + list(pr.problems)):
         lines.append("problem: %s" % p.message)
-    why = (None if plan.evacuate else plan.reason) or \
+    why = (None if plan.evacuate else plan.reason) or owned or \
         (None if ev.evacuable else ev.reason) or \
         rep.decision.why_not(repair.Level.EVACUATE)
     lines.append("decision: %s" % ("evacuated if its host is lost"

@@ -109,8 +109,21 @@ class Settings:
                    hold_min_failures=g.hold_min_failures,
                    hold_window=float(g.hold_window),
                    allow_rebuild=g.allow_rebuild,
-                   excluded_projects=frozenset(
-                       p.strip() for p in g.excluded_projects if p.strip()),
-                   excluded_tags=frozenset(
-                       t.strip() for t in g.excluded_tags if t.strip()),
+                   excluded_projects=_names(g.excluded_projects),
+                   excluded_tags=_names(g.excluded_tags),
                    restart_group_key=g.restart_group_key)
+
+    @classmethod
+    def host_path_from_conf(cls, conf):
+        """What the host path (evacuation) reads of ``[instance_repair]``
+        whether instance repair is enabled or not: the exclusions and the
+        restart group key. The ladder's options keep their defaults."""
+        g = conf.instance_repair
+        return cls(excluded_projects=_names(g.excluded_projects),
+                   excluded_tags=_names(g.excluded_tags),
+                   restart_group_key=g.restart_group_key)
+
+
+def _names(values) -> FrozenSet[str]:
+    """A list option's non-blank entries, stripped."""
+    return frozenset(v.strip() for v in values if v.strip())

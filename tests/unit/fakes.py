@@ -115,20 +115,21 @@ class FakeCompute(cb.ComputeDriver):
                 if v["host"] == host]
 
     def get_server(self, server_id):
+        """``project``: the server's project (Nova's tenant_id), if set."""
         v = self.servers[server_id]
+        raw = {"metadata": dict(v.get("metadata") or {}),
+               "tags": list(v.get("tags") or ()),
+               "created": v.get("created"),
+               "flavor": {"vcpus": 1, "ram": 1024, "disk": 10,
+                          "ephemeral": 0, "swap": 0, "extra_specs": {}},
+               "image": {"id": v["image"]} if v.get("image") else ""}
+        if v.get("project"):
+            raw["tenant_id"] = v["project"]
         return cb.Server(id=v["id"], name=v.get("name") or v["id"],
                          status=v["status"],
                          host=v["host"], vm_state=v["vm_state"],
                          fault=v["fault"], task_state=v.get("task_state"),
-                         power_state=v.get("power_state"),
-                         raw={"metadata": dict(v.get("metadata") or {}),
-                              "tags": list(v.get("tags") or ()),
-                              "created": v.get("created"),
-                              "flavor": {"vcpus": 1, "ram": 1024,
-                                         "disk": 10, "ephemeral": 0,
-                                         "swap": 0, "extra_specs": {}},
-                              "image": ({"id": v["image"]} if v.get("image")
-                                        else "")})
+                         power_state=v.get("power_state"), raw=raw)
 
     # -- instance repair (issue 25) -------------------------------------------
     def list_servers_by_status(self, status):

@@ -165,3 +165,90 @@ def test_markers_stay_when_removal_is_off():
     state, _ = _recover(w)
     assert state == "evacuated"
     assert w.compute.servers[vm]["metadata"] == marker
+
+
+# -- service-owned servers (issue 25: [instance_repair] exclusions) ----------
+
+def _owned_world():
+    """compute-1's vm-0 is in the Octavia project, vm-1 carries the
+    amphora tag, vm-2 boots from an image tagged amphora, vm-3 is a
+    tenant's. Instance repair stays off: the exclusions apply all the
+    same."""
+    w = _world(servers=4)
+    w.conf.set_override("excluded_projects", ["octavia-svc"],
+                        "instance_repair")
+    w.conf.set_override("excluded_tags", ["amphora"], "instance_repair")
+    assert not w.conf.instance_repair.enabled
+    vms = ["compute-1-vm-%d" % i for i in range(4)]
+    w.compute.servers[vms[0]]["project"] = "octavia-svc"
+    w.compute.servers[vms[1]]["tags"] = ["amphora"]
+    w.compute.images = {"img-amp": {"name": "amphora-x64-haproxy",
+                                    "tags": ["amphora"]},
+                        "img-plain": {"name": "plain"}}
+    w.compute.servers[vms[2]]["image"] = "img-amp"
+    w.compute.servers[vms[3]]["image"] = "img-plain"
+    w.compute.servers[vms[3]]["project"] = "tenant"
+    return w, vms
+
+
+def test_service_owned_servers_stay_on_the_lost_host_and_say_why():
+    w, vms = _owned_world()
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    # Only the tenant's server was sent; the others were never asked for.
+    assert _sent(w) == [vms[3]]
+    assert set(w.compute.requested) == {vms[3]}
+    assert "1/1 servers evacuated, 3 not evacuable" in reason, reason
+    for vm in vms[:3]:
+        assert w.compute.servers[vm]["host"] == "compute-1"
+    skipped = {r["server_id"]: r["detail"] for r in w.journal.evacuations()
+               if r["status"] == "skipped"}
+    assert sorted(skipped) == vms[:3]
+    assert "project octavia-svc is in [instance_repair] excluded_projects" \
+        in skipped[vms[0]]
+    assert "server tag amphora is in [instance_repair] excluded_tags" \
+        in skipped[vms[1]]
+    assert "image amphora-x64-haproxy has the tag amphora" in skipped[vms[2]]
+    # Nothing but the lost host was powered off.
+    assert w.fencer.powered_off == ["compute-1"]
+
+
+def test_an_exclusion_wins_over_an_evacuable_tag():
+    w, vms = _owned_world()
+    w.conf.set_override("evacuable_tagging", True, "recovery")
+    for vm in vms:
+        w.compute.servers[vm]["metadata"] = {"evacuable": "true"}
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    assert _sent(w) == [vms[3]]
+
+
+def test_without_exclusions_no_image_is_read_and_all_go():
+    w, vms = _owned_world()
+    w.conf.set_override("excluded_projects", [], "instance_repair")
+    w.conf.set_override("excluded_tags", [], "instance_repair")
+    reads = []
+    w.compute.get_image = lambda iid: reads.append(iid) or {}
+    state, reason = _recover(w)
+    assert state == "evacuated", reason
+    assert sorted(_sent(w)) == vms and reads == []
+
+
+def test_policy_explain_says_service_owned_and_the_restart_group():
+    from instanceha.engine import selection
+    w, vms = _owned_world()
+    w.compute.servers[vms[3]]["metadata"] = {
+        "instanceha:restart_group": "2"}
+    w.compute.servers[vms[1]]["metadata"] = {
+        "instanceha:restart_group": "db"}
+    lines = selection.explain(w.conf, w.compute, vms[2], w.clock())
+    assert "service-owned: image amphora-x64-haproxy has the tag " \
+        "amphora" in "\n".join(lines)
+    assert lines[-1].startswith("decision: left on its host: image "
+                                "amphora-x64-haproxy"), lines
+    lines = selection.explain(w.conf, w.compute, vms[3], w.clock())
+    assert "service-owned: no" in lines and "restart group: 2" in lines
+    assert lines[-1] == "decision: evacuated if its host is lost"
+    lines = selection.explain(w.conf, w.compute, vms[1], w.clock())
+    assert any(line.startswith("restart group: none: ") and "'db'" in line
+               for line in lines), lines
