@@ -55,6 +55,16 @@ class Run(Sending):
         self.keys = {}
         #: server id -> the reserved host its evacuation is aimed at
         self.targets = {}
+        #: server id -> (project, restart group), of the servers with one
+        self.groups = {}
+        #: {server id: why it waits for a lower restart group}, ready
+        #: servers held back at the last pass (engine.evac_groups)
+        self.group_waits = {}
+        #: {server id: the group it was last said to wait for} (the log)
+        self.group_said = {}
+        #: this run's unsettled grouped servers as the other hosts' runs
+        #: see them, replaced at the end of each pass (evac_groups.publish)
+        self.group_members = ()
         self.held_logged = 0
         #: {server id: why the gate holds it} at the last pass
         self.held = {}
@@ -81,6 +91,9 @@ class Run(Sending):
         if self.held:
             text += ", %d held (%s)" % (len(self.held),
                                         next(iter(self.held.values())))
+        if self.group_waits:
+            text += ", %d waiting for a lower restart group (%s)" % (
+                len(self.group_waits), next(iter(self.group_waits.values())))
         return text
 
     def close(self):

@@ -12,8 +12,8 @@ wakes the host. No pass waits, and nothing runs on a thread of its own.
 
 import structlog
 
-from instanceha.engine import admission, evac_judge, placement, proof
-from instanceha.engine import selection
+from instanceha.engine import admission, evac_groups, evac_judge, placement
+from instanceha.engine import proof, selection
 from instanceha.engine.evac_run import Run, close_open_rows
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Outcome, by_server)
@@ -121,21 +121,30 @@ def _plan(ctx, record, run, servers, migrations):
                     count=len(outcome.skipped), servers=dict(outcome.skipped),
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
-    # The recovery policies: which of them, in what order (priority).
+    # The recovery policies: which of them, in what order (priority);
+    # service-owned servers stay.
     chosen = selection.select(ctx, host, candidates, now)
     outcome.skipped.update(chosen.skipped)
     run.record_skips()
+    # Restart groups: of every server listed (one resumed in flight holds
+    # the higher groups of its project too).
+    run.groups = evac_groups.read(ctx, host, servers)
     # The capacity preflight: servers no destination has room for wait
-    # (the host goes pending) instead of being sent into NoValidHost.
+    # (the host goes pending) instead of being sent into NoValidHost;
+    # the higher restart groups of their projects wait with them.
     send, held, run.targets = placement.place(ctx, record,
                                      {s.id: s for s in candidates},
                                      chosen.ordered, outcome)
+    send, behind = evac_groups.behind_capacity(run.groups, send, held)
+    outcome.no_capacity.update(behind)
+    held.update(behind)
     for sid in send:
         run.todo.append(run.unsettled(sid, now) or (sid, now, None))
     run.keys = chosen.keys
     run.proved_at = ctx.clock()
     run.record_waiting(held)
     run.last_poll = ctx.clock()
+    evac_groups.publish(run)
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
 
@@ -150,14 +159,17 @@ def _step(ctx, record, run):
         _judge_all(ctx, run)
     if run.todo or run.inflight:
         _send_ready(ctx, record, run)
+    evac_groups.publish(run)
     if not run.inflight:
         run.judging = False
         if not run.todo:
             run.close()
             return run.outcome
-        # Retries waiting for their back-off, or servers the gate holds
-        # for other hosts' evacuations.
-        wake = min(t[1] for t in run.todo)
+        # Retries waiting for their back-off, servers the gate holds for
+        # other hosts' evacuations, or servers waiting for a lower
+        # restart group on another host (looked at every poll_interval).
+        wake = min([t[1] for t in run.todo if t[0] not in run.group_waits]
+                   or [ctx.clock() + conf.poll_interval])
         if run.held:
             wake = max(wake, ctx.clock() + conf.poll_interval)
         after = max(0.0, min(wake - ctx.clock(), conf.poll_interval))
@@ -209,6 +221,9 @@ def _send_ready(ctx, record, run):
             run.drop_todo("not evacuated: the host is not proven dead "
                           "now: " + why)
             ready = []
+    # Restart groups: a server whose project has a lower group not
+    # settled yet stays in the to-do (engine.evac_groups).
+    ready = evac_groups.hold(ctx, run, ready)
     busy = sum(1 for a in run.inflight.values() if not a.waiting)
     # The per-host limit, the cap across hosts and the priority order
     # over every host being evacuated (engine.admission). Asked at
