@@ -77,18 +77,22 @@ OPTS = [
                      "must be in actions and the server's repair level "
                      "must be rebuild."),
     cfg.ListOpt("excluded_projects", default=[],
-                help="Project ids whose servers instance repair never "
-                     "touches: services that fail over by themselves (the "
-                     "Octavia amphorae's project, for one); repairing or "
-                     "moving their servers breaks them. Not read by the "
-                     "host path (evacuation) yet: keep such servers out of "
-                     "it with their repair level or evacuable_key."),
+                help="Project ids whose servers instanceha never repairs "
+                     "nor evacuates: services that fail over by themselves "
+                     "(the Octavia amphorae's project, for one); repairing "
+                     "or moving their servers behind their back breaks "
+                     "them. Applies to both paths, whether or not instance "
+                     "repair is enabled: instance repair, and the host "
+                     "path (a lost host's such servers stay on it, "
+                     "journalled as skipped with the reason)."),
     cfg.ListOpt("excluded_tags", default=[],
                 help="Server tags, or tags of the server's image, that keep "
-                     "a server out of instance repair, for service-owned "
-                     "servers (Octavia tags its amphora image with its "
-                     "amp_image_tag, e.g. 'amphora'). Not read by the host "
-                     "path (evacuation) yet."),
+                     "a server out of instance repair and out of "
+                     "evacuation, for service-owned servers (Octavia tags "
+                     "its amphora image with its amp_image_tag, e.g. "
+                     "'amphora'). Applies to both paths, whether or not "
+                     "instance repair is enabled; set, the host path reads "
+                     "the Glance image of each server it evacuates."),
     cfg.IntOpt("sweep_interval", default=60, min=5,
                help="Seconds between two sweeps of Nova's SHUTOFF and "
                     "ERROR servers and their instance actions: the "
@@ -105,7 +109,11 @@ OPTS = [
                     "integer 0 or more: within one project, the servers of "
                     "group N+1 are sent only once every server of the "
                     "lower groups is ACTIVE (or given up). Servers without "
-                    "it wait for nobody and nobody waits for them."),
+                    "it wait for nobody and nobody waits for them. Applies "
+                    "to both paths, whether or not instance repair is "
+                    "enabled: the repairs, and the evacuate requests of "
+                    "lost hosts' servers (across the hosts this "
+                    "instanceha is evacuating)."),
 ]
 
 register_opts, list_opts = _group.make(
