@@ -5,7 +5,8 @@ fake driver whose guest a test may turn off (novaside/iha_fakevirt.py,
 context, as it does for a guest that shut down or crashed. The real
 ``instanceha run`` finds it through Nova's notifications (on the bed's
 vhost, with a broker user of the test's own) and its sweep, and starts it
-again; a server its user stopped through the API stays stopped; a server
+again; a server its user stopped through the API (before the start, and
+one while it listens) stays stopped; a server
 an admin pushed to ERROR (os-resetState) is hard-rebooted. Asserted
 through Nova's API (status, power state, metadata markers, instance
 actions) and the engine's journal.
@@ -58,9 +59,9 @@ def _actions(bed, sid):
 def test_a_guest_off_by_itself_is_started_a_users_stop_stays(
         bed, engine, broker_user):
     host = bed.hosts[0]
-    ids = bed.cloud.boot(host, 3, name="repair")
+    ids = bed.cloud.boot(host, 4, name="repair")
     bed.cloud.wait_servers(ids, host=host)
-    crashed, users, errored = ids
+    crashed, users, errored, live = ids
     _action(bed, users, {"os-stop": None})
     bed.cloud.wait_servers([users], status="SHUTOFF", timeout=60)
 
@@ -119,16 +120,32 @@ def test_a_guest_off_by_itself_is_started_a_users_stop_stays(
             eng.journal().repairs(errored)]
     assert rows == [("hard_reboot", "success")], rows
 
-    # The user's stop: two sweeps later it is still stopped, untouched.
+    # A user stops a server while instanceha listens: its
+    # instance.power_off notifications arrive live, with the user's
+    # context.
+    _action(bed, live, {"os-stop": None})
+    bed.cloud.wait_servers([live], status="SHUTOFF", timeout=60)
+
+    def heard():
+        return any("instance_repair_news" in line and live in line
+                   and "user_stop" in line
+                   for line in eng.log_text().splitlines())
+    procs.wait_until(heard, 30, "the user's stop heard in a notification "
+                     "and left alone", "instanceha", eng.log_path,
+                     interval=0.5)
+    # The users' stops (one before the start, one live): two sweeps
+    # later both are still stopped, untouched.
     deadline = time.monotonic() + 2 * REPAIR["sweep_interval"] + 2
     while time.monotonic() < deadline:
-        assert bed.cloud.server(users)["status"] == "SHUTOFF"
+        for sid in (users, live):
+            assert bed.cloud.server(sid)["status"] == "SHUTOFF", sid
         time.sleep(1)
-    assert [a["action"] for a in _actions(bed, users)
-            if a["action"] != "create"] == ["stop"]
-    assert eng.journal().repairs(users) == []
-    assert not any(k.startswith(PREFIX) for k in
-                   bed.cloud.server(users).get("metadata") or {})
+    for sid in (users, live):
+        assert [a["action"] for a in _actions(bed, sid)
+                if a["action"] != "create"] == ["stop"], sid
+        assert eng.journal().repairs(sid) == [], sid
+        assert not any(k.startswith(PREFIX) for k in
+                       bed.cloud.server(sid).get("metadata") or {}), sid
     status = eng.status()["instance_repair"]
     assert status["open"] == 0, status
     print("guest off -> ACTIVE again on real Nova in %.1f s" % took)
