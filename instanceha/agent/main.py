@@ -20,6 +20,7 @@ from instanceha import log
 from instanceha import sdnotify
 from instanceha.agent import control as control_mod
 from instanceha.agent import facts as facts_mod
+from instanceha.agent import guest_events
 from instanceha.agent import sender as sender_mod
 from instanceha.conf import agent as agent_conf
 from instanceha.errors import ConfigError
@@ -52,7 +53,8 @@ class Agent:
     """The agent's parts, built from ``conf`` (raises ConfigError); the
     keyword arguments replace the system's pieces (tests, simulator)."""
 
-    def __init__(self, conf, keyring, host=None, reader=None, **sender_kw):
+    def __init__(self, conf, keyring, host=None, reader=None,
+                 libvirt_module=facts_mod.libvirt, **sender_kw):
         self.conf = conf
         self.host = host or sender_mod.resolve_host(conf)
         self.reader = reader or facts_mod.FactReader(conf)
@@ -61,6 +63,12 @@ class Agent:
             unit_fn=lambda: self.reader.compute_unit)
         self.sender = sender_mod.Sender(
             conf, keyring, facts_fn=self.facts, host=self.host, **sender_kw)
+        self.guests = None
+        if conf.agent.guest_events:
+            self.guests = guest_events.GuestWatcher(
+                conf, keyring, self.host, self.sender.boot_id,
+                self.sender.send_event, self.sender.sent_at,
+                libvirt_module=libvirt_module)
 
     def facts(self):
         """This beat's facts, also shown to the self-restart policy."""
@@ -77,6 +85,11 @@ class Agent:
 
     def run(self, stop):
         """Beat until ``stop`` is set, then close everything."""
+        if self.guests is not None:
+            try:
+                self.guests.start(stop)
+            except Exception:   # beats go on without guest events
+                LOG.exception("agent.guest_events_failed")
         try:
             self.sender.run(stop)
         finally:

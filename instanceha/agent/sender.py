@@ -214,6 +214,27 @@ class Sender:
             self._note(path, failed)
         return total
 
+    def send_event(self, data):
+        """Send one signed datagram other than a beat (a guest event) to
+        every engine over the first path; return the number handed to
+        the kernel. Failures count on that path, as beats' do."""
+        path = self.paths[0]
+        total = 0
+        failed = None
+        for family, address in self._engines:
+            sock = path.sockets.get(family)
+            if sock is None:
+                continue
+            try:
+                sock.sendto(data, address)
+            except OSError as e:
+                failed = e
+                path.errors += 1
+            else:
+                total += 1
+        self._note(path, failed)
+        return total
+
     def _note(self, path, failed):
         if failed is not None and not path.failing:
             LOG.warning("agent.path_failing", path=path.name,

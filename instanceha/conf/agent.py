@@ -103,8 +103,20 @@ OPTS = [
                      "libvirt (python3-libvirt must be importable by the "
                      "agent; otherwise the count is sent as unknown)."),
     cfg.StrOpt("libvirt_uri", default="qemu:///system",
-               help="libvirt connection URI for counting guests, opened "
-                    "read-only."),
+               help="libvirt connection URI for counting guests and "
+                    "watching their events, opened read-only."),
+    cfg.BoolOpt("guest_events", default=True,
+                help="Watch libvirt's lifecycle events and send the "
+                     "engines those of guests that broke by themselves: "
+                     "stopped with detail failed or crashed, crashed, "
+                     "paused on a watchdog or an I/O error (never a "
+                     "normal shutdown or a destroy, which is how Nova "
+                     "stops a server). The engine's instance repair "
+                     "judges each against Nova's view of the server: "
+                     "faster detection, never a repair Nova's view does "
+                     "not call for. Needs python3-libvirt importable by "
+                     "the agent; otherwise nothing is watched (logged at "
+                     "start)."),
     cfg.FloatOpt("facts_interval", default=10.0, min=0, max=3600,
                  help="Seconds a systemd or libvirt answer is reused before "
                       "asking again (pid files are read at every beat). "

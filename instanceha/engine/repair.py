@@ -1,7 +1,8 @@
 """Instance repair as passes of the engine (issue 25): a server that broke
 on a healthy host comes back, in order of risk, and says what happened.
 
-Sources (Nova's notifications, the periodic sweep, the operator) hand
+Sources (Nova's notifications, the hosts' agents, the periodic sweep,
+the operator) hand
 news about one server to :meth:`InstanceRepair.news`; they never act. The
 news opens a *case* for the server and puts its key (:class:`RepairKey`)
 on the engine's work queue, where the engine's workers run
@@ -189,6 +190,23 @@ class InstanceRepair:
                  event_type=facts.event, host=verdict.host,
                  verdict=verdict.kind, reason=verdict.reason)
         return self.news(verdict, at, "notification")
+
+    def from_agent(self, event, at):
+        """A host agent's guest event (heartbeat.guest.GuestEvent, from
+        the heartbeat source). A crash opens a case as a crash
+        notification does; its pass then reads Nova and waits for Nova's
+        view to catch up (repair_pass.AGENT_GRACE) before it closes a
+        case of a server Nova still shows running."""
+        if not self.enabled:
+            return False
+        verdict = repair_news.agent_verdict(event.host, event.server,
+                                            event.event, event.detail)
+        if verdict is None:
+            return False
+        LOG.info("instance_repair_news", server=verdict.server_id,
+                 host=verdict.host, verdict=verdict.kind,
+                 source=repair_pass.AGENT, reason=verdict.reason)
+        return self.news(verdict, at, repair_pass.AGENT)
 
     def from_sweep(self, server, actions, at):
         """The sweep's server (SHUTOFF or ERROR) and its instance

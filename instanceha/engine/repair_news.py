@@ -2,7 +2,8 @@
 (issue 25): an instance notification's facts
 (:class:`~instanceha.sources.nova_payloads.InstanceFacts`) as a
 :class:`~instanceha.policy.instance_repair.ServerNews`, and a sweep's
-server with its instance actions, each classified into a Verdict (or
+server with its instance actions, and an agent's libvirt guest event
+(:mod:`instanceha.heartbeat.guest`), each classified into a Verdict (or
 None). Pure."""
 
 from typing import Optional, Sequence
@@ -40,3 +41,24 @@ def sweep_verdict(server, actions: Sequence) -> Optional[ir.Verdict]:
     return ir.classify_actions(server.id, server.vm_state, server.task_state,
                                server.power_state, records,
                                host=server.host)
+
+
+#: an agent's guest event (event, detail) -> verdict kind; any other
+#: detail of a crash is a crash too
+_AGENT = {("stopped", "failed"): ir.CRASHED, ("stopped", "crashed"): ir.CRASHED,
+          ("suspended", "watchdog"): ir.HYPERVISOR_PAUSED,
+          ("suspended", "ioerror"): ir.HYPERVISOR_PAUSED}
+
+
+def agent_verdict(host: str, server: str, event: str,
+                  detail: str) -> Optional[ir.Verdict]:
+    """The verdict of a host agent's libvirt lifecycle event of
+    ``server``: a crash or a failed guest is CRASHED, a pause on a
+    watchdog or an I/O error HYPERVISOR_PAUSED (reported, as Nova's own
+    news of it is); anything else None. Never by a user: a destroy (how
+    a user's stop ends) is not sent by agents."""
+    kind = ir.CRASHED if event == "crashed" else _AGENT.get((event, detail))
+    if kind is None:
+        return None
+    return ir.Verdict(kind, server, "agent: libvirt %s/%s on %s"
+                      % (event, detail, host), by_user=False, host=host)

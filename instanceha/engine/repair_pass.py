@@ -32,6 +32,9 @@ GUEST_OFF = (4, 6, 7)
 #: seconds a case waits for Nova's own stop of an active server whose guest
 #: is off before the ladder goes on without it (a hard reboot)
 NOVA_STOP_GRACE = 30.0
+#: source of the agents' guest events; their cases wait this long for Nova's
+#: view to show the guest broken before a server Nova shows up closes them
+AGENT, AGENT_GRACE = "agent", 60.0
 
 
 # -- side effects ----------------------------------------------------------------
@@ -160,6 +163,11 @@ def run(repair, case) -> Optional[float]:
             return None
 
     # 2. Healthy again (by itself, or by someone else): nothing to do.
+    if is_up(server) and not case.operator and case.source == AGENT \
+            and case.attempt is None and now - case.broke_at < AGENT_GRACE:
+        case.state = "waiting"
+        case.why = "the agent saw the guest break; Nova shows it running"
+        return FOLLOW
     if is_up(server) and not case.operator:
         LOG.info("repair_case_closed", server=case.server_id,
                  reason="ACTIVE again without a repair action")

@@ -7,7 +7,8 @@ big-endian)::
     offset  size
      0       4   magic, b"IHAB"
      4       1   protocol version: 2
-     5       1   type: 1 beat, 2 request
+     5       1   type: 1 beat, 2 request, 3 guest event (read by
+                 :mod:`instanceha.heartbeat.guest` only)
      6       8   id of the key that signed it: 8 hex digits, ASCII
                  (see :mod:`instanceha.heartbeat.keys`)
     14       2   body length
@@ -58,6 +59,8 @@ MAGIC = b"IHAB"
 MAC_SIZE = 32
 BEAT = 1
 REQUEST = 2
+GUEST_EVENT = 3
+_NO_BODIES: Dict[int, object] = {}
 _HEADER = struct.Struct(">4sBB8sH")
 _BEAT = struct.Struct(">QdBBIBBB")
 _REQUEST = struct.Struct(">QdBBH")
@@ -266,10 +269,15 @@ def decode(data: bytes, keyring) -> Message:
     return decode_signed(data, keyring)[0]
 
 
-def decode_signed(data: bytes, keyring):
+def decode_signed(data: bytes, keyring, bodies=None):
     """(message, kid): :func:`decode` plus the id of the key that signed
     it, for a receiver that reports who still signs with the previous
-    key during a rotation."""
+    key during a rotation. ``bodies``: {type: reader(data, end)} of the
+    further types the receiver reads (the guest event,
+    :func:`instanceha.heartbeat.guest.decode_signed`); others are
+    malformed."""
+    if bodies is None:
+        bodies = _NO_BODIES
     if type(data) is not bytes:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise Dropped("malformed", "not bytes")
@@ -295,7 +303,7 @@ def decode_signed(data: bytes, keyring):
                           % (size, end + MAC_SIZE))
         raise Dropped("malformed", "%d bytes after the signature"
                       % (size - end - MAC_SIZE))
-    if kind != BEAT and kind != REQUEST:
+    if kind != BEAT and kind != REQUEST and kind not in bodies:
         raise Dropped("malformed", "unknown type %d" % kind)
     key = keyring.by_wire_id(wire_kid)
     if key is None:
@@ -304,7 +312,9 @@ def decode_signed(data: bytes, keyring):
         raise Dropped("bad_signature", "key id %s" % key.kid)
     if kind == BEAT:
         return _beat(data, end), key.kid
-    return _request(data, end), key.kid
+    if kind == REQUEST:
+        return _request(data, end), key.kid
+    return bodies[kind](data, end), key.kid
 
 
 def _unknown_version(data):

@@ -334,10 +334,18 @@ class Service(Group, Reloading, Health):
                 and conf.agent.listen_addresses:
             # Bound at start like kdump's socket; a standby hears the
             # beats and acts on none of them.
+            guest_sink = None
+            if conf.instance_repair.enabled:
+                def guest_sink(event, at):
+                    # The agents' guest events: news for instance repair
+                    # (a standby hears them and acts on none).
+                    if self.membership is None or self._acting:
+                        self.engine.repair.from_agent(event, at)
             src = HeartbeatSource(conf, self._submit_if_acting
                                   if self.membership is not None else sink,
                                   self.clock,
-                                  lambda: self.engine.known_hosts())
+                                  lambda: self.engine.known_hosts(),
+                                  guest_sink=guest_sink)
             self.sources.append(src)
             self.heartbeat = src
             health["agent_heartbeat"] = src.health

@@ -13,7 +13,8 @@ on changes only. A periodic check reports hosts whose
 paths fell silent. Anything not accepted is counted by reason (the
 protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
 ``unexpected_kind`` for a request sent to an engine, ``unknown_host`` for
-a beat naming a host Nova does not know) and never raises; a datagram
+a beat naming a host Nova does not know, ``no_guest_sink`` for a guest
+event when instance repair is off) and never raises; a datagram
 never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
 
 Threads: the receiver and the check change the table under ``_lock`` and
@@ -34,9 +35,11 @@ import structlog
 from instanceha.conf import heartbeat as heartbeat_conf
 from instanceha.errors import ConfigError, StartupError
 from instanceha.events import Event
+from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
+from instanceha.sources import heartbeat_guest
 from instanceha.sources import udp
 from instanceha.sources.heartbeat_table import HostTable
 from instanceha.util import datagrams
@@ -46,8 +49,10 @@ LOG = structlog.get_logger("instanceha.sources.heartbeat")
 
 UNEXPECTED_KIND = "unexpected_kind"
 UNKNOWN_HOST = "unknown_host"
+NO_GUEST_SINK = "no_guest_sink"
 #: Every reason a datagram is dropped, for counting.
-DROP_REASONS = protocol.DROP_REASONS + (UNEXPECTED_KIND, UNKNOWN_HOST)
+DROP_REASONS = protocol.DROP_REASONS + (UNEXPECTED_KIND, UNKNOWN_HOST,
+                                        NO_GUEST_SINK)
 #: A drop reason is logged at most once per this many seconds.
 DROP_LOG_INTERVAL = 60.0
 #: Nova's host list is read again at most this often for an unknown name.
@@ -66,7 +71,7 @@ class HeartbeatSource:
     benchmarks)."""
 
     def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
-                 *, keyring=None):
+                 *, keyring=None, guest_sink=None):
         group = self._group = conf.agent
         try:
             self._bind_to = heartbeat_conf.listen_addresses(group)
@@ -80,6 +85,9 @@ class HeartbeatSource:
                                         group.previous_key_file)
         self.keyring = keyring
         self._sink = sink
+        # guest_sink(GuestEvent, now): the agents' guest events (issue
+        # 25), accepted as beats are (heartbeat_guest); None: dropped.
+        self._guest_sink = guest_sink
         self._clock = clock
         self._known_hosts = known_hosts
         self._table = HostTable(group.silence_timeout)
@@ -238,11 +246,12 @@ class HeartbeatSource:
         logs are written only for events and drops."""
         if now is None:
             now = self._clock()
-        decode = protocol.decode_signed
+        decode = guest.decode_signed
         keyring = self.keyring
         beat_type = protocol.Beat
         beats = []
         drops = []
+        guests = []
         for data, sender in batch:
             try:
                 message, kid = decode(data, keyring)
@@ -250,10 +259,15 @@ class HeartbeatSource:
                 drops.append((d.reason, sender, d.detail))
                 continue
             if type(message) is not beat_type:
+                if type(message) is guest.GuestEvent:
+                    guests.append((message, sender))
+                    continue
                 drops.append((UNEXPECTED_KIND, sender,
                               "a request sent to an engine"))
                 continue
             beats.append((message, kid, sender))
+        if guests:
+            heartbeat_guest.accept(self, guests, now, drops)
         events: List[Event] = []
         if beats:
             with self._emit:
