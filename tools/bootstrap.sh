@@ -36,7 +36,10 @@ fi
 # rules' checks and unit tests) and for functional/sim/test_prometheus.py
 # (a private server per run; where no policy-rc.d holds services down,
 # Debian also starts its own prometheus service, on port 9090, which the
-# tests do not use). INSTANCEHA_SKIP_APT=1 skips them; without
+# tests do not use), and python3-libvirt for functional/test_agent_guest_
+# events.py (libvirt's in-process test:///default driver; the venv does not
+# see Debian's packages: the test loads that module from its directory).
+# INSTANCEHA_SKIP_APT=1 skips them; without
 # root or apt-get they are left to you (those tests then skip, or fail
 # under INSTANCEHA_REQUIRE_SERVICES=1).
 pkgs=
@@ -44,6 +47,8 @@ command -v etcd >/dev/null 2>&1 || pkgs="$pkgs etcd-server"
 command -v shellcheck >/dev/null 2>&1 || pkgs="$pkgs shellcheck"
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 \
   || pkgs="$pkgs prometheus"
+[ -f /usr/lib/python3/dist-packages/libvirt.py ] \
+  || pkgs="$pkgs python3-libvirt"
 if [ -n "$pkgs" ] && [ "${INSTANCEHA_SKIP_APT:-0}" != 1 ] \
     && command -v apt-get >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi
