@@ -198,27 +198,21 @@ class Sender:
             path.seq += 1
             data = protocol.encode_beat(self._beat(path, sent_at, facts),
                                         key)
-            failed = None
-            for family, address in self._engines:
-                sock = path.sockets.get(family)
-                if sock is None:
-                    continue
-                try:
-                    sock.sendto(data, address)
-                except OSError as e:
-                    failed = e
-                    path.errors += 1
-                else:
-                    path.sent += 1
-                    total += 1
-            self._note(path, failed)
+            sent = self._to_engines(path, data)
+            path.sent += sent
+            total += sent
         return total
 
     def send_event(self, data):
         """Send one signed datagram other than a beat (a guest event) to
         every engine over the first path; return the number handed to
         the kernel. Failures count on that path, as beats' do."""
-        path = self.paths[0]
+        return self._to_engines(self.paths[0], data)
+
+    def _to_engines(self, path, data):
+        """``data`` to every engine on ``path``; the number handed to the
+        kernel. A failure counts in the path's errors and is said once
+        (_note)."""
         total = 0
         failed = None
         for family, address in self._engines:

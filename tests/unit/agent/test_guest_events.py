@@ -36,15 +36,12 @@ def fire(w, lv, event, detail, sid=SID):
 
 def test_events_of_a_guest_that_broke_by_itself_are_sent_signed():
     w, lv, sent = watcher()
-    fire(w, lv, "VIR_DOMAIN_EVENT_STOPPED", "VIR_DOMAIN_EVENT_STOPPED_FAILED")
-    fire(w, lv, "VIR_DOMAIN_EVENT_STOPPED",
-         "VIR_DOMAIN_EVENT_STOPPED_CRASHED")
-    fire(w, lv, "VIR_DOMAIN_EVENT_CRASHED",
-         "VIR_DOMAIN_EVENT_CRASHED_PANICKED")
-    fire(w, lv, "VIR_DOMAIN_EVENT_SUSPENDED",
-         "VIR_DOMAIN_EVENT_SUSPENDED_WATCHDOG")
-    fire(w, lv, "VIR_DOMAIN_EVENT_SUSPENDED",
-         "VIR_DOMAIN_EVENT_SUSPENDED_IOERROR")
+    for event, detail in (("STOPPED", "STOPPED_FAILED"),
+                          ("STOPPED", "STOPPED_CRASHED"),
+                          ("CRASHED", "CRASHED_PANICKED"),
+                          ("SUSPENDED", "SUSPENDED_WATCHDOG"),
+                          ("SUSPENDED", "SUSPENDED_IOERROR")):
+        fire(w, lv, "VIR_DOMAIN_EVENT_" + event, "VIR_DOMAIN_EVENT_" + detail)
     w.on_lifecycle(None, fake_libvirt.Dom(SID), lv.VIR_DOMAIN_EVENT_CRASHED,
                    99, None)      # a crash detail of a newer libvirt
     got = [guest.decode(d, helpers.KEYRING) for d in sent]
@@ -60,12 +57,10 @@ def test_events_of_a_guest_that_broke_by_itself_are_sent_signed():
 
 def test_a_shutdown_a_destroy_a_start_a_resume_or_a_pause_send_nothing():
     w, lv, sent = watcher()
-    fire(w, lv, "VIR_DOMAIN_EVENT_STOPPED",
-         "VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN")
-    fire(w, lv, "VIR_DOMAIN_EVENT_STOPPED",
-         "VIR_DOMAIN_EVENT_STOPPED_DESTROYED")
-    fire(w, lv, "VIR_DOMAIN_EVENT_SUSPENDED",
-         "VIR_DOMAIN_EVENT_SUSPENDED_PAUSED")
+    for event, detail in (("STOPPED", "STOPPED_SHUTDOWN"),
+                          ("STOPPED", "STOPPED_DESTROYED"),
+                          ("SUSPENDED", "SUSPENDED_PAUSED")):
+        fire(w, lv, "VIR_DOMAIN_EVENT_" + event, "VIR_DOMAIN_EVENT_" + detail)
     w.on_lifecycle(None, fake_libvirt.Dom(SID), lv.VIR_DOMAIN_EVENT_STARTED,
                    0, None)
     w.on_lifecycle(None, fake_libvirt.Dom(SID), lv.VIR_DOMAIN_EVENT_RESUMED,
