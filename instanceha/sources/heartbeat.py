@@ -28,7 +28,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import List
+from typing import Any, List, Tuple
 
 import structlog
 
@@ -39,7 +39,6 @@ from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
-from instanceha.sources import heartbeat_guest
 from instanceha.sources import udp
 from instanceha.sources.heartbeat_table import HostTable
 from instanceha.util import datagrams
@@ -86,7 +85,8 @@ class HeartbeatSource:
         self.keyring = keyring
         self._sink = sink
         # guest_sink(GuestEvent, now): the agents' guest events (issue
-        # 25), accepted as beats are (heartbeat_guest); None: dropped.
+        # 25), accepted as beats are (a host Nova knows, the replay guard
+        # on a sequence of their own); None: dropped.
         self._guest_sink = guest_sink
         self._clock = clock
         self._known_hosts = known_hosts
@@ -251,7 +251,6 @@ class HeartbeatSource:
         beat_type = protocol.Beat
         beats = []
         drops = []
-        guests = []
         for data, sender in batch:
             try:
                 message, kid = decode(data, keyring)
@@ -259,24 +258,28 @@ class HeartbeatSource:
                 drops.append((d.reason, sender, d.detail))
                 continue
             if type(message) is not beat_type:
-                if type(message) is guest.GuestEvent:
-                    guests.append((message, sender))
+                if type(message) is not guest.GuestEvent:
+                    drops.append((UNEXPECTED_KIND, sender,
+                                  "a request sent to an engine"))
                     continue
-                drops.append((UNEXPECTED_KIND, sender,
-                              "a request sent to an engine"))
-                continue
+                if self._guest_sink is None:
+                    drops.append((NO_GUEST_SINK, sender, "a guest event, "
+                                  "and instance repair is off"))
+                    continue
             beats.append((message, kid, sender))
-        if guests:
-            heartbeat_guest.accept(self, guests, now, drops)
         events: List[Event] = []
         if beats:
+            guests: List[Tuple[guest.GuestEvent, Any]] = []
             with self._emit:
-                unknown = self._record(beats, now, events, drops)
+                unknown = self._record(beats, now, events, guests, drops)
                 if unknown and self._refresh_due(now):
                     self.refresh(now)
-                    unknown = self._record(unknown, now, events, drops)
+                    unknown = self._record(unknown, now, events, guests,
+                                           drops)
                 for message, _, sender in unknown:
                     self._unknown_host(message.host, sender)
+                for message, sender in guests:
+                    self._guest(message, sender, now)
                 for event in events:
                     # The first beats after a start are many, say little.
                     (LOG.debug if event.reason == "first beat"
@@ -289,11 +292,24 @@ class HeartbeatSource:
             self._drop(reason, sender, detail, now)
         return events
 
-    def _record(self, beats, now, events, drops):
-        """Under ``_lock``: each beat (message, kid, sender) of a host
-        Nova knows through the replay guard and into the table (its
-        event appended to ``events``, a refusal to ``drops``). Returns
-        the beats of hosts Nova does not know (as far as read)."""
+    def _guest(self, message, sender, now):
+        LOG.info("agent_guest_event", host=message.host,
+                 server=message.server, lifecycle=message.event,
+                 detail=message.detail, address=sender[0],
+                 reason="the host's agent saw the guest break by itself: "
+                        "handed to instance repair")
+        try:
+            self._guest_sink(message, now)
+        except Exception as e:   # noqa: BLE001 - lives on
+            self._error("agent_guest_event_failed", e)
+
+    def _record(self, beats, now, events, guests, drops):
+        """Under ``_lock``: each beat or guest event (message, kid,
+        sender) of a host Nova knows through the replay guard (a guest
+        event on a sequence of its own, guest.REPLAY_PATH); a beat into
+        the table (its event appended to ``events``), a guest event to
+        ``guests``; a refusal to ``drops``. Returns those of hosts Nova
+        does not know (as far as read)."""
         unknown = []
         failures = []
         accepted = 0
@@ -307,13 +323,19 @@ class HeartbeatSource:
                 if host_id is None:
                     unknown.append(item)
                     continue
+                is_guest = type(message) is guest.GuestEvent
                 try:
-                    why = check(message.host, message.path,
-                                message.boot_id, message.seq,
-                                message.sent_at, now)
+                    why = check(message.host, guest.REPLAY_PATH if is_guest
+                                else message.path, message.boot_id,
+                                message.seq, message.sent_at, now)
                     if why is not None:
-                        drops.append((why, sender, "host %s path %s"
-                                      % (message.host, message.path)))
+                        drops.append((why, sender, "host %s %s" % (
+                            message.host, "guest event of " + message.server
+                            if is_guest else "path %s" % message.path)))
+                        continue
+                    if is_guest:
+                        accepted += 1
+                        guests.append((message, sender))
                         continue
                     event = record(message, kid, host_id, sender, now)
                 except Exception as e:   # noqa: BLE001 - a bug; go on
