@@ -21,7 +21,6 @@ from typing import Dict, List, Optional, Tuple
 
 import structlog
 
-from instanceha.engine.selection import project_of
 from instanceha.policy import facts_nova
 from instanceha.policy import instance_repair_groups as groups
 from instanceha.policy.instance_repair_settings import Settings
@@ -48,7 +47,7 @@ def read(ctx, host, servers) -> Groups:
                         reason=problem.message,
                         effect="evacuated without a restart group")
         if group is not None:
-            out[s.id] = (project_of(s), group)
+            out[s.id] = (facts_nova.project_of(s), group)
     return out
 
 

@@ -141,7 +141,7 @@ def run(repair, case) -> Optional[float]:
                     reason=str(e))
         return WAIT
     case.host = server.host or case.host
-    case.project_id = (server.raw or {}).get("tenant_id")
+    case.project_id = facts_nova.project_of(server)
     # Its restart group, read before any gate: a case paused or held
     # still holds the higher groups of its project.
     facts = facts_nova.server_from_record(server)

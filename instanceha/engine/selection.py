@@ -25,7 +25,7 @@ from typing import Dict, List
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.policy import evacuable, order, power, repair
+from instanceha.policy import evacuable, facts_nova, order, power, repair
 from instanceha.policy import instance_repair_groups as service
 from instanceha.policy.facts import Problem
 from instanceha.policy.instance_repair_settings import Settings as IRSettings
@@ -56,11 +56,6 @@ def _image_id(server):
     if isinstance(ref, dict) and ref.get("id"):
         return str(ref["id"])
     return None
-
-
-def project_of(server):
-    """The server's project (Nova's ``tenant_id``), None when not said."""
-    return (server.raw or {}).get("tenant_id") or None
 
 
 def _images(compute, host, servers, settings, tags=False):
@@ -210,7 +205,7 @@ def _service_owned(host, servers, facts, settings):
     project or tag): left on the host, whatever the other policies say."""
     owned = {}
     for server, f in zip(servers, facts):
-        why = service.excluded(f, settings, project_of(server))
+        why = service.excluded(f, settings, facts_nova.project_of(server))
         if why is not None:
             owned[f.id] = why
     if owned:
@@ -245,7 +240,7 @@ def explain(ctx_conf, compute, server_id, now):
                           ctx_conf.evacuation.microversion), server.status)
     lines.append("nova: evacuable" if plan.evacuate
                  else "nova: not evacuable: %s" % plan.reason)
-    owned = service.excluded(f, svc, project_of(server))
+    owned = service.excluded(f, svc, facts_nova.project_of(server))
     lines.append("service-owned: %s" % (owned or "no"))
     group, bad = service.restart_group_of(f, svc)
     lines.append("restart group: %s" % (

@@ -130,6 +130,12 @@ _SERVER_FIELDS = (("id", "id"), ("name", "name"), ("status", "status"),
                   ("vm_state", "OS-EXT-STS:vm_state"))
 
 
+def project_of(server) -> Optional[str]:
+    """A driver's Server's project (Nova's ``tenant_id``), None when its
+    answer does not say."""
+    return (getattr(server, "raw", None) or {}).get("tenant_id") or None
+
+
 def server_from_record(server, image: Optional[ImageFacts] = None,
                        aggregates: Iterable[AggregateFacts] = ()
                        ) -> ServerFacts:
