@@ -133,6 +133,19 @@ HISTORY_KINDS = tuple(_HISTORY)
 
 # Statements built once: executing them with a parameter dict reuses
 # SQLAlchemy's compiled form instead of building and caching a new one.
+#: How many times a write ended as a deadlock victim is tried in all.
+DEADLOCK_TRIES = 3
+#: MySQL/MariaDB: deadlock found, lock wait timeout exceeded.
+_DEADLOCK_CODES = (1213, 1205)
+
+
+def _deadlock(error):
+    """Did the database end this transaction to break a deadlock (it may
+    simply be tried again)?"""
+    args = getattr(getattr(error, "orig", None), "args", None) or ()
+    return bool(args) and args[0] in _DEADLOCK_CODES
+
+
 _INSERT_TRANSITION = TRANSITIONS.insert()
 _INSERT_ACTION = ACTIONS.insert()
 _FINISH_ACTION = ACTIONS.update().where(
@@ -301,13 +314,24 @@ class Journal:
         one host, replacing what was kept for it."""
         where = sa.and_(BMC_EVIDENCE.c.host_name == host_name,
                         BMC_EVIDENCE.c.method == method)
-        with self._write() as c:
-            done = c.execute(BMC_EVIDENCE.update().where(where).values(
-                at=at, evidence=evidence)).rowcount
-            if not done:
-                c.execute(BMC_EVIDENCE.insert(), dict(
-                    host_name=host_name, method=method, at=at,
-                    evidence=evidence))
+        # Replicas sharing a journal write the same host's row at once
+        # (each reads every BMC at its start): MariaDB may then end one
+        # update-or-insert as a deadlock victim, and a "seen On" lost
+        # that way leaves the member elected next unable to prove the
+        # host dead. The transaction is idempotent: tried again.
+        for attempt in range(DEADLOCK_TRIES):
+            try:
+                with self._write() as c:
+                    done = c.execute(BMC_EVIDENCE.update().where(
+                        where).values(at=at, evidence=evidence)).rowcount
+                    if not done:
+                        c.execute(BMC_EVIDENCE.insert(), dict(
+                            host_name=host_name, method=method, at=at,
+                            evidence=evidence))
+                return
+            except sa.exc.DBAPIError as e:
+                if attempt + 1 == DEADLOCK_TRIES or not _deadlock(e):
+                    raise
 
     def evidence(self):
         """{(host name, method): evidence dict} of every kept row."""
