@@ -301,7 +301,7 @@ def load_keyring(path, previous_path=None) -> Keyring:
     return Keyring(current, previous)
 
 
-# -- the engine's keys ---------------------------------------------------------
+# -- the engine's keys -----------------------------------------------------
 
 #: How a host's last datagram was signed (:meth:`HostKeyring.kind`).
 CURRENT, PREVIOUS, SHARED = "current", "previous", "shared"

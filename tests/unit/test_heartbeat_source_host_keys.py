@@ -12,7 +12,6 @@ from instanceha.conf import heartbeat as heartbeat_conf
 from instanceha.events import EventKind
 from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
-from instanceha.heartbeat import protocol
 from instanceha.sources import heartbeat
 from tests.unit.heartbeat import helpers
 from tests.unit.sources.helpers import FakeClock, Sink
@@ -177,7 +176,7 @@ def test_requests_are_signed_with_the_host_key_its_agent_holds():
     assert sent[1] is helpers.KEY
 
 
-# -- the options ---------------------------------------------------------------
+# -- the options ------------------------------------------------------------
 
 def conf_with(**agent):
     agent.setdefault("listen_addresses", ["127.0.0.1:0"])
