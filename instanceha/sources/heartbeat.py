@@ -24,7 +24,11 @@ read (once per host, not per datagram); the shared ``key_file`` of older
 deployments is accepted while ``accept_shared_key`` is true, each host
 still signing with it logged once (``agent_shared_key_used``) and counted
 (``hosts_on_shared_key``, ``shared_key_beats``), and dropped as
-``shared_key`` once it is false. Requests to an agent are signed with the
+``shared_key`` once it is false. Within the window, a host this engine
+has heard on its own key is no longer spoken for by the shared key: a
+shared-key datagram naming it is dropped as ``shared_key`` too (until
+the engine restarts or Nova stops listing the host), so each host is
+protected from the moment its agent moves. Requests to an agent are signed with the
 key its beats are signed with.
 
 Threads: the receiver and the check change the table under ``_lock`` and
@@ -57,6 +61,9 @@ from instanceha.util import periodic
 LOG = structlog.get_logger("instanceha.sources.heartbeat")
 
 UNEXPECTED_KIND = "unexpected_kind"
+#: The protocol's drop of a datagram signed with the shared key, also for
+#: a host already heard on its own key.
+SHARED_KEY = "shared_key"
 UNKNOWN_HOST = "unknown_host"
 NO_GUEST_SINK = "no_guest_sink"
 #: Every reason a datagram is dropped, for counting.
@@ -368,6 +375,7 @@ class HeartbeatSource:
         accepted = 0
         check = self._guard.check
         record = self._table.beat
+        last_kid = self._table.kid
         shared_kids = self.keyring.shared_kids if self.keyring.per_host \
             else ()
         first_shared = []
@@ -380,6 +388,16 @@ class HeartbeatSource:
                     unknown.append(item)
                     continue
                 is_guest = type(message) is guest.GuestEvent
+                if kid in shared_kids:
+                    # A host heard on its own key: the shared key no
+                    # longer speaks for it (whoever else holds it).
+                    own = last_kid(message.host)
+                    if own is not None and own not in shared_kids:
+                        drops.append((SHARED_KEY, sender, "host %s signs "
+                                      "with its own key (id %s): the "
+                                      "shared key no longer speaks for it"
+                                      % (message.host, own)))
+                        continue
                 try:
                     why = check(message.host, guest.REPLAY_PATH if is_guest
                                 else message.path, message.boot_id,

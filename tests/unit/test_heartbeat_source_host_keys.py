@@ -38,13 +38,16 @@ def own(name):
     return Host(name, key=keys.derive_host_key(MASTER, name))
 
 
-def silence_of(src, sink, forger, victim_name, forge=True):
+def silence_of(src, sink, forger, victim_name, forge=True,
+               victim_key=None):
     """compute-1 (the forger's host) and the victim beat each second;
     the victim dies at T0 + 5 while the forger sends a beat naming it
     every second, signed with its key, for 30 s. Returns the time of the
     victim's first AGENT_SILENT (None if never) and whether it was heard
     again after."""
-    a, b = own("compute-1"), own(victim_name)
+    a = own("compute-1")
+    b = own(victim_name) if victim_key is None else Host(victim_name,
+                                                         key=victim_key)
     forged = Host(victim_name, key=forger.key, boot_id=b.boot_id)
     forged.seq = {"mgmt": 10 ** 9}      # ahead of the real sequence
     silent_at, again = None, False
@@ -89,11 +92,13 @@ def test_host_a_cannot_keep_dead_host_b_beating():
 
 
 def test_with_the_shared_key_host_a_could_keep_b_beating():
-    """What per-host keys close: A holding the shared key keeps dead B
-    beating for as long as it likes (the window's risk, doc/agent.md)."""
+    """What per-host keys close: A holding the shared key keeps dead B,
+    on the shared key too, beating for as long as it likes (the window's
+    risk for hosts not moved yet, doc/agent.md)."""
     src, sink = make()
     forger = Host("compute-1", key=helpers.KEY)
-    assert silence_of(src, sink, forger, "compute-2") == (None, False)
+    assert silence_of(src, sink, forger, "compute-2",
+                      victim_key=helpers.KEY) == (None, False)
 
 
 def test_host_a_cannot_fake_a_guest_crash_on_host_b():
@@ -130,6 +135,30 @@ def test_shared_key_beats_are_accepted_counted_and_logged_in_the_window():
     moved.seq = dict(old.seq)
     src.handle_datagram(moved.beat(T0 + 3), SENDER, now=T0 + 3)
     assert src.health()["hosts_on_shared_key"] == 0
+
+
+def test_a_host_on_its_own_key_is_no_longer_spoken_for_by_the_shared_key():
+    """Within the window: once compute-3 beats on its own key, whoever
+    holds the shared key (root on a host not yet moved) cannot forge its
+    beats or guest events; compute-4, not moved, still beats on it."""
+    got = []
+    src, _ = make(guest_sink=lambda ev, now: got.append(ev))
+    moved, old = own("compute-3"), Host("compute-4", key=helpers.KEY)
+    src.handle_datagram(moved.beat(T0), SENDER, now=T0)
+    src.handle_datagram(old.beat(T0), SENDER, now=T0)
+    forged = Host("compute-3", key=helpers.KEY)
+    forged.seq = {"mgmt": 10 ** 9}
+    with capture_logs() as logs:
+        src.handle_datagram(forged.beat(T0 + 1), A_ADDRESS, now=T0 + 1)
+        src.handle_datagram(guest.encode(guest.GuestEvent(
+            "compute-3", "b1", "srv-1", "crashed", "panicked", 5, T0),
+            helpers.KEY), A_ADDRESS, now=T0 + 1)
+    assert got == [] and src.health()["dropped"] == {"shared_key": 2}
+    drop, = [e for e in logs if e["event"] == "agent_datagram_dropped"]
+    assert "signs with its own key" in drop["detail"]
+    assert src.handle_datagram(old.beat(T0 + 1), SENDER,
+                               now=T0 + 1) is None
+    assert src.health()["accepted"] == 3
 
 
 def test_shared_key_beats_are_dropped_with_a_clear_reason_once_closed():
