@@ -179,7 +179,7 @@ class HeartbeatSource:
                  addresses=["%s:%d" % b for b in self.bound],
                  key_ids=list(ring.kids),
                  master_key_ids=list(ring.master_kids),
-                 accept_shared_key=ring.accept_shared,
+                 accept_shared_key=bool(ring.kids),
                  host_keys=len(ring),
                  silence_timeout=self._group.silence_timeout,
                  reason="receiving the agents' signed beats")
@@ -190,7 +190,7 @@ class HeartbeatSource:
                                "and keep a dead host from being fenced; set "
                                "[agent] master_key_file and give each host "
                                "its own key (doc/agent.md)")
-        elif ring.accept_shared:
+        elif ring.kids:
             LOG.warning("agent_shared_key_accepted", key_ids=list(ring.kids),
                         reason="[agent] accept_shared_key is true: hosts "
                                "still on the shared key can speak for every "
@@ -529,7 +529,7 @@ class HeartbeatSource:
                 "addresses": ["%s:%d" % b for b in self.bound],
                 "key_ids": list(ring.kids),
                 "master_key_ids": list(ring.master_kids),
-                "accept_shared_key": ring.accept_shared,
+                "accept_shared_key": bool(ring.kids),
                 "host_keys": len(ring),
                 **self._count_fields(),
                 "dropped": {k: v for k, v in self._drops.items() if v},

@@ -228,6 +228,11 @@ def test_the_master_and_shared_key_files_are_read(tmp_path):
     src = heartbeat.HeartbeatSource(conf_with(master_key_file=str(master)),
                                     Sink())
     assert src.keyring.per_host and src.keyring.kids == ()
+    with capture_logs() as logs:
+        src.start()
+        src.stop()
+    assert src.health()["accept_shared_key"] is False
+    assert not [e for e in logs if "shared_key" in e["event"]]
 
 
 @pytest.mark.parametrize("agent,message", [
