@@ -41,6 +41,7 @@ FAST: Dict[str, Dict[str, object]] = {
 MGMT = {"mgmt": "127.0.0.1"}
 TWO_PATHS = {"mgmt": "127.0.0.1", "storage": "127.0.0.2"}
 KEY_FILE = "agent.key"
+MASTER_KEY_FILE = "master.key"
 
 
 @dataclasses.dataclass
@@ -48,11 +49,14 @@ class AgentSetup:
     """Where the engine hears the simulated agents and where they hear
     it: written into the engine's ``[agent]`` by :func:`write_config`,
     given to ``instanceha.sim.agents.SimAgents`` by :meth:`sim_args`."""
-    key_file: str
+    key_file: Optional[str]
     listen_port: int
     request_port: int
     paths: Dict[str, str]
     interval: float = 1.0
+    #: Each host's own key derived from it (the engine's master key);
+    #: None: one shared key_file for every host.
+    master_key_file: Optional[str] = None
 
     @property
     def engines(self) -> List[str]:
@@ -60,14 +64,22 @@ class AgentSetup:
 
     def engine_options(self):
         """The engine's ``[agent]`` options."""
-        return {"listen_addresses": self.engines,
-                "key_file": self.key_file,
-                "request_port": self.request_port}
+        options = {"listen_addresses": self.engines,
+                   "request_port": self.request_port}
+        if self.key_file:
+            options["key_file"] = self.key_file
+        if self.master_key_file:
+            options["master_key_file"] = self.master_key_file
+            options["accept_shared_key"] = bool(self.key_file)
+        return options
 
     def sim_args(self):
         """Keyword arguments of ``SimAgents(cloud, **setup.sim_args())``."""
         return {"engines": self.engines,
-                "keyring": keys.load_keyring(self.key_file),
+                "keyring": keys.load_keyring(self.key_file)
+                if self.key_file else None,
+                "master_key": keys.load_key(self.master_key_file)
+                if self.master_key_file else None,
                 "paths": dict(self.paths),
                 "request_port": self.request_port,
                 "interval": self.interval}
@@ -105,7 +117,7 @@ def _free_udp_port(addresses, attempts=50):
     raise OSError("no UDP port free on %s" % ", ".join(addresses))
 
 
-def agent_setup(workdir, two_paths=False, interval=1.0):
+def agent_setup(workdir, two_paths=False, interval=1.0, host_keys=False):
     """Prepare heartbeat agents for the simulated cloud: a key file (mode
     0600) in ``workdir``, a free UDP port for the engine's listener on
     127.0.0.1 and one for the agents' requests on every path address.
@@ -116,16 +128,25 @@ def agent_setup(workdir, two_paths=False, interval=1.0):
         path = simrun.write_config(workdir, srv, agents=setup)
         agents = SimAgents(cloud, **setup.sim_args()).start()
 
+    ``host_keys``: a master key file instead of the shared key: the
+    engine derives each host's own key from it, as the agents do.
+
     (The agents are started by the caller: this module stays out of the
     agent's code, which the ``instanceha demo`` command must not import.)
     """
     os.makedirs(workdir, exist_ok=True)
     paths = dict(TWO_PATHS if two_paths else MGMT)
-    key_file = write_key(os.path.join(os.path.abspath(workdir), KEY_FILE))
+    where = os.path.abspath(workdir)
+    key_file = master = None
+    if host_keys:
+        master = write_key(os.path.join(where, MASTER_KEY_FILE))
+    else:
+        key_file = write_key(os.path.join(where, KEY_FILE))
     return AgentSetup(key_file=key_file,
                       listen_port=_free_udp_port(["127.0.0.1"]),
                       request_port=_free_udp_port(list(paths.values())),
-                      paths=paths, interval=float(interval))
+                      paths=paths, interval=float(interval),
+                      master_key_file=master)
 
 
 def write_config(workdir, server, overrides=None,

@@ -1,8 +1,11 @@
 """Issue 23 end to end on the simulator: the real engine hears the real
 agent code of every simulated host over UDP. A hung host (its agent falls
 silent, Nova still says up) is fenced and recovered long before Nova's
-heartbeat would have told; a host whose nova-compute alone died (its
-agent beats on) is never powered off, and status says why."""
+heartbeat would have told, although root on another host sends beats
+naming it (each host holds its own key: issue 34, part 2); a host whose
+nova-compute alone died (its agent beats on) is never powered off, and
+status says why; soft fencing's request is signed with the host's own
+key."""
 
 import os
 import time
@@ -27,7 +30,7 @@ def bed(tmp_path, request):
     cloud = SimCloud(hosts=4, servers_per_host=2, boot_time=1.0,
                      service_down_time=60.0)
     srv = SimServer(cloud).start()
-    setup = simrun.agent_setup(str(tmp_path), interval=0.2)
+    setup = simrun.agent_setup(str(tmp_path), interval=0.2, host_keys=True)
     conf_path = simrun.write_config(str(tmp_path), srv, {
         "detection": {"delta": NOVA_DELTA},
         "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0,
@@ -44,7 +47,7 @@ def bed(tmp_path, request):
         engine.wait(lambda: all(
             h.get("agent") for h in engine.status().get("hosts", [])),
             60, "every host's agent to be heard")
-        yield cloud, engine
+        yield cloud, engine, agents
     finally:
         engine.stop()
         agents.stop()
@@ -52,7 +55,9 @@ def bed(tmp_path, request):
 
 
 def test_a_hung_host_is_recovered_on_its_agents_silence(bed):
-    cloud, engine = bed
+    cloud, engine, agents = bed
+    # Root on compute-2 forges compute-1's beats with the key it holds.
+    agents.impersonate("compute-2", "compute-1")
     t0 = time.monotonic()
     cloud.kill("compute-1")            # hangs: power on, everything stops
     waiting.wait_for(lambda: not cloud.hosts["compute-1"].power_on, 60,
@@ -69,10 +74,12 @@ def test_a_hung_host_is_recovered_on_its_agents_silence(bed):
     # Nobody else was touched.
     assert all(h.power_on for n, h in cloud.hosts.items()
                if n != "compute-1")
+    source = engine.status()["sources"]["agent_heartbeat"]
+    assert source["dropped"].get("wrong_host", 0) > 0, source
 
 
 def test_a_host_whose_nova_compute_alone_died_is_never_powered_off(bed):
-    cloud, engine = bed
+    cloud, engine, _ = bed
     cloud.kill_compute("compute-2")    # the host and its agent live on
     # Nova calls it down after its service_down_time; the engine's own
     # delta earlier: suspect, and vetoed by the agent's beats.
@@ -95,7 +102,7 @@ def test_soft_fencing_restarts_nova_compute_through_the_agent(bed):
     """[agent] restart_compute: the vetoed host's agent restarts its
     nova-compute on the engine's signed request; the host comes back
     without ever being powered off, and the request is journalled."""
-    cloud, engine = bed
+    cloud, engine, _ = bed
     cloud.kill_compute("compute-2")
 
     def requests():

@@ -57,6 +57,7 @@ class Agent:
                  libvirt_module=facts_mod.libvirt, **sender_kw):
         self.conf = conf
         self.host = host or sender_mod.resolve_host(conf)
+        check_key_host(keyring, self.host)
         self.reader = reader or facts_mod.FactReader(conf)
         self.control = control_mod.Control(
             conf, keyring, self.host,
@@ -95,6 +96,21 @@ class Agent:
         finally:
             self.control.stop()
             self.sender.close()
+
+
+def check_key_host(keyring, host):
+    """Raise ConfigError when a host key of ``keyring`` speaks for
+    another host than ``host``: its beats would all be dropped
+    (``wrong_host``)."""
+    for which, key in (("key_file", keyring.current),
+                       ("previous_key_file", keyring.previous)):
+        if key is not None and key.host is not None and key.host != host:
+            raise ConfigError(
+                "[agent] %s: the key of host %r, and this agent speaks for "
+                "%r: engines would drop every beat (wrong_host). Install "
+                "this host's key (instanceha agent-key %s on an engine), or "
+                "set [agent] host to the name Nova knows this host by"
+                % (which, key.host, host, host))
 
 
 def _fail(message):

@@ -43,6 +43,10 @@
     instanceha policy explain SERVER [--config-file F]
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
+    instanceha agent-key HOST --output FILE [--previous] [--force] [--config-file F]
+                                          write HOST's own heartbeat key (derived
+                                          from [agent] master_key_file) for its
+                                          agent, mode 0600
 
 suspend, maintenance, drain and resume talk to the service's API through its
 unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
@@ -86,6 +90,9 @@ def main(argv=None):
         return repair.main(rest)
     if cmd == "policy":
         return policy.main(rest)
+    if cmd == "agent-key":
+        from instanceha.cmd import agent_key
+        return agent_key.main(rest)
     if cmd == "demo":
         return demo.main(rest)
     if cmd == "check":

@@ -56,17 +56,24 @@ OPTS = [
                       "there makes healthy hosts look silent."),
     # -- keys ---------------------------------------------------------------
     cfg.StrOpt("key_file", default="/etc/instanceha/agent.key",
-               help="File holding the shared HMAC key: one line of at "
-                    "least 32 bytes (openssl rand -hex 32), mode 0600. The "
-                    "engine must hold the same key. A missing, unreadable, "
-                    "short or group/world-readable file stops the agent at "
-                    "start (exit status 2). Anyone who reads it can forge "
-                    "beats and keep a dead host from being fenced."),
+               help="File holding this host's own HMAC key, written on an "
+                    "engine by 'instanceha agent-key HOST --output FILE' "
+                    "(derived from the engines' master key; one line "
+                    "ihk1:...:HOST), mode 0600. It speaks for this host "
+                    "only: a key of another host stops the agent at start. "
+                    "Deployments before per-host keys put the shared key "
+                    "here (one line of at least 32 bytes, the same on "
+                    "every host and engine), which speaks for every host. "
+                    "A missing, unreadable, short or group/world-readable "
+                    "file stops the agent at start (exit status 2). Anyone "
+                    "who reads it can forge this host's beats and keep it "
+                    "from being fenced when it dies."),
     cfg.StrOpt("previous_key_file", default=None,
-               help="During a key rotation: the previous key, still "
-                    "accepted on requests from engines that have not "
-                    "switched yet (beats are always signed with key_file). "
-                    "Remove once every engine uses the new key."),
+               help="During a key rotation or the move from the shared key "
+                    "to this host's own: the previous key (e.g. the shared "
+                    "one), still accepted on requests from engines that "
+                    "sign with it (beats are always signed with key_file). "
+                    "Remove once every engine has stopped accepting it."),
     cfg.FloatOpt("replay_window", default=30.0, min=1, max=3600,
                  help="Seconds an engine's request may be old (or ahead) by "
                       "this host's clock; older ones are refused as stale, "

@@ -3,7 +3,11 @@
 
 Not to be confused with :mod:`instanceha.conf.agent`: the options of the
 agent itself, a process of its own on each compute host with its own
-file. The two share the key file (same secret) and the ports: agents send
+file. The engines hold the master key (``master_key_file``) from which
+each host's own key is derived; each agent holds its host's key only
+(written by ``instanceha agent-key HOST``). During the move from the
+shared key of older deployments, the engines also accept that key
+(``key_file``, ``accept_shared_key``). They share the ports: agents send
 beats to ``listen_addresses`` here, engines send requests to the agents'
 ``control_addresses`` (port ``request_port`` here).
 """
@@ -30,20 +34,52 @@ OPTS = [
                      "wildcard address is allowed, but naming each "
                      "network's address keeps stray traffic off."
                      % DEFAULT_PORT),
+    cfg.StrOpt("master_key_file", default=None,
+               help="File holding the master key (one line of at least 32 "
+                    "bytes, e.g. openssl rand -hex 32, mode 0600), the "
+                    "same on every engine and never on a compute host. "
+                    "Each host's own key is derived from it and the host's "
+                    "name ('instanceha agent-key HOST --output FILE' "
+                    "writes it for that host's agent); a beat, guest event "
+                    "or request signed with one host's key speaks for that "
+                    "host only, so root on one compute host cannot keep "
+                    "another from being fenced. Whoever reads this file "
+                    "can forge every host's beats. Unset: only the shared "
+                    "key_file is used (one key for every host)."),
+    cfg.StrOpt("previous_master_key_file", default=None,
+               help="During a rotation of the master key: the previous "
+                    "master, whose derived host keys are still accepted "
+                    "(two keys per host; status shows the hosts still on "
+                    "it). Remove once every agent has its new key."),
     cfg.StrOpt("key_file", default=None,
-               help="File holding the HMAC key shared with the agents "
-                    "(one line of at least 32 bytes, mode 0600): the same "
-                    "secret as the agents' key_file. Required when "
-                    "listen_addresses is set; a missing, unreadable, short "
-                    "or group/world-readable file stops the start with its "
-                    "path named. Whoever reads it can forge beats and keep "
-                    "a dead host from being fenced. Requests to agents are "
-                    "signed with it."),
+               help="The shared key of deployments before per-host keys "
+                    "(one line of at least 32 bytes, mode 0600, the same "
+                    "secret as the agents' key_file): one key for every "
+                    "host, so whoever holds it, root on any compute host, "
+                    "can forge any host's beats and keep a dead host from "
+                    "being fenced. Accepted while accept_shared_key is "
+                    "true. A missing, unreadable, short or "
+                    "group/world-readable file stops the start with its "
+                    "path named. One of key_file and master_key_file is "
+                    "required when listen_addresses is set."),
     cfg.StrOpt("previous_key_file", default=None,
-               help="During a key rotation: the previous key, whose beats "
-                    "are still accepted (status shows the hosts still "
-                    "signing with it). Requests are always signed with "
-                    "key_file. Remove once every agent has the new key."),
+               help="During a rotation of the shared key: the previous "
+                    "shared key, still accepted with key_file (status "
+                    "shows the hosts still signing with it). Remove once "
+                    "every agent has the new key."),
+    cfg.BoolOpt("accept_shared_key", default=True,
+                help="Accept beats and guest events signed with the shared "
+                     "key_file (and sign requests with it to the hosts "
+                     "whose agents still do): the window of the "
+                     "move to per-host keys (doc/agent.md, 'Upgrading to "
+                     "per-host keys'). While true, root on any host holding "
+                     "the shared key can still speak for every host; "
+                     "status and /metrics count the hosts still on it "
+                     "(hosts_on_shared_key) and each is logged once "
+                     "(agent_shared_key_used). Set false once that count "
+                     "is 0: beats naming the shared key are then dropped "
+                     "as shared_key. With master_key_file unset the "
+                     "shared key is the only key and this must stay true."),
     cfg.FloatOpt("silence_timeout", default=3.0, min=0.1, max=3600,
                  help="Seconds without an authenticated beat on a path "
                       "before that path counts as silent; a host silent on "
@@ -132,14 +168,25 @@ def validate(conf):
     if len(set(bound)) != len(bound):
         raise cfg.Error("[agent] listen_addresses: an address is listed "
                         "twice")
-    if not group.key_file:
-        raise cfg.Error("[agent] key_file: must be set when [agent] "
+    if not group.key_file and not group.master_key_file:
+        raise cfg.Error("[agent] master_key_file: must be set (or the "
+                        "shared key_file of older deployments) when [agent] "
                         "listen_addresses is: beats are authenticated with "
                         "it")
+    if not group.accept_shared_key and not group.master_key_file:
+        raise cfg.Error("[agent] accept_shared_key = false needs [agent] "
+                        "master_key_file: no key would be accepted")
+    if group.previous_master_key_file and not group.master_key_file:
+        raise cfg.Error("[agent] previous_master_key_file needs [agent] "
+                        "master_key_file")
+    if group.previous_key_file and not group.key_file:
+        raise cfg.Error("[agent] previous_key_file needs [agent] key_file")
 
 
 register_opts, list_opts = _group.make(
     GROUP, OPTS, title="Heartbeat agents",
     help_text="The hosts' heartbeat agents (instanceha-agent): where beats "
-              "are received, the shared key, when a host counts as silent, "
+              "are received, the master key (each host's own key derived "
+              "from it) and the shared key of older deployments, when a "
+              "host counts as silent, "
               "and soft fencing (restarting nova-compute).")

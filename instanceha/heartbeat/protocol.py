@@ -9,8 +9,9 @@ big-endian)::
      4       1   protocol version: 2
      5       1   type: 1 beat, 2 request, 3 guest event (read by
                  :mod:`instanceha.heartbeat.guest` only)
-     6       8   id of the key that signed it: 8 hex digits, ASCII
-                 (see :mod:`instanceha.heartbeat.keys`)
+     6       8   id of the key that signed it: a shared key's 8 hex
+                 digits (ASCII), or a host key's 8 bytes, the first
+                 >= 0x80 (see :mod:`instanceha.heartbeat.keys`)
     14       2   body length
     16       n   body (below)
     16 + n  32   HMAC-SHA256 over bytes 0 to 16 + n (all before it)
@@ -38,9 +39,18 @@ after a 2-byte length) is not read: its datagrams are dropped as
 ``unknown_version``, with a detail naming them.
 
 :func:`decode` checks, in this order: size, magic, version, length,
-type, key id, signature (constant-time), then the fields. Nothing of the
-body is read before the signature is verified: a forged or damaged
-datagram costs a few comparisons and at most one HMAC. On any failure it
+type, key id, signature (constant-time), then the fields, then that a
+host key signed for the host the message names. Nothing of the body is
+read before the signature is verified: the key is found from the
+header's key id alone (the engine holds each host's derived key by its
+id, see :class:`instanceha.heartbeat.keys.HostKeyring`), so a forged or
+damaged datagram costs a few comparisons, one dict lookup and at most one
+HMAC. An authentic datagram signed with host A's key that names host B
+is dropped as ``wrong_host``: root on A speaks for A alone. (A message
+type without a ``host`` field is bound to its signer by its receiver.)
+A datagram naming the shared key's id while the engine refuses it
+(``[agent] accept_shared_key = false``) is dropped as ``shared_key``,
+with no HMAC. On any failure it
 raises :class:`Dropped` with one of :data:`DECODE_REASONS`, and never
 anything else, whatever the bytes. The replay guard
 (:mod:`instanceha.heartbeat.replay`) adds :data:`REPLAY_REASONS`;
@@ -73,7 +83,8 @@ MIN_SIZE = _HEADER.size + MAC_SIZE
 
 #: Why :func:`decode` dropped a datagram.
 DECODE_REASONS = ("oversized", "truncated", "bad_magic", "unknown_version",
-                  "unknown_key", "bad_signature", "malformed")
+                  "unknown_key", "shared_key", "bad_signature", "malformed",
+                  "wrong_host")
 #: Why :class:`instanceha.heartbeat.replay.ReplayGuard` refused an
 #: authentic datagram.
 REPLAY_REASONS = ("replayed", "stale")
@@ -252,7 +263,7 @@ def _checked_time(what, sent_at):
 
 def _frame(kind, body, key):
     """Header, ``body``, and the signature of both with ``key``."""
-    head = _HEADER.pack(MAGIC, VERSION, kind, key.kid.encode("ascii"),
+    head = _HEADER.pack(MAGIC, VERSION, kind, key.wire_id,
                         len(body)) + body
     if len(head) + MAC_SIZE > MAX_SIZE:
         raise ValueError("datagram of %d bytes exceeds %d"
@@ -307,14 +318,20 @@ def decode_signed(data: bytes, keyring, bodies=None):
         raise Dropped("malformed", "unknown type %d" % kind)
     key = keyring.by_wire_id(wire_kid)
     if key is None:
-        raise Dropped("unknown_key", "key id %.16r" % wire_kid)
+        raise Dropped(*keyring.why_unknown(wire_kid))
     if not hmac.compare_digest(key.mac(data[:end]), data[end:]):
         raise Dropped("bad_signature", "key id %s" % key.kid)
     if kind == BEAT:
-        return _beat(data, end), key.kid
-    if kind == REQUEST:
-        return _request(data, end), key.kid
-    return bodies[kind](data, end), key.kid
+        message = _beat(data, end)
+    elif kind == REQUEST:
+        message = _request(data, end)
+    else:
+        message = bodies[kind](data, end)
+    bound = key.host
+    if bound is not None and getattr(message, "host", bound) != bound:
+        raise Dropped("wrong_host", "signed with host %.64r's own key, "
+                      "names host %.64r" % (bound, message.host))
+    return message, key.kid
 
 
 def _unknown_version(data):

@@ -33,6 +33,15 @@ What a host's agent does follows the host, as in life:
   and nova-compute untouched); ``restart_agent`` is both, as systemd's
   restart: same boot, sequence numbers above the old ones.
 
+Keys. With ``master_key`` each host's agent holds its own key, derived
+from it as ``instanceha agent-key`` derives it (the engine is given the
+same master: ``simrun.agent_setup(..., host_keys=True)``); otherwise
+every agent holds the shared ``keyring``. ``impersonate(attacker,
+victim)`` is root on ``attacker``: besides its own beats, its agent sends
+beats naming ``victim``, signed with the only key it holds (its own, or
+the shared one), at each of its beats, until ``impersonate(attacker,
+None)``.
+
 Scheduling: one thread for every host (:meth:`SimAgents.run_due` does
 one round; tests call it with their own clock and never sleep). Each
 host beats every ``interval`` seconds at its own phase, spread over the
@@ -53,6 +62,7 @@ import structlog
 from instanceha.agent import control as control_mod
 from instanceha.agent import sender as sender_mod
 from instanceha.conf import agent as agent_conf
+from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.sim import agent_net
 from instanceha.sim import agent_requests
@@ -83,6 +93,9 @@ class HostAgent:
         self.stopped = False        # stop_agent: the agent alone is down
         self.clock_offset = 0.0
         self.facts = protocol.UNKNOWN_FACTS
+        self.keyring = None         # the keys its agent holds
+        self.victim = None          # impersonate: the host it forges
+        self.forger = None          # the Sender of its forged beats
 
     @property
     def running(self):
@@ -93,7 +106,10 @@ class SimAgents:
     """The agents of ``cloud``'s hosts (``hosts``: their names, all by
     default; a host left out has no agent, as a host without one in
     life). ``engines``: "address:port" of every engine listener;
-    ``keyring``: an :class:`instanceha.heartbeat.keys.Keyring`;
+    ``keyring``: an :class:`instanceha.heartbeat.keys.Keyring`, the
+    shared key (may be None with ``master_key``); ``master_key``: a
+    :class:`~instanceha.heartbeat.keys.Key` each host's own key is derived
+    from;
     ``paths``: {name: loopback source address}, each path's own;
     ``request_port``: where the engines' requests arrive (on every path
     address; 0 picks a free port, None: no request socket);
@@ -104,9 +120,12 @@ class SimAgents:
     def __init__(self, cloud, engines, keyring, interval=1.0, paths=None,
                  request_port=None, restart_compute=True,
                  self_restart=False, hosts=None, seed=0,
-                 socket_factory=socket.socket):
+                 socket_factory=socket.socket, master_key=None):
+        if keyring is None and master_key is None:
+            raise ValueError("a keyring or a master key is needed")
         self.cloud = cloud
         self.keyring = keyring
+        self.master_key = master_key
         self.interval = float(interval)
         self.paths = dict(paths or DEFAULT_PATHS)
         self.conf = self._agent_conf(engines, interval, self.paths,
@@ -115,17 +134,27 @@ class SimAgents:
         self.faults = agent_net.Faults()
         self.network = agent_net.Network(self.paths, cloud.clock,
                                          self.faults, seed, socket_factory)
-        self.dispatcher = None
-        if request_port is not None:
-            self.dispatcher = agent_requests.Dispatcher(
-                keyring, self._control_of,
-                [(a, request_port) for a in self.paths.values()],
-                socket_factory)
         names = list(cloud.hosts) if hosts is None else list(hosts)
         unknown = [n for n in names if n not in cloud.hosts]
         if unknown:
             raise ValueError("no such host: %s" % unknown[0])
         self.agents = {n: HostAgent(n, i) for i, n in enumerate(names)}
+        for agent in self.agents.values():
+            agent.keyring = (keys.Keyring(keys.derive_host_key(
+                master_key, agent.name)) if master_key is not None
+                else keyring)
+        self.dispatcher = None
+        if request_port is not None:
+            ring = keyring
+            if master_key is not None:
+                # Routing only (the host's Control verifies again, with
+                # the one key it holds): every host's key, as an engine.
+                ring = keys.HostKeyring(master_key, shared=keyring)
+                ring.learn(names)
+            self.dispatcher = agent_requests.Dispatcher(
+                ring, self._control_of,
+                [(a, request_port) for a in self.paths.values()],
+                socket_factory)
         self._lock = threading.Lock()
         self._due = []
         self._thread = None
@@ -190,7 +219,7 @@ class SimAgents:
                 else "simulated host %s is off or hung" % name)
 
         control = control_mod.Control(
-            self.conf, self.keyring, name, clock=host_clock,
+            self.conf, agent.keyring, name, clock=host_clock,
             monotonic=clock, runner=runner, spawn=_inline)
 
         def facts():
@@ -202,7 +231,7 @@ class SimAgents:
             return current
 
         sender = sender_mod.Sender(
-            self.conf, self.keyring, clock=host_clock, facts_fn=facts,
+            self.conf, agent.keyring, clock=host_clock, facts_fn=facts,
             socket_factory=sockets, host=name, boot_id=boot_id,
             monotonic=clock, seq_start=seq_start)
         with self._lock:
@@ -216,8 +245,37 @@ class SimAgents:
         """The agent's process ends (host down, or stop_agent)."""
         with self._lock:
             sender, agent.sender, agent.control = agent.sender, None, None
-        if sender is not None:
-            sender.close()
+            forger, agent.forger = agent.forger, None
+        for s in (sender, forger):
+            if s is not None:
+                s.close()
+
+    def impersonate(self, attacker, victim):
+        """Root on ``attacker`` makes its agent send beats naming
+        ``victim`` too, signed with its own keys (None: stop)."""
+        agent = self.agents[attacker]
+        if victim is not None and victim not in self.cloud.hosts:
+            raise ValueError("no such host: %s" % victim)
+        with self._lock:
+            agent.victim = victim
+            forger, agent.forger = agent.forger, None
+        if forger is not None:
+            forger.close()
+
+    def _forger(self, agent):
+        """The Sender of ``agent``'s forged beats (made at its first)."""
+        if agent.forger is None:
+            name, network = agent.name, self.network
+            clock, offset = self.cloud.clock, agent.clock_offset
+            victim = self.cloud.hosts[agent.victim]
+            agent.forger = sender_mod.Sender(
+                self.conf, agent.keyring, clock=lambda: clock() + offset,
+                facts_fn=lambda: protocol.Facts(True, True, 1),
+                socket_factory=lambda family, kind: agent_net.PathSocket(
+                    network, name, family),
+                host=agent.victim, boot_id=self.cloud.boot_id(victim),
+                monotonic=clock, seq_start=2 ** 40)
+        return agent.forger
 
     def stop_agent(self, name):
         """Stop host ``name``'s agent; the host and its nova-compute go
@@ -313,6 +371,8 @@ class SimAgents:
                 continue
             try:
                 sender.send_once()
+                if agent.victim is not None:
+                    self._forger(agent).send_once()
             except Exception:
                 LOG.exception("sim.agent_beat_failed", host=agent.name)
         nxt = self.network.flush(now)

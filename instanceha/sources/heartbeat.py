@@ -6,7 +6,8 @@ Off unless ``[agent] listen_addresses`` is set; a host whose agent never
 beat is judged by Nova alone. One receiver thread reads the datagrams of
 every configured address (a socket each) in batches, verifies them
 (:mod:`instanceha.heartbeat.protocol`: size, format, version, key,
-signature, fields), refuses replays and held back datagrams
+signature, fields, and that a host's own key signed for that host alone:
+``wrong_host``), refuses replays and held back datagrams
 (:mod:`instanceha.heartbeat.replay`) and records the beats in the host
 table (:mod:`instanceha.sources.heartbeat_table`), which makes an event
 on changes only. A periodic check reports hosts whose
@@ -16,6 +17,19 @@ protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
 a beat naming a host Nova does not know, ``no_guest_sink`` for a guest
 event when instance repair is off) and never raises; a datagram
 never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
+
+Keys (:class:`instanceha.heartbeat.keys.HostKeyring`): each host's own
+key is derived from ``[agent] master_key_file`` when Nova's hosts are
+read (once per host, not per datagram); the shared ``key_file`` of older
+deployments is accepted while ``accept_shared_key`` is true, each host
+still signing with it logged once (``agent_shared_key_used``) and counted
+(``hosts_on_shared_key``, ``shared_key_beats``), and dropped as
+``shared_key`` once it is false. Within the window, a host this engine
+has heard on its own key is no longer spoken for by the shared key: a
+shared-key datagram naming it is dropped as ``shared_key`` too (until
+the engine restarts or Nova stops listing the host), so each host is
+protected from the moment its agent moves. Requests to an agent are signed with the
+key its beats are signed with.
 
 Threads: the receiver and the check change the table under ``_lock`` and
 hand their events to the sink in order, under ``_emit`` (taken by this
@@ -47,6 +61,9 @@ from instanceha.util import periodic
 LOG = structlog.get_logger("instanceha.sources.heartbeat")
 
 UNEXPECTED_KIND = "unexpected_kind"
+#: The protocol's drop of a datagram signed with the shared key, also for
+#: a host already heard on its own key.
+SHARED_KEY = "shared_key"
 UNKNOWN_HOST = "unknown_host"
 NO_GUEST_SINK = "no_guest_sink"
 #: Every reason a datagram is dropped, for counting.
@@ -77,11 +94,16 @@ class HeartbeatSource:
         except ValueError as e:
             raise ConfigError("[agent] listen_addresses: %s" % e)
         if keyring is None:
-            if not group.key_file:
-                raise ConfigError("[agent] key_file: must be set when "
-                                  "[agent] listen_addresses is")
-            keyring = keys.load_keyring(group.key_file,
-                                        group.previous_key_file)
+            if not group.key_file and not group.master_key_file:
+                raise ConfigError("[agent] master_key_file: must be set "
+                                  "(or the shared key_file) when [agent] "
+                                  "listen_addresses is")
+            keyring = keys.load_host_keyring(
+                group.master_key_file, group.previous_master_key_file,
+                group.key_file, group.previous_key_file,
+                group.accept_shared_key)
+        elif isinstance(keyring, keys.Keyring):
+            keyring = keys.HostKeyring(shared=keyring)
         self.keyring = keyring
         self._sink = sink
         # guest_sink(GuestEvent, now): the agents' guest events (issue
@@ -97,6 +119,11 @@ class HeartbeatSource:
         self._ids = {}                   # host name -> Nova service id
         self._ids_at = None
         self._unknown = {}               # name -> beats, reported once
+        self._refreshing = threading.Lock()
+        # Hosts heard signing with the shared key while hosts have keys
+        # of their own: each logged once.
+        self._shared_hosts = set()
+        self._shared_beats = 0
         # Plain integers (not a dict): counted at every beat.
         self._received = self._accepted = self._errors = 0
         self._drops = dict.fromkeys(DROP_REASONS, 0)
@@ -147,11 +174,28 @@ class HeartbeatSource:
             "agent-silence-check", self.check,
             min(0.5, self._group.silence_timeout / 4.0),
             first=0.0, error_event="agent_check_failed", log=LOG).start()
+        ring = self.keyring
         LOG.info("agent_listener_started",
                  addresses=["%s:%d" % b for b in self.bound],
-                 key_ids=list(self.keyring.kids),
+                 key_ids=list(ring.kids),
+                 master_key_ids=list(ring.master_kids),
+                 accept_shared_key=bool(ring.kids),
+                 host_keys=len(ring),
                  silence_timeout=self._group.silence_timeout,
                  reason="receiving the agents' signed beats")
+        if not ring.per_host:
+            LOG.warning("agent_shared_key_only", key_ids=list(ring.kids),
+                        reason="one key speaks for every host: root on any "
+                               "compute host can forge every host's beats "
+                               "and keep a dead host from being fenced; set "
+                               "[agent] master_key_file and give each host "
+                               "its own key (doc/agent.md)")
+        elif ring.kids:
+            LOG.warning("agent_shared_key_accepted", key_ids=list(ring.kids),
+                        reason="[agent] accept_shared_key is true: hosts "
+                               "still on the shared key can speak for every "
+                               "host; set it false once hosts_on_shared_key "
+                               "is 0")
 
     def stop(self):
         if self._check_loop is None and not self._socks:
@@ -177,6 +221,10 @@ class HeartbeatSource:
     def refresh(self, now):
         """Read Nova's hosts (``known_hosts()``) again; forget hosts it no
         longer knows."""
+        with self._refreshing:
+            self._refresh(now)
+
+    def _refresh(self, now):
         try:
             ids = {name: host_id for host_id, name in self._known_hosts()}
         except Exception as e:   # noqa: BLE001 - keep the old list
@@ -186,8 +234,20 @@ class HeartbeatSource:
             self._ids_at = now
             if ids == self._ids:
                 return
+        # Each new host's keys derived once, here, not per datagram (and
+        # outside the lock: 20,000 hosts take a fraction of a second).
+        ring = self.keyring
+        derived = ring.learn(ids)
+        if derived:
+            LOG.info("agent_host_keys_derived", count=derived,
+                     hosts=len(ring), master_key_ids=list(ring.master_kids),
+                     collisions=ring.collisions,
+                     reason="hosts Nova lists: their own keys, derived "
+                            "from the master key")
+        with self._lock:
             self._ids = ids
             gone = self._table.renamed(ids)
+            self._shared_hosts.intersection_update(ids)
         if gone:
             LOG.info("agent_hosts_forgotten", hosts=sorted(gone)[:20],
                      count=len(gone), reason="Nova no longer knows them")
@@ -315,6 +375,10 @@ class HeartbeatSource:
         accepted = 0
         check = self._guard.check
         record = self._table.beat
+        last_kid = self._table.kid
+        shared_kids = self.keyring.shared_kids if self.keyring.per_host \
+            else ()
+        first_shared = []
         with self._lock:
             ids = self._ids
             for item in beats:
@@ -324,6 +388,16 @@ class HeartbeatSource:
                     unknown.append(item)
                     continue
                 is_guest = type(message) is guest.GuestEvent
+                if kid in shared_kids:
+                    # A host heard on its own key: the shared key no
+                    # longer speaks for it (whoever else holds it).
+                    own = last_kid(message.host)
+                    if own is not None and own not in shared_kids:
+                        drops.append((SHARED_KEY, sender, "host %s signs "
+                                      "with its own key (id %s): the "
+                                      "shared key no longer speaks for it"
+                                      % (message.host, own)))
+                        continue
                 try:
                     why = check(message.host, guest.REPLAY_PATH if is_guest
                                 else message.path, message.boot_id,
@@ -333,6 +407,11 @@ class HeartbeatSource:
                             message.host, "guest event of " + message.server
                             if is_guest else "path %s" % message.path)))
                         continue
+                    if kid in shared_kids:
+                        self._shared_beats += 1
+                        if message.host not in self._shared_hosts:
+                            self._shared_hosts.add(message.host)
+                            first_shared.append((message.host, kid, sender))
                     if is_guest:
                         accepted += 1
                         guests.append((message, sender))
@@ -348,6 +427,13 @@ class HeartbeatSource:
             self._accepted += accepted
         for failure in failures:
             self._error("agent_datagram_failed", failure)
+        for host, kid, sender in first_shared:
+            LOG.warning("agent_shared_key_used", host=host, key_id=kid,
+                        address=sender[0] if sender else None,
+                        reason="accepted, signed with the shared key "
+                               "([agent] accept_shared_key is true): give "
+                               "this host its own key (instanceha agent-key "
+                               "HOST); logged once per host")
         return unknown
 
     def _drop(self, reason, sender, detail, now):
@@ -430,22 +516,28 @@ class HeartbeatSource:
         libvirt, guests, key_id, previous_key, boot_id, ...}}."""
         now = self._clock() if now is None else now
         with self._lock:
-            return self._table.view(now, self.keyring.current.kid)
+            return self._table.view(now, self.keyring.kind)
 
     def health(self):
         now = self._clock()
         with self._lock:
-            counts = self._table.counts(now, self.keyring.current.kid)
+            counts = self._table.counts(now, self.keyring.kind)
             unknown = sorted(self._unknown)
+            ring = self.keyring
             return {
                 "listening": bool(self._threads),
                 "addresses": ["%s:%d" % b for b in self.bound],
-                "key_ids": list(self.keyring.kids),
+                "key_ids": list(ring.kids),
+                "master_key_ids": list(ring.master_kids),
+                "accept_shared_key": bool(ring.kids),
+                "host_keys": len(ring),
                 **self._count_fields(),
                 "dropped": {k: v for k, v in self._drops.items() if v},
                 "hosts_beating": counts["beating"],
                 "hosts_silent": counts["silent"],
                 "hosts_on_previous_key": counts["previous_key"],
+                "hosts_on_shared_key": counts["shared_key"],
+                "shared_key_beats": self._shared_beats,
                 "paths": counts["paths"],
                 "unknown_hosts": len(unknown),
                 "unknown_host_names": unknown[:10]}
@@ -471,6 +563,7 @@ class HeartbeatSource:
         group = self._group
         with self._lock:
             where = self._table.address(host_name)
+            last_kid = self._table.kid(host_name)
             why_not = self._refusal(host_name, where, now)
         if why_not is not None:
             LOG.warning("agent_request_not_sent", host=host_name,
@@ -483,7 +576,9 @@ class HeartbeatSource:
             seq=protocol.request_seq(now), sent_at=now,
             reason=reason[:protocol.MAX_REASON])
         try:
-            data = protocol.encode_request(request, self.keyring.current)
+            # The key the host's agent signs its beats with: it holds it.
+            key = self.keyring.signing_key(host_name, last_kid)
+            data = protocol.encode_request(request, key)
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
             with socket.socket(family, socket.SOCK_DGRAM) as sock:
                 sock.sendto(data, (address, group.request_port))
@@ -497,7 +592,7 @@ class HeartbeatSource:
             self._requests[host_name].append(now)
         LOG.info("agent_request_sent", host=host_name, kind=request.kind,
                  address=address, port=group.request_port, path=path,
-                 seq=request.seq, key_id=self.keyring.current.kid,
+                 seq=request.seq, key_id=key.kid,
                  reason=reason)
         return "sent %s to %s:%d (path %s)" % (
             request.kind, address, group.request_port, path)

@@ -194,6 +194,11 @@ class HostTable:
             return None
         return host.last_at
 
+    def kid(self, name) -> Optional[str]:
+        """The key id the host's last beat was signed with, or None."""
+        host = self._hosts.get(name)
+        return None if host is None else host.kid
+
     def address(self, name) -> Optional[Tuple[str, str]]:
         """(ip, path) the host's most recent beat came from, or None."""
         host = self._hosts.get(name)
@@ -223,43 +228,50 @@ class HostTable:
                                           100.0 * fallen / total,
                                           100.0 * share))
 
-    def counts(self, now, current_kid=None):
-        """{beating, silent, previous_key, paths}: hosts by state at
-        ``now``; those whose last beat was signed with another key than
-        ``current_kid``; and per path, the hosts heard on it now and those
-        heard on it before but silent there now (each path counted on its
-        own: one network down shows as its hosts silent there)."""
-        beating = silent = old_key = 0
+    def counts(self, now, classify=None):
+        """{beating, silent, previous_key, shared_key, paths}: hosts by
+        state at ``now``; those whose last beat was signed with a previous
+        key, and with the shared key, by ``classify(name, kid)``
+        (``keys.HostKeyring.kind``: "current", "previous", "shared");
+        and per path, the hosts heard on it now and those heard on it
+        before but silent there now (each path counted on its own: one
+        network down shows as its hosts silent there)."""
+        beating = silent = old_key = shared = 0
         paths: Dict[str, Dict[str, int]] = {}
         for host in self._hosts.values():
             if now - host.last_at < self.timeout:
                 beating += 1
             else:
                 silent += 1
-            if current_kid is not None and host.kid != current_kid:
+            kind = classify(host.name, host.kid) if classify else None
+            if kind == "previous":
                 old_key += 1
+            elif kind == "shared":
+                shared += 1
             for name, path in host.paths.items():
                 count = paths.setdefault(name, {"heard": 0, "silent": 0})
                 count["heard" if now - path.at < self.timeout
                       else "silent"] += 1
         return {"beating": beating, "silent": silent,
-                "previous_key": old_key,
+                "previous_key": old_key, "shared_key": shared,
                 "paths": {name: paths[name] for name in sorted(paths)}}
 
-    def view(self, now, current_kid=None):
+    def view(self, now, classify=None):
         """{host name: dict} for status: state, paths with ages and
-        addresses, facts, key id, boot id."""
+        addresses, facts, key id (and whether it is a previous or the
+        shared key, by ``classify`` as in :meth:`counts`), boot id."""
         out = {}
         for name, host in self._hosts.items():
             heard = self._heard(host, now)
             facts = host.facts
+            kind = classify(name, host.kid) if classify else None
             out[name] = {
                 "state": BEATING if heard else SILENT,
                 "host_id": host.host_id,
                 "boot_id": host.boot_id,
                 "key_id": host.kid,
-                "previous_key": (current_kid is not None
-                                 and host.kid != current_kid),
+                "previous_key": kind == "previous",
+                "shared_key": kind == "shared",
                 "last_beat_age": round(now - host.last_at, 3),
                 "paths": {p: {"age": round(now - path.at, 3),
                               "address": _ip(path.address),

@@ -159,13 +159,22 @@ def test_send_request_signs_a_request_the_agent_accepts(agent_socket):
     assert kid == helpers.KEY.kid
 
 
-def test_requests_are_signed_with_the_current_key_only(agent_socket):
+def test_requests_are_signed_with_the_key_the_host_signs_with(
+        agent_socket):
+    """During a rotation an agent not yet rotated holds the previous key
+    only: its requests are signed with that key (it is still accepted),
+    so soft fencing goes on; a rotated agent's with the current one."""
     port = agent_socket.getsockname()[1]
     ring = keys.Keyring(helpers.OTHER_KEY, helpers.KEY)
     src, _, _, _ = make(keyring=ring, restart_compute=True,
                         request_port=port)
     feed(src, Host(key=helpers.KEY), T0, sender=("127.0.0.1", 50000))
+    feed(src, Host("compute-2", key=helpers.OTHER_KEY), T0,
+         sender=("127.0.0.1", 50001))
     src.send_request("compute-1", "why", now=T0 + 1)
+    data, _ = agent_socket.recvfrom(protocol.MAX_SIZE + 1)
+    assert protocol.decode_signed(data, ring)[1] == helpers.KEY.kid
+    src.send_request("compute-2", "why", now=T0 + 1)
     data, _ = agent_socket.recvfrom(protocol.MAX_SIZE + 1)
     assert protocol.decode_signed(data, ring)[1] == helpers.OTHER_KEY.kid
 

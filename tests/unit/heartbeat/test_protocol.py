@@ -237,6 +237,9 @@ class CountingRing:
     def by_wire_id(self, wire_id):
         return self.key if wire_id == self.key.kid.encode() else None
 
+    def why_unknown(self, wire_id):
+        return keys.Keyring(self.key).why_unknown(wire_id)
+
 
 @pytest.mark.parametrize("data", [
     GOOD + b"x" * protocol.MAX_SIZE,                 # oversized
