@@ -36,6 +36,14 @@ class Group:
                 coordination.guard_fencer(fencer, may_act),
                 coordination.guard_journal(self.journal, may_act))
 
+    def _agent_requests(self, sender):
+        """The sender of requests to the hosts' agents (soft fencing),
+        guarded like every other write on a coordinated member."""
+        if self.membership is None or sender is None:
+            return sender
+        return coordination.guard_agent_requests(sender,
+                                                 self.membership.may_act)
+
     def _on_elected(self):
         """This member was elected: resume from the shared journal (what
         the previous acting member recorded) and start acting."""
