@@ -49,6 +49,9 @@ class Group:
         the previous acting member recorded) and start acting."""
         try:
             resumed = self.engine.resume_from_journal()
+            # The instance repairs it left running: each followed, or,
+            # when Nova shows it was never sent, sent now.
+            self.engine.repair.resume()
         except Exception as e:   # noqa: BLE001
             self._on_lost("cannot resume from the journal: %s: %s"
                           % (type(e).__name__, e))
