@@ -32,6 +32,10 @@ class Group:
                 on_elected=self._on_elected, on_lost=self._on_lost,
                 clock=self.clock)
         may_act = self.membership.may_act
+        # Asked again right before each write request the Nova driver
+        # sends (a write made of several requests), beyond the guard at
+        # each write method's entry.
+        compute.write_gate = may_act
         return (coordination.guard_compute(compute, may_act),
                 coordination.guard_fencer(fencer, may_act),
                 coordination.guard_journal(self.journal, may_act))

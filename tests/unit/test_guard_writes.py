@@ -229,3 +229,58 @@ def test_the_service_guards_its_agent_requests_when_coordinated():
     clock.now += 7.5
     with pytest.raises(co.NotActingAgent):
         guarded.send_request("compute-1", "veto")
+
+
+# -- each request of a write made of several --------------------------------
+
+def test_the_nova_driver_asks_the_gate_before_each_write_request():
+    """A member frozen between the DELETE and the POST of one marker
+    write (both past the guard at the method's entry) sends no POST when
+    it wakes: the Nova driver asks its write_gate before each request
+    that changes something; reads still go out."""
+    from tests.unit.test_nova_migrate import Resp, driver
+    from instanceha.drivers.compute.base import ComputeError
+
+    d, c = driver([Resp(204), Resp(200, {"metadata": {}}),
+                   Resp(200, {"server": {}})])
+    m, clock, _ = _lapsed()
+    d.write_gate = m.may_act
+
+    real_delete = c.delete
+
+    def delete_then_freeze(path, **kwargs):
+        answer = real_delete(path, **kwargs)
+        clock.now += 7.5                  # frozen right after the DELETE
+        return answer
+    c.delete = delete_then_freeze
+    guarded = co.guard_compute(d, m.may_act)
+    with pytest.raises(ComputeError, match="POST .* not sent: leadership "
+                       "lost"):
+        guarded.set_server_metadata("s1", {"k:running": None,
+                                           "k:result": "start success"})
+    assert [(m_, p) for m_, p, *_ in c.calls] == [
+        ("DELETE", "/servers/s1/metadata/k%3Arunning")]
+    assert d.api_record.view()[2] is None     # not a failure of Nova's
+
+
+def test_the_service_gates_each_nova_write_request_when_coordinated():
+    from instanceha import conf as conf_pkg
+    from instanceha.service.group import Group
+    from instanceha.service.startup import AwaitedNova
+
+    m, clock, _ = _lapsed()
+
+    class Svc(Group):
+        conf = conf_pkg.make({})
+        journal = None
+        _membership = m
+
+        def _on_lost(self, reason):
+            pass
+
+    nova = AwaitedNova()
+    compute, _, _ = Svc()._coordinate(nova, lambda name: None)
+    driver = Target()
+    nova.bind(driver)                       # Nova answered later
+    assert driver.write_gate == m.may_act
+    assert isinstance(compute, co.Guard)

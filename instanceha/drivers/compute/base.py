@@ -199,6 +199,14 @@ class CallRecord:
 
 class ComputeDriver(abc.ABC):
 
+    #: None, or a callable that returns None while a request that changes
+    #: something may go out now, else why not (a coordinated member's
+    #: may_act). Drivers ask it right before each such request: the guard
+    #: at a write method's entry (instanceha.coordination) does not cover
+    #: the later requests of a write made of several (a marker's DELETE
+    #: then its POST) when the process froze between them.
+    write_gate = None
+
     # One per driver object, shared by every source that reads services
     # through it (the reconciler, the control-plane monitor), created on
     # first use: subclasses need not call an __init__ here.
