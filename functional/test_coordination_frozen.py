@@ -24,6 +24,7 @@ from functional import operator_api as op
 from functional import waiting
 from functional.test_coordination import (LEASE, Group, journal_url,  # noqa
                                           shared_redis)
+from instanceha.engine import repair_markers
 from instanceha.journal import Journal
 from instanceha.sim import SimServer
 from instanceha.sim import nova_wire, placement, redfish
@@ -184,8 +185,11 @@ def test_leader_frozen_mid_repair_sends_nothing_when_woken(tmp_path,
         sid = next(s.id for s in g.sim.servers.values()
                    if s.host == "compute-1")
         marker = "/servers/%s/metadata" % sid
-        g.freeze_when = lambda i, req: (i == 0 and req.method == "POST"
-                                        and req.path.endswith(marker))
+        # The "running" marker: its journal row is written, its start
+        # not yet sent (engine.repair_pass._send).
+        g.freeze_when = lambda i, req: (
+            i == 0 and req.method == "POST" and req.path.endswith(marker)
+            and repair_markers.RUNNING.encode() in req.body)
         g.sim.crash_server(sid)
 
         def started_by_1():
