@@ -21,10 +21,11 @@ the previous leader then still acts until its own ``lease - margin`` runs
 out, and a request it sent just before has up to ``margin`` to land. The
 lock cannot tell the two cases apart, so every election waits.
 
-The writes of the compute and fencing drivers go through :class:`Guard`,
-which asks ``may_act`` right before each call, so a member that was frozen
-(SIGSTOP, a VM pause, a long GC) for longer than the lease does nothing
-when it wakes. What no guard can stop is a request already on the wire
+Every write (a method of the compute or fencing driver, the journal or
+the agents' request sender marked by :func:`instanceha.util.writes.write`)
+goes through :class:`Guard`, which asks ``may_act`` right before each
+call, so a member that was frozen (SIGSTOP, a VM pause, a long GC) for
+longer than the lease does nothing when it wakes. What no guard can stop is a request already on the wire
 when the process froze: see doc/replicas.md, "Residual window".
 
 The package: :mod:`.membership` (joining, the heartbeat, the rule,
@@ -36,14 +37,17 @@ imported from here.
 from instanceha.coordination.backend import CoordinationError, unreachable
 from instanceha.coordination.guard import (COMPUTE_WRITES, FENCE_WRITES,
                                            JOURNAL_WRITES, Guard,
-                                           NotActingCompute, NotActingFence,
-                                           NotActingJournal, guard_compute,
-                                           guard_fencer, guard_journal)
+                                           NotActingAgent, NotActingCompute,
+                                           NotActingFence, NotActingJournal,
+                                           guard_agent_requests,
+                                           guard_compute, guard_fencer,
+                                           guard_journal)
 from instanceha.coordination.membership import (EXIT_LOST, Membership,
                                                 member_id, monotonic)
 
 __all__ = ["COMPUTE_WRITES", "FENCE_WRITES", "JOURNAL_WRITES", "EXIT_LOST",
-           "CoordinationError", "Guard", "Membership", "NotActingCompute",
-           "NotActingFence", "NotActingJournal", "guard_compute",
-           "guard_fencer", "guard_journal", "member_id", "monotonic",
+           "CoordinationError", "Guard", "Membership", "NotActingAgent",
+           "NotActingCompute", "NotActingFence", "NotActingJournal",
+           "guard_agent_requests", "guard_compute", "guard_fencer",
+           "guard_journal", "member_id", "monotonic",
            "unreachable"]

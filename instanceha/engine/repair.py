@@ -87,6 +87,9 @@ class Case:
     group: Optional[int] = None
     #: a pass has read the server (its project and group are known)
     read: bool = False
+    #: the attempt in flight was journalled by another process (resumed
+    #: from the journal): whether it reached Nova is asked once
+    inherited: bool = False
 
     def view(self) -> dict:
         return {"server": self.server_id, "state": self.state,
@@ -372,6 +375,7 @@ class InstanceRepair:
                         r["started_at"], host=r["host_name"])
             case.attempt = ir.Attempt(r["action"], r["started_at"])
             case.row, case.step = r["id"], r["step"]
+            case.inherited = True
             case.moved_from = r["host_name"] \
                 if r["action"] == ir.COLD_MIGRATE else None
             sid = r["server_id"]

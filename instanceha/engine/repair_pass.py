@@ -35,6 +35,19 @@ NOVA_STOP_GRACE = 30.0
 #: source of the agents' guest events; their cases wait this long for Nova's
 #: view to show the guest broken before a server Nova shows up closes them
 AGENT, AGENT_GRACE = "agent", 60.0
+#: A repair row's outcome when its request never reached Nova: the member
+#: that journalled it stopped (lost its lease, was killed) before sending,
+#: and the member acting now found no trace of it in Nova. Not an attempt:
+#: the ladder does not count it.
+NOT_SENT = "not_sent"
+#: Nova's instance action (os-instance-actions) for each repair action:
+#: Nova's API records it when it accepts the request.
+NOVA_ACTION = {ir.START: "start", ir.HARD_REBOOT: "reboot",
+               ir.COLD_MIGRATE: "migrate", ir.REBUILD: "rebuild"}
+#: Seconds Nova's clock may lag the clock of the member that journalled an
+#: action: an instance action of the same kind started up to this long
+#: before the row may be that request, and the row is then waited for.
+SENT_SKEW = 300.0
 
 
 # -- side effects ----------------------------------------------------------------
@@ -85,9 +98,10 @@ def is_up(server) -> bool:
             and server.power_state in (None, RUNNING))
 
 
-def _history(repair, server_id):
-    """(attempts since the last clear, marked failed)."""
-    rows = repair.ctx.journal.repairs(server_id)
+def _history(rows):
+    """(attempts since the last clear, marked failed) of a server's
+    repair rows (rows never sent are no attempt)."""
+    rows = [r for r in rows if r["outcome"] != NOT_SENT]
     last_clear = max((i for i, r in enumerate(rows)
                       if r["action"] == "cleared"), default=-1)
     rows = rows[last_clear + 1:]
@@ -140,6 +154,16 @@ def run(repair, case) -> Optional[float]:
         LOG.warning("repair_server_unreadable", server=case.server_id,
                     reason=str(e))
         return WAIT
+    if case.attempt is not None and case.inherited:
+        # An attempt another process journalled (resumed after a takeover
+        # or a restart): did its request reach Nova? Asked once.
+        case.inherited = False
+        if not went_out(repair, server, case.attempt.action,
+                        case.attempt.started_at, case.host) \
+                and _not_sent(repair, case.server_id, case.row,
+                              case.attempt, now):
+            case.attempt, case.row, case.step = None, None, None
+            case.active_since = None
     case.host = server.host or case.host
     case.project_id = facts_nova.project_of(server)
     # Its restart group, read before any gate: a case paused or held
@@ -227,7 +251,9 @@ def run(repair, case) -> Optional[float]:
         return FOLLOW
 
     # 8. The ladder.
-    history, marked_failed = _history(repair, case.server_id)
+    rows = _unsent_closed(repair, server,
+                          repair.ctx.journal.repairs(case.server_id), now)
+    history, marked_failed = _history(rows)
     level, facts = _level(repair, case, server, now)
     settings = s
     if case.operator and not s.enabled:
@@ -239,6 +265,70 @@ def run(repair, case) -> Optional[float]:
     if isinstance(decision, ir.Refusal):
         return _refused(repair, case, server, decision, now)
     return _send(repair, case, server, decision, now)
+
+
+def went_out(repair, server, action, started_at, host) -> bool:
+    """Whether the repair ``action`` journalled at ``started_at`` for the
+    server on ``host`` by another process (a member whose lease lapsed or
+    that was killed, this one before a restart) may have reached Nova.
+    False only when Nova shows it did not: the server still on ``host``
+    with no task in progress, and none of its instance actions is that
+    action started ``SENT_SKEW`` seconds before the row or later. Any
+    doubt (Nova unreadable, an action without a start time) says True:
+    the attempt is then followed as sent."""
+    name = NOVA_ACTION.get(action)
+    if name is None or server.task_state is not None \
+            or (host and server.host != host):
+        return True
+    try:
+        actions = repair.ctx.compute.instance_actions(server.id)
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.warning("repair_sent_unknown", server=server.id, action=action,
+                    reason=str(e) or type(e).__name__,
+                    effect="the journalled attempt is followed as sent")
+        return True
+    return any(a.action == name and (a.start_time is None
+                                     or a.start_time >= started_at - SENT_SKEW)
+               for a in actions)
+
+
+def _not_sent(repair, server_id, row, attempt, now) -> bool:
+    """Close the row of an attempt never sent (NOT_SENT); False when the
+    journal refused."""
+    why = ("no %s in Nova's instance actions of the server since the row "
+           "was journalled: the process that journalled it stopped before "
+           "sending it" % NOVA_ACTION[attempt.action])
+    if row is not None:
+        try:
+            repair.ctx.journal.repair_finished(row, now, NOT_SENT, why)
+        except Exception as e:   # noqa: BLE001 - logged; followed as sent
+            LOG.error("journal_write_failed", server=server_id,
+                      reason=str(e), effect="the attempt is followed as "
+                      "sent")
+            return False
+    repair.stats["not_sent"] += 1
+    LOG.warning("repair_not_sent", server=server_id, action=attempt.action,
+                journalled_at=attempt.started_at, reason=why,
+                effect="not counted as an attempt: the ladder goes on now")
+    return True
+
+
+def _unsent_closed(repair, server, rows, now):
+    """The server's repair rows, those left running by another process
+    (this case follows none) and never sent closed as NOT_SENT: a row
+    that would hold the server until its deadline is asked of Nova."""
+    s = repair.settings
+    for r in rows:
+        if r["outcome"] != ir.RUNNING or r["action"] not in ir.ACTIONS:
+            continue
+        attempt = ir.Attempt(r["action"], r["started_at"])
+        if now >= ir.deadline(attempt, s) or went_out(
+                repair, server, r["action"], r["started_at"],
+                r["host_name"]):
+            continue
+        if _not_sent(repair, server.id, r["id"], attempt, now):
+            r["outcome"] = NOT_SENT
+    return rows
 
 
 def _wait(repair, case, state, why, now, server):
@@ -453,4 +543,5 @@ def _finished(repair, case, server, outcome, now, detail=""):
     case.active_since = None
 
 
-__all__: List[str] = ["run", "set_markers", "finish_row", "is_up"]
+__all__: List[str] = ["run", "set_markers", "finish_row", "is_up",
+                      "went_out", "NOT_SENT"]

@@ -12,6 +12,8 @@ import threading
 
 import sqlalchemy as sa
 
+from instanceha.util.writes import write
+
 METADATA = sa.MetaData()
 
 TRANSITIONS = sa.Table(
@@ -198,6 +200,7 @@ class Journal:
                 yield c
 
     # -- writes ---------------------------------------------------------------
+    @write
     def record(self, old, new, event, transition=True, start=(),
                finish=None):
         """One transaction: the action that produced ``event`` finished
@@ -217,9 +220,11 @@ class Journal:
                 host_id=new.id, host_name=new.name or "", kind=a.value,
                 started_at=event.at)).inserted_primary_key[0] for a in start]
 
+    @write
     def record_transition(self, old, new, event):
         self.record(old, new, event)
 
+    @write
     def action_started(self, record, kind, at):
         with self._write() as c:
             res = c.execute(_INSERT_ACTION, dict(
@@ -227,6 +232,7 @@ class Journal:
                 kind=kind.value, started_at=at))
             return res.inserted_primary_key[0]
 
+    @write
     def close_open_actions(self, at, detail):
         """Give every action row without an outcome the outcome
         ``interrupted``; returns how many."""
@@ -236,6 +242,7 @@ class Journal:
                     finished_at=at, outcome="interrupted",
                     detail=detail)).rowcount
 
+    @write
     def action_finished(self, action_id, at, outcome, detail=""):
         with self._write() as c:
             self._finish(c, action_id, at, outcome, detail)
@@ -245,6 +252,7 @@ class Journal:
         c.execute(_FINISH_ACTION, dict(action_id=action_id, finished_at=at,
                                        outcome=outcome, detail=detail))
 
+    @write
     def evacuation_requested(self, host_id, host_name, server_id, at):
         with self._write() as c:
             res = c.execute(_INSERT_EVACUATION, dict(
@@ -252,6 +260,7 @@ class Journal:
                 requested_at=at, status="requested"))
             return res.inserted_primary_key[0]
 
+    @write
     def evacuation_finished(self, evac_id, at, status, dest_host=None,
                             detail=""):
         with self._write() as c:
@@ -259,6 +268,7 @@ class Journal:
                 evac_id=evac_id, finished_at=at, status=status,
                 dest_host=dest_host, detail=detail))
 
+    @write
     def stale_rebuild_suspected(self, server_id, source_id, source_host,
                                 suspect_hosts, at):
         """``server_id`` is being sent again; its earlier rebuild may still
@@ -270,6 +280,7 @@ class Journal:
                     source_host=source_host, suspect_host=host,
                     recorded_at=at))
 
+    @write
     def stale_rebuild_resolved(self, row_id, at, resolution):
         with self._write() as c:
             c.execute(STALE_REBUILDS.update().where(
@@ -284,6 +295,7 @@ class Journal:
             q = q.where(STALE_REBUILDS.c.resolved_at.is_(None))
         return self._select(q)
 
+    @write
     def reserved_taken(self, reserved_host, host_id, host_name,
                        original_reason, at):
         with self._write() as c:
@@ -292,6 +304,7 @@ class Journal:
                 host_name=host_name, original_reason=original_reason,
                 taken_at=at))
 
+    @write
     def reserved_returned(self, reserved_host, at, outcome):
         """Close the open row of ``reserved_host``."""
         with self._write() as c:
@@ -309,6 +322,7 @@ class Journal:
     def reserved_history(self):
         return self._select(sa.select(RESERVED).order_by(RESERVED.c.id))
 
+    @write
     def evidence_saved(self, host_name, method, at, evidence):
         """Keep ``evidence`` (a JSON-able dict) for one fencing method of
         one host, replacing what was kept for it."""
@@ -340,6 +354,7 @@ class Journal:
         return {(r["host_name"], r["method"]): r["evidence"] for r in rows}
 
     # -- instance repair ----------------------------------------------------
+    @write
     def repair_started(self, server_id, host_name, action, at, step=None,
                        verdict=None, outcome="running", detail="",
                        finished_at=None):
@@ -352,6 +367,7 @@ class Journal:
                 finished_at=finished_at, outcome=outcome, detail=detail))
             return res.inserted_primary_key[0]
 
+    @write
     def repair_finished(self, row_id, at, outcome, detail=""):
         with self._write() as c:
             c.execute(REPAIRS.update().where(REPAIRS.c.id == row_id).values(

@@ -139,7 +139,7 @@ class Service(Group, Reloading, Health):
         if self.heartbeat is not None:
             # Soft fencing: a vetoed host's agent restarts nova-compute.
             self.engine.add_listener(soft_fence.listener(
-                conf, journal, self.heartbeat, clock))
+                conf, journal, self._agent_requests(self.heartbeat), clock))
         self.notifier = notifier if notifier is not None \
             else sdnotify.Notifier()
         self.systemd = SystemdLink(self, self.notifier, clock=clock)

@@ -32,15 +32,30 @@ class Group:
                 on_elected=self._on_elected, on_lost=self._on_lost,
                 clock=self.clock)
         may_act = self.membership.may_act
+        # Asked again right before each write request the Nova driver
+        # sends (a write made of several requests), beyond the guard at
+        # each write method's entry.
+        compute.write_gate = may_act
         return (coordination.guard_compute(compute, may_act),
                 coordination.guard_fencer(fencer, may_act),
                 coordination.guard_journal(self.journal, may_act))
+
+    def _agent_requests(self, sender):
+        """The sender of requests to the hosts' agents (soft fencing),
+        guarded like every other write on a coordinated member."""
+        if self.membership is None or sender is None:
+            return sender
+        return coordination.guard_agent_requests(sender,
+                                                 self.membership.may_act)
 
     def _on_elected(self):
         """This member was elected: resume from the shared journal (what
         the previous acting member recorded) and start acting."""
         try:
             resumed = self.engine.resume_from_journal()
+            # The instance repairs it left running: each followed, or,
+            # when Nova shows it was never sent, sent now.
+            self.engine.repair.resume()
         except Exception as e:   # noqa: BLE001
             self._on_lost("cannot resume from the journal: %s: %s"
                           % (type(e).__name__, e))

@@ -157,6 +157,10 @@ class AwaitedNova(Awaited):
         # ComputeDriver keeps them per object, made on first use.
         target.__dict__["_nova_clock"] = self.nova_clock
         target.__dict__["_call_record"] = self.api_record
+        # A coordinated member's gate on each write request (set on the
+        # stand-in when the service was built).
+        if self.__dict__.get("write_gate") is not None:
+            target.write_gate = self.__dict__["write_gate"]
         super().bind(target)
 
 

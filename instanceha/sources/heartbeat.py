@@ -57,6 +57,7 @@ from instanceha.sources import udp
 from instanceha.sources.heartbeat_table import HostTable
 from instanceha.util import datagrams
 from instanceha.util import periodic
+from instanceha.util.writes import write
 
 LOG = structlog.get_logger("instanceha.sources.heartbeat")
 
@@ -552,6 +553,7 @@ class HeartbeatSource:
                         dropped=sum(self._drops.values()))
 
     # -- requests to agents --------------------------------------------------
+    @write
     def send_request(self, host_name, reason, now=None):
         """Ask the host's agent to restart nova-compute: a signed
         :class:`~instanceha.heartbeat.protocol.Request` sent to the

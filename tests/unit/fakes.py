@@ -152,11 +152,19 @@ class FakeCompute(cb.ComputeDriver):
             raise cb.Conflict("Cannot '%s' instance %s while it is in "
                               "vm_state %s" % (name, server_id,
                                                v["vm_state"]), 409)
+        # Nova's API records the action once it accepts the request.
+        self._record_action(v, name)
         fails = (v.get("repair_faults") or {}).get(name)
         if fails:
             v.update(vm_state="error", status="ERROR", power_state=4)
         else:
             v.update(vm_state="active", status="ACTIVE", power_state=1)
+
+    def _record_action(self, v, name):
+        v.setdefault("actions", []).append(dict(
+            action=name, user_id="instanceha", project_id=v.get("project"),
+            request_id="req-%s-%d" % (name, len(v["actions"])),
+            start_time=self.clock()))
 
     def start_server(self, server_id):
         """ACTIVE at once (ERROR when the server's ``repair_faults`` names
@@ -444,6 +452,7 @@ class FakeCompute(cb.ComputeDriver):
                               "vm_state %s" % (server_id, v["vm_state"]), 409)
         if not self._service_up(v["host"]):
             raise cb.Conflict("Service is unavailable at this time.", 409)
+        self._record_action(v, "migrate")
         dest = self._move_target(v["host"])
         if dest is None:
             self._new_move(server_id, "migration", "error", None)

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
 from instanceha.drivers.compute.nova_clock import NovaClock
+from instanceha.util.writes import write
 
 
 class ComputeService(NamedTuple):
@@ -198,6 +199,14 @@ class CallRecord:
 
 class ComputeDriver(abc.ABC):
 
+    #: None, or a callable that returns None while a request that changes
+    #: something may go out now, else why not (a coordinated member's
+    #: may_act). Drivers ask it right before each such request: the guard
+    #: at a write method's entry (instanceha.coordination) does not cover
+    #: the later requests of a write made of several (a marker's DELETE
+    #: then its POST) when the process froze between them.
+    write_gate = None
+
     # One per driver object, shared by every source that reads services
     # through it (the reconciler, the control-plane monitor), created on
     # first use: subclasses need not call an __init__ here.
@@ -222,6 +231,7 @@ class ComputeDriver(abc.ABC):
         return next((s for s in self.list_services() if s.host == host),
                     None)
 
+    @write
     @abc.abstractmethod
     def force_down(self, service, reason):
         """Mark the service forced down and disabled with ``reason``.
@@ -229,6 +239,7 @@ class ComputeDriver(abc.ABC):
         Returns the service as Nova answered (ComputeService), or None if
         the answer did not include it."""
 
+    @write
     @abc.abstractmethod
     def restore(self, service, enable, disabled_reason=None):
         """Unset forced_down; enable the service when ``enable``, else
@@ -246,6 +257,7 @@ class ComputeDriver(abc.ABC):
     def get_server(self, server_id):
         """One Server; raises NotFound."""
 
+    @write
     @abc.abstractmethod
     def evacuate(self, server_id, microversion=None, host=None):
         """Ask Nova to rebuild the server elsewhere (scheduler picks).
@@ -256,6 +268,7 @@ class ComputeDriver(abc.ABC):
         ``[evacuation] microversion``. ``host``: a target host (a reserved
         host brought in); the scheduler still validates it (never forced)."""
 
+    @write
     def stop_server(self, server_id):
         """Nova's os-stop: power the server off (it must be ACTIVE or in
         error, with no task in progress). Used only on an evacuated server
@@ -276,6 +289,7 @@ class ComputeDriver(abc.ABC):
         NoEndpoint when no image endpoint is configured."""
         raise NotImplementedError
 
+    @write
     def delete_server_metadata(self, server_id, key):
         """Remove one metadata key of a server (an expired suspension
         marker). Raises NotFound when the server or the key is gone."""
@@ -286,6 +300,7 @@ class ComputeDriver(abc.ABC):
         Raises NotFound."""
         raise NotImplementedError
 
+    @write
     def unset_aggregate_metadata(self, aggregate_id, key):
         """Remove one metadata key of a host aggregate (set_metadata with
         the key set to null)."""
@@ -296,15 +311,18 @@ class ComputeDriver(abc.ABC):
         os-hypervisors when Placement cannot be read) knows."""
         raise NotImplementedError
 
+    @write
     def enable_service(self, service_id):
         """Enable a compute service (a reserved host brought in)."""
         raise NotImplementedError
 
+    @write
     def disable_service(self, service_id, reason):
         """Disable a compute service with ``reason`` (a reserved host
         returned to the reserve)."""
         raise NotImplementedError
 
+    @write
     def reset_state(self, server_id, state="active"):
         """Nova's os-resetState: set the server's vm_state (``active`` or
         ``error``) and clear its task state. Used only on a server that
@@ -328,6 +346,7 @@ class ComputeDriver(abc.ABC):
     # as a plain ComputeError carrying Nova's message and status 400;
     # an unknown server or migration is NotFound.
 
+    @write
     def live_migrate(self, server_id, block_migration="auto", host=None):
         """Live-migrate the server; the scheduler chooses the destination,
         or checks ``host`` when given (a fail-back's target: never forced,
@@ -339,6 +358,7 @@ class ComputeDriver(abc.ABC):
         MIGRATING) and a ``live-migration`` migration record."""
         raise _unsupported("live migration")
 
+    @write
     def cold_migrate(self, server_id):
         """Cold-migrate (resize to the same flavor) the server; the
         scheduler chooses. ACTIVE or SHUTOFF, no task, its compute up (else
@@ -346,6 +366,7 @@ class ComputeDriver(abc.ABC):
         :meth:`confirm_resize`."""
         raise _unsupported("cold migration")
 
+    @write
     def confirm_resize(self, server_id):
         """Confirm a finished cold migration (VERIFY_RESIZE): the server
         goes back to ACTIVE or SHUTOFF where it now is."""
@@ -355,11 +376,13 @@ class ComputeDriver(abc.ABC):
         """The server's in-progress live migrations: [ServerMigration]."""
         raise _unsupported("listing a server's migrations")
 
+    @write
     def abort_migration(self, server_id, migration_id):
         """Abort an in-progress live migration (``migration_id``: a
         ServerMigration's id); the server stays on its source."""
         raise _unsupported("aborting a live migration")
 
+    @write
     def force_complete_migration(self, server_id, migration_id):
         """Force a running live migration to complete (the guest is paused
         for the switch-over)."""
@@ -376,6 +399,7 @@ class ComputeDriver(abc.ABC):
     # Concrete here like the moves above: each raises ComputeError("... is
     # not supported by this compute driver") in a driver without them.
 
+    @write
     def create_server(self, name, flavor_id, image_id, host, zone=None,
                       network=None):
         """Boot a server forced onto ``host`` (a smoke test): Nova's
@@ -396,10 +420,12 @@ class ComputeDriver(abc.ABC):
         created the server."""
         raise _unsupported("creating a server")
 
+    @write
     def delete_server(self, server_id):
         """Delete the server; a server already gone is no error."""
         raise _unsupported("deleting a server")
 
+    @write
     def delete_service(self, service_id):
         """Delete the nova-compute service (by its id, a UUID). Nova
         refuses (Conflict, with its message) while the host still has
@@ -408,6 +434,7 @@ class ComputeDriver(abc.ABC):
         the host from its aggregates and deletes its resource provider."""
         raise _unsupported("deleting a compute service")
 
+    @write
     def remove_host_from_aggregate(self, aggregate_id, host):
         """Take ``host`` out of the host aggregate ``aggregate_id``
         (Aggregate.id). NotFound when the aggregate or the host is
@@ -442,20 +469,24 @@ class ComputeDriver(abc.ABC):
         [InstanceAction]."""
         raise _unsupported("reading instance actions")
 
+    @write
     def start_server(self, server_id):
         """Nova's os-start (the server must be SHUTOFF with no task)."""
         raise _unsupported("starting a server")
 
+    @write
     def reboot_server(self, server_id, hard=True):
         """Nova's reboot, HARD by default (accepted in ACTIVE, SHUTOFF,
         PAUSED, SUSPENDED and ERROR)."""
         raise _unsupported("rebooting a server")
 
+    @write
     def rebuild_server(self, server_id, image_id):
         """Nova's rebuild from ``image_id`` in place: the server's local
         disks are lost (instance repair's opt-in last action)."""
         raise _unsupported("rebuilding a server")
 
+    @write
     def set_server_metadata(self, server_id, items):
         """Set (merge) metadata keys of a server: {key: value}; a value of
         None removes the key (a key already gone is no error)."""

@@ -27,6 +27,7 @@ from instanceha.drivers.compute.nova_records import (
 from instanceha.drivers.compute.nova_transport import (
     AGGREGATES, MIGRATIONS, SERVERS, NovaTransport, error_message)
 from instanceha.drivers.compute.ttl_cache import TTLCache
+from instanceha.util.writes import write
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -165,6 +166,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         return self._call("put", "/os-services/%s" % service_id, "2.53",
                           json=body)
 
+    @write
     def force_down(self, service_id, reason):
         # One request: Nova applies status, reason and forced_down together.
         body = self._put_service(service_id, {"status": "disabled",
@@ -175,6 +177,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         except (KeyError, TypeError, base.ComputeError):
             return None
 
+    @write
     def restore(self, service_id, enable, disabled_reason=None):
         body = {"forced_down": False}
         if enable:
@@ -194,6 +197,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         return to_server(self._call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
+    @write
     def evacuate(self, server_id, microversion=None, host=None):
         mv = self._evacuate_mv
         if microversion is not None:
@@ -216,6 +220,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         self._call("post", "/servers/%s/action" % server_id, mv,
                    json={"evacuate": args})
 
+    @write
     def stop_server(self, server_id):
         self._call("post", "/servers/%s/action" % server_id, "2.1",
                    json={"os-stop": None})
@@ -239,6 +244,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise base.ComputeError("os-aggregates answer lacks %s" % e)
 
+    @write
     def unset_aggregate_metadata(self, aggregate_id, key):
         try:
             self._call("post", "/os-aggregates/%s/action" % aggregate_id,
@@ -249,6 +255,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
             # error, which may have been applied).
             self._cache.invalidate("aggregates")
 
+    @write
     def delete_server_metadata(self, server_id, key):
         self._call("delete", "/servers/%s/metadata/%s" % (
             server_id, urllib.parse.quote(key, safe="")), "2.1")
@@ -288,14 +295,17 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
                                     % image_id)
         return body
 
+    @write
     def enable_service(self, service_id):
         self._put_service(service_id, {"status": "enabled"})
 
+    @write
     def disable_service(self, service_id, reason):
         self._put_service(service_id, {"status": "disabled",
                                        "disabled_reason": reason})
 
     # -- evacuations ---------------------------------------------------------
+    @write
     def reset_state(self, server_id, state="active"):
         self._call("post", "/servers/%s/action" % server_id, "2.1",
                    json={"os-resetState": {"state": state}})

@@ -56,6 +56,7 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_transport import plain_400
+from instanceha.util.writes import write
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -82,6 +83,7 @@ class NovaLifecycle:
     def _refusal(self, method, path, microversion, **kwargs):
         return plain_400(self._call, method, path, microversion, **kwargs)
 
+    @write
     def create_server(self, name, flavor_id, image_id, host, zone=None,
                       network=None):
         server = {"name": name, "flavorRef": str(flavor_id),
@@ -104,18 +106,21 @@ class NovaLifecycle:
                            host=None, vm_state="building",
                            raw=dict(body["server"]))
 
+    @write
     def delete_server(self, server_id):
         try:
             self._refusal("delete", "/servers/%s" % server_id, "2.1")
         except base.NotFound:
             pass                        # gone already: what was wanted
 
+    @write
     def delete_service(self, service_id):
         self._refusal("delete", "/os-services/%s" % service_id,
                       SERVICES_MICROVERSION)
         # Nova removed the host from its aggregates.
         self._cache.invalidate("aggregates")
 
+    @write
     def remove_host_from_aggregate(self, aggregate_id, host):
         path = "/os-aggregates/%s/action" % aggregate_id
         try:

@@ -57,6 +57,7 @@ from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_records import (
     to_migration, to_server_migration)
 from instanceha.drivers.compute.nova_transport import Listing, plain_400
+from instanceha.util.writes import write
 
 #: os-migrations of one host (source or destination), changed since
 HOST_MIGRATIONS = Listing("/os-migrations", "migrations",
@@ -92,6 +93,7 @@ class NovaMoves:
     def _move(self, method, path, microversion, **kwargs):
         return plain_400(self._call, method, path, microversion, **kwargs)
 
+    @write
     def live_migrate(self, server_id, block_migration="auto", host=None):
         if block_migration not in ("auto", True, False):
             raise ValueError("block_migration must be 'auto', True or "
@@ -105,10 +107,12 @@ class NovaMoves:
                    json={"os-migrateLive": {
                        "host": host, "block_migration": block_migration}})
 
+    @write
     def cold_migrate(self, server_id):
         self._move("post", "/servers/%s/action" % server_id, "2.1",
                    json={"migrate": None})
 
+    @write
     def confirm_resize(self, server_id):
         self._move("post", "/servers/%s/action" % server_id, "2.1",
                    json={"confirmResize": None})
@@ -135,6 +139,7 @@ class NovaMoves:
         raise base.NotFound("no in-progress live migration %s of server %s"
                             % (text, server_id), 404)
 
+    @write
     def abort_migration(self, server_id, migration_id):
         number = self._migration_number(server_id, migration_id)
         if self.max_microversion >= ABORT_QUEUED_MICROVERSION:
@@ -144,6 +149,7 @@ class NovaMoves:
         self._move("delete", "/servers/%s/migrations/%s" % (
             server_id, number), "%d.%d" % mv)
 
+    @write
     def force_complete_migration(self, server_id, migration_id):
         number = self._migration_number(server_id, migration_id)
         self._move("post", "/servers/%s/migrations/%s/action" % (

@@ -26,6 +26,7 @@ import urllib.parse
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_records import parse_time, to_server
 from instanceha.drivers.compute.nova_transport import Listing
+from instanceha.util.writes import write
 
 #: servers of every project in one state
 BY_STATUS = Listing("/servers", "servers", (("all_projects", "all_tenants"),
@@ -60,16 +61,20 @@ class NovaRepair:
         self._call("post", "/servers/%s/action" % server_id, "2.1",
                    json=body)
 
+    @write
     def start_server(self, server_id):
         self._action(server_id, {"os-start": None})
 
+    @write
     def reboot_server(self, server_id, hard=True):
         self._action(server_id, {"reboot": {"type": "HARD" if hard
                                             else "SOFT"}})
 
+    @write
     def rebuild_server(self, server_id, image_id):
         self._action(server_id, {"rebuild": {"imageRef": str(image_id)}})
 
+    @write
     def set_server_metadata(self, server_id, items):
         # Removals first: Nova takes one key per DELETE, and a reader
         # between the requests must never see the new result beside the

@@ -12,6 +12,8 @@ import uuid
 
 import tenacity
 
+from instanceha.util.writes import write
+
 
 class PowerState(str, enum.Enum):
     ON = "on"
@@ -39,6 +41,7 @@ class FencingDriver(abc.ABC):
     #: name used in the inventory's ``driver`` field
     name = None
 
+    @write
     @abc.abstractmethod
     def power_off(self, bmc):
         """Power the host off and return once the BMC confirms Off.
@@ -60,6 +63,7 @@ class FencingDriver(abc.ABC):
         machine. Raises FenceError."""
         return None
 
+    @write
     def power_on(self, bmc):
         """Power the host on (used by operators and tests). Raises FenceError."""
         raise FenceError("%s: driver %s cannot power on" % (bmc.host, self.name))
