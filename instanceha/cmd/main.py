@@ -43,6 +43,11 @@
     instanceha policy explain SERVER [--config-file F]
                                           what the recovery policies decide for
                                           SERVER if its host is lost, and why
+    instanceha db upgrade [--config-file F]
+                                          bring the journal's schema to this
+                                          release's (run does it at start too)
+    instanceha db version [--config-file F]
+                                          the journal's schema revision
 
 suspend, maintenance, drain and resume talk to the service's API through its
 unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
@@ -93,6 +98,10 @@ def main(argv=None):
         # backends' clients (~0.7 s), which no other CLI command needs.
         from instanceha.cmd import check
         return check.main(rest)
+    if cmd == "db":
+        # Local: it loads SQLAlchemy and alembic.
+        from instanceha.cmd import db
+        return db.main(rest)
     if cmd == "history":
         # Local: it reads the journal; at module top SQLAlchemy would cost
         # every CLI command ~0.2 s.
