@@ -21,7 +21,7 @@ LOG = structlog.get_logger("instanceha.journal")
 
 #: The newest revision in migrations/versions (a unit test checks it):
 #: a journal at it is opened without loading alembic.
-HEAD = "0002"
+HEAD = "0003"
 #: The tables of the schema before migrations: any of them without a
 #: version table is a journal of an older release.
 _LEGACY_TABLES = ("transitions", "actions", "evacuations")

@@ -133,6 +133,28 @@ REPAIRS = sa.Table(
     sa.Column("detail", sa.Text),
 )
 
+#: What a drain knows (engine/drain.py's Carry), so that a restarted
+#: engine continues it instead of counting afresh: one row per drain of a
+#: host, named by when the host entered draining (``since``), written at
+#: each pass and before each migration request; ``state`` holds the
+#: servers at the start, attempts, servers given up (and why),
+#: destinations tried, stuck counts, cold moves to confirm and when each
+#: move was asked; ``next_pass_at`` when its next pass is due.
+#: ``ended_at`` is set when the drain ends.
+DRAIN_RUNS = sa.Table(
+    "drain_runs", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("since", TIME, nullable=False),
+    sa.Column("started_at", TIME, nullable=False),
+    sa.Column("updated_at", TIME, nullable=False),
+    sa.Column("next_pass_at", TIME),
+    sa.Column("failed_at", TIME),
+    sa.Column("ended_at", TIME),
+    sa.Column("state", sa.JSON, nullable=False),
+)
+
 #: kind -> (table, its time column, rank among entries at the same time)
 _HISTORY = {
     "transition": (TRANSITIONS, TRANSITIONS.c.at, 0),
@@ -410,6 +432,48 @@ class Journal:
             rows = self._select(q.order_by(REPAIRS.c.id.desc()).limit(limit))
             return rows[::-1]
         return self._select(q.order_by(REPAIRS.c.id))
+
+    # -- drains -------------------------------------------------------------
+    def drain_saved(self, host_id, host_name, since, at, started_at, state,
+                    next_pass_at=None, failed_at=None):
+        """Keep what the drain of ``host_id`` that began when the host
+        entered draining at ``since`` knows (``state``, a JSON-able dict),
+        replacing what was kept for it."""
+        where = sa.and_(DRAIN_RUNS.c.host_id == host_id,
+                        DRAIN_RUNS.c.since == since,
+                        DRAIN_RUNS.c.ended_at.is_(None))
+        values = dict(host_name=host_name, updated_at=at, state=state,
+                      started_at=started_at, next_pass_at=next_pass_at,
+                      failed_at=failed_at)
+
+        def work(c):
+            if not c.execute(DRAIN_RUNS.update().where(where).values(
+                    **values)).rowcount:
+                c.execute(DRAIN_RUNS.insert(), dict(
+                    values, host_id=host_id, since=since))
+        return self._write(work)
+
+    def drain_ended(self, host_id, at):
+        """Every open drain row of ``host_id`` ended at ``at``; returns
+        how many."""
+        def work(c):
+            return c.execute(DRAIN_RUNS.update().where(sa.and_(
+                DRAIN_RUNS.c.host_id == host_id,
+                DRAIN_RUNS.c.ended_at.is_(None))).values(
+                    ended_at=at, updated_at=at)).rowcount
+        return self._write(work)
+
+    def drain_run(self, host_id, since):
+        """The open row of the drain of ``host_id`` that began at
+        ``since``, or None."""
+        rows = self._select(sa.select(DRAIN_RUNS).where(sa.and_(
+            DRAIN_RUNS.c.host_id == host_id, DRAIN_RUNS.c.since == since,
+            DRAIN_RUNS.c.ended_at.is_(None))).order_by(
+                DRAIN_RUNS.c.id.desc()).limit(1))
+        return rows[0] if rows else None
+
+    def drain_runs(self, host_id=None):
+        return self._rows(DRAIN_RUNS, host_id)
 
     # -- reads ------------------------------------------------------------------
     def latest(self):

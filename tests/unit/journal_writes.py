@@ -145,6 +145,18 @@ CALLS = {
                                       step=1),
         lambda j, p: _one(j.repairs("srv-5"), started_at=T,
                           outcome="running")),
+    "drain_saved": (
+        lambda j: j.drain_saved("u-d", "compute-d", T, 1.0, 1.0, {}),
+        lambda j, p: j.drain_saved("u-d", "compute-d", T, T, 1.0,
+                                   {"attempts": {"srv-7": 2}},
+                                   next_pass_at=T + 5),
+        lambda j, p: _one(j.drain_runs("u-d"), since=T, updated_at=T,
+                          next_pass_at=T + 5,
+                          state={"attempts": {"srv-7": 2}})),
+    "drain_ended": (
+        lambda j: j.drain_saved("u-e", "compute-e", T, 1.0, 1.0, {}),
+        lambda j, p: j.drain_ended("u-e", T),
+        lambda j, p: _one(j.drain_runs("u-e"), ended_at=T)),
     "repair_finished": (
         lambda j: j.repair_started("srv-6", "compute-1", "start", 1.0),
         lambda j, p: j.repair_finished(p, T, "success"),
