@@ -90,6 +90,11 @@ def test_every_time_round_trips_exactly(url):
         assert j.history("u-9")[0]["at"] == T
         assert [a["id"] for a in j.history(
             "u-9", since=T, until=T + 0.000002)] == [aid]
+        # A time that names a row (a drain's since) finds it again.
+        j.drain_saved("u-9", "compute-9", T, T, T, {"n": 1})
+        j.drain_saved("u-9", "compute-9", T, T + 1, T, {"n": 2})
+        assert [r["state"] for r in j.drain_runs("u-9")] == [{"n": 2}]
+        assert j.drain_run("u-9", T)["updated_at"] == T + 1
     finally:
         j.close()
 
