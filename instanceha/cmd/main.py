@@ -47,6 +47,11 @@
                                           write HOST's own heartbeat key (derived
                                           from [agent] master_key_file) for its
                                           agent, mode 0600
+    instanceha db upgrade [--config-file F]
+                                          bring the journal's schema to this
+                                          release's (run does it at start too)
+    instanceha db version [--config-file F]
+                                          the journal's schema revision
 
 suspend, maintenance, drain and resume talk to the service's API through its
 unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
@@ -100,6 +105,10 @@ def main(argv=None):
         # backends' clients (~0.7 s), which no other CLI command needs.
         from instanceha.cmd import check
         return check.main(rest)
+    if cmd == "db":
+        # Local: it loads SQLAlchemy and alembic.
+        from instanceha.cmd import db
+        return db.main(rest)
     if cmd == "history":
         # Local: it reads the journal; at module top SQLAlchemy would cost
         # every CLI command ~0.2 s.

@@ -11,9 +11,16 @@ Nothing here powers anything off or evacuates: the host is alive. A host
 that dies while draining leaves the DRAINING state (the failure path takes
 it); its next pass sees that and stops.
 
-What a pass remembers (attempts per server, the progress of each
-migration) is in its carry, in memory: a restarted engine starts the
-drain's counting afresh, which can only allow a few more attempts.
+What a pass remembers is in its carry. What a restart must not forget
+(the servers at the start, attempts per server, servers given up and why,
+destinations tried, stuck counts, cold moves to confirm, when each move
+was asked, when the next pass is due) is journalled at each pass and
+before each migration request (Journal.drain_saved), under the drain's
+name: when the host entered draining. A restarted engine reads it back
+and continues the drain: no server gets more attempts than
+[drain] stuck_retries allows, one given up stays given up, and the first
+pass waits for the time the last one set. Only the progress of the
+migrations in flight (their stuck clocks) starts afresh.
 """
 
 import dataclasses
@@ -51,6 +58,10 @@ class Carry:
     ctx: object = None
     host: str = ""
     host_id: str = ""
+    #: when the host entered draining: the drain's name in the journal
+    since: Optional[float] = None
+    #: when the next pass is due (the engine's clock), as journalled
+    next_pass_at: Optional[float] = None
     #: when the drain began, when a server was last given up (ours)
     started_at: Optional[float] = None
     failed_at: Optional[float] = None
@@ -85,6 +96,26 @@ class Carry:
         runs = getattr(self.ctx, "runs", None)
         if runs is not None and runs.get(self.host_id) is self:
             del runs[self.host_id]
+
+    def durable(self):
+        """What the journal keeps of this drain (JSON-able)."""
+        return {"initial": list(self.initial),
+                "attempts": dict(self.attempts),
+                "given_up": dict(self.given_up),
+                "tried": {s: sorted(h) for s, h in self.tried.items()},
+                "stuck": dict(self.stuck),
+                "cold": sorted(self.cold),
+                "sent_at": dict(self.sent_at)}
+
+    def restore(self, state):
+        """Take back what :meth:`durable` kept."""
+        self.initial = tuple(state.get("initial", ()))
+        self.attempts = dict(state.get("attempts", {}))
+        self.given_up = dict(state.get("given_up", {}))
+        self.tried = {s: set(h) for s, h in state.get("tried", {}).items()}
+        self.stuck = dict(state.get("stuck", {}))
+        self.cold = set(state.get("cold", ()))
+        self.sent_at = dict(state.get("sent_at", {}))
 
     def servers_view(self):
         """{server id: where it stands} for status, server by server."""
@@ -182,10 +213,17 @@ def drain(ctx, record, carry=None):
         # the undrain.
         if carry is not None:
             carry.close()
+        _ended(ctx, record)
         return result(ctx, record, E.DRAIN_CANCELLED,
                       "the host left draining (%s)" % record.state.value)
     settings = settings_for(ctx, record.drain_concurrency)
     concurrency = settings.concurrency
+    if carry is None:
+        carry = resumed(ctx, record)
+        now = ctx.clock()
+        if carry is not None and carry.next_pass_at is not None \
+                and carry.next_pass_at > now:
+            return Requeue(max(MIN_WAIT, carry.next_pass_at - now), carry)
     if carry is None:
         servers, capacities, services = read(ctx, record.name)
         plan = _plan(ctx, record.name, servers, capacities, services,
@@ -206,7 +244,7 @@ def drain(ctx, record, carry=None):
         carry = Carry(capacities=capacities, services=services,
                       initial=tuple(s.id for s in servers),
                       host=record.name, host_id=record.id, ctx=ctx,
-                      started_at=ctx.clock())
+                      started_at=ctx.clock(), since=record.since)
         ctx.runs[record.id] = carry
         LOG.info("drain_started", host=record.name,
                  servers=len(servers), concurrency=concurrency,
@@ -226,6 +264,55 @@ def drain(ctx, record, carry=None):
             return Requeue(settings.poll_interval, carry)
         servers = ctx.compute.list_servers(record.name)
     return _step(ctx, record, carry, servers, settings, concurrency)
+
+
+def resumed(ctx, record):
+    """The carry of a drain that a restarted engine continues, rebuilt
+    from the journal (with Nova's view of the other hosts read now), or
+    None: no drain of this host since it entered draining was journalled
+    (a new drain, or one that never passed its first pass)."""
+    row = ctx.journal.drain_run(record.id, record.since)
+    if row is None:
+        return None
+    _, capacities, services = read(ctx, record.name)
+    carry = Carry(ctx=ctx, host=record.name, host_id=record.id,
+                  since=record.since, started_at=row["started_at"],
+                  failed_at=row["failed_at"],
+                  next_pass_at=row["next_pass_at"],
+                  capacities=capacities, services=services)
+    carry.restore(row["state"])
+    ctx.runs[record.id] = carry
+    LOG.info("drain_resumed", host=record.name,
+             servers=len(carry.initial),
+             attempts=sum(carry.attempts.values()),
+             given_up=len(carry.given_up), next_pass_at=carry.next_pass_at,
+             reason="the drain journalled before the restart goes on: its "
+                    "counts are kept")
+    return carry
+
+
+def journalled(ctx, record, carry, now):
+    """Journal what the drain knows; False (logged) when the journal did
+    not take it: then nothing more is sent this pass."""
+    try:
+        ctx.journal.drain_saved(
+            record.id, record.name or "", carry.since, now,
+            carry.started_at, carry.durable(),
+            next_pass_at=carry.next_pass_at, failed_at=carry.failed_at)
+    except Exception as e:   # noqa: BLE001 - the journal down, or refused
+        LOG.warning("drain_not_journalled", host=record.name,
+                    reason="%s: %s" % (type(e).__name__, e),
+                    effect="no migration is asked for until it is")
+        return False
+    return True
+
+
+def _ended(ctx, record):
+    try:
+        ctx.journal.drain_ended(record.id, ctx.clock())
+    except Exception as e:   # noqa: BLE001 - an open row names an old drain
+        LOG.warning("drain_end_not_journalled", host=record.name,
+                    reason="%s: %s" % (type(e).__name__, e))
 
 
 def source_down(ctx, record):
@@ -262,6 +349,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     cap = settings.max_concurrent - others_inflight(ctx, record.name)
     room = max(0, min(room, cap))
     sent = 0
+    unjournalled = False
     left: List[str] = []
     deferred: List[str] = []
     for sid, name, how in plan.steps:
@@ -277,7 +365,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             send(ctx, record, carry, sid, "confirm_resize",
                  ctx.compute.confirm_resize)
             continue
-        if how not in ("live", "cold") or sent >= room:
+        if how not in ("live", "cold") or sent >= room or unjournalled:
             continue
         tries = carry.attempts.get(sid, 0)
         if tries > settings.stuck_retries:
@@ -289,6 +377,12 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                         server=sid, reason=carry.given_up[sid])
             continue
         carry.attempts[sid] = tries + 1
+        # Counted in the journal before it is asked: a restart never
+        # gives a server more attempts than stuck_retries allows.
+        if not journalled(ctx, record, carry, now):
+            carry.attempts[sid] = tries
+            unjournalled = True
+            continue
         request = (ctx.compute.live_migrate if how == "live"
                    else ctx.compute.cold_migrate)
         if how == "live" and carry.tried.get(sid):
@@ -307,7 +401,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     if moving or any(how in ("live", "cold", "confirm")
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):
-        return Requeue(next_pass(settings, now, wake), carry)
+        return _again(ctx, record, carry, now,
+                      next_pass(settings, now, wake))
     if carry.failed_at is not None and not (
             record.nova_seen_at is not None
             and record.nova_seen_at > carry.failed_at):
@@ -319,8 +414,9 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         LOG.info("drain_end_waits", host=record.name,
                  reason="waiting for a heartbeat newer than the last "
                         "failed migration before leaving servers on it")
-        return Requeue(settings.poll_interval, carry)
+        return _again(ctx, record, carry, now, settings.poll_interval)
     carry.close()
+    _ended(ctx, record)
     gone = [s for s in carry.initial if s not in by_id]
     moved = len(gone)
     parts = ["%d/%d servers moved" % (moved, len(carry.initial))]
@@ -339,6 +435,14 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     return Event(E.DRAIN_OK, record.id, ctx.clock(), name=record.name,
                  reason=summary, source="action",
                  payload=DrainSummary(moved=tuple(gone)))
+
+
+def _again(ctx, record, carry, now, after):
+    """Come back in ``after`` seconds, journalled with what the pass
+    learnt."""
+    carry.next_pass_at = now + after
+    journalled(ctx, record, carry, now)
+    return Requeue(after, carry)
 
 
 #: Servers named one by one in a drain's summary (the journal's reason).

@@ -11,6 +11,17 @@ import os
 import threading
 
 import sqlalchemy as sa
+import structlog
+
+from instanceha.journal import migrate
+
+LOG = structlog.get_logger("instanceha.journal")
+
+#: Every time in the journal: epoch seconds in double precision (DOUBLE
+#: on MariaDB/MySQL, double precision on PostgreSQL, REAL on SQLite), so
+#: it reads back exactly as written. A bare sa.Float is single precision
+#: on MariaDB (an epoch time in 10,000 s steps): never use it here.
+TIME = sa.Double
 
 from instanceha.util.writes import write
 
@@ -21,7 +32,7 @@ TRANSITIONS = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("host_id", sa.String(64), nullable=False, index=True),
     sa.Column("host_name", sa.String(255), nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("at", TIME, nullable=False),
     sa.Column("src", sa.String(32), nullable=False),
     sa.Column("dst", sa.String(32), nullable=False),
     sa.Column("event", sa.String(64), nullable=False),
@@ -36,8 +47,8 @@ ACTIONS = sa.Table(
     sa.Column("host_id", sa.String(64), nullable=False, index=True),
     sa.Column("host_name", sa.String(255), nullable=False),
     sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("started_at", sa.Float, nullable=False),
-    sa.Column("finished_at", sa.Float),
+    sa.Column("started_at", TIME, nullable=False),
+    sa.Column("finished_at", TIME),
     sa.Column("outcome", sa.String(64)),      # result event kind or "error"
     sa.Column("detail", sa.Text),
 )
@@ -48,8 +59,8 @@ EVACUATIONS = sa.Table(
     sa.Column("host_id", sa.String(64), nullable=False, index=True),
     sa.Column("host_name", sa.String(255), nullable=False),
     sa.Column("server_id", sa.String(64), nullable=False, index=True),
-    sa.Column("requested_at", sa.Float, nullable=False),
-    sa.Column("finished_at", sa.Float),
+    sa.Column("requested_at", TIME, nullable=False),
+    sa.Column("finished_at", TIME),
     sa.Column("status", sa.String(32), nullable=False),  # requested|done|...
     sa.Column("dest_host", sa.String(255)),
     sa.Column("detail", sa.Text),
@@ -66,8 +77,8 @@ STALE_REBUILDS = sa.Table(
     sa.Column("source_id", sa.String(64), nullable=False),   # host record id
     sa.Column("source_host", sa.String(255), nullable=False),
     sa.Column("suspect_host", sa.String(255), nullable=False, index=True),
-    sa.Column("recorded_at", sa.Float, nullable=False),
-    sa.Column("resolved_at", sa.Float),
+    sa.Column("recorded_at", TIME, nullable=False),
+    sa.Column("resolved_at", TIME),
     sa.Column("resolution", sa.Text),
 )
 
@@ -83,8 +94,8 @@ RESERVED = sa.Table(
     sa.Column("host_id", sa.String(64), nullable=False),     # the lost host
     sa.Column("host_name", sa.String(255), nullable=False),
     sa.Column("original_reason", sa.Text),
-    sa.Column("taken_at", sa.Float, nullable=False),
-    sa.Column("returned_at", sa.Float),
+    sa.Column("taken_at", TIME, nullable=False),
+    sa.Column("returned_at", TIME),
     sa.Column("outcome", sa.Text),
 )
 
@@ -97,7 +108,7 @@ BMC_EVIDENCE = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("host_name", sa.String(255), nullable=False, index=True),
     sa.Column("method", sa.String(512), nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("at", TIME, nullable=False),
     sa.Column("evidence", sa.JSON, nullable=False),
 )
 
@@ -118,10 +129,32 @@ REPAIRS = sa.Table(
     sa.Column("action", sa.String(32), nullable=False),
     sa.Column("step", sa.Integer),
     sa.Column("verdict", sa.String(32)),
-    sa.Column("started_at", sa.Float, nullable=False),
-    sa.Column("finished_at", sa.Float),
+    sa.Column("started_at", TIME, nullable=False),
+    sa.Column("finished_at", TIME),
     sa.Column("outcome", sa.String(32)),
     sa.Column("detail", sa.Text),
+)
+
+#: What a drain knows (engine/drain.py's Carry), so that a restarted
+#: engine continues it instead of counting afresh: one row per drain of a
+#: host, named by when the host entered draining (``since``), written at
+#: each pass and before each migration request; ``state`` holds the
+#: servers at the start, attempts, servers given up (and why),
+#: destinations tried, stuck counts, cold moves to confirm and when each
+#: move was asked; ``next_pass_at`` when its next pass is due.
+#: ``ended_at`` is set when the drain ends.
+DRAIN_RUNS = sa.Table(
+    "drain_runs", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host_id", sa.String(64), nullable=False, index=True),
+    sa.Column("host_name", sa.String(255), nullable=False),
+    sa.Column("since", TIME, nullable=False),
+    sa.Column("started_at", TIME, nullable=False),
+    sa.Column("updated_at", TIME, nullable=False),
+    sa.Column("next_pass_at", TIME),
+    sa.Column("failed_at", TIME),
+    sa.Column("ended_at", TIME),
+    sa.Column("state", sa.JSON, nullable=False),
 )
 
 #: kind -> (table, its time column, rank among entries at the same time)
@@ -133,9 +166,8 @@ _HISTORY = {
 HISTORY_KINDS = tuple(_HISTORY)
 
 
-# Statements built once: executing them with a parameter dict reuses
-# SQLAlchemy's compiled form instead of building and caching a new one.
-#: How many times a write ended as a deadlock victim is tried in all.
+#: How many times a write transaction ended as a deadlock victim (or by a
+#: lock wait timeout) is tried in all.
 DEADLOCK_TRIES = 3
 #: MySQL/MariaDB: deadlock found, lock wait timeout exceeded.
 _DEADLOCK_CODES = (1213, 1205)
@@ -147,6 +179,9 @@ def _deadlock(error):
     args = getattr(getattr(error, "orig", None), "args", None) or ()
     return bool(args) and args[0] in _DEADLOCK_CODES
 
+
+# Statements built once: executing them with a parameter dict reuses
+# SQLAlchemy's compiled form instead of building and caching a new one.
 
 _INSERT_TRANSITION = TRANSITIONS.insert()
 _INSERT_ACTION = ACTIONS.insert()
@@ -188,10 +223,33 @@ class Journal:
             if self.engine.dialect.name == "sqlite" else None
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        METADATA.create_all(self.engine)
+        #: (revision found, revision now): the schema is brought to this
+        #: release's on every open (instanceha run's start too).
+        self.schema = migrate.upgrade(self.engine)
+
+    def _write(self, work):
+        """``work(connection)`` in one write transaction; returns what it
+        returns. Every write of the journal goes through here: a
+        transaction MariaDB/MySQL ends to break a deadlock (1213) or by a
+        lock wait timeout (1205), as replicas or the engine's workers
+        writing rows at once can make it, is rolled back and run again,
+        DEADLOCK_TRIES times in all, instead of lost (a lost 'seen On' or
+        transition is a decision a takeover would not know). Any other
+        error, or a deadlock that lasts, is raised."""
+        for attempt in range(1, DEADLOCK_TRIES + 1):
+            try:
+                with self._transaction() as c:
+                    return work(c)
+            except sa.exc.DBAPIError as e:
+                if attempt == DEADLOCK_TRIES or not _deadlock(e):
+                    raise
+                LOG.warning("journal_write_retried", attempt=attempt,
+                            tries=DEADLOCK_TRIES, reason=str(e.orig),
+                            effect="the transaction was rolled back by the "
+                                   "database and is run again")
 
     @contextlib.contextmanager
-    def _write(self):
+    def _transaction(self):
         if self._write_lock is None:
             with self.engine.begin() as c:
                 yield c
@@ -207,7 +265,7 @@ class Journal:
         (``finish`` = (action_id, at, outcome, detail)), the transition
         ``old`` -> ``new`` (if ``transition``), and the actions it starts
         (``start``, a list of Action). Returns the new actions' ids."""
-        with self._write() as c:
+        def work(c):
             if finish is not None:
                 self._finish(c, *finish)
             if transition:
@@ -219,6 +277,7 @@ class Journal:
             return [c.execute(_INSERT_ACTION, dict(
                 host_id=new.id, host_name=new.name or "", kind=a.value,
                 started_at=event.at)).inserted_primary_key[0] for a in start]
+        return self._write(work)
 
     @write
     def record_transition(self, old, new, event):
@@ -226,26 +285,29 @@ class Journal:
 
     @write
     def action_started(self, record, kind, at):
-        with self._write() as c:
+        def work(c):
             res = c.execute(_INSERT_ACTION, dict(
                 host_id=record.id, host_name=record.name or "",
                 kind=kind.value, started_at=at))
             return res.inserted_primary_key[0]
+        return self._write(work)
 
     @write
     def close_open_actions(self, at, detail):
         """Give every action row without an outcome the outcome
         ``interrupted``; returns how many."""
-        with self._write() as c:
+        def work(c):
             return c.execute(ACTIONS.update().where(
                 ACTIONS.c.finished_at.is_(None)).values(
                     finished_at=at, outcome="interrupted",
                     detail=detail)).rowcount
+        return self._write(work)
 
     @write
     def action_finished(self, action_id, at, outcome, detail=""):
-        with self._write() as c:
+        def work(c):
             self._finish(c, action_id, at, outcome, detail)
+        return self._write(work)
 
     @staticmethod
     def _finish(c, action_id, at, outcome, detail):
@@ -254,38 +316,42 @@ class Journal:
 
     @write
     def evacuation_requested(self, host_id, host_name, server_id, at):
-        with self._write() as c:
+        def work(c):
             res = c.execute(_INSERT_EVACUATION, dict(
                 host_id=host_id, host_name=host_name, server_id=server_id,
                 requested_at=at, status="requested"))
             return res.inserted_primary_key[0]
+        return self._write(work)
 
     @write
     def evacuation_finished(self, evac_id, at, status, dest_host=None,
                             detail=""):
-        with self._write() as c:
+        def work(c):
             c.execute(_FINISH_EVACUATION, dict(
                 evac_id=evac_id, finished_at=at, status=status,
                 dest_host=dest_host, detail=detail))
+        return self._write(work)
 
     @write
     def stale_rebuild_suspected(self, server_id, source_id, source_host,
                                 suspect_hosts, at):
         """``server_id`` is being sent again; its earlier rebuild may still
         wait in the queue of each of ``suspect_hosts``."""
-        with self._write() as c:
+        def work(c):
             for host in suspect_hosts:
                 c.execute(STALE_REBUILDS.insert(), dict(
                     server_id=server_id, source_id=source_id,
                     source_host=source_host, suspect_host=host,
                     recorded_at=at))
+        return self._write(work)
 
     @write
     def stale_rebuild_resolved(self, row_id, at, resolution):
-        with self._write() as c:
+        def work(c):
             c.execute(STALE_REBUILDS.update().where(
                 STALE_REBUILDS.c.id == row_id).values(
                     resolved_at=at, resolution=resolution))
+        return self._write(work)
 
     def stale_rebuilds(self, suspect_host=None, unresolved=True):
         q = sa.select(STALE_REBUILDS).order_by(STALE_REBUILDS.c.id)
@@ -298,20 +364,22 @@ class Journal:
     @write
     def reserved_taken(self, reserved_host, host_id, host_name,
                        original_reason, at):
-        with self._write() as c:
+        def work(c):
             c.execute(RESERVED.insert(), dict(
                 reserved_host=reserved_host, host_id=host_id,
                 host_name=host_name, original_reason=original_reason,
                 taken_at=at))
+        return self._write(work)
 
     @write
     def reserved_returned(self, reserved_host, at, outcome):
         """Close the open row of ``reserved_host``."""
-        with self._write() as c:
+        def work(c):
             c.execute(RESERVED.update().where(sa.and_(
                 RESERVED.c.reserved_host == reserved_host,
                 RESERVED.c.returned_at.is_(None))).values(
                     returned_at=at, outcome=outcome))
+        return self._write(work)
 
     def reserved_in_use(self):
         """Open rows: [{reserved_host, host_id, host_name,
@@ -330,22 +398,15 @@ class Journal:
                         BMC_EVIDENCE.c.method == method)
         # Replicas sharing a journal write the same host's row at once
         # (each reads every BMC at its start): MariaDB may then end one
-        # update-or-insert as a deadlock victim, and a "seen On" lost
-        # that way leaves the member elected next unable to prove the
-        # host dead. The transaction is idempotent: tried again.
-        for attempt in range(DEADLOCK_TRIES):
-            try:
-                with self._write() as c:
-                    done = c.execute(BMC_EVIDENCE.update().where(
-                        where).values(at=at, evidence=evidence)).rowcount
-                    if not done:
-                        c.execute(BMC_EVIDENCE.insert(), dict(
-                            host_name=host_name, method=method, at=at,
-                            evidence=evidence))
-                return
-            except sa.exc.DBAPIError as e:
-                if attempt + 1 == DEADLOCK_TRIES or not _deadlock(e):
-                    raise
+        # update-or-insert as a deadlock victim; _write tries it again.
+        def work(c):
+            done = c.execute(BMC_EVIDENCE.update().where(where).values(
+                at=at, evidence=evidence)).rowcount
+            if not done:
+                c.execute(BMC_EVIDENCE.insert(), dict(
+                    host_name=host_name, method=method, at=at,
+                    evidence=evidence))
+        return self._write(work)
 
     def evidence(self):
         """{(host name, method): evidence dict} of every kept row."""
@@ -360,18 +421,20 @@ class Journal:
                        finished_at=None):
         """A repair row (an action sent, or a verdict closing a case);
         returns its id."""
-        with self._write() as c:
+        def work(c):
             res = c.execute(REPAIRS.insert(), dict(
                 server_id=server_id, host_name=host_name, action=action,
                 step=step, verdict=verdict, started_at=at,
                 finished_at=finished_at, outcome=outcome, detail=detail))
             return res.inserted_primary_key[0]
+        return self._write(work)
 
     @write
     def repair_finished(self, row_id, at, outcome, detail=""):
-        with self._write() as c:
+        def work(c):
             c.execute(REPAIRS.update().where(REPAIRS.c.id == row_id).values(
                 finished_at=at, outcome=outcome, detail=detail))
+        return self._write(work)
 
     def repairs(self, server_id=None, since=None, limit=None):
         """Repair rows, oldest first (of one server when given; at or after
@@ -385,6 +448,50 @@ class Journal:
             rows = self._select(q.order_by(REPAIRS.c.id.desc()).limit(limit))
             return rows[::-1]
         return self._select(q.order_by(REPAIRS.c.id))
+
+    # -- drains -------------------------------------------------------------
+    @write
+    def drain_saved(self, host_id, host_name, since, at, started_at, state,
+                    next_pass_at=None, failed_at=None):
+        """Keep what the drain of ``host_id`` that began when the host
+        entered draining at ``since`` knows (``state``, a JSON-able dict),
+        replacing what was kept for it."""
+        where = sa.and_(DRAIN_RUNS.c.host_id == host_id,
+                        DRAIN_RUNS.c.since == since,
+                        DRAIN_RUNS.c.ended_at.is_(None))
+        values = dict(host_name=host_name, updated_at=at, state=state,
+                      started_at=started_at, next_pass_at=next_pass_at,
+                      failed_at=failed_at)
+
+        def work(c):
+            if not c.execute(DRAIN_RUNS.update().where(where).values(
+                    **values)).rowcount:
+                c.execute(DRAIN_RUNS.insert(), dict(
+                    values, host_id=host_id, since=since))
+        return self._write(work)
+
+    @write
+    def drain_ended(self, host_id, at):
+        """Every open drain row of ``host_id`` ended at ``at``; returns
+        how many."""
+        def work(c):
+            return c.execute(DRAIN_RUNS.update().where(sa.and_(
+                DRAIN_RUNS.c.host_id == host_id,
+                DRAIN_RUNS.c.ended_at.is_(None))).values(
+                    ended_at=at, updated_at=at)).rowcount
+        return self._write(work)
+
+    def drain_run(self, host_id, since):
+        """The open row of the drain of ``host_id`` that began at
+        ``since``, or None."""
+        rows = self._select(sa.select(DRAIN_RUNS).where(sa.and_(
+            DRAIN_RUNS.c.host_id == host_id, DRAIN_RUNS.c.since == since,
+            DRAIN_RUNS.c.ended_at.is_(None))).order_by(
+                DRAIN_RUNS.c.id.desc()).limit(1))
+        return rows[0] if rows else None
+
+    def drain_runs(self, host_id=None):
+        return self._rows(DRAIN_RUNS, host_id)
 
     # -- reads ------------------------------------------------------------------
     def latest(self):

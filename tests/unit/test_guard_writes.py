@@ -34,6 +34,7 @@ FENCE_READS = {"power_state", "system_identity", "close", "settings",
 JOURNAL_READS = {
     "actions", "close", "evacuations", "evacuations_finished", "evidence",
     "history", "latest", "repairs", "reserved_history", "reserved_in_use",
+    "drain_run", "drain_runs",
     "stale_rebuilds", "transitions"}
 #: The heartbeat source: what it receives and reports; it sends only
 #: its requests to agents (marked).

@@ -1,0 +1,1 @@
+"""Revisions of the journal schema (loaded by alembic by file name)."""
