@@ -57,6 +57,8 @@ import math
 import re
 import struct
 import uuid
+
+from instanceha.util import system_uuid as uuid_text
 from typing import Dict, NamedTuple, Optional, Union
 
 VERSION = 2
@@ -135,17 +137,8 @@ UNKNOWN_FACTS = Facts(compute=None, libvirt=None, guests=None)
 _UUID_SIZE = 16
 
 
-def canonical_uuid(text):
-    """``text`` as a UUID in canonical form (lower case, hyphens, no
-    braces or ``urn:uuid:``), or None when it is not one, or is all zeros
-    or all ones (what firmware writes when it has no UUID)."""
-    try:
-        value = uuid.UUID(str(text).strip())
-    except (ValueError, TypeError, AttributeError):
-        return None
-    if value.int in (0, (1 << 128) - 1):
-        return None
-    return str(value)
+#: ``text`` as a canonical UUID, or None (placeholders too).
+canonical_uuid = uuid_text.canonical
 
 
 class Beat(NamedTuple):
@@ -213,19 +206,19 @@ def encode_beat(beat: Beat, key) -> bytes:
         "beat", (("host", beat.host, MAX_HOST, None),
                  ("boot_id", beat.boot_id, MAX_BOOT_ID, None),
                  ("path", beat.path, MAX_PATH, _PATH_NAME)))
-    system_uuid = b""
+    uuid_bytes = b""
     if facts.system_uuid is not None:
         found = canonical_uuid(facts.system_uuid)
         if found is None:
             raise ValueError("cannot encode beat: system_uuid: a UUID or "
                              "None expected")
-        system_uuid = uuid.UUID(found).bytes
+        uuid_bytes = uuid.UUID(found).bytes
     body = _BEAT.pack(_checked_seq("beat", beat.seq),
                       _checked_time("beat", beat.sent_at), flags[0],
                       flags[1], _NO_GUESTS if guests is None else guests,
                       len(host), len(boot_id), len(path))
     return _frame(BEAT, body + host + boot_id + path
-                  + bytes((len(system_uuid),)) + system_uuid, key)
+                  + bytes((len(uuid_bytes),)) + uuid_bytes, key)
 
 
 def encode_request(req: Request, key) -> bytes:
