@@ -20,6 +20,9 @@ from instanceha.engine import evidence as evidence_mod
 from instanceha.events import AgentReport, AgentSilence, Event, EventKind as E
 from instanceha.policy import proof
 from instanceha.sources.audit import FencingAudit
+from instanceha.api.server import OperatorAPI
+from instanceha.cmd import status as status_cmd
+from tests.unit.test_api_metrics import _samples
 from tests.unit.test_engine import World
 
 HOST = "4c4c4544-0042-3510-8052-b4c04f4e3232"      # compute-1's machine
@@ -134,6 +137,35 @@ def test_another_machines_uuid_is_a_mismatch_and_unknown_is_not_verified():
     assert proof.machine(ev, HOST)[0] == proof.NOT_VERIFIED
 
 
+# -- status and /metrics -------------------------------------------------------
+
+def test_status_and_metrics_show_each_hosts_bmc_identity():
+    w = Pointed(REDFISH_NO_HOSTNAME)
+    w.pass_()
+    api = OperatorAPI(w.conf, w.engine, w.clock)
+    w.agent(E.AGENT_BEATING, HOST)
+    w.audit_once()
+    snap = w.engine.snapshot()
+    by_name = {h["name"]: h["identity"] for h in snap["hosts"]}
+    # compute-0 and compute-2 run no agent here: not verified
+    assert by_name == {"compute-0": "not verified", "compute-1": "mismatch",
+                       "compute-2": "not verified"}
+    assert snap["fencing_identity"] == {"verified": 0, "not_verified": 2,
+                                        "mismatch": 1}
+    assert "BMC untrusted" in snap["unprotected"]["compute-1"]
+    text = status_cmd.format_status(snap, now=w.clock())
+    assert "[BMC identity mismatch]" in text
+    assert "0 verified, 2 not verified, 1 reaching another machine" in text
+    m = _samples(api)
+    assert m[("instanceha_fencing_identity_methods",
+              (("identity", "mismatch"),))] == 1
+    assert m[("instanceha_fencing_identity_methods",
+              (("identity", "not_verified"),))] == 2
+    assert m[("instanceha_host_fencing_identity_mismatch",
+              (("host", "compute-1"),))] == 1
+    assert m[("instanceha_host_unprotected", (("host", "compute-1"),))] == 1
+
+
 # -- the engine -----------------------------------------------------------------
 
 @pytest.mark.parametrize("identity", [REDFISH_NO_HOSTNAME, IPMI_OTHER],
@@ -207,3 +239,42 @@ def test_require_verified_identity_refuses_an_unverified_method():
     assert "identity not verified" in reason
     assert "require_verified_identity" in reason
     assert w.fencer.powered_off == []
+
+
+# -- instanceha check -------------------------------------------------------------
+
+def test_check_fails_an_entry_reaching_another_machine(tmp_path):
+    """The agents' UUIDs as the service journalled them; compute-1's BMC
+    (IPMI order) reports another machine, compute-0's its own (SMBIOS
+    order), compute-2 has no agent."""
+    from instanceha.journal import Journal
+    from tests.unit.test_check import Bed
+    bed = Bed(tmp_path)
+    journal = Journal("sqlite:///%s" % (tmp_path / "db" / "journal.sqlite"))
+    store = evidence_mod.EvidenceStore(journal, lambda: 1000.0)
+    store.agent_uuid("compute-0", OTHER)
+    store.agent_uuid("compute-1", HOST)
+    journal.close()
+    reported = {"bmc-0": {"uuids": fb.uuid_forms(ipmi_smbios(OTHER))},
+                "bmc-1": IPMI_OTHER, "bmc-2": {"uuids": [HOST]}}
+    bed.fencer.system_identity = \
+        lambda bmc: reported[bmc.address.split("//")[1]]
+    report, text = bed.run()
+    assert report.exit_code == 1, text
+    lines = {f.what: (f.level, str(f.text)) for f in report.findings
+             if f.what.startswith("fencing ")}
+    assert lines["fencing compute-0"][0] == "OK"
+    assert "identity verified" in lines["fencing compute-0"][1]
+    level, line = lines["fencing compute-1"]
+    assert level == "FAIL" and "not the host" in line and HOST in line
+    assert lines["fencing compute-2"] == (
+        "OK", "redfish https://bmc-2: power on; identity not verified: no "
+              "agent reported the host's system UUID")
+    # [fencing] require_verified_identity: an unverified method fails too
+    bed = Bed(tmp_path, fencing={"require_verified_identity": True})
+    bed.fencer.system_identity = \
+        lambda bmc: reported[bmc.address.split("//")[1]]
+    report, text = bed.run()
+    level, line = {f.what: (f.level, str(f.text))
+                   for f in report.findings}["fencing compute-2"]
+    assert level == "FAIL" and "require_verified_identity" in line, line
