@@ -232,7 +232,9 @@ class EvidenceStore:
         reaches a BMC (for status and ``instanceha check``)."""
         if bmc is None:
             return []
-        return [(_label(m),) + self.machine(bmc.host, m)
+        host_uuid = self.host_uuid(bmc.host)
+        return [(_label(m),) + proof.machine(self.get(bmc.host, m),
+                                             host_uuid)
                 for m in bmc.methods if m.driver != "noop"]
 
     def untrusted(self, bmc):
@@ -242,14 +244,17 @@ class EvidenceStore:
         the host's agent reports)."""
         if bmc is None:
             return None
-        for method in bmc.methods:
-            ev = self.get(bmc.host, method)
+        found = [(method, self.get(bmc.host, method))
+                 for method in bmc.methods]
+        for method, ev in found:
             if ev is not None and ev.untrusted:
                 return "%s: %s" % (_label(method), ev.untrusted)
-        for method in bmc.methods:
-            verdict, text = self.machine(bmc.host, method)
-            if verdict == proof.MISMATCH:
-                return "%s: %s" % (_label(method), text)
+        host_uuid = self.host_uuid(bmc.host)
+        if host_uuid:
+            for method, ev in found:
+                verdict, text = proof.machine(ev, host_uuid)
+                if verdict == proof.MISMATCH:
+                    return "%s: %s" % (_label(method), text)
         return None
 
     def untrusted_hosts(self, inventory_map):
