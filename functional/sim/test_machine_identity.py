@@ -125,3 +125,30 @@ def test_ipmi_entry_reaching_another_machine(bed, tmp_path):
         assert not any(" set " in c for c in bmc.calls()), bmc.calls()
     finally:
         bmc.stop()
+
+
+def test_ipmi_entry_reaching_the_hosts_machine_fences(bed, tmp_path):
+    """The same entry's BMC sending compute-1's own machine UUID, in SMBIOS
+    byte order this time: verified, and compute-1 is fenced through it
+    (the simulated machine loses its power; ipmi_sim stands for its BMC)."""
+    b = bed()
+    mine = b.cloud.hosts["compute-1"].system_uuid
+    bmc = ipmi_peer.IPMIBMC("mine", str(tmp_path),
+                            guid=uuid.UUID(mine).bytes_le.hex())
+    try:
+        bmc.start()
+    except PeerMissing as e:
+        pytest.skip(str(e))
+    try:
+        b.inventory(lambda hosts: hosts.update(
+            {"compute-1": bmc.inventory_entry()}))
+        b.start()
+        b.engine.wait(lambda: b.host("compute-1").get("identity")
+                      == "verified", 60, "compute-1's BMC verified")
+        b.cloud.power("compute-1", False)
+        b.engine.wait(lambda: bmc.power_state() == "off", 60,
+                      "compute-1 fenced through its IPMI BMC")
+        b.engine.wait_state("compute-1", "evacuated", timeout=60)
+        assert b.cloud.unsafe_evacuate_requests() == []
+    finally:
+        bmc.stop()
