@@ -137,7 +137,7 @@ def test_another_machines_uuid_is_a_mismatch_and_unknown_is_not_verified():
     assert proof.machine(ev, HOST)[0] == proof.NOT_VERIFIED
 
 
-# -- status and /metrics -------------------------------------------------------
+# -- status and /metrics ------------------------------------------------------
 
 def test_status_and_metrics_show_each_hosts_bmc_identity():
     w = Pointed(REDFISH_NO_HOSTNAME)
@@ -166,7 +166,7 @@ def test_status_and_metrics_show_each_hosts_bmc_identity():
     assert m[("instanceha_host_unprotected", (("host", "compute-1"),))] == 1
 
 
-# -- the engine -----------------------------------------------------------------
+# -- the engine --------------------------------------------------------------
 
 @pytest.mark.parametrize("identity", [REDFISH_NO_HOSTNAME, IPMI_OTHER],
                          ids=["redfish-empty-hostname", "ipmi-guid"])
@@ -241,7 +241,7 @@ def test_require_verified_identity_refuses_an_unverified_method():
     assert w.fencer.powered_off == []
 
 
-# -- instanceha check -------------------------------------------------------------
+# -- instanceha check ---------------------------------------------------------
 
 def test_check_fails_an_entry_reaching_another_machine(tmp_path):
     """The agents' UUIDs as the service journalled them; compute-1's BMC

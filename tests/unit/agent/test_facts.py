@@ -192,7 +192,7 @@ def test_libvirt_test_driver():
     assert facts.read_facts(conf).guests == 1   # the test driver's domain
 
 
-# -- the machine's system UUID (DMI product_uuid) --------------------------------
+# -- the machine's system UUID (DMI product_uuid) ---------------------------
 
 DMI = "4C4C4544-0042-3510-8052-B4C04F4E3232\n"      # as the kernel shows it
 
