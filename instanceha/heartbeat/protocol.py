@@ -57,9 +57,9 @@ import math
 import re
 import struct
 import uuid
+from typing import Dict, NamedTuple, Optional, Union
 
 from instanceha.util import system_uuid as uuid_text
-from typing import Dict, NamedTuple, Optional, Union
 
 VERSION = 2
 MAGIC = b"IHAB"
