@@ -225,7 +225,8 @@ class AgentReport:
     silence_timeout); ``compute``, ``libvirt``: is the daemon running
     (None: the agent cannot tell); ``guests``: running domains (None:
     unknown); ``last_beat_at``: when its last beat arrived (engine's
-    clock)."""
+    clock); ``system_uuid``: the machine's system UUID (DMI product_uuid,
+    canonical text; None: not reported), matched against its BMCs'."""
 
     paths: Tuple[str, ...]
     boot_id: str
@@ -233,6 +234,7 @@ class AgentReport:
     compute: Optional[bool] = None
     libvirt: Optional[bool] = None
     guests: Optional[int] = None
+    system_uuid: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 class IPMIBMC:
     driver = "ipmi"
 
-    def __init__(self, host, workdir, username="admin", password=None):
+    def __init__(self, host, workdir, username="admin", password=None,
+                 guid=None):
+        """``guid``: the 32 hex digits Get System GUID answers, byte for
+        byte (random by default)."""
         self.host = host
+        self.guid = guid or secrets.token_hex(16)
         self.dir = pathlib.Path(workdir) / ("ipmi-%s" % host)
         (self.dir / "state").mkdir(parents=True, exist_ok=True)
         self.username = username
@@ -61,7 +65,7 @@ class IPMIBMC:
             '  chassis_control "%s %s"\n'
             '  user 2 true "%s" "%s" admin 10 %s\n'
             % (self.name, self.port, auths, auths, auths, auths,
-               secrets.token_hex(16), HERE / "chassis_control.sh",
+               self.guid, HERE / "chassis_control.sh",
                self.power_file, self.username, self.password, auths))
         (self.dir / "bmc.emu").write_text(
             "mc_setbmc 0x20\n"

@@ -142,8 +142,13 @@ class HostAgents:
     ``engine_overrides()`` gives the engine's ``[agent]`` group for them;
     ``start()`` starts every agent (or those named)."""
 
-    def __init__(self, bed, workdir, restart_compute=False, interval=1.0):
+    def __init__(self, bed, workdir, restart_compute=False, interval=1.0,
+                 system_uuids=None):
+        """``system_uuids``: {host: the system UUID its agent reads as
+        its machine's DMI product_uuid (a file of this workdir)}; hosts
+        not named report none (never this machine's /sys)."""
         self.bed = bed
+        self.system_uuids = dict(system_uuids or {})
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.restart_compute = restart_compute
@@ -181,8 +186,13 @@ class HostAgents:
             "compute_pidfile": str(self.bed.cloud.compute_pidfile(host)),
             "libvirt_check": "none",
             "count_guests": "false",
+            "system_uuid_file": "",
             "debug": "true",
         }
+        if host in self.system_uuids:
+            path = self.workdir / ("product_uuid-%s" % host)
+            path.write_text(self.system_uuids[host].upper() + "\n")
+            agent["system_uuid_file"] = str(path)
         if self.restarter is not None:
             agent.update({
                 "control_addresses": "%s:%d" % (address, self.request_port),

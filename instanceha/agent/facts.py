@@ -1,5 +1,7 @@
 """What the agent tells about its host: is nova-compute running, is
-libvirt's daemon running, how many guests run.
+libvirt's daemon running, how many guests run, and the machine's system
+UUID (``[agent] system_uuid_file``, DMI product_uuid: read once, and again
+at most every ``facts_interval`` while it cannot be read).
 
 Cost and blocking. A beat leaves every second; facts must neither delay it
 nor cost more than it. So:
@@ -78,6 +80,22 @@ def parse_show(text, units):
     return states
 
 
+def read_system_uuid(path):
+    """(canonical system UUID or None, why not) from the file at
+    ``path`` (DMI product_uuid: one line of text)."""
+    if not path:
+        return None, "[agent] system_uuid_file is empty"
+    try:
+        with open(path, "rb") as f:
+            text = f.read(128).decode("ascii", "replace").strip()
+    except OSError as e:
+        return None, "%s: %s" % (path, e.strerror or e)
+    found = protocol.canonical_uuid(text)
+    if found is None:
+        return None, "%s: not a system UUID (%r)" % (path, text[:40])
+    return found, None
+
+
 def _spawn(target):
     threading.Thread(target=target, name="agent-facts", daemon=True).start()
 
@@ -117,6 +135,9 @@ class FactReader:
         # (compute, libvirt, guests, found compute unit), when answered
         self._slow = (None, None, None, None)
         self._slow_at = None
+        self._uuid = None
+        self._uuid_tried_at = None
+        self._uuid_why = None
 
     @property
     def compute_unit(self):
@@ -154,7 +175,30 @@ class FactReader:
         elif group.libvirt_check == "none":
             libvirtd = None
         return protocol.Facts(compute=compute, libvirt=libvirtd,
-                              guests=guests)
+                              guests=guests,
+                              system_uuid=self._system_uuid(now))
+
+    def _system_uuid(self, now):
+        """The machine's system UUID: read until found (a file read at
+        most every facts_interval), then kept; a failure is logged once
+        per distinct reason."""
+        if self._uuid is not None:
+            return self._uuid
+        if self._uuid_tried_at is not None and \
+                now - self._uuid_tried_at < max(self._interval, 1.0):
+            return None
+        self._uuid_tried_at = now
+        found, why = read_system_uuid(self._group.system_uuid_file)
+        if found is not None:
+            self._uuid = found
+            LOG.info("agent.system_uuid", system_uuid=found,
+                     path=self._group.system_uuid_file)
+        elif why != self._uuid_why:
+            self._uuid_why = why
+            LOG.warning("agent.system_uuid_unknown", reason=why,
+                        effect="the engines cannot verify that this "
+                               "host's BMCs reach this machine")
+        return found
 
     def _needs_slow(self):
         group = self._group

@@ -85,8 +85,26 @@ class SnapshotCollector:
             "Hosts the last fencing readiness audit found could not be "
             "fenced now")
         count.add_metric([], len(unprotected))
+        identity = GaugeMetricFamily(
+            "instanceha_fencing_identity_methods",
+            "Fencing methods by whether their BMC's machine is proven to be "
+            "the host (its system UUID the one the host's agent reports): "
+            "verified, not_verified (no agent UUID or no BMC UUID), "
+            "mismatch (another machine: never powered off)",
+            labels=["identity"])
+        for verdict, n in sorted((snap.get("fencing_identity")
+                                  or {}).items()):
+            identity.add_metric([verdict], n)
+        mismatch = GaugeMetricFamily(
+            "instanceha_host_fencing_identity_mismatch",
+            "1 for a host whose inventory entry reaches a BMC reporting "
+            "another machine's system UUID (never fenced through it)",
+            labels=["host"])
+        for h in snap["hosts"]:
+            if "mismatch" in (h.get("identity") or ""):
+                mismatch.add_metric([h["name"] or h["id"]], 1)
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
-                    acts, per_host, count, drains)
+                    acts, per_host, count, identity, mismatch, drains)
         yield from _instance_repair(snap.get("instance_repair"))
         yield from self._api.audit_ages.collect(self._api.engine, snap,
                                                 self._api.clock())

@@ -37,6 +37,9 @@ def format_status(data, now=None):
         agent = h.get("agent")
         if agent and agent != "agent beating" and agent not in reason:
             reason += " [%s]" % agent
+        identity = h.get("identity")
+        if identity and identity != "verified":
+            reason += " [BMC identity %s]" % identity
         rows.append((h["name"] or h["id"], h["state"],
                      "%s ago" % age(now - since), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -51,6 +54,13 @@ def format_status(data, now=None):
                      % len(unprotected))
         for host, why in sorted(unprotected.items()):
             lines.append("  %s: %s" % (host, why))
+    counts = data.get("fencing_identity") or {}
+    if counts:
+        lines.append("fencing methods by BMC identity: %d verified, %d not "
+                     "verified, %d reaching another machine" % (
+                         counts.get("verified", 0),
+                         counts.get("not_verified", 0),
+                         counts.get("mismatch", 0)))
     waiting = (data.get("rate_limit") or {}).get("waiting") or []
     if waiting:
         lines.append("fencing rate limit: waiting, in order of detection: "

@@ -124,6 +124,20 @@ OPTS = [
                      "not call for. Needs python3-libvirt importable by "
                      "the agent; otherwise nothing is watched (logged at "
                      "start)."),
+    cfg.StrOpt("system_uuid_file",
+               default="/sys/class/dmi/id/product_uuid",
+               help="File holding this machine's system UUID (the DMI "
+                    "product_uuid; readable by root only), sent in every "
+                    "beat. The engine fences this host only through a BMC "
+                    "whose machine reports the same UUID (Redfish System "
+                    "UUID, IPMI system GUID), and refuses a BMC that "
+                    "reports another: an inventory entry pointing at "
+                    "another live machine then leaves this host failed "
+                    "instead of powering that machine off. Empty, or a "
+                    "file that cannot be read: no UUID is sent, and the "
+                    "engine says the identity of this host's BMCs is not "
+                    "verified (with [fencing] require_verified_identity "
+                    "this host is then never fenced)."),
     cfg.FloatOpt("facts_interval", default=10.0, min=0, max=3600,
                  help="Seconds a systemd or libvirt answer is reused before "
                       "asking again (pid files are read at every beat). "

@@ -26,6 +26,21 @@ OPTS = [
     cfg.IntOpt("retries", default=3, min=1, max=20,
                help="Attempts at a BMC request that fails to connect before "
                     "fencing counts as failed."),
+    cfg.BoolOpt("require_verified_identity", default=False,
+                help="Power a host off only through a fencing method whose "
+                     "BMC reports the system UUID the host's agent reports "
+                     "(Redfish System UUID, IPMI system GUID, against the "
+                     "host's DMI product_uuid). A BMC reporting another "
+                     "UUID is refused whatever this says (the host goes "
+                     "failed rather than powering another machine off). "
+                     "Off (the default): a method whose identity cannot be "
+                     "verified (no agent, an agent sending no UUID, a BMC "
+                     "reporting none) is still used, and said 'identity not "
+                     "verified' in status and 'instanceha check'; an "
+                     "inventory entry pointing at another live machine "
+                     "that reports no host name is then not caught. On: "
+                     "such a host is never fenced, so never evacuated, "
+                     "until its identity is verified."),
     cfg.BoolOpt("power_evidence", default=True,
                 help="When a host's heartbeat is lost, read its BMC's power "
                      "state at once (a read, no action); a BMC reporting Off "

@@ -18,10 +18,14 @@ import structlog
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.events import EventKind as E
-from instanceha.events import PowerReading, ServiceReport
+from instanceha.events import AgentReport, PowerReading, ServiceReport
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.evidence")
+
+#: The journal row (in place of a method key) holding what the host's
+#: agent reported about its machine: {"system_uuid": ...}.
+AGENT_KEY = "agent"
 
 
 def _label(method):
@@ -40,6 +44,9 @@ class EvidenceStore:
         self._by_uuid = {}
         #: hosts a BMC reported Off while Nova said they were up
         self._suspected = set()
+        #: host name -> the system UUID its agent reported (kept in the
+        #: journal under AGENT_KEY: a dead host's agent says nothing)
+        self._host_uuid = {}
 
     def load(self):
         """Merge what the journal kept (at start, and when elected)."""
@@ -51,6 +58,11 @@ class EvidenceStore:
             return 0
         with self._lock:
             for (host, key), data in kept.items():
+                if key == AGENT_KEY:
+                    found = (data or {}).get("system_uuid")
+                    if found:
+                        self._host_uuid[host] = found
+                    continue
                 self._store(host, key, proof.Evidence.from_dict(data))
         return len(kept)
 
@@ -145,6 +157,34 @@ class EvidenceStore:
         old = self._get(host, key)
         self._put(host, key, old, proof.identity(old, found))
 
+    def agent_uuid(self, host, system_uuid):
+        """The host's agent reported its machine's ``system_uuid``
+        (canonical; None says nothing: an older agent, an unreadable
+        file; the last one reported stands). Kept in the journal, so
+        that the host's methods stay bound (or refused) after a restart
+        or a takeover, when its dead agent reports nothing."""
+        if not system_uuid:
+            return
+        with self._lock:
+            old = self._host_uuid.get(host)
+            if old == system_uuid:
+                return
+            self._host_uuid[host] = system_uuid
+        LOG.info("host_system_uuid", host=host, system_uuid=system_uuid,
+                 before=old, reason="reported by the host's agent: its "
+                 "fencing methods are bound to BMCs reporting this UUID")
+        try:
+            self._journal.evidence_saved(host, AGENT_KEY, self._clock(),
+                                         {"system_uuid": system_uuid})
+        except Exception as e:   # noqa: BLE001 - kept in memory meanwhile
+            LOG.error("evidence_not_journalled", host=host,
+                      method=AGENT_KEY, reason=str(e))
+
+    def host_uuid(self, host):
+        """The system UUID the host's agent reported, or None."""
+        with self._lock:
+            return self._host_uuid.get(host)
+
     # -- answers ----------------------------------------------------------------
     def same_machine(self, a, b):
         """Entries ``a`` and ``b`` (of different hosts) reach one machine
@@ -181,15 +221,40 @@ class EvidenceStore:
                 out.add(proof.short_name(ev.hostname))
         return out
 
+    def machine(self, host, method):
+        """(proof.VERIFIED / NOT_VERIFIED / MISMATCH, text): is the
+        machine behind ``method``'s BMC the host (its system UUID the one
+        the host's agent reports)? See proof.machine."""
+        return proof.machine(self.get(host, method), self.host_uuid(host))
+
+    def identities(self, bmc):
+        """[(method label, verdict, text)] for each method of ``bmc`` that
+        reaches a BMC (for status and ``instanceha check``)."""
+        if bmc is None:
+            return []
+        host_uuid = self.host_uuid(bmc.host)
+        return [(_label(m),) + proof.machine(self.get(bmc.host, m),
+                                             host_uuid)
+                for m in bmc.methods if m.driver != "noop"]
+
     def untrusted(self, bmc):
         """Why ``bmc`` (an inventory entry) may not prove its host dead, or
-        None."""
+        None: a method whose BMC reported Off while the host was up, or
+        whose machine is not the host's (its system UUID is not the one
+        the host's agent reports)."""
         if bmc is None:
             return None
-        for method in bmc.methods:
-            ev = self.get(bmc.host, method)
+        found = [(method, self.get(bmc.host, method))
+                 for method in bmc.methods]
+        for method, ev in found:
             if ev is not None and ev.untrusted:
                 return "%s: %s" % (_label(method), ev.untrusted)
+        host_uuid = self.host_uuid(bmc.host)
+        if host_uuid:
+            for method, ev in found:
+                verdict, text = proof.machine(ev, host_uuid)
+                if verdict == proof.MISMATCH:
+                    return "%s: %s" % (_label(method), text)
         return None
 
     def untrusted_hosts(self, inventory_map):
@@ -244,4 +309,6 @@ def note(ctx, rec, event):
                      ours=rec.written_at if rec.isolated else None)
     elif event.kind in (E.HEARTBEAT_LOST, E.FORCED_DOWN):
         ev.lost(rec.name)
+    elif event.kind is E.AGENT_BEATING and isinstance(payload, AgentReport):
+        ev.agent_uuid(rec.name, payload.system_uuid)
     return event

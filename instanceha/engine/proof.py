@@ -6,6 +6,7 @@ import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
+from instanceha.drivers.fencing import inventory
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.proof")
@@ -22,6 +23,10 @@ def fence_check(ctx, record):
     def check(method):
         if method.driver == UNFENCED:
             return None          # allow_unfenced: the operator's choice
+        why = machine_check(ctx, record, method) or \
+            ctx.evidence.untrusted(ctx.bmc_for(record.name))
+        if why:
+            return why
         ok, why = ctx.evidence.off_proves(record.name, method,
                                           record.isolated)
         if ok:
@@ -36,6 +41,38 @@ def fence_check(ctx, record):
                     reason=why)
         return why
     return check
+
+
+def machine_check(ctx, record, method):
+    """None when ``method`` may power the host off as far as the machine
+    behind its BMC goes, else why not. The BMC's system identity is read
+    again first (a read, no action; the audit's may be old: a BMC
+    recabled since) when the host's agent reported a UUID or a verified
+    identity is required. A BMC reporting another machine's UUID is
+    refused always; one not verified only with [fencing]
+    require_verified_identity."""
+    required = ctx.conf.fencing.require_verified_identity
+    evidence = ctx.evidence
+    if required or evidence.host_uuid(record.name):
+        try:
+            found = ctx.fencer(method.driver).system_identity(method)
+        except Exception as e:   # noqa: BLE001 - the last reading stands
+            LOG.info("system_identity_unknown", host=record.name,
+                     driver=method.driver, address=method.address,
+                     reason=type(e).__name__)
+            found = None
+        if found:
+            evidence.identity_key(record.name, inventory.method_key(method),
+                                  found)
+    verdict, text = evidence.machine(record.name, method)
+    if verdict == proof.VERIFIED or (verdict == proof.NOT_VERIFIED
+                                     and not required):
+        return None
+    if verdict == proof.NOT_VERIFIED:
+        text += " ([fencing] require_verified_identity refuses it)"
+    LOG.warning("fence_refused", host=record.name, driver=method.driver,
+                address=method.address, reason=text)
+    return text
 
 
 def reprove(ctx, record):

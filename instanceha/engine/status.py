@@ -11,6 +11,7 @@ def snapshot(engine, hosts, errors):
     retrying action's last error."""
     ok, why = engine.cluster_status()
     gate = engine.fencing.summary({r.id: r.name for r in hosts})
+    identities, counts = fencing_identity(engine, hosts)
     return {
         "generated_at": engine.clock(),
         "started_at": engine.started_at,
@@ -23,10 +24,12 @@ def snapshot(engine, hosts, errors):
                    "retrying": errors.get(r.id),
                    "operator_disabled": r.operator_disabled,
                    "agent": agent_text(r),
+                   "identity": identities.get(r.name),
                    **_work(engine, r)}
                   for r in hosts],
         "sources": {name: fn() for name, fn in engine.health.items()},
         "unprotected": unprotected(engine),
+        "fencing_identity": counts,
         "degraded": engine.journal_health.degraded(),
         **_repair(engine),
         **engine.status_extra(),
@@ -64,6 +67,28 @@ def agent_text(rec):
     if rec.agent_compute is False:
         return "agent beating; it says nova-compute is not running"
     return "agent beating"
+
+
+def fencing_identity(engine, hosts):
+    """({host name: text}, {verdict: methods}): is the machine behind each
+    fencing method the host (its BMC's system UUID the one the host's
+    agent reports)? The text is the verdict ("verified", "not verified",
+    "mismatch") when every method of the host's entry has the same, else
+    "<method>: <verdict>; ...". Hosts without an entry are left out."""
+    ctx = engine.ctx
+    counts = {"verified": 0, "not_verified": 0, "mismatch": 0}
+    out = {}
+    for rec in hosts:
+        found = ctx.evidence.identities(ctx.bmc_for(rec.name))
+        if not found:
+            continue
+        for _, verdict, _ in found:
+            key = verdict.replace(" ", "_")
+            counts[key] = counts.get(key, 0) + 1
+        verdicts = {v for _, v, _ in found}
+        out[rec.name] = verdicts.pop() if len(verdicts) == 1 else "; ".join(
+            "%s: %s" % (label, v) for label, v, _ in found)
+    return out, counts
 
 
 def unprotected(engine):

@@ -25,6 +25,10 @@ The body of a beat::
      4  guests      unsigned; 0xFFFFFFFF unknown
      1  host length, 1 boot_id length, 1 path length
         host (UTF-8), boot_id (UTF-8), path (ASCII)
+    appended (optional: a beat may end before it):
+     1  system UUID length, 0 (unknown) or 16
+        system UUID, 16 bytes in RFC 4122 order (uuid.UUID.bytes of the
+        text the host's /sys/class/dmi/id/product_uuid shows)
 
 The body of a request::
 
@@ -62,7 +66,10 @@ import hmac
 import math
 import re
 import struct
+import uuid
 from typing import Dict, NamedTuple, Optional, Union
+
+from instanceha.util import system_uuid as uuid_text
 
 VERSION = 2
 MAGIC = b"IHAB"
@@ -132,9 +139,17 @@ class Facts(NamedTuple):
     compute: Optional[bool]     # nova-compute running
     libvirt: Optional[bool]     # libvirtd (or virtqemud) running
     guests: Optional[int]       # running domains, from libvirt
+    #: the machine's system UUID (DMI product_uuid), canonical text
+    #: (:func:`canonical_uuid`); binds the host to its BMC's machine
+    system_uuid: Optional[str] = None
 
 
 UNKNOWN_FACTS = Facts(compute=None, libvirt=None, guests=None)
+_UUID_SIZE = 16
+
+
+#: ``text`` as a canonical UUID, or None (placeholders too).
+canonical_uuid = uuid_text.canonical
 
 
 class Beat(NamedTuple):
@@ -202,11 +217,19 @@ def encode_beat(beat: Beat, key) -> bytes:
         "beat", (("host", beat.host, MAX_HOST, None),
                  ("boot_id", beat.boot_id, MAX_BOOT_ID, None),
                  ("path", beat.path, MAX_PATH, _PATH_NAME)))
+    uuid_bytes = b""
+    if facts.system_uuid is not None:
+        found = canonical_uuid(facts.system_uuid)
+        if found is None:
+            raise ValueError("cannot encode beat: system_uuid: a UUID or "
+                             "None expected")
+        uuid_bytes = uuid.UUID(found).bytes
     body = _BEAT.pack(_checked_seq("beat", beat.seq),
                       _checked_time("beat", beat.sent_at), flags[0],
                       flags[1], _NO_GUESTS if guests is None else guests,
                       len(host), len(boot_id), len(path))
-    return _frame(BEAT, body + host + boot_id + path, key)
+    return _frame(BEAT, body + host + boot_id + path
+                  + bytes((len(uuid_bytes),)) + uuid_bytes, key)
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -398,7 +421,24 @@ def _identity(data, end):
         raise Dropped("malformed", "path: 1 to %d letters, digits, _.- "
                       "expected" % MAX_PATH)
     return (host, boot_id, path.decode("ascii"),
-            Facts(_FLAGS[compute], _FLAGS[libvirt], guests))
+            Facts(_FLAGS[compute], _FLAGS[libvirt], guests,
+                  _system_uuid(data, path_end, end)))
+
+
+def _system_uuid(data, start, end):
+    """The appended system UUID of a beat (at ``start``), None when the
+    beat ends before it (an older agent) or says unknown. Bytes after it
+    are left to later appended fields."""
+    if start >= end:
+        return None
+    size = data[start]
+    if size == 0:
+        return None
+    if size != _UUID_SIZE or start + 1 + size > end:
+        raise Dropped("malformed", "system_uuid: 0 or %d bytes expected"
+                      % _UUID_SIZE)
+    return canonical_uuid(uuid.UUID(bytes=bytes(data[start + 1:
+                                                     start + 1 + size])))
 
 
 def _request(data, end):

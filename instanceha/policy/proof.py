@@ -25,6 +25,8 @@ Two rules (doc/safety.md, issue 21):
 import dataclasses
 from typing import Optional
 
+from instanceha.util import system_uuid as uuid_text
+
 ON, OFF = "on", "off"
 
 
@@ -117,14 +119,47 @@ def heartbeat(ev, updated_at, status=None, disabled_reason=None,
 
 def identity(ev, found):
     """``ev`` with what the BMC reported about its machine (``found``:
-    {"uuids": [...], "hostname": ...} or None)."""
+    {"uuids": [...], "hostname": ...} or None); UUIDs in canonical form
+    (placeholders such as all zeros dropped)."""
     ev = ev or Evidence()
     found = found or {}
     return dataclasses.replace(
-        ev, uuids=tuple(sorted(str(u).lower() for u in
-                               found.get("uuids") or ())),
+        ev, uuids=tuple(sorted({c for c in map(uuid_text.canonical,
+                                               found.get("uuids") or ())
+                                if c})),
         hostname=(str(found["hostname"]).lower()
                   if found.get("hostname") else None))
+
+
+#: How a method's machine stands against the host's (:func:`machine`).
+VERIFIED = "verified"
+NOT_VERIFIED = "not verified"
+MISMATCH = "mismatch"
+
+
+def machine(ev, host_uuid):
+    """(VERIFIED, NOT_VERIFIED or MISMATCH, text): is the machine behind
+    this method's BMC the host? ``ev``: the method's Evidence (the system
+    UUIDs its BMC reported: Redfish's System UUID, every byte-order
+    reading of IPMI's system GUID); ``host_uuid``: the system UUID the
+    host's agent reports (DMI product_uuid), canonical, or None. Only a
+    UUID in common binds the method to the host; a BMC reporting others
+    reaches another machine, and may never power it off."""
+    if not host_uuid:
+        return NOT_VERIFIED, ("identity not verified: no agent reported "
+                              "the host's system UUID")
+    reported = ev.uuids if ev is not None else ()
+    if not reported:
+        return NOT_VERIFIED, ("identity not verified: the BMC has reported "
+                              "no system UUID (yet)")
+    if host_uuid in reported:
+        return VERIFIED, "identity verified: system UUID %s" % host_uuid
+    return MISMATCH, (
+        "the BMC's machine is not the host: it reports system UUID %s, the "
+        "host's agent reports %s: the inventory entry points at another "
+        "machine (a typo, a recabled BMC); fix it (then SIGHUP)"
+        % (reported[0] if len(reported) == 1
+           else "(one of) " + ", ".join(reported), host_uuid))
 
 
 def short_name(name):

@@ -351,7 +351,8 @@ class SimAgents:
                     continue
                 agent.facts = protocol.Facts(
                     compute=h.alive, libvirt=h.power_on,
-                    guests=cloud.running_guests(agent.name))
+                    guests=cloud.running_guests(agent.name),
+                    system_uuid=h.system_uuid)
                 if agent.running and agent.boots != h.boots:
                     halts.append(agent)     # it rebooted meanwhile
                 if not agent.running or agent.boots != h.boots:

@@ -70,6 +70,13 @@ class Host:
         self.service_uuid = stable_uuid(seed, "service", name)
         #: the compute node's UUID, which is also its resource provider's
         self.node_uuid = stable_uuid(seed, "provider", name)
+        #: the machine's system UUID (its BMC's Redfish System UUID, what
+        #: its agent reads as DMI product_uuid); the machine's, so it
+        #: stays when the compute service registers anew
+        self.system_uuid = stable_uuid(seed, "machine", name)
+        #: the host name its BMC reports (Redfish HostName): "" for a
+        #: BMC that knows none
+        self.bmc_hostname = name
         self.vcpus = vcpus
         self.ram_mb = ram_mb
         self.disk_gb = disk_gb

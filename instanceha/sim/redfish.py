@@ -107,8 +107,8 @@ class Redfish:
         return {
             "@odata.type": "#ComputerSystem.v1_10_0.ComputerSystem",
             "@odata.id": path, "Id": h.name, "Name": h.name,
-            "UUID": h.service_uuid, "SystemType": "Physical",
-            "HostName": h.name, "PowerState": power,
+            "UUID": h.system_uuid, "SystemType": "Physical",
+            "HostName": h.bmc_hostname, "PowerState": power,
             "Status": {"State": "Enabled", "Health": "OK"},
             "Actions": {"#ComputerSystem.Reset": {
                 "target": path + "/Actions/ComputerSystem.Reset",

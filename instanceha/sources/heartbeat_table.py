@@ -15,8 +15,9 @@ Events are made on changes only, never for every beat:
 
 * AGENT_BEATING on the first beat (since the start, or after a silence,
   or after the host's Nova id changed), a new boot id, a change of the
-  ``compute`` or ``libvirt`` fact, or a change of the set of heard paths
-  (a path heard again on a beat, a path gone silent at a check);
+  ``compute``, ``libvirt`` or ``system_uuid`` fact, or a change of the
+  set of heard paths (a path heard again on a beat, a path gone silent
+  at a check);
 * AGENT_SILENT once, at the first check that finds every path silent.
 """
 
@@ -113,6 +114,10 @@ class HostTable:
             if facts.libvirt != old.libvirt:
                 why.append("libvirt %s -> %s" % (
                     _flag(old.libvirt), _flag(facts.libvirt)))
+            if facts.system_uuid != old.system_uuid:
+                why.append("system UUID %s -> %s" % (
+                    old.system_uuid or "unknown",
+                    facts.system_uuid or "unknown"))
         path = host.paths.get(beat.path)
         if path is None:
             host.paths[beat.path] = _Path(now, sender)
@@ -278,7 +283,7 @@ class HostTable:
                               "heard": p in heard}
                           for p, path in sorted(host.paths.items())},
                 "compute": facts.compute, "libvirt": facts.libvirt,
-                "guests": facts.guests}
+                "guests": facts.guests, "system_uuid": facts.system_uuid}
         return out
 
     # -- helpers -------------------------------------------------------------
@@ -293,7 +298,8 @@ class HostTable:
         return AgentReport(paths=heard, boot_id=host.boot_id,
                            last_beat_at=host.last_at,
                            compute=facts.compute, libvirt=facts.libvirt,
-                           guests=facts.guests)
+                           guests=facts.guests,
+                           system_uuid=facts.system_uuid)
 
     def _beating(self, host, why, now):
         return Event(EventKind.AGENT_BEATING, host.host_id, now,

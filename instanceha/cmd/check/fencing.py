@@ -4,6 +4,7 @@ and one power-state read per fencing method of every host (no action),
 judged as the service's readiness audit judges it."""
 
 import concurrent.futures
+import os
 
 from instanceha import service as service_mod
 from instanceha.cmd.check.report import FAIL, OK, WARN
@@ -94,8 +95,9 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
                                    window_for(conf.audit.concurrency)))
     for problem in machines_shared(results, set(by_host)):
         report.add(FAIL, "inventory", problem)
-    results = [r[:3] for r in results]
-    for host, bmc, readings in results:
+    uuids = agent_uuids(conf)
+    required = conf.fencing.require_verified_identity
+    for host, bmc, readings, found in results:
         what = "fencing %s" % host
         if bmc is None:
             continue        # reported by check_coverage
@@ -110,13 +112,71 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
         shown = ", ".join("%s: power %s" % (name, r.value)
                           for name, r in readings
                           if isinstance(r, fencing_base.PowerState))
+        mismatch, unverified, identity = machine_identity(
+            bmc, found, uuids.get(host))
+        if mismatch:
+            reason = "; ".join(filter(None, [reason] + mismatch))
+        elif required and unverified:
+            reason = "; ".join(filter(None, [reason] + [
+                "%s ([fencing] require_verified_identity refuses it)" % u
+                for u in unverified]))
         if reason is not None:
             report.add(FAIL, what, reason)
         elif degraded:
-            report.add(WARN, what, "%s; but %s" % (shown, "; ".join(degraded)))
+            report.add(WARN, what, "%s; %s; but %s" % (
+                shown, identity, "; ".join(degraded)))
         else:
-            report.add(OK, what, shown)
+            report.add(OK, what, "%s; %s" % (shown, identity))
     fencers.close()
+
+
+def agent_uuids(conf):
+    """{host: the system UUID its agent reported}, as the service kept it
+    in the journal; {} when the journal holds none or cannot be read (a
+    SQLite file not yet created is not created)."""
+    import sqlalchemy as sa             # local: costs ~0.1 s at import
+
+    from instanceha.engine.evidence import AGENT_KEY
+    from instanceha.journal import store
+    url = conf.journal.connection
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:") \
+            and not os.path.exists(url[len("sqlite:///"):]):
+        return {}
+    table = store.BMC_EVIDENCE
+    try:
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as c:
+                rows = c.execute(sa.select(table.c.host_name,
+                                           table.c.evidence).where(
+                    table.c.method == AGENT_KEY)).all()
+        finally:
+            engine.dispose()
+    except Exception:   # noqa: BLE001 - then nothing is verified
+        return {}
+    return {host: (data or {}).get("system_uuid") for host, data in rows
+            if (data or {}).get("system_uuid")}
+
+
+def machine_identity(bmc, found, host_uuid):
+    """([mismatch reason], [not verified reason], summary): each method's
+    BMC's machine against the system UUID the host's agent reported
+    (``found``: system_identity per method, as check_fencing read them,
+    noop methods left out)."""
+    methods = [m for m in (bmc.methods if bmc is not None else ())
+               if m.driver != "noop"]
+    mismatch, unverified, texts = [], [], []
+    for method, ident in zip(methods, found):
+        verdict, text = proof.machine(proof.identity(None, ident),
+                                      host_uuid)
+        name = audit.label(method)
+        texts.append(text if len(methods) == 1 else "%s: %s" % (name, text))
+        if verdict == proof.MISMATCH:
+            mismatch.append("%s: %s" % (name, text))
+        elif verdict == proof.NOT_VERIFIED:
+            unverified.append("%s: %s" % (name, text))
+    summary = "; ".join(texts)
+    return mismatch, unverified, summary
 
 
 def machines_shared(results, computes):

@@ -9,6 +9,8 @@ from instanceha.conf import agent as agent_conf
 
 def make_conf(**overrides):
     overrides.setdefault("engines", ["192.0.2.1:7411"])
+    # never the machine's own /sys: a test names its file
+    overrides.setdefault("system_uuid_file", "")
     conf = agent_conf.new_conf()
     conf([], project="instanceha", default_config_files=[])
     for name, value in overrides.items():

@@ -190,3 +190,43 @@ def test_libvirt_test_driver():
     conf = helpers.make_conf(compute_check="none", libvirt_check="none",
                              libvirt_uri="test:///default")
     assert facts.read_facts(conf).guests == 1   # the test driver's domain
+
+
+# -- the machine's system UUID (DMI product_uuid) ---------------------------
+
+DMI = "4C4C4544-0042-3510-8052-B4C04F4E3232\n"      # as the kernel shows it
+
+
+def test_the_system_uuid_is_read_from_the_configured_file(tmp_path):
+    path = tmp_path / "product_uuid"
+    path.write_text(DMI)
+    reader = make(system_uuid_file=str(path))
+    assert reader.read().system_uuid == \
+        "4c4c4544-0042-3510-8052-b4c04f4e3232"
+    path.unlink()                       # read once, then kept
+    assert reader.read().system_uuid == \
+        "4c4c4544-0042-3510-8052-b4c04f4e3232"
+
+
+def test_an_unreadable_system_uuid_is_unknown_and_tried_again(tmp_path):
+    path = tmp_path / "product_uuid"
+    clock = helpers.Clock()
+    reader = make(clock=clock, system_uuid_file=str(path))
+    assert reader.read().system_uuid is None
+    path.write_text(DMI)
+    assert reader.read().system_uuid is None     # not before an interval
+    clock.advance(10)
+    assert reader.read().system_uuid == \
+        "4c4c4544-0042-3510-8052-b4c04f4e3232"
+
+
+@pytest.mark.parametrize("text", ["", "Not Settable", "0" * 32,
+                                  "00000000-0000-0000-0000-000000000000"])
+def test_a_placeholder_system_uuid_is_unknown(tmp_path, text):
+    path = tmp_path / "product_uuid"
+    path.write_text(text + "\n")
+    assert make(system_uuid_file=str(path)).read().system_uuid is None
+
+
+def test_no_system_uuid_file_sends_none():
+    assert make(system_uuid_file="").read().system_uuid is None

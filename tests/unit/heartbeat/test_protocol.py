@@ -7,6 +7,7 @@ import hmac
 import json
 import math
 import struct
+import uuid
 
 from hypothesis import given, settings, strategies as st
 import pytest
@@ -91,7 +92,51 @@ def test_a_beat_is_laid_out_as_documented():
                         facts=protocol.Facts(True, None, None))
     assert protocol.encode_beat(beat, helpers.KEY) == sign(beat_body(
         seq=7, sent_at=1234.5, compute=1, libvirt=2, guests=0xFFFFFFFF,
-        path=b"storage"))
+        path=b"storage", extra=b"\x00"))
+
+
+UUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
+
+
+def test_a_system_uuid_is_appended_as_documented():
+    beat = helpers.beat(facts=protocol.Facts(True, None, 2, UUID))
+    data = protocol.encode_beat(beat, helpers.KEY)
+    assert data == sign(beat_body(extra=b"\x10" + uuid.UUID(UUID).bytes))
+    assert protocol.decode(data, RING).facts.system_uuid == UUID
+
+
+def test_a_beat_without_the_appended_uuid_decodes_as_unknown():
+    # an agent older than the field: its beats end after the path
+    beat = protocol.decode(sign(beat_body()), RING)
+    assert beat.facts == protocol.Facts(True, None, 2, None)
+
+
+@pytest.mark.parametrize("text", [
+    UUID.upper(), "{%s}" % UUID, "urn:uuid:" + UUID, UUID.replace("-", "")])
+def test_a_system_uuid_is_sent_in_canonical_form(text):
+    beat = helpers.beat(facts=protocol.Facts(True, True, 1, text))
+    assert protocol.decode(protocol.encode_beat(beat, helpers.KEY),
+                           RING).facts.system_uuid == UUID
+
+
+@pytest.mark.parametrize("text", [
+    "not-a-uuid", "", "00000000-0000-0000-0000-000000000000",
+    "ffffffff-ffff-ffff-ffff-ffffffffffff"])
+def test_the_encoder_refuses_a_bad_system_uuid(text):
+    with pytest.raises(ValueError, match="system_uuid"):
+        protocol.encode_beat(helpers.beat(facts=protocol.Facts(
+            True, True, 1, text)), helpers.KEY)
+
+
+@pytest.mark.parametrize("extra", [b"\x01\x02", b"\x10" + b"u" * 15,
+                                   b"\x11" + b"u" * 17])
+def test_a_bad_appended_system_uuid_is_malformed(extra):
+    assert reason(sign(beat_body(extra=extra))) == "malformed"
+
+
+def test_an_all_zero_appended_system_uuid_is_unknown():
+    beat = protocol.decode(sign(beat_body(extra=b"\x10" + bytes(16))), RING)
+    assert beat.facts.system_uuid is None
 
 
 def test_a_request_is_laid_out_as_documented():
@@ -299,7 +344,7 @@ def test_an_unknown_type_is_malformed():
 
 
 def test_body_bytes_after_the_known_fields_are_ignored_within_the_version():
-    beat = protocol.decode(sign(beat_body(extra=b"\x01future")), RING)
+    beat = protocol.decode(sign(beat_body(extra=b"\x00\x01future")), RING)
     assert (beat.host, beat.path, beat.facts) == (
         "compute-1", "mgmt", protocol.Facts(True, None, 2))
     req = protocol.decode(sign(request_body(extra=b"more"),
