@@ -18,6 +18,9 @@ ADDRESSES = ["https://10.0.0.1", "https://10.0.0.1:443/", "https://10.0.0.2",
              "10.0.0.1", "https://LOCALHOST", "https://127.0.0.1"]
 SYSTEMS = ["", "sys-a", "sys-b"]
 
+#: System UUIDs as BMCs report them (canonical text).
+U1, U2, U3 = ("0f3c2b1a-1111-4a5b-8c9d-%012d" % i for i in (1, 2, 3))
+
 
 def _entry(host, picks):
     methods = tuple(BMC(host=host, driver="redfish", address=ADDRESSES[a],
@@ -71,15 +74,15 @@ def test_hosts_reporting_one_system_uuid_are_found_and_forgotten():
     redfish = BMC(host="b", driver="redfish", address="https://10.0.0.8")
     other = BMC(host="c", driver="redfish", address="https://10.0.0.7")
     key = inventory.method_key
-    store.identity_key("a", key(ipmi), {"uuids": ["U-1"]})
-    store.identity_key("b", key(redfish), {"uuids": ["u-1", "u-2"]})
-    store.identity_key("c", key(other), {"uuids": ["u-3"]})
+    store.identity_key("a", key(ipmi), {"uuids": [U1.upper()]})
+    store.identity_key("b", key(redfish), {"uuids": [U1, U2]})
+    store.identity_key("c", key(other), {"uuids": [U3]})
     assert store.same_machine_hosts(ipmi) == {"b"}
     assert store.same_machine_hosts(redfish) == {"a"}
     assert store.same_machine_hosts(other) == set()
     assert store.same_machine(ipmi, redfish)
     # b's BMC now reports another machine: a and b are no longer one.
-    store.identity_key("b", key(redfish), {"uuids": ["u-3"]})
+    store.identity_key("b", key(redfish), {"uuids": [U3]})
     assert store.same_machine_hosts(ipmi) == set()
     assert store.same_machine_hosts(other) == {"b"}
     assert store.same_machine_hosts(None) == set()
@@ -90,8 +93,8 @@ def test_the_index_is_rebuilt_from_the_journal():
     first = EvidenceStore(journal, lambda: 0.0)
     a = BMC(host="a", driver="ipmi", address="10.0.0.9")
     b = BMC(host="b", driver="redfish", address="https://10.0.0.8")
-    first.identity_key("a", inventory.method_key(a), {"uuids": ["u-1"]})
-    first.identity_key("b", inventory.method_key(b), {"uuids": ["u-1"]})
+    first.identity_key("a", inventory.method_key(a), {"uuids": [U1]})
+    first.identity_key("b", inventory.method_key(b), {"uuids": [U1]})
     again = EvidenceStore(journal, lambda: 0.0)
     assert again.load() == 2
     assert again.same_machine_hosts(a) == {"b"}
