@@ -22,6 +22,22 @@ Points (``<kind>`` and ``<state>`` are the values of Action and State):
                                not looked at it again
 ``before_restore``             Nova's cleanup is confirmed; the service is
                                not put back yet
+``before_drain_request:<req>`` a drain pass decided to send <req>
+                               (live_migrate, cold_migrate,
+                               confirm_resize) for a server; Nova has not
+                               been asked
+``after_drain_request:<req>``  Nova accepted it; the drain has not noted
+                               it
+``before_repair_request:<a>``  an instance repair attempt <a> (start,
+                               hard_reboot, cold_migrate, rebuild) is
+                               journalled as running and its markers set;
+                               Nova has not been asked
+``after_repair_request:<a>``   Nova accepted it; the repair has not noted
+                               it (its result is journalled when it ends)
+
+A point reached for one server (the drain's and the repair's) may also be
+armed for that server alone: ``<point>@<server id>`` (the crash matrix
+kills one process per server of the same cloud).
 """
 
 import os
@@ -33,7 +49,9 @@ ARMED = frozenset(p.strip() for p in os.environ.get(ENV, "").split(",")
                   if p.strip())
 
 
-def hit(name):
-    """Kill this process now if ``name`` is armed."""
-    if name in ARMED:
+def hit(name, key=None):
+    """Kill this process now if ``name`` is armed, or ``name@key`` (a
+    point armed for one server)."""
+    if ARMED and (name in ARMED or (key is not None
+                                    and "%s@%s" % (name, key) in ARMED)):
         os.kill(os.getpid(), signal.SIGKILL)

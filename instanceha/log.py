@@ -38,8 +38,12 @@ SECRET_HEADER = re.compile(
 #: ``db_pass=x``, ``api_key=x``, ``credentials: x``) in any form, and the
 #: names it knows with the value after a colon unquoted (``password: x``)
 #: or as bytes (``b'password': b'x'``, a request body's repr).
+#: The name is a whole token, not the end of a file's name: it starts
+#: after no letter, digit or ``_``, nor after a path's ``.``, ``/`` or
+#: ``\\`` (in ``compute-0.pass: No such file or directory``, ``pass`` names
+#: a file, and what follows the colon is the error).
 SECRET_FIELD = re.compile(
-    r"((?<![a-z])(?:"
+    r"((?<![\w./\\])(?:"
     r"(?:[a-z_]*pass(?:wd)?|api_key|credentials?)['\"]?\s*[:=]\s*"
     r"(?:b?['\"])?"
     r"|(?:[a-z_]*password|[a-z_]*token|secret)['\"]?\s*"
@@ -47,10 +51,13 @@ SECRET_FIELD = re.compile(
     r"(?!\*\*\*)[^'\"\s,;}&)\]]+", re.I)
 #: Command lines: ``ipmitool -P secret``, ``sshpass -p secret``... as
 #: short flags (``-P``, ``-k``; ``-p`` is a port for ipmitool: not masked)
-#: and ``--passwd``, which mask_password does not know (it masks
-#: ``--password``).
-SECRET_FLAG = re.compile(r"((?:^|\s)(?:-P|--passwd|-k)(?:=|\s+))"
-                         r"(?!\*\*\*)\S+")
+#: and long flags whose name ends like a secret's (``--passwd``,
+#: ``--os-password``, ``--db-pass``, ``--os-token``, ``--api-key``; of
+#: these mask_password knows only ``--password``). A flag that names where
+#: a secret is (``--password-file``) is not one.
+SECRET_FLAG = re.compile(
+    r"((?:^|\s)(?:-P|-k|(?i:--(?:[a-z0-9]+[-_])*(?:pass|passwd|password|"
+    r"token|secret|api[-_]key|credentials?)))(?:=|\s+))(?!\*\*\*)\S+")
 
 
 def mask_url(text):
@@ -72,6 +79,27 @@ def mask_text(text):
     text = SECRET_HEADER.sub(r"\1" + MASK, text)
     text = SECRET_FIELD.sub(r"\1" + MASK, text)
     return SECRET_FLAG.sub(r"\1" + MASK, text)
+
+
+def mask_known(text, secrets):
+    """``text`` with each of ``secrets`` (values known to be secret: a
+    BMC's password, its URL-quoted form, a bearer token) masked where it
+    stands as a whole token. An edge of a secret that is a letter, a digit
+    or ``_`` must not touch another one: with the password ``x``, ``Max
+    retries exceeded`` stays as it is (masking the ``x`` in each word would
+    show which letters the password holds), while ``-P x``, ``'x'``,
+    ``user:x@host`` are masked. Longer secrets are masked first (a password
+    inside its basic-auth form)."""
+    if not text:
+        return text
+    found = sorted({str(s) for s in secrets if s}, key=len, reverse=True)
+    if not found:
+        return text
+    pattern = "|".join(
+        "%s%s%s" % (r"(?<!\w)" if re.match(r"\w", s) else "", re.escape(s),
+                    r"(?!\w)" if re.match(r"\w", s[-1]) else "")
+        for s in found)
+    return re.sub(pattern, MASK, str(text))
 
 
 def _mask_value(value, depth=0):

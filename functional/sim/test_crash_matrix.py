@@ -54,8 +54,9 @@ SPARE = "compute-3"
 #: every state a recovery passes through
 STATES = ("suspect", "fencing", "fenced", "evacuating", "evacuated",
           "recovering", "active", "pending")
-#: the recovery's actions (a planned drain's -- drain, undrain,
-#: decommission, fail_back -- are not in this matrix yet)
+#: the recovery's actions (a drain's migrations and instance repair's
+#: actions: test_crash_matrix_planned.py; undrain, decommission and
+#: fail_back are in neither yet)
 KINDS = tuple(a.value for a in (Action.FENCE, Action.ISOLATE,
                                 Action.EVACUATE, Action.CHECK_CLEANUP))
 

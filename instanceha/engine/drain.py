@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import structlog
 
+from instanceha import failpoints
 from instanceha.drivers.compute import base as compute_base
 from instanceha.engine.evacuator import Requeue
 from instanceha.events import DrainSummary, Event, EventKind as E
@@ -522,11 +523,13 @@ def send(ctx, record, carry, sid, what, call):
     """Send one request; a refusal is logged and the server tried again
     at a later pass (its attempts counted)."""
     try:
+        failpoints.hit("before_drain_request:" + what, sid)
         call(sid)
     except compute_base.ComputeError as e:
         LOG.warning("drain_request_refused", host=record.name, server=sid,
                     request=what, reason=str(e))
         return False
+    failpoints.hit("after_drain_request:" + what, sid)
     LOG.info("drain_request_sent", host=record.name, server=sid,
              request=what)
     return True

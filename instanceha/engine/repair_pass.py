@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import structlog
 
+from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import repair_markers as markers
 from instanceha.fsm.states import State
@@ -436,6 +437,7 @@ def _send(repair, case, server, action, now):
     set_markers(repair, case.server_id, markers.running(action.name, now),
                 _metadata(server))
     try:
+        failpoints.hit("before_repair_request:" + action.name, case.server_id)
         if action.name == ir.START:
             ctx.compute.start_server(case.server_id)
         elif action.name == ir.HARD_REBOOT:
@@ -452,6 +454,7 @@ def _send(repair, case, server, action, now):
         _finished(repair, case, server, ir.FAILURE, repair.clock(),
                   "Nova refused: %s" % e)
         return FOLLOW
+    failpoints.hit("after_repair_request:" + action.name, case.server_id)
     repair.stats["sent_" + action.name] += 1
     LOG.info("repair_sent", server=case.server_id, host=server.host,
              action=action.name, step=action.step, reason=action.reason)

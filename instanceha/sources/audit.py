@@ -33,7 +33,7 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.events import Event, EventKind as E
 from instanceha.events import PowerReading
-from instanceha.log import MASK
+from instanceha.log import mask_known
 from instanceha.util import periodic
 from instanceha.util.pool import bounded_map, window_for
 
@@ -53,9 +53,7 @@ def read_power(fencer, method):
         text = str(e)
     except Exception as e:   # noqa: BLE001 - a driver bug is reported
         text = "%s: %s" % (type(e).__name__, e)
-    if method.password:
-        text = text.replace(method.password, MASK)
-    return text
+    return mask_known(text, [method.password])
 
 
 def read_identity(fencer, method):
@@ -64,9 +62,7 @@ def read_identity(fencer, method):
     try:
         return fencer(method.driver).system_identity(method)
     except Exception as e:   # noqa: BLE001 - identity only adds checks
-        text = str(e)
-        if method.password:
-            text = text.replace(method.password, MASK)
+        text = mask_known(str(e), [method.password])
         LOG.info("system_identity_unknown", driver=method.driver,
                  address=method.address, reason=text)
         return None

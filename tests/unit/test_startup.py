@@ -152,7 +152,10 @@ class Started:
             "compute-%d" % i: {"driver": "redfish",
                                "address": "https://bmc-%d" % i}
             for i in range(3)}}))
-        groups = {"DEFAULT": {"workers": 2},
+        # Every path under tmp_path: [DEFAULT] status_file's default is
+        # the machine's /var/lib/instanceha/status.json (issue 34 part 6).
+        groups = {"DEFAULT": {"workers": 2, "status_file": str(
+            tmp_path / "status.json")},
                   "fencing": {"inventory": str(inventory)},
                   "journal": {"connection": "sqlite:///%s"
                               % (tmp_path / "journal.sqlite")},

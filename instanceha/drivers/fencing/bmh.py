@@ -46,6 +46,7 @@ import urllib3
 
 from instanceha.drivers.fencing import base
 from instanceha.drivers.fencing.bmh_options import BmhOptions
+from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing.bmh")
 
@@ -383,10 +384,7 @@ def _secrets(bmc, configuration):
 
 
 def _scrub(text, secrets):
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text[:400]
+    return mask_known(text, secrets)[:400]
 
 
 def _api_reason(exc, secrets):

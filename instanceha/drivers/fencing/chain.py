@@ -16,6 +16,7 @@ import dataclasses
 import structlog
 
 from instanceha.drivers.fencing import base
+from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing")
 
@@ -89,9 +90,7 @@ def _label(index, driver, address):
 
 def _scrub(text, method):
     """Drivers never put a password in an error; this makes sure."""
-    if method.password and method.password in text:
-        text = text.replace(method.password, "***")
-    return text
+    return mask_known(text, [method.password])
 
 
 def _methods(bmc):

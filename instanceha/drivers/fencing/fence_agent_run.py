@@ -17,6 +17,7 @@ import subprocess
 import urllib.parse
 
 from instanceha.drivers.fencing import base
+from instanceha.log import mask_known
 
 _STATUS_LINE = re.compile(r"^\s*Status:\s*(ON|OFF)\s*$", re.I | re.M)
 #: the fencing library's log prefix: "2024-01-01 10:00:00,123 ERROR: "
@@ -97,10 +98,7 @@ def secret_forms(bmc):
 
 
 def scrub(text, secrets):
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return mask_known(text, secrets)
 
 
 def detail(stdout, stderr):

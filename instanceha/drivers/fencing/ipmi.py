@@ -38,6 +38,7 @@ import time
 import structlog
 
 from instanceha.drivers.fencing import base
+from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing.ipmi")
 
@@ -307,6 +308,4 @@ def _without_noise(text):
 
 
 def _scrub(text, secret):
-    if secret:
-        text = text.replace(secret, "***")
-    return text[:300]
+    return mask_known(text, [secret])[:300]

@@ -39,6 +39,7 @@ from instanceha.drivers.fencing.redfish_clients import (
     Client, close_all, close_client)
 from instanceha.drivers.fencing.redfish_options import (
     RedfishOptions, endpoint)
+from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing.redfish")
 
@@ -303,9 +304,7 @@ class RedfishDriver(RedfishOptions, base.FencingDriver):
 
     def _reason(self, bmc, exc):
         text = getattr(exc, "detail", None) or str(exc)
-        if bmc.password:
-            text = text.replace(bmc.password, "***")
-        return text
+        return mask_known(text, [bmc.password])
 
     def _fail(self, bmc, what, reason, kind=base.FenceError):
         LOG.error("fence_error", host=bmc.host, driver=self.name,
