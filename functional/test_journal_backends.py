@@ -4,41 +4,19 @@ Each test makes a database of its own and drops it afterwards. A server
 that is not there skips, or fails under INSTANCEHA_REQUIRE_SERVICES=1.
 """
 
-import uuid
-
 import pytest
-import sqlalchemy as sa
 
-from functional.events_fixtures import missing
+from functional import journal_dbs
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm import HostRecord, State
 from instanceha.fsm.states import Action
 from instanceha.journal import Journal
 
-SERVERS = {
-    "mariadb": ("MariaDB at 127.0.0.1:3306",
-                "mysql+pymysql://root@127.0.0.1:3306/%s",
-                "mysql+pymysql://root@127.0.0.1:3306/"),
-    "postgresql": ("PostgreSQL at 127.0.0.1:5432",
-                   "postgresql+psycopg2://postgres@127.0.0.1:5432/%s",
-                   "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"),
-}
 
-
-@pytest.fixture(params=sorted(SERVERS))
-def url(request):
-    name, url_fmt, admin_url = SERVERS[request.param]
-    db = "iha_journal_%s" % uuid.uuid4().hex[:8]
-    try:
-        admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.execute(sa.text("CREATE DATABASE %s" % db))
-    except Exception as e:
-        missing("%s is needed for this test: %s" % (name, e))
-    yield url_fmt % db
-    with admin.connect() as c:
-        c.execute(sa.text("DROP DATABASE %s" % db))
-    admin.dispose()
+@pytest.fixture(params=sorted(journal_dbs.SERVERS))
+def url(request, tmp_path):
+    with journal_dbs.database(request.param, tmp_path) as made:
+        yield made
 
 
 def test_journal_round_trip(url):
