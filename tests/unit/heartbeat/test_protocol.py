@@ -23,14 +23,17 @@ HEADER = struct.Struct(">4sBB8sH")
 
 def beat_body(seq=1, sent_at=1000.0, compute=1, libvirt=2, guests=2,
               host=b"compute-1", boot_id=b"b1", path=b"mgmt", lengths=None,
-              extra=b""):
+              extra=b"", echoes=()):
     """A beat's body, not by the encoder: any field may hold what the
-    encoder refuses; ``lengths`` replaces the three text lengths."""
+    encoder refuses; ``lengths`` replaces the three text lengths;
+    ``echoes`` None leaves the echoes out (an older agent's beat)."""
     host_len, boot_len, path_len = lengths or (len(host), len(boot_id),
                                                len(path))
+    appended = b"" if echoes is None else (
+        bytes((len(echoes),)) + b"".join(echoes))
     return struct.pack(">QdBBIBBB", seq, sent_at, compute, libvirt, guests,
                        host_len, boot_len, path_len) + host + boot_id + \
-        path + extra
+        path + appended + extra
 
 
 def request_body(seq=1, sent_at=1000.0, kind=b"restart_compute",
