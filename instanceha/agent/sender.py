@@ -336,22 +336,34 @@ class Sender:
         challenges), until :meth:`stop_replies`."""
         if self._reply_thread is not None:
             return
+        sel = selectors.DefaultSelector()
+        for path in self.paths:
+            for sock in path.sockets.values():
+                try:
+                    sel.register(sock, selectors.EVENT_READ)
+                except (AttributeError, TypeError, ValueError,
+                        OSError) as e:
+                    LOG.warning("agent.challenges_not_received",
+                                path=path.name, error=str(e),
+                                effect="beats of this path echo no "
+                                       "challenge it brings")
+        if not sel.get_map():
+            sel.close()
+            return
         self._reply_wake = socket.socketpair()
+        sel.register(self._reply_wake[0], selectors.EVENT_READ)
         self._reply_thread = threading.Thread(
-            target=self._serve_replies, name="agent-challenges",
-            daemon=True)
+            target=self._serve_replies, args=(sel,),
+            name="agent-challenges", daemon=True)
         self._reply_thread.start()
 
-    def _serve_replies(self):
+    def _serve_replies(self, sel):
         size = protocol.MAX_SIZE + 1
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._reply_wake[0], selectors.EVENT_READ)
-            for path in self.paths:
-                for sock in path.sockets.values():
-                    sel.register(sock, selectors.EVENT_READ)
+        wake = self._reply_wake[0]
+        with sel:
             while True:
                 for key, _ in sel.select():
-                    if key.fileobj is self._reply_wake[0]:
+                    if key.fileobj is wake:
                         return
                     datagrams.drain(key.fileobj, size, self._received,
                                     _reply_failed)
