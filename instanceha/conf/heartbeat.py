@@ -56,8 +56,10 @@ OPTS = [
                  help="Seconds a beat's send time may drift from what the "
                       "host's clock has shown before the beat is refused "
                       "as stale (held back and sent again). A steady "
-                      "clock skew is learned per host and boot; this "
-                      "bounds how long a recorded beat stays usable."),
+                      "clock skew is learned per host and boot, so this "
+                      "alone does not prove a beat recent: the veto "
+                      "rests on the challenges a beat echoes "
+                      "(challenge_interval, challenge_window)."),
     cfg.FloatOpt("challenge_interval", default=2.0, min=0.1, max=60,
                  help="Seconds between this engine's challenges: a signed "
                       "random nonce sent to every host it hears, to the "

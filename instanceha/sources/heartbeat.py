@@ -63,7 +63,7 @@ UNKNOWN_HOST = "unknown_host"
 NO_GUEST_SINK = "no_guest_sink"
 #: A host heard in the view, whose recent beats are all unproven (no
 #: veto: the table sees it as silent).
-SILENT_UNPROVEN = "alive_unproven"
+ALIVE_UNPROVEN = "alive_unproven"
 #: The log-throttling key of unproven beats.
 UNPROVEN = "unproven"
 #: Every reason a datagram is dropped, for counting.
@@ -579,10 +579,10 @@ class HeartbeatSource:
                 if entry is None:
                     if now - at >= timeout:
                         continue
-                    entry = out[name] = {"state": SILENT_UNPROVEN}
+                    entry = out[name] = {"state": ALIVE_UNPROVEN}
                 elif entry["state"] != heartbeat_table.BEATING \
                         and now - at < timeout:
-                    entry["state"] = SILENT_UNPROVEN
+                    entry["state"] = ALIVE_UNPROVEN
                 entry["unproven_beat_age"] = round(now - at, 3)
                 entry["unproven_path"] = path
             return out
