@@ -123,6 +123,10 @@ class HeartbeatSource:
                                        else {"random": random}))
         self._targets = {}
         self._unproven = {}
+        # (host, path) sent a challenge at once since the last round (an
+        # unproven beat asks for one: a restarted agent or engine proves
+        # at its next beat, not a round later).
+        self._prompted = set()
         self._sendto = sendto
         self._unproven_beats = 0
         self._challenges_sent = self._challenge_errors = 0
@@ -369,6 +373,8 @@ class HeartbeatSource:
         proves = self.challenges.proves
         targets = self._targets
         heard_unproven = self._unproven
+        prompted = self._prompted
+        prompt = []
         with self._lock:
             ids = self._ids
             for item in beats:
@@ -391,12 +397,15 @@ class HeartbeatSource:
                         accepted += 1
                         guests.append((message, sender))
                         continue
-                    targets[(message.host, message.path)] = (sender, via,
-                                                             now)
+                    where = (message.host, message.path)
+                    targets[where] = (sender, via, now)
                     if not proves(message.echoes):
                         # Not proven fresh: shown, never a veto.
                         heard_unproven[message.host] = (now, message.path,
                                                         sender)
+                        if where not in prompted:
+                            prompted.add(where)
+                            prompt.append((message.host, sender, via))
                         accepted += 1
                         unproven += 1
                         last_unproven = message
@@ -418,6 +427,8 @@ class HeartbeatSource:
                 last_unproven = None
             else:
                 self._drop_logged[UNPROVEN] = now
+        if prompt:
+            self._send_challenges(prompt, self.challenges.newest, now)
         if last_unproven is not None:
             LOG.info("agent_beat_unproven", host=last_unproven.host,
                      path=last_unproven.path,
@@ -472,22 +483,33 @@ class HeartbeatSource:
         """Draw a new nonce and send it, signed, to every path of every
         host heard within CHALLENGE_TARGET_TTL: to the address and port
         its last beat came from, through the socket that beat arrived on.
-        Returns the number of challenges sent."""
+        (Between rounds, a path's first unproven beat is answered at once
+        with the newest nonce.) Returns the number of challenges sent."""
         now = self._clock() if now is None else now
-        issuer = self.challenges
-        nonce = issuer.draw()
+        nonce = self.challenges.draw()
         with self._lock:
             targets = self._targets
             for where in [w for w, (_, _, at) in targets.items()
                           if now - at > CHALLENGE_TARGET_TTL]:
                 del targets[where]
-            items = list(targets.items())
+            items = [(host, address, via) for (host, _), (address, via, _)
+                     in targets.items()]
+            self._prompted.clear()
+        return self._send_challenges(items, nonce, now)
+
+    def _send_challenges(self, items, nonce, now):
+        """Challenge ``nonce`` to each (host, address, socket) of
+        ``items``; failures counted and said at most once a minute.
+        Returns the number sent."""
+        if nonce is None:
+            return 0
+        issuer = self.challenges.issuer
         sent = failed = 0
         failure = None
-        for (host, _), (address, via, _) in items:
+        for host, address, via in items:
             try:
                 data = challenge.encode(challenge.Challenge(
-                    issuer.issuer, nonce, host), self._signing_key(host))
+                    issuer, nonce, host), self._signing_key(host))
                 self._send(via, data, address)
             except (OSError, ValueError) as e:
                 failed += 1

@@ -306,9 +306,33 @@ def test_a_challenge_that_cannot_be_sent_is_counted_and_said_once():
         raise OSError("network unreachable")
     engine = Engine()
     engine.src._sendto = refuse
-    engine.src.handle_datagram(Host().beat(T0), SENDER, now=T0)
     with capture_logs() as logs:
+        # The unproven beat asks for a challenge at once; then two rounds.
+        engine.src.handle_datagram(Host().beat(T0), SENDER, now=T0)
         assert engine.src.challenge(T0 + 1) == 0
         assert engine.src.challenge(T0 + 3) == 0
-    assert engine.src.health()["challenge_errors"] == 2
-    assert [e["event"] for e in logs] == ["agent_challenge_not_sent"]
+    assert engine.src.health()["challenge_errors"] == 3
+    assert [e["event"] for e in logs if "challenge" in e["event"]] == [
+        "agent_challenge_not_sent"]
+
+
+def test_an_unproven_beat_is_answered_at_once_once_per_round():
+    """A restarted agent (it echoes nothing yet) proves at its next beat,
+    not a round later; its further unproven beats before the next round
+    ask for nothing more."""
+    engine, agent = Engine(), Agent()
+    live(engine, agent, T0, T0 + 10)
+    assert engine.vetoes(T0 + 10)
+    agent.echoes = challenge.Echoes()          # the agent restarts
+    before = len(engine.wire.sent)
+    engine.src.handle_datagram(agent.beat(T0 + 10.2), SENDER, now=T0 + 10.2)
+    engine.src.handle_datagram(agent.beat(T0 + 10.3), SENDER, now=T0 + 10.3)
+    assert len(engine.wire.sent) == before + 1
+    # (and the very first beat, answered at once too)
+    assert engine.src.health()["beats_unproven"] == 1 + 2
+    agent.hear(engine.wire, T0 + 10.3)
+    engine.src.handle_datagram(agent.beat(T0 + 11.2), SENDER, now=T0 + 11.2)
+    assert engine.src.health()["hosts_beating"] == 1
+    # The veto held through the restart (no silence reported).
+    assert [e for e in engine.sink.events
+            if e.kind is EventKind.AGENT_SILENT] == []
