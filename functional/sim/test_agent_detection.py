@@ -24,17 +24,31 @@ from instanceha.sim.agents import SimAgents
 NOVA_DELTA = 30.0
 
 
+#: What a beat held back may be late by and still veto, in the test that
+#: holds them back: [agent] challenge_interval x challenge_window.
+CHALLENGE_INTERVAL = 0.5
+CHALLENGE_WINDOW = 3
+#: How long the attacker holds compute-1's beats back, and Nova's delta
+#: in that test (a host whose agent is silent is judged by Nova alone:
+#: fast here, so that a veto of HOLD seconds would show).
+HOLD = 12.0
+HOLD_DELTA = 4.0
+
+
 @pytest.fixture
 def bed(tmp_path, request):
-    restart = getattr(request, "param", False)
+    opts = getattr(request, "param", {})
+    restart = opts.get("restart", False)
     cloud = SimCloud(hosts=4, servers_per_host=2, boot_time=1.0,
                      service_down_time=60.0)
     srv = SimServer(cloud).start()
     setup = simrun.agent_setup(str(tmp_path), interval=0.2, host_keys=True)
     conf_path = simrun.write_config(str(tmp_path), srv, {
-        "detection": {"delta": NOVA_DELTA},
+        "detection": {"delta": opts.get("delta", NOVA_DELTA)},
         "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0,
-                  "restart_compute": restart}},
+                  "restart_compute": restart,
+                  "challenge_interval": CHALLENGE_INTERVAL,
+                  "challenge_window": CHALLENGE_WINDOW}},
         agents=setup)
     agents = SimAgents(cloud, **setup.sim_args()).start()
     engine = EngineProcess(str(tmp_path), conf_path,
@@ -97,7 +111,7 @@ def test_a_host_whose_nova_compute_alone_died_is_never_powered_off(bed):
     assert host["agent"] == "nova-compute down, host alive (agent)"
 
 
-@pytest.mark.parametrize("bed", [True], indirect=True)
+@pytest.mark.parametrize("bed", [{"restart": True}], indirect=True)
 def test_soft_fencing_restarts_nova_compute_through_the_agent(bed):
     """[agent] restart_compute: the vetoed host's agent restarts its
     nova-compute on the engine's signed request; the host comes back
@@ -115,3 +129,33 @@ def test_soft_fencing_restarts_nova_compute_through_the_agent(bed):
     rows = requests()
     assert [r["outcome"] for r in rows] == ["sent"], rows
     assert "host alive (agent)" in engine.log_text()
+
+
+@pytest.mark.parametrize("bed", [{"delta": HOLD_DELTA}], indirect=True)
+def test_beats_held_back_and_released_after_the_death_do_not_delay_it(bed):
+    """Issue 34, part 7, the delay attack: someone on the path holds a
+    live host's genuine beats back (the engine hears a silence, Nova's
+    heartbeats say the host lives: judged by Nova alone), the host dies,
+    and the held beats arrive at their pace for HOLD seconds more. None
+    of them echoes a recent challenge: the host is recovered as if they
+    had not come (Nova's delta), not kept up by their veto for HOLD
+    seconds (what happened before challenges)."""
+    cloud, engine, agents = bed
+    agents.set_fault(host="compute-1", delay=HOLD)
+    held_at = time.monotonic()
+    # The backlog builds up; the silent but live host is not fenced.
+    engine.wait(lambda: time.monotonic() - held_at > HOLD + 1, HOLD + 10,
+                "the held beats to arrive again")
+    assert cloud.hosts["compute-1"].power_on
+    t0 = time.monotonic()
+    cloud.kill("compute-1")        # hangs; its held beats keep arriving
+    waiting.wait_for(lambda: not cloud.hosts["compute-1"].power_on, 60,
+                     lambda: "compute-1 powered off (states %s, log %s)"
+                     % (engine.states(), engine.log_path))
+    off_after = time.monotonic() - t0
+    # Without challenges the held beats veto until the backlog ends.
+    assert off_after < HOLD - CHALLENGE_INTERVAL * CHALLENGE_WINDOW, \
+        off_after
+    assert agents.network.counts[("mgmt", "delayed")] > HOLD / 0.2
+    assert all(h.power_on for n, h in cloud.hosts.items()
+               if n != "compute-1")

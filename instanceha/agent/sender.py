@@ -19,22 +19,46 @@ learned offset for this host stays right (see
 
 Failures to send (a network down) are counted per path and logged when a
 path starts failing and when it recovers, not at every beat.
+
+Challenges. Each engine sends, every few seconds, a signed challenge
+back to the address and port the beats come from: the path sockets
+receive them (a thread of their own while :meth:`Sender.run` beats, or
+:meth:`Sender.handle_reply` fed by the caller). A challenge that
+verifies with this host's keyring and names this host is kept, the
+newest per engine; every beat echoes them
+(:mod:`instanceha.heartbeat.challenge`). An engine takes a beat as
+proof that this host lives, and keeps it from being fenced, only when
+it echoes one of that engine's latest challenges. Anything else that
+arrives is counted by reason (:attr:`Sender.replies`) and logged at
+most once a minute per reason.
 """
 
+import collections
 import configparser
 import errno
+import selectors
 import socket
+import threading
 import time
 
 import structlog
 
 from instanceha.conf import agent as agent_conf
 from instanceha.errors import ConfigError
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import protocol
+from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.agent.sender")
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+#: What :meth:`Sender.handle_reply` answers for a challenge kept.
+ECHOED = "echoed"
+#: A datagram on a path socket that is not a challenge for this host.
+NOT_A_CHALLENGE = "not_a_challenge"
+WRONG_HOST = "wrong_host"
+#: A reply drop reason is logged at most once per this many seconds.
+REPLY_LOG_INTERVAL = 60.0
 
 
 def read_boot_id(path=BOOT_ID_FILE):
@@ -130,6 +154,13 @@ class Sender:
         self.host = host or resolve_host(conf)
         self.boot_id = boot_id or read_boot_id()
         self._facts_fn = facts_fn or (lambda: protocol.UNKNOWN_FACTS)
+        #: The newest challenge of each engine heard, echoed in beats.
+        self.echoes = challenge.Echoes()
+        #: Datagrams received on the path sockets, by outcome.
+        self.replies = collections.Counter()
+        self._reply_logged = {}
+        self._reply_thread = None
+        self._reply_wake = None
         self._monotonic = monotonic
         self._mono0 = monotonic()
         self._wall0 = clock()
@@ -173,6 +204,7 @@ class Sender:
             path.sockets[family] = sock
 
     def close(self):
+        self.stop_replies()
         for path in self.paths:
             for sock in path.sockets.values():
                 sock.close()
@@ -182,22 +214,23 @@ class Sender:
         """The send time of a beat now: step-free wall clock."""
         return self._wall0 + (self._monotonic() - self._mono0)
 
-    def _beat(self, path, sent_at, facts):
+    def _beat(self, path, sent_at, facts, echoes=()):
         return protocol.Beat(host=self.host, boot_id=self.boot_id,
                              seq=path.seq, sent_at=sent_at, path=path.name,
-                             facts=facts)
+                             facts=facts, echoes=echoes)
 
     def send_once(self):
         """Send one beat on every path to every engine; return the number
         of datagrams handed to the kernel."""
         facts = self._facts_fn()
         sent_at = self.sent_at()
+        echoes = self.echoes.current(self._monotonic())
         key = self.keyring.current
         total = 0
         for path in self.paths:
             path.seq += 1
-            data = protocol.encode_beat(self._beat(path, sent_at, facts),
-                                        key)
+            data = protocol.encode_beat(
+                self._beat(path, sent_at, facts, echoes), key)
             sent = self._to_engines(path, data)
             path.sent += sent
             total += sent
@@ -241,9 +274,17 @@ class Sender:
 
     def run(self, stop_event):
         """Beat every ``interval`` seconds until ``stop_event`` is set
-        (its ``wait`` is the only pause). Beats are due at fixed times;
+        (its ``wait`` is the only pause), receiving the engines'
+        challenges meanwhile. Beats are due at fixed times;
         when sending ran past the next one, it is sent at once and the
         schedule goes on from there (no burst to catch up)."""
+        self.start_replies()
+        try:
+            self._beat_loop(stop_event)
+        finally:
+            self.stop_replies()
+
+    def _beat_loop(self, stop_event):
         due = self._monotonic()
         while not stop_event.is_set():
             try:
@@ -256,3 +297,90 @@ class Sender:
                 due = now
             if stop_event.wait(due - now):
                 break
+
+    # -- the engines' challenges ---------------------------------------------
+
+    def handle_reply(self, data, source=None):
+        """Judge one datagram received on a path socket: a challenge for
+        this host is kept for the next beats (:data:`ECHOED`); anything
+        else is counted by reason (a protocol drop reason,
+        :data:`NOT_A_CHALLENGE`, :data:`WRONG_HOST`) and dropped."""
+        try:
+            message, _ = challenge.decode_signed(data, self.keyring)
+        except protocol.Dropped as e:
+            return self._reply_dropped(e.reason, source)
+        if type(message) is not challenge.Challenge:
+            return self._reply_dropped(NOT_A_CHALLENGE, source)
+        if message.host != self.host:
+            return self._reply_dropped(WRONG_HOST, source)
+        self.echoes.heard(message, self._monotonic())
+        self.replies[ECHOED] += 1
+        return ECHOED
+
+    def _reply_dropped(self, why, source):
+        self.replies[why] += 1
+        now = self._monotonic()
+        last = self._reply_logged.get(why)
+        if last is None or now - last >= REPLY_LOG_INTERVAL:
+            self._reply_logged[why] = now
+            LOG.warning("agent.challenge_dropped", reason=why,
+                        count=self.replies[why], source=source,
+                        note="logged at most once a minute per reason")
+        return why
+
+    def _received(self, data, sender):
+        self.handle_reply(data, "%s:%s" % sender[:2])
+
+    def start_replies(self):
+        """Receive on the path sockets on a thread of its own (the
+        challenges), until :meth:`stop_replies`."""
+        if self._reply_thread is not None:
+            return
+        sel = selectors.DefaultSelector()
+        for path in self.paths:
+            for sock in path.sockets.values():
+                try:
+                    sel.register(sock, selectors.EVENT_READ)
+                except (AttributeError, TypeError, ValueError,
+                        OSError) as e:
+                    LOG.warning("agent.challenges_not_received",
+                                path=path.name, error=str(e),
+                                effect="beats of this path echo no "
+                                       "challenge it brings")
+        if not sel.get_map():
+            sel.close()
+            return
+        self._reply_wake = socket.socketpair()
+        sel.register(self._reply_wake[0], selectors.EVENT_READ)
+        self._reply_thread = threading.Thread(
+            target=self._serve_replies, args=(sel,),
+            name="agent-challenges", daemon=True)
+        self._reply_thread.start()
+
+    def _serve_replies(self, sel):
+        size = protocol.MAX_SIZE + 1
+        wake = self._reply_wake[0]
+        with sel:
+            while True:
+                for key, _ in sel.select():
+                    if key.fileobj is wake:
+                        return
+                    datagrams.drain(key.fileobj, size, self._received,
+                                    _reply_failed)
+
+    def stop_replies(self):
+        if self._reply_thread is not None:
+            self._reply_wake[1].send(b"x")
+            self._reply_thread.join(5)
+            self._reply_thread = None
+        if self._reply_wake is not None:
+            for sock in self._reply_wake:
+                sock.close()
+            self._reply_wake = None
+
+
+def _reply_failed(stage, exc):
+    if stage == datagrams.RECEIVE:
+        LOG.warning("agent.challenge_receive_failed", error=str(exc))
+    else:
+        LOG.exception("agent.challenge_failed")

@@ -92,8 +92,33 @@ OPTS = [
                  help="Seconds a beat's send time may drift from what the "
                       "host's clock has shown before the beat is refused "
                       "as stale (held back and sent again). A steady "
-                      "clock skew is learned per host and boot; this "
-                      "bounds how long a recorded beat stays usable."),
+                      "clock skew is learned per host and boot, so this "
+                      "alone does not prove a beat recent: the veto "
+                      "rests on the challenges a beat echoes "
+                      "(challenge_interval, challenge_window)."),
+    cfg.FloatOpt("challenge_interval", default=2.0, min=0.1, max=60,
+                 help="Seconds between this engine's challenges: a signed "
+                      "random nonce sent to every host it hears, to the "
+                      "address and port each path's beats come from. A "
+                      "beat keeps a host from being fenced (the veto) only "
+                      "when it echoes one of this engine's last "
+                      "challenge_window nonces, so a beat held back or "
+                      "recorded and sent later vetoes for at most "
+                      "challenge_interval x challenge_window seconds. "
+                      "Longer: more time for such a beat; shorter: more "
+                      "datagrams (one per host and path each interval). "
+                      "Beats of an agent that does not echo challenges "
+                      "(an older version) are shown as unproven and never "
+                      "veto."),
+    cfg.IntOpt("challenge_window", default=3, min=1, max=10,
+               help="How many of this engine's latest challenges a beat may "
+                    "echo and still be proven fresh. 1 refuses a beat "
+                    "sent before the latest challenge reached its agent "
+                    "(a healthy host's beats turn unproven at each "
+                    "challenge, and lose their veto whenever one "
+                    "challenge datagram is lost); 3 tolerates two lost in "
+                    "a row. Larger keeps a held-back beat usable longer "
+                    "(challenge_interval x challenge_window seconds)."),
     cfg.FloatOpt("cliff_share", default=0.3, min=0.0, max=1.0,
                  help="Share (0..1) of the hosts whose agents were beating "
                       "that, once fallen silent within cliff_window "

@@ -8,7 +8,8 @@ big-endian)::
      0       4   magic, b"IHAB"
      4       1   protocol version: 2
      5       1   type: 1 beat, 2 request, 3 guest event (read by
-                 :mod:`instanceha.heartbeat.guest` only)
+                 :mod:`instanceha.heartbeat.guest` only), 4 challenge
+                 (read by :mod:`instanceha.heartbeat.challenge` only)
      6       8   id of the key that signed it: a shared key's 8 hex
                  digits (ASCII), or a host key's 8 bytes, the first
                  >= 0x80 (see :mod:`instanceha.heartbeat.keys`)
@@ -25,10 +26,14 @@ The body of a beat::
      4  guests      unsigned; 0xFFFFFFFF unknown
      1  host length, 1 boot_id length, 1 path length
         host (UTF-8), boot_id (UTF-8), path (ASCII)
-    appended (optional: a beat may end before it):
+    appended (optional, in this order: a beat may end before either,
+    an older agent's):
      1  system UUID length, 0 (unknown) or 16
         system UUID, 16 bytes in RFC 4122 order (uuid.UUID.bytes of the
         text the host's /sys/class/dmi/id/product_uuid shows)
+     1  echoes      count, 0 to MAX_ECHOES
+        that many nonces of 16 bytes: the newest challenge of each
+        engine the agent heard (:mod:`instanceha.heartbeat.challenge`)
 
 The body of a request::
 
@@ -67,7 +72,7 @@ import math
 import re
 import struct
 import uuid
-from typing import Dict, NamedTuple, Optional, Union
+from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 from instanceha.util import system_uuid as uuid_text
 
@@ -77,9 +82,14 @@ MAC_SIZE = 32
 BEAT = 1
 REQUEST = 2
 GUEST_EVENT = 3
+CHALLENGE = 4
 _NO_BODIES: Dict[int, object] = {}
 _HEADER = struct.Struct(">4sBB8sH")
 _BEAT = struct.Struct(">QdBBIBBB")
+#: A beat's echoes: the count, then that many nonces.
+NONCE_SIZE = 16
+MAX_ECHOES = 8
+_NO_ECHOES: tuple = ()
 _REQUEST = struct.Struct(">QdBBH")
 _SEQ_TIME = struct.Struct(">Qd")
 #: The largest datagram sent or accepted. A receiver should read
@@ -171,6 +181,10 @@ class Beat(NamedTuple):
     path: str
     facts: Facts
     version: int = VERSION
+    #: The challenge nonces this beat echoes (newest first; none from an
+    #: agent that predates challenges): see
+    #: :mod:`instanceha.heartbeat.challenge`.
+    echoes: Tuple[bytes, ...] = ()
 
 
 class Request(NamedTuple):
@@ -224,12 +238,18 @@ def encode_beat(beat: Beat, key) -> bytes:
             raise ValueError("cannot encode beat: system_uuid: a UUID or "
                              "None expected")
         uuid_bytes = uuid.UUID(found).bytes
+    echoes = beat.echoes
+    if len(echoes) > MAX_ECHOES or any(
+            type(e) is not bytes or len(e) != NONCE_SIZE for e in echoes):
+        raise ValueError("cannot encode beat: echoes: up to %d nonces of "
+                         "%d bytes expected" % (MAX_ECHOES, NONCE_SIZE))
     body = _BEAT.pack(_checked_seq("beat", beat.seq),
                       _checked_time("beat", beat.sent_at), flags[0],
                       flags[1], _NO_GUESTS if guests is None else guests,
                       len(host), len(boot_id), len(path))
     return _frame(BEAT, body + host + boot_id + path
-                  + bytes((len(uuid_bytes),)) + uuid_bytes, key)
+                  + bytes((len(uuid_bytes),)) + uuid_bytes
+                  + bytes((len(echoes),)) + b"".join(echoes), key)
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -376,7 +396,10 @@ def _is_int(value):
 #: Where a beat's fields other than seq and sent_at start in the
 #: datagram: the facts, the lengths and texts that follow them.
 _IDENTITY_AT = _HEADER.size + _SEQ_TIME.size
-#: Those fields (host, boot_id, path, Facts) by their bytes. A host sends
+#: Where a beat's texts start (after their three lengths).
+_TEXTS_AT = _HEADER.size + _BEAT.size
+#: Those fields (host, boot_id, path, Facts) by their bytes (up to the
+#: system UUID's end: not the echoes, which change at every challenge). A host sends
 #: the same ones every second, so they are checked and made once per
 #: host and path, not at every beat. Filled with the bytes of verified
 #: datagrams only; emptied when it holds MAX_IDENTITIES.
@@ -391,15 +414,42 @@ def _beat(data, end):
         raise Dropped("malformed", "a beat's body is at least %d bytes"
                       % _BEAT.size)
     seq, sent_at = _seq_and_time(data)
-    rest = data[_IDENTITY_AT:end]
+    texts_end = (_TEXTS_AT + data[_TEXTS_AT - 3] + data[_TEXTS_AT - 2]
+                 + data[_TEXTS_AT - 1])
+    if texts_end > end:
+        raise Dropped("malformed", "texts longer than the body")
+    # The system UUID (a length byte, then its bytes) is part of the
+    # identity; the echoes after it change at every challenge.
+    uuid_end = texts_end + 1 + data[texts_end] if texts_end < end \
+        else texts_end
+    if uuid_end > end:
+        raise Dropped("malformed", "system_uuid: 0 or %d bytes expected"
+                      % _UUID_SIZE)
+    rest = data[_IDENTITY_AT:uuid_end]
     identity = _IDENTITIES.get(rest)
     if identity is None:
-        identity = _identity(data, end)
+        identity = _identity(data, uuid_end)
         if len(_IDENTITIES) >= MAX_IDENTITIES:
             _IDENTITIES.clear()
         _IDENTITIES[rest] = identity
     host, boot_id, path, facts = identity
-    return _new_beat((host, boot_id, seq, sent_at, path, facts, VERSION))
+    echoes = _echoes(data, uuid_end, end) if uuid_end < end \
+        else _NO_ECHOES
+    return _new_beat((host, boot_id, seq, sent_at, path, facts, VERSION,
+                      echoes))
+
+
+def _echoes(data, at, end):
+    """The nonces a beat echoes, from its byte ``at`` (the count) on."""
+    count = data[at]
+    if count > MAX_ECHOES or at + 1 + count * NONCE_SIZE > end:
+        raise Dropped("malformed", "echoes: up to %d nonces of %d bytes "
+                      "expected" % (MAX_ECHOES, NONCE_SIZE))
+    if count == 1:
+        return (data[at + 1:at + 1 + NONCE_SIZE],)
+    return tuple(data[i:i + NONCE_SIZE]
+                 for i in range(at + 1, at + 1 + count * NONCE_SIZE,
+                                NONCE_SIZE))
 
 
 def _identity(data, end):

@@ -42,7 +42,11 @@ window.
 
 Trust on first use: the first datagram of a host the guard does not
 know (after the receiver starts, or after it forgot the host) sets its
-offset. Memory is bounded: a host with no accepted datagram for
+offset. So the guard alone does not prove a beat recent: beats held back
+through a silence pass once the offset is learned anew, and a recording
+passes after the receiver restarts. The engine's veto rests on the
+challenges a beat echoes (:mod:`instanceha.heartbeat.challenge`), not on
+this guard. Memory is bounded: a host with no accepted datagram for
 ``forget_after`` seconds is forgotten (checked on every call, cheaply:
 hosts are kept in the order they were last accepted), and beyond
 ``max_hosts`` the least recently accepted host is forgotten first.

@@ -183,6 +183,26 @@ class Network:
         return delayed[0][0] if delayed else None
 
     @property
+    def sockets(self):
+        """{socket: path name}: the shared sockets (where the engines'
+        challenges to every host arrive)."""
+        return {sock: self._by_address[address]
+                for (_, address), sock in self._sockets.items()}
+
+    def delivers(self, host, path):
+        """Whether a datagram to ``host`` on ``path`` gets through its
+        faults (a path down or a loss drops it; a delay applies to what
+        the host sends only)."""
+        fault = self.faults.get(host, path)
+        if fault.down:
+            self.counts[(path, "down_in")] += 1
+            return False
+        if fault.loss and self._random.random() < fault.loss:
+            self.counts[(path, "lost_in")] += 1
+            return False
+        return True
+
+    @property
     def waiting(self):
         """Datagrams held back by a delay, not yet sent."""
         return len(self._delayed)

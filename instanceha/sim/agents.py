@@ -48,9 +48,14 @@ host beats every ``interval`` seconds at its own phase, spread over the
 interval, as independent agents would. The same thread sends the
 datagrams a delay fault held back and receives the engines' requests
 (sim/agent_requests.py: one socket per path address for all hosts,
-routed by the host the request names).
+routed by the host the request names) and the engines' challenges (on
+the shared path sockets the beats leave from, routed by the host the
+challenge names to its Sender, through the host's faults on that path:
+a path down or a loss drops them, a delay holds back only what the host
+sends).
 """
 
+import collections
 import heapq
 import selectors
 import socket
@@ -63,9 +68,11 @@ from instanceha.agent import control as control_mod
 from instanceha.agent import sender as sender_mod
 from instanceha.conf import agent as agent_conf
 from instanceha.heartbeat import keys
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import protocol
 from instanceha.sim import agent_net
 from instanceha.sim import agent_requests
+from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.sim.agents")
 
@@ -78,6 +85,13 @@ _GOLDEN = 0.6180339887498949
 
 def _inline(target, *args):
     target(*args)
+
+
+def _challenge_failed(stage, exc):
+    if stage == datagrams.RECEIVE:
+        LOG.warning("sim.agent_challenge_receive_failed", error=str(exc))
+    else:
+        LOG.exception("sim.agent_challenge_failed")
 
 
 class HostAgent:
@@ -143,18 +157,22 @@ class SimAgents:
             agent.keyring = (keys.Keyring(keys.derive_host_key(
                 master_key, agent.name)) if master_key is not None
                 else keyring)
+        #: For routing the engines' datagrams to the host they name only
+        #: (the host's agent verifies again, with the one key it holds):
+        #: every host's key, as an engine holds them.
+        self._routing = keyring
+        if master_key is not None:
+            self._routing = keys.HostKeyring(master_key, shared=keyring)
+            self._routing.learn(names)
         self.dispatcher = None
         if request_port is not None:
-            ring = keyring
-            if master_key is not None:
-                # Routing only (the host's Control verifies again, with
-                # the one key it holds): every host's key, as an engine.
-                ring = keys.HostKeyring(master_key, shared=keyring)
-                ring.learn(names)
             self.dispatcher = agent_requests.Dispatcher(
-                ring, self._control_of,
+                self._routing, self._control_of,
                 [(a, request_port) for a in self.paths.values()],
                 socket_factory)
+        #: The engines' challenges received, by outcome (the host's
+        #: Sender's, or no_agent, undelivered, or a drop reason).
+        self.challenges = collections.Counter()
         self._lock = threading.Lock()
         self._due = []
         self._thread = None
@@ -275,6 +293,11 @@ class SimAgents:
                     network, name, family),
                 host=agent.victim, boot_id=self.cloud.boot_id(victim),
                 monotonic=clock, seq_start=2 ** 40)
+            # Root on the attacker reads the challenges sent to its own
+            # host: a round's nonce is the same for every host, so its
+            # forged beats echo them (the worst case).
+            if agent.sender is not None:
+                agent.forger.echoes = agent.sender.echoes
         return agent.forger
 
     def stop_agent(self, name):
@@ -380,6 +403,36 @@ class SimAgents:
         head = self._due[0][0] if self._due else now + self.interval
         return head if nxt is None else min(head, nxt)
 
+    # -- the engines' challenges ---------------------------------------------
+
+    def challenge(self, data, path, source=None):
+        """One datagram that arrived on ``path``'s shared socket: handed
+        to the Sender of the host the challenge names (which checks it
+        again, as a real agent does). Returns the outcome."""
+        try:
+            message, _ = challenge.decode_signed(data, self._routing)
+        except protocol.Dropped as e:
+            outcome = e.reason
+        else:
+            if type(message) is not challenge.Challenge:
+                outcome = "not_a_challenge"
+            elif not self.network.delivers(message.host, path):
+                outcome = "undelivered"
+            else:
+                with self._lock:
+                    agent = self.agents.get(message.host)
+                    sender = agent.sender if agent is not None else None
+                outcome = ("no_agent" if sender is None
+                           else sender.handle_reply(data, source))
+        self.challenges[outcome] += 1
+        return outcome
+
+    def _drain_challenges(self, sock, path):
+        datagrams.drain(sock, protocol.MAX_SIZE + 1,
+                        lambda data, sender: self.challenge(
+                            data, path, "%s:%s" % sender[:2]),
+                        _challenge_failed)
+
     # -- the thread ------------------------------------------------------------
 
     def start(self):
@@ -419,6 +472,8 @@ class SimAgents:
             for sock in (self.dispatcher.sockets if self.dispatcher
                          else ()):
                 sel.register(sock, selectors.EVENT_READ)
+            for sock, path in self.network.sockets.items():
+                sel.register(sock, selectors.EVENT_READ, path)
             while not self._stop.is_set():
                 try:
                     nxt = self.run_due()
@@ -429,7 +484,10 @@ class SimAgents:
                 for key, _ in sel.select(wait):
                     if key.fileobj is self._wake[0]:
                         return
-                    self.dispatcher.drain(key.fileobj)
+                    if key.data is not None:
+                        self._drain_challenges(key.fileobj, key.data)
+                    else:
+                        self.dispatcher.drain(key.fileobj)
 
     def stop(self):
         """Stop the thread and every agent; close the sockets."""

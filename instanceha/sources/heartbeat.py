@@ -11,7 +11,17 @@ signature, fields, and that a host's own key signed for that host alone:
 (:mod:`instanceha.heartbeat.replay`) and records the beats in the host
 table (:mod:`instanceha.sources.heartbeat_table`), which makes an event
 on changes only. A periodic check reports hosts whose
-paths fell silent. Anything not accepted is counted by reason (the
+paths fell silent.
+
+Only beats proven fresh enter that table: every ``challenge_interval``
+seconds this engine sends each host it heard a signed challenge, to the
+address and port each path's beats came from, through the socket they
+arrived on; a beat is proven when it echoes one of this engine's last
+``challenge_window`` nonces (:mod:`instanceha.heartbeat.challenge`).
+Beats held back, replayed after a restart of this engine, or from an
+agent that echoes nothing are *unproven*: counted and shown (``view``,
+``health``), never an event, so never a veto; the table sees such a host
+as silent. Anything not accepted is counted by reason (the
 protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
 ``unexpected_kind`` for a request sent to an engine, ``unknown_host`` for
 a beat naming a host Nova does not know, ``no_guest_sink`` for a guest
@@ -49,10 +59,12 @@ import structlog
 from instanceha.conf import heartbeat as heartbeat_conf
 from instanceha.errors import ConfigError, StartupError
 from instanceha.events import Event
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
+from instanceha.sources import heartbeat_table
 from instanceha.sources import udp
 from instanceha.sources.heartbeat_table import HostTable
 from instanceha.util import datagrams
@@ -67,6 +79,11 @@ UNEXPECTED_KIND = "unexpected_kind"
 SHARED_KEY = "shared_key"
 UNKNOWN_HOST = "unknown_host"
 NO_GUEST_SINK = "no_guest_sink"
+#: A host heard in the view, whose recent beats are all unproven (no
+#: veto: the table sees it as silent).
+ALIVE_UNPROVEN = "alive_unproven"
+#: The log-throttling key of unproven beats.
+UNPROVEN = "unproven"
 #: Every reason a datagram is dropped, for counting.
 DROP_REASONS = protocol.DROP_REASONS + (UNEXPECTED_KIND, UNKNOWN_HOST,
                                         NO_GUEST_SINK)
@@ -76,6 +93,9 @@ DROP_LOG_INTERVAL = 60.0
 MIN_REFRESH_INTERVAL = 1.0
 #: Host names reported as unknown are remembered up to this many.
 MAX_UNKNOWN_NAMES = 1024
+#: Paths whose last accepted beat is older than this (seconds) are no
+#: longer sent challenges (the host, its agent or the path is down).
+CHALLENGE_TARGET_TTL = 60.0
 #: Datagrams read from one socket before looking at the others again.
 _BURST = 256
 #: Receive buffer asked for each socket (bytes).
@@ -88,7 +108,8 @@ class HeartbeatSource:
     benchmarks)."""
 
     def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
-                 *, keyring=None, guest_sink=None):
+                 *, keyring=None, guest_sink=None, sendto=None,
+                 random=None):
         group = self._group = conf.agent
         try:
             self._bind_to = heartbeat_conf.listen_addresses(group)
@@ -115,6 +136,25 @@ class HeartbeatSource:
         self._known_hosts = known_hosts
         self._table = HostTable(group.silence_timeout)
         self._guard = replay.ReplayGuard(window=group.replay_window)
+        # Freshness proven by challenges: this engine's nonces, where to
+        # send them ((host, path) -> (address, socket, engine time of
+        # the last beat)), and the hosts heard unproven (host -> (time,
+        # path, address)). ``sendto(sock, data, address)`` and
+        # ``random(n)`` replace the socket's and os.urandom (tests).
+        self.challenges = challenge.Issuer(
+            group.challenge_window, **({} if random is None
+                                       else {"random": random}))
+        self._targets = {}
+        self._unproven = {}
+        # (host, path) sent a challenge at once since the last round (an
+        # unproven beat asks for one: a restarted agent or engine proves
+        # at its next beat, not a round later).
+        self._prompted = set()
+        self._sendto = sendto
+        self._unproven_beats = 0
+        self._challenges_sent = self._challenge_errors = 0
+        self._challenge_failure_logged = None
+        self._challenge_loop = None
         self._lock = threading.Lock()
         self._emit = threading.Lock()
         self._ids = {}                   # host name -> Nova service id
@@ -175,6 +215,10 @@ class HeartbeatSource:
             "agent-silence-check", self.check,
             min(0.5, self._group.silence_timeout / 4.0),
             first=0.0, error_event="agent_check_failed", log=LOG).start()
+        self._challenge_loop = periodic.Periodic(
+            "agent-challenges", self.challenge,
+            self._group.challenge_interval, first=0.0,
+            error_event="agent_challenge_failed", log=LOG).start()
         ring = self.keyring
         LOG.info("agent_listener_started",
                  addresses=["%s:%d" % b for b in self.bound],
@@ -204,6 +248,9 @@ class HeartbeatSource:
         if self._check_loop is not None:
             self._check_loop.stop(5)
             self._check_loop = None
+        if self._challenge_loop is not None:
+            self._challenge_loop.stop(5)
+            self._challenge_loop = None
         if self._wake is not None:
             self._wake[1].send(b"x")
         for thread in self._threads:
@@ -249,6 +296,10 @@ class HeartbeatSource:
             self._ids = ids
             gone = self._table.renamed(ids)
             self._shared_hosts.intersection_update(ids)
+            for name in [n for n in self._unproven if n not in ids]:
+                del self._unproven[name]
+            for where in [w for w in self._targets if w[0] not in ids]:
+                del self._targets[where]
         if gone:
             LOG.info("agent_hosts_forgotten", hosts=sorted(gone)[:20],
                      count=len(gone), reason="Nova no longer knows them")
@@ -274,7 +325,7 @@ class HeartbeatSource:
                     batch = datagrams.receive(key.data, size,
                                               self._receive_failed, _BURST)
                     try:
-                        self.handle_batch(batch)
+                        self.handle_batch(batch, via=key.data)
                     except Exception as e:   # noqa: BLE001 - lives on
                         self._error("agent_datagram_failed", e)
 
@@ -287,16 +338,17 @@ class HeartbeatSource:
         LOG.error(event, reason=str(exc) or type(exc).__name__,
                   exc_info=exc)
 
-    def handle_datagram(self, data, sender, now=None):
+    def handle_datagram(self, data, sender, now=None, via=None):
         """One datagram from ``sender`` (address, port, ...), received at
-        ``now`` (default: the clock). Returns the event it made, or None.
-        Never raises for any ``data``."""
-        events = self.handle_batch(((data, sender),), now)
+        ``now`` (default: the clock) on socket ``via``. Returns the event
+        it made, or None. Never raises for any ``data``."""
+        events = self.handle_batch(((data, sender),), now, via)
         return events[0] if events else None
 
-    def handle_batch(self, batch, now=None):
+    def handle_batch(self, batch, now=None, via=None):
         """Datagrams [(data, sender)] received together at ``now``
-        (default: the clock): verified one by one, then recorded under
+        (default: the clock) on socket ``via`` (where challenges to their
+        senders leave from): verified one by one, then recorded under
         one lock (the beats of a host Nova was not known to have, after
         one more read of Nova's hosts). Returns the events they made, in
         the order they were recorded. Never raises for any ``data``.
@@ -332,11 +384,12 @@ class HeartbeatSource:
         if beats:
             guests: List[Tuple[guest.GuestEvent, Any]] = []
             with self._emit:
-                unknown = self._record(beats, now, events, guests, drops)
+                unknown = self._record(beats, now, events, guests, drops,
+                                       via)
                 if unknown and self._refresh_due(now):
                     self.refresh(now)
                     unknown = self._record(unknown, now, events, guests,
-                                           drops)
+                                           drops, via)
                 for message, _, sender in unknown:
                     self._unknown_host(message.host, sender)
                 for message, sender in guests:
@@ -364,22 +417,29 @@ class HeartbeatSource:
         except Exception as e:   # noqa: BLE001 - lives on
             self._error("agent_guest_event_failed", e)
 
-    def _record(self, beats, now, events, guests, drops):
+    def _record(self, beats, now, events, guests, drops, via=None):
         """Under ``_lock``: each beat or guest event (message, kid,
         sender) of a host Nova knows through the replay guard (a guest
-        event on a sequence of its own, guest.REPLAY_PATH); a beat into
-        the table (its event appended to ``events``), a guest event to
-        ``guests``; a refusal to ``drops``. Returns those of hosts Nova
-        does not know (as far as read)."""
+        event on a sequence of its own, guest.REPLAY_PATH); a beat's
+        sender becomes a challenge target, a beat proven fresh goes into
+        the table (its event appended to ``events``), an unproven one is
+        only noted; a guest event to ``guests``; a refusal to ``drops``.
+        Returns those of hosts Nova does not know (as far as read)."""
         unknown = []
         failures = []
-        accepted = 0
+        accepted = unproven = 0
+        last_unproven = None
         check = self._guard.check
         record = self._table.beat
         last_kid = self._table.kid
         shared_kids = self.keyring.shared_kids if self.keyring.per_host \
             else ()
         first_shared = []
+        proves = self.challenges.proves
+        targets = self._targets
+        heard_unproven = self._unproven
+        prompted = self._prompted
+        prompt = []
         with self._lock:
             ids = self._ids
             for item in beats:
@@ -417,6 +477,19 @@ class HeartbeatSource:
                         accepted += 1
                         guests.append((message, sender))
                         continue
+                    where = (message.host, message.path)
+                    targets[where] = (sender, via, now, kid)
+                    if not proves(message.echoes):
+                        # Not proven fresh: shown, never a veto.
+                        heard_unproven[message.host] = (now, message.path,
+                                                        sender)
+                        if where not in prompted:
+                            prompted.add(where)
+                            prompt.append((message.host, sender, via, kid))
+                        accepted += 1
+                        unproven += 1
+                        last_unproven = message
+                        continue
                     event = record(message, kid, host_id, sender, now)
                 except Exception as e:   # noqa: BLE001 - a bug; go on
                     failures.append(e)
@@ -426,6 +499,27 @@ class HeartbeatSource:
                     events.append(event)
             self._received += accepted + len(failures)
             self._accepted += accepted
+            self._unproven_beats += unproven
+            count = self._unproven_beats
+            last = self._drop_logged.get(UNPROVEN)
+            if last_unproven is None or (
+                    last is not None and now - last < DROP_LOG_INTERVAL):
+                last_unproven = None
+            else:
+                self._drop_logged[UNPROVEN] = now
+        if prompt:
+            self._send_challenges(prompt, self.challenges.newest, now)
+        if last_unproven is not None:
+            LOG.info("agent_beat_unproven", host=last_unproven.host,
+                     path=last_unproven.path,
+                     echoes=len(last_unproven.echoes), unproven=count,
+                     reason="authentic, but it echoes none of this "
+                            "engine's last [agent] challenge_window "
+                            "challenges: shown, never a veto (an agent "
+                            "older than challenges, a beat held back or "
+                            "replayed, or no challenge reached the agent "
+                            "yet)",
+                     note="logged at most once a minute")
         for failure in failures:
             self._error("agent_datagram_failed", failure)
         for host, kid, sender in first_shared:
@@ -470,6 +564,76 @@ class HeartbeatSource:
                                "does not know (the agent's [agent] host?): "
                                "ignored, reported once")
         return None
+
+    # -- challenges -----------------------------------------------------------
+    def challenge(self, now=None):
+        """Draw a new nonce and send it, signed, to every path of every
+        host heard within CHALLENGE_TARGET_TTL: to the address and port
+        its last beat came from, through the socket that beat arrived on.
+        (Between rounds, a path's first unproven beat is answered at once
+        with the newest nonce.) Returns the number of challenges sent."""
+        now = self._clock() if now is None else now
+        nonce = self.challenges.draw()
+        with self._lock:
+            targets = self._targets
+            for where in [w for w, (_, _, at, _) in targets.items()
+                          if now - at > CHALLENGE_TARGET_TTL]:
+                del targets[where]
+            items = [(host, address, via, kid) for (host, _), (address, via,
+                                                              _, kid)
+                     in targets.items()]
+            self._prompted.clear()
+        return self._send_challenges(items, nonce, now)
+
+    def _send_challenges(self, items, nonce, now):
+        """Challenge ``nonce`` to each (host, address, socket, key id) of
+        ``items``, signed with the key that host's agent signed that beat
+        with (it holds it: its own key, or the shared one while that is
+        accepted, as for a request); failures counted and said at most
+        once a minute. Returns the number sent."""
+        if nonce is None:
+            return 0
+        issuer = self.challenges.issuer
+        sent = failed = 0
+        failure = None
+        signing_key = self.keyring.signing_key
+        for host, address, via, kid in items:
+            try:
+                data = challenge.encode(challenge.Challenge(
+                    issuer, nonce, host), signing_key(host, kid))
+                self._send(via, data, address)
+            except (OSError, ValueError) as e:
+                failed += 1
+                failure = "%s: %s" % (address[0], e)
+            else:
+                sent += 1
+        with self._lock:
+            self._challenges_sent += sent
+            self._challenge_errors += failed
+            last = self._challenge_failure_logged
+            log = failure is not None and (
+                last is None or now - last >= DROP_LOG_INTERVAL)
+            if log:
+                self._challenge_failure_logged = now
+        if log:
+            LOG.warning("agent_challenge_not_sent", failed=failed, sent=sent,
+                        last_error=failure,
+                        effect="those agents' beats stay unproven: no veto "
+                               "from them until a challenge reaches them",
+                        note="logged at most once a minute")
+        return sent
+
+    def _send(self, via, data, address):
+        if self._sendto is not None:
+            return self._sendto(via, data, address)
+        if via is None:
+            family = socket.AF_INET6 if ":" in address[0] \
+                else socket.AF_INET
+            via = next((s for s in self._socks if s.family == family),
+                       None)
+            if via is None:
+                raise OSError("no listening socket of the address family")
+        return via.sendto(data, address)
 
     # -- the periodic check --------------------------------------------------
     def check(self, now=None):
@@ -517,7 +681,20 @@ class HeartbeatSource:
         libvirt, guests, key_id, previous_key, boot_id, ...}}."""
         now = self._clock() if now is None else now
         with self._lock:
-            return self._table.view(now, self.keyring.kind)
+            out = self._table.view(now, self.keyring.kind)
+            timeout = self._table.timeout
+            for name, (at, path, sender) in self._unproven.items():
+                entry = out.get(name)
+                if entry is None:
+                    if now - at >= timeout:
+                        continue
+                    entry = out[name] = {"state": ALIVE_UNPROVEN}
+                elif entry["state"] != heartbeat_table.BEATING \
+                        and now - at < timeout:
+                    entry["state"] = ALIVE_UNPROVEN
+                entry["unproven_beat_age"] = round(now - at, 3)
+                entry["unproven_path"] = path
+            return out
 
     def health(self):
         now = self._clock()
@@ -525,6 +702,11 @@ class HeartbeatSource:
             counts = self._table.counts(now, self.keyring.kind)
             unknown = sorted(self._unknown)
             ring = self.keyring
+            timeout = self._table.timeout
+            unproven = sorted(
+                name for name, (at, _, _) in self._unproven.items()
+                if now - at < timeout
+                and self._table.report(name, now) is None)
             return {
                 "listening": bool(self._threads),
                 "addresses": ["%s:%d" % b for b in self.bound],
@@ -541,7 +723,14 @@ class HeartbeatSource:
                 "shared_key_beats": self._shared_beats,
                 "paths": counts["paths"],
                 "unknown_hosts": len(unknown),
-                "unknown_host_names": unknown[:10]}
+                "unknown_host_names": unknown[:10],
+                "beats_unproven": self._unproven_beats,
+                "hosts_unproven": len(unproven),
+                "hosts_unproven_names": unproven[:10],
+                "challenges_sent": self._challenges_sent,
+                "challenge_errors": self._challenge_errors,
+                "challenge_interval": self._group.challenge_interval,
+                "challenge_window": self._group.challenge_window}
 
     def _count_fields(self):
         return {"received": self._received, "accepted": self._accepted,

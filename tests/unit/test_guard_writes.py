@@ -37,10 +37,11 @@ JOURNAL_READS = {
     "drain_run", "drain_runs",
     "stale_rebuilds", "transitions"}
 #: The heartbeat source: what it receives and reports; it sends only
-#: its requests to agents (marked).
-AGENT_READS = {"check", "cliff", "handle_batch", "handle_datagram",
-               "health", "heard", "refresh", "silent_since", "start",
-               "stop", "view"}
+#: its requests to agents (marked). Its challenges change nothing on an
+#: agent (a nonce the agent echoes): every replica sends its own.
+AGENT_READS = {"challenge", "check", "cliff", "handle_batch",
+               "handle_datagram", "health", "heard", "refresh",
+               "silent_since", "start", "stop", "view"}
 
 
 def _fencing_drivers():

@@ -11,6 +11,7 @@ from instanceha import conf as ih_conf
 from instanceha.conf import heartbeat as heartbeat_conf
 from instanceha.errors import ConfigError, StartupError
 from instanceha.events import EventKind
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.sources import heartbeat
@@ -27,24 +28,36 @@ def conf_with(**agent):
 # -- the real socket ----------------------------------------------------------
 
 def test_beat_through_a_loopback_socket():
+    """An agent's first beat echoes nothing: authentic, unproven, no
+    event. The engine's challenge comes back to the socket it beat from;
+    the beat that echoes it makes the host beating."""
     sink = Sink()
     src = heartbeat.HeartbeatSource(
-        conf_with(listen_addresses=["127.0.0.1:0"]), sink,
-        known_hosts=lambda: list(HOSTS), keyring=helpers.KEYRING)
+        conf_with(listen_addresses=["127.0.0.1:0"], challenge_interval=0.2),
+        sink, known_hosts=lambda: list(HOSTS), keyring=helpers.KEYRING)
     src.start()
+    host = Host()
     try:
         (address, port), = src.bound
         assert port != 0 and src.health()["addresses"] == [
             "127.0.0.1:%d" % port]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
-            out.sendto(Host().beat(src._clock()), (address, port))
+            out.settimeout(10)
+            out.sendto(host.beat(src._clock()), (address, port))
             out.sendto(b"junk", (address, port))
+            data, sender = out.recvfrom(protocol.MAX_SIZE)
+            assert sender == (address, port)
+            ch, _ = challenge.decode_signed(data, helpers.KEYRING)
+            assert ch.host == "compute-1" and sink.events == []
+            out.sendto(host.beat(src._clock(), echoes=(ch.nonce,)),
+                       (address, port))
             events = sink.wait(1)
         assert [e.kind for e in events] == [EventKind.AGENT_BEATING]
         assert events[0].payload.paths == ("mgmt",)
         health = src.health()
-        assert health["listening"] and health["accepted"] == 1
-        assert health["hosts_beating"] == 1
+        assert health["listening"] and health["accepted"] == 2
+        assert health["beats_unproven"] == 1
+        assert health["hosts_beating"] == 1 and health["challenges_sent"]
     finally:
         src.stop()
     assert not src.health()["listening"]

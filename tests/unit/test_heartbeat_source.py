@@ -21,15 +21,28 @@ STORAGE = ("198.51.100.11", 40002)
 HOSTS = [("id-%d" % i, "compute-%d" % i) for i in range(1, 11)]
 
 
-def make(keyring=helpers.KEYRING, hosts=HOSTS, **agent):
+class Wire:
+    """The engine's challenges as sent: (socket, data, address)."""
+
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, via, data, address):
+        self.sent.append((via, data, address))
+
+
+def make(keyring=helpers.KEYRING, hosts=HOSTS, wire=None, **agent):
     agent.setdefault("listen_addresses", ["127.0.0.1:0"])
     conf = ih_conf.make({"agent": agent})
     sink = Sink()
     clock = FakeClock(T0)
     known = list(hosts)
     src = heartbeat.HeartbeatSource(conf, sink, clock, lambda: list(known),
-                                    keyring=keyring)
+                                    keyring=keyring,
+                                    sendto=wire if wire is not None
+                                    else Wire())
     src.refresh(T0)
+    src.challenge(T0)       # a first nonce, for the beats to echo
     return src, sink, clock, known
 
 
@@ -43,17 +56,26 @@ class Host:
         self.boot_id = boot_id
         self.seq = {}
 
-    def beat(self, at, path="mgmt", compute=True, libvirt=True, guests=2):
+    def beat(self, at, path="mgmt", compute=True, libvirt=True, guests=2,
+             echoes=()):
         self.seq[path] = self.seq.get(path, 0) + 1
         return protocol.encode_beat(helpers.beat(
             host=self.name, boot_id=self.boot_id, seq=self.seq[path],
             sent_at=at, path=path,
             facts=protocol.Facts(compute=compute, libvirt=libvirt,
-                                 guests=guests)), self.key)
+                                 guests=guests), echoes=echoes), self.key)
 
 
 def feed(src, host, at, sender=SENDER, **kw):
+    """A beat of ``host`` at ``at``, echoing the engine's newest
+    challenge unless ``echoes`` says otherwise."""
+    kw.setdefault("echoes", (src.challenges.newest,))
     return src.handle_datagram(host.beat(at, **kw), sender, now=at)
+
+
+def echo(src):
+    """What a beat echoing the engine's newest challenge carries."""
+    return (src.challenges.newest,)
 
 
 def kinds(events):
@@ -125,11 +147,11 @@ def test_bad_datagrams_are_dropped_counted_and_create_no_host():
 def test_replayed_and_stale_beats_are_dropped():
     src, sink, _, _ = make(replay_window=30)
     host = Host()
-    first = host.beat(T0)
+    first = host.beat(T0, echoes=echo(src))
     assert src.handle_datagram(first, SENDER, now=T0) is not None
     assert src.handle_datagram(first, SENDER, now=T0 + 1) is None
     # Sent at T0 + 1 but held back 40 s: its age shows against the offset.
-    late = host.beat(T0 + 1)
+    late = host.beat(T0 + 1, echoes=echo(src))
     assert src.handle_datagram(late, SENDER, now=T0 + 41) is None
     assert src.health()["dropped"] == {"replayed": 1, "stale": 1}
     assert len(sink.events) == 1
@@ -325,10 +347,12 @@ def test_previous_key_accepted_and_reported():
 
 def test_a_batch_is_recorded_in_order_with_its_drops():
     src, sink, _, _ = make()
+    e = echo(src)
     one, two = Host("compute-1"), Host("compute-2")
-    first = one.beat(T0)
-    batch = [(first, SENDER), (b"junk", SENDER), (two.beat(T0), STORAGE),
-             (first, SENDER), (one.beat(T0), SENDER)]
+    first = one.beat(T0, echoes=e)
+    batch = [(first, SENDER), (b"junk", SENDER),
+             (two.beat(T0, echoes=e), STORAGE),
+             (first, SENDER), (one.beat(T0, echoes=e), SENDER)]
     events = src.handle_batch(batch, now=T0)
     assert [(e.name, e.reason) for e in events] == [
         ("compute-1", "first beat"), ("compute-2", "first beat")]
@@ -342,10 +366,11 @@ def test_a_batch_is_recorded_in_order_with_its_drops():
 
 def test_a_host_nova_just_learned_is_recorded_in_the_same_batch():
     src, sink, _, known = make(hosts=HOSTS[:1])
+    e = echo(src)
     known.append(("id-2", "compute-2"))
-    events = src.handle_batch([(Host("compute-2").beat(T0 + 2), SENDER),
-                               (Host("compute-1").beat(T0 + 2), SENDER)],
-                              now=T0 + 2)
+    events = src.handle_batch(
+        [(Host("compute-2").beat(T0 + 2, echoes=e), SENDER),
+         (Host("compute-1").beat(T0 + 2, echoes=e), SENDER)], now=T0 + 2)
     assert [(e.host, e.name) for e in events] == [("id-1", "compute-1"),
                                                   ("id-2", "compute-2")]
     assert src.health()["dropped"] == {}
@@ -353,6 +378,7 @@ def test_a_host_nova_just_learned_is_recorded_in_the_same_batch():
 
 def test_a_failing_sink_loses_no_other_event_of_the_batch():
     src, _, _, _ = make()
+    e = echo(src)
     got = []
 
     def sink(event):
@@ -361,9 +387,9 @@ def test_a_failing_sink_loses_no_other_event_of_the_batch():
         got.append(event.name)
     src._sink = sink
     with capture_logs() as logs:
-        events = src.handle_batch([(Host("compute-1").beat(T0), SENDER),
-                                   (Host("compute-2").beat(T0), SENDER)],
-                                  now=T0)
+        events = src.handle_batch(
+            [(Host("compute-1").beat(T0, echoes=e), SENDER),
+             (Host("compute-2").beat(T0, echoes=e), SENDER)], now=T0)
     assert len(events) == 2 and got == ["compute-2"]
     assert src.health()["errors"] == 1
     assert [e["event"] for e in logs if e["log_level"] == "error"] == [
@@ -372,6 +398,7 @@ def test_a_failing_sink_loses_no_other_event_of_the_batch():
 
 def test_a_failure_recording_one_beat_loses_no_other(monkeypatch):
     src, sink, _, _ = make()
+    e = echo(src)
     record = src._table.beat
 
     def beat(message, *args):
@@ -380,9 +407,9 @@ def test_a_failure_recording_one_beat_loses_no_other(monkeypatch):
         return record(message, *args)
     monkeypatch.setattr(src._table, "beat", beat)
     with capture_logs() as logs:
-        events = src.handle_batch([(Host("compute-1").beat(T0), SENDER),
-                                   (Host("compute-2").beat(T0), SENDER)],
-                                  now=T0)
+        events = src.handle_batch(
+            [(Host("compute-1").beat(T0, echoes=e), SENDER),
+             (Host("compute-2").beat(T0, echoes=e), SENDER)], now=T0)
     assert [e.name for e in events] == ["compute-2"]
     health = src.health()
     assert (health["errors"], health["received"], health["accepted"]) == (

@@ -29,13 +29,27 @@ def make(shared=SHARED, accept_shared=True, guest_sink=None):
                             accept_shared=accept_shared)
     src = heartbeat.HeartbeatSource(conf, sink, FakeClock(T0),
                                     lambda: list(HOSTS), keyring=ring,
-                                    guest_sink=guest_sink)
+                                    guest_sink=guest_sink,
+                                    sendto=lambda via, data, address: None)
     src.refresh(T0)
+    src.challenge(T0)       # a first nonce, for the beats to echo
+    Agent.source = src
     return src, sink
 
 
+class Agent(Host):
+    """A host's agent, its beats echoing the engine's newest challenge
+    (root on a host receives what is sent to that host: a forger echoes
+    them too)."""
+    source = None
+
+    def beat(self, at, **kw):
+        kw.setdefault("echoes", (Agent.source.challenges.newest,))
+        return super().beat(at, **kw)
+
+
 def own(name):
-    return Host(name, key=keys.derive_host_key(MASTER, name))
+    return Agent(name, key=keys.derive_host_key(MASTER, name))
 
 
 def silence_of(src, sink, forger, victim_name, forge=True,
@@ -46,13 +60,15 @@ def silence_of(src, sink, forger, victim_name, forge=True,
     victim's first AGENT_SILENT (None if never) and whether it was heard
     again after."""
     a = own("compute-1")
-    b = own(victim_name) if victim_key is None else Host(victim_name,
+    b = own(victim_name) if victim_key is None else Agent(victim_name,
                                                          key=victim_key)
-    forged = Host(victim_name, key=forger.key, boot_id=b.boot_id)
+    forged = Agent(victim_name, key=forger.key, boot_id=b.boot_id)
     forged.seq = {"mgmt": 10 ** 9}      # ahead of the real sequence
     silent_at, again = None, False
     for i in range(60):
         now = T0 + i * 0.5
+        if i % 4 == 0:
+            src.challenge(now)
         if i % 2 == 0:
             src.handle_datagram(a.beat(now), A_ADDRESS, now=now)
             if now < T0 + 5:
@@ -96,7 +112,7 @@ def test_with_the_shared_key_host_a_could_keep_b_beating():
     on the shared key too, beating for as long as it likes (the window's
     risk for hosts not moved yet, doc/agent.md)."""
     src, sink = make()
-    forger = Host("compute-1", key=helpers.KEY)
+    forger = Agent("compute-1", key=helpers.KEY)
     assert silence_of(src, sink, forger, "compute-2",
                       victim_key=helpers.KEY) == (None, False)
 
@@ -115,7 +131,7 @@ def test_host_a_cannot_fake_a_guest_crash_on_host_b():
 
 def test_shared_key_beats_are_accepted_counted_and_logged_in_the_window():
     src, sink = make(accept_shared=True)
-    old = Host("compute-3", key=helpers.KEY)
+    old = Agent("compute-3", key=helpers.KEY)
     with capture_logs() as logs:
         for i in range(3):
             src.handle_datagram(old.beat(T0 + i), SENDER, now=T0 + i)
@@ -143,10 +159,10 @@ def test_a_host_on_its_own_key_is_no_longer_spoken_for_by_the_shared_key():
     beats or guest events; compute-4, not moved, still beats on it."""
     got = []
     src, _ = make(guest_sink=lambda ev, now: got.append(ev))
-    moved, old = own("compute-3"), Host("compute-4", key=helpers.KEY)
+    moved, old = own("compute-3"), Agent("compute-4", key=helpers.KEY)
     src.handle_datagram(moved.beat(T0), SENDER, now=T0)
     src.handle_datagram(old.beat(T0), SENDER, now=T0)
-    forged = Host("compute-3", key=helpers.KEY)
+    forged = Agent("compute-3", key=helpers.KEY)
     forged.seq = {"mgmt": 10 ** 9}
     with capture_logs() as logs:
         src.handle_datagram(forged.beat(T0 + 1), A_ADDRESS, now=T0 + 1)
@@ -164,7 +180,7 @@ def test_a_host_on_its_own_key_is_no_longer_spoken_for_by_the_shared_key():
 def test_shared_key_beats_are_dropped_with_a_clear_reason_once_closed():
     src, sink = make(accept_shared=False)
     with capture_logs() as logs:
-        event = src.handle_datagram(Host("compute-3", key=helpers.KEY)
+        event = src.handle_datagram(Agent("compute-3", key=helpers.KEY)
                                     .beat(T0), SENDER, now=T0)
     assert event is None and sink.events == []
     assert src.health()["dropped"] == {"shared_key": 1}
@@ -181,8 +197,11 @@ def test_a_new_host_gets_its_key_when_nova_lists_it():
     conf = ih_conf.make({"agent": {"listen_addresses": ["127.0.0.1:0"]}})
     src = heartbeat.HeartbeatSource(
         conf, Sink(), FakeClock(T0), lambda: list(hosts),
-        keyring=keys.HostKeyring(MASTER))
+        keyring=keys.HostKeyring(MASTER),
+        sendto=lambda via, data, address: None)
     src.refresh(T0)
+    src.challenge(T0)
+    Agent.source = src
     new = own("compute-new")
     assert src.handle_datagram(new.beat(T0), SENDER, now=T0) is None
     assert src.health()["dropped"] == {"unknown_key": 1}
@@ -196,7 +215,7 @@ def test_requests_are_signed_with_the_host_key_its_agent_holds():
     src, _ = make()
     sent = []
     for name, host in (("compute-1", own("compute-1")),
-                       ("compute-2", Host("compute-2", key=helpers.KEY))):
+                       ("compute-2", Agent("compute-2", key=helpers.KEY))):
         src.handle_datagram(host.beat(T0), ("127.0.0.1", 1), now=T0)
         sent.append(src.keyring.signing_key(name,
                                             src._table.kid(name)))

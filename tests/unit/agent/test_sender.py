@@ -4,14 +4,18 @@ send failures, the host's name."""
 
 import errno
 import socket
+import time
 
 import pytest
+from structlog.testing import capture_logs
 
 from instanceha.agent import sender
 from instanceha.errors import ConfigError
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
 from tests.unit.agent import helpers
+from instanceha.util import waiting
 from tests.unit.heartbeat import helpers as hb
 
 FACTS = protocol.Facts(compute=True, libvirt=True, guests=2)
@@ -227,3 +231,75 @@ def test_close_closes_the_sockets():
     s = make(sockets, paths=["a=192.0.2.11", "b=192.0.2.12"])
     s.close()
     assert all(sock.closed for sock in sockets.made)
+
+
+# -- the engines' challenges ---------------------------------------------------
+
+def _challenge(host="compute-1", nonce=b"N" * 16, issuer=b"E" * 8,
+               key=hb.KEY):
+    return challenge.encode(challenge.Challenge(issuer, nonce, host), key)
+
+
+def test_a_challenge_for_this_host_is_echoed_in_the_next_beats():
+    sockets = helpers.Sockets()
+    mono = helpers.Clock(10.0)
+    s = make(sockets, mono=mono)
+    s.send_once()
+    assert s.handle_reply(_challenge()) == sender.ECHOED
+    mono.advance(0.5)
+    s.handle_reply(_challenge(issuer=b"F" * 8, nonce=b"M" * 16))
+    mono.advance(1.0)
+    s.send_once()
+    first, second = [b for b, _ in beats(sockets.made[0])]
+    assert first.echoes == ()
+    assert second.echoes == (b"M" * 16, b"N" * 16)   # newest engine first
+    assert s.replies == {sender.ECHOED: 2}
+
+
+def test_what_is_not_a_challenge_for_this_host_is_dropped_and_counted():
+    s = make()
+    beat = protocol.encode_beat(hb.beat(), hb.KEY)
+    with capture_logs() as logs:
+        assert s.handle_reply(_challenge(key=hb.OTHER_KEY)) == "unknown_key"
+        assert s.handle_reply(_challenge(host="compute-2")) == \
+            sender.WRONG_HOST
+        assert s.handle_reply(_challenge(host="compute-2")) == \
+            sender.WRONG_HOST
+        assert s.handle_reply(beat) == sender.NOT_A_CHALLENGE
+        assert s.handle_reply(b"junk") == "bad_magic"
+    assert s.echoes.current(10.0) == ()
+    assert s.replies == {"unknown_key": 1, sender.WRONG_HOST: 2,
+                         sender.NOT_A_CHALLENGE: 1, "bad_magic": 1}
+    # One line per reason, not per datagram.
+    assert sorted(e["reason"] for e in logs
+                  if e["event"] == "agent.challenge_dropped") == [
+        "bad_magic", "not_a_challenge", "unknown_key", "wrong_host"]
+
+
+def test_challenges_come_back_to_the_socket_the_beats_leave_from():
+    """Real loopback sockets: the engine answers the beat's source
+    address; the agent's receiver thread keeps the challenge; the next
+    beat echoes it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as engine:
+        engine.bind(("127.0.0.1", 0))
+        engine.settimeout(10)
+        conf = helpers.make_conf(
+            engines=["127.0.0.1:%d" % engine.getsockname()[1]],
+            paths=["mgmt=127.0.0.1"])
+        s = sender.Sender(conf, hb.KEYRING, host="compute-1",
+                          boot_id="boot-1", seq_start=0)
+        try:
+            s.start_replies()
+            s.send_once()
+            data, source = engine.recvfrom(protocol.MAX_SIZE)
+            assert protocol.decode(data, hb.KEYRING).echoes == ()
+            engine.sendto(_challenge(nonce=b"R" * 16), source)
+            assert waiting.wait_until(
+                lambda: s.echoes.current(time.monotonic()), 10)
+            s.send_once()
+            data, _ = engine.recvfrom(protocol.MAX_SIZE)
+            assert protocol.decode(data, hb.KEYRING).echoes == (
+                b"R" * 16,)
+        finally:
+            s.close()
+    assert s.replies == {sender.ECHOED: 1}

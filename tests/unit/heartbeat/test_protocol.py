@@ -24,14 +24,19 @@ HEADER = struct.Struct(">4sBB8sH")
 
 def beat_body(seq=1, sent_at=1000.0, compute=1, libvirt=2, guests=2,
               host=b"compute-1", boot_id=b"b1", path=b"mgmt", lengths=None,
-              extra=b""):
+              extra=b"", echoes=(), system_uuid=b"\x00"):
     """A beat's body, not by the encoder: any field may hold what the
-    encoder refuses; ``lengths`` replaces the three text lengths."""
+    encoder refuses; ``lengths`` replaces the three text lengths;
+    ``system_uuid``: the appended UUID field's bytes (its length byte
+    first); ``echoes`` None leaves both appended fields out (an older
+    agent's beat); ``extra`` goes after everything."""
     host_len, boot_len, path_len = lengths or (len(host), len(boot_id),
                                                len(path))
+    appended = b"" if echoes is None else (
+        system_uuid + bytes((len(echoes),)) + b"".join(echoes))
     return struct.pack(">QdBBIBBB", seq, sent_at, compute, libvirt, guests,
                        host_len, boot_len, path_len) + host + boot_id + \
-        path + extra
+        path + appended + extra
 
 
 def request_body(seq=1, sent_at=1000.0, kind=b"restart_compute",
@@ -92,7 +97,7 @@ def test_a_beat_is_laid_out_as_documented():
                         facts=protocol.Facts(True, None, None))
     assert protocol.encode_beat(beat, helpers.KEY) == sign(beat_body(
         seq=7, sent_at=1234.5, compute=1, libvirt=2, guests=0xFFFFFFFF,
-        path=b"storage", extra=b"\x00"))
+        path=b"storage"))
 
 
 UUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
@@ -101,13 +106,14 @@ UUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 def test_a_system_uuid_is_appended_as_documented():
     beat = helpers.beat(facts=protocol.Facts(True, None, 2, UUID))
     data = protocol.encode_beat(beat, helpers.KEY)
-    assert data == sign(beat_body(extra=b"\x10" + uuid.UUID(UUID).bytes))
+    assert data == sign(beat_body(
+        system_uuid=b"\x10" + uuid.UUID(UUID).bytes))
     assert protocol.decode(data, RING).facts.system_uuid == UUID
 
 
 def test_a_beat_without_the_appended_uuid_decodes_as_unknown():
     # an agent older than the field: its beats end after the path
-    beat = protocol.decode(sign(beat_body()), RING)
+    beat = protocol.decode(sign(beat_body(echoes=None)), RING)
     assert beat.facts == protocol.Facts(True, None, 2, None)
 
 
@@ -131,11 +137,13 @@ def test_the_encoder_refuses_a_bad_system_uuid(text):
 @pytest.mark.parametrize("extra", [b"\x01\x02", b"\x10" + b"u" * 15,
                                    b"\x11" + b"u" * 17])
 def test_a_bad_appended_system_uuid_is_malformed(extra):
-    assert reason(sign(beat_body(extra=extra))) == "malformed"
+    # the UUID field last in the body, as an agent without echoes sends it
+    assert reason(sign(beat_body(extra=extra, echoes=None))) == "malformed"
 
 
 def test_an_all_zero_appended_system_uuid_is_unknown():
-    beat = protocol.decode(sign(beat_body(extra=b"\x10" + bytes(16))), RING)
+    beat = protocol.decode(sign(beat_body(system_uuid=b"\x10" + bytes(16))),
+                           RING)
     assert beat.facts.system_uuid is None
 
 
@@ -344,7 +352,7 @@ def test_an_unknown_type_is_malformed():
 
 
 def test_body_bytes_after_the_known_fields_are_ignored_within_the_version():
-    beat = protocol.decode(sign(beat_body(extra=b"\x00\x01future")), RING)
+    beat = protocol.decode(sign(beat_body(extra=b"\x01future")), RING)
     assert (beat.host, beat.path, beat.facts) == (
         "compute-1", "mgmt", protocol.Facts(True, None, 2))
     req = protocol.decode(sign(request_body(extra=b"more"),

@@ -6,6 +6,7 @@ import collections
 
 import pytest
 
+from instanceha.heartbeat import challenge
 from instanceha.sim import SimCloud
 from instanceha.sim.agents import SimAgents
 from tests.unit.sim.agent_fakes import KEYRING, SocketFactory
@@ -243,3 +244,29 @@ def test_stop_closes_everything(clock):
     agents.stop()
     assert all(not a.running for a in agents.agents.values())
     assert all(s.closed for s in factory.made)
+
+
+def _challenge(host, nonce=b"N" * 16):
+    return challenge.encode(challenge.Challenge(b"E" * 8, nonce, host),
+                            KEYRING.current)
+
+
+def test_a_challenge_reaches_the_host_it_names_and_its_beats_echo_it(clock):
+    cloud, agents, factory = make(clock)
+    run(agents, clock, 1.0)
+    assert agents.challenge(_challenge("compute-1"), "mgmt") == "echoed"
+    run(agents, clock, 1.0)
+    last = {h: b[-1] for h, b in per_host(factory.beats()).items()}
+    assert last["compute-1"].echoes == (b"N" * 16,)
+    assert last["compute-0"].echoes == ()
+    # A hung host's agent hears nothing; a path down delivers nothing;
+    # what is not a challenge is dropped.
+    cloud.kill("compute-2")
+    run(agents, clock, 1.0)
+    assert agents.challenge(_challenge("compute-2"), "mgmt") == "no_agent"
+    agents.set_fault(host="compute-0", path="storage", down=True)
+    assert agents.challenge(_challenge("compute-0"), "storage") == \
+        "undelivered"
+    assert agents.challenge(b"junk", "mgmt") == "bad_magic"
+    assert agents.challenges == {"echoed": 1, "no_agent": 1,
+                                 "undelivered": 1, "bad_magic": 1}
