@@ -155,7 +155,7 @@ class HostRead:
     bmc: object                     # the inventory entry, or None
     methods: tuple                  # its methods read (not noop)
     reads: tuple                    # PowerState or error text, per method
-    #: the engine named the host handled just before the read
+    #: the engine named the host handled right after an Off read
     handled: bool = False
     #: (method key, what its BMC reported about its machine)
     identities: tuple = ()
@@ -299,11 +299,13 @@ class FencingAudit:
         gate = self._gate(service.host)
         if gate != READ:
             return gate
-        handled = self._handled(service.host)
         bmc = self._bmc_for(service.host)
         methods = tuple(m for m in bmc.methods if m.driver != "noop") \
             if bmc is not None else ()
         reads = tuple(read_power(self._fencer, m) for m in methods)
+        # Asked only of an Off (the only read it changes), right after it.
+        handled = all_off([(None, r) for r in reads]) \
+            and self._handled(service.host)
         found = [(inventory.method_key(m), read_identity(self._fencer, m))
                  for m, r in zip(methods, reads)
                  if isinstance(r, fencing_base.PowerState)]

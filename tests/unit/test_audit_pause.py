@@ -29,16 +29,20 @@ from tests.unit.test_engine import World
 class NovaSeenByAudit:
     """The audit's view of Nova (the World's fake compute); ``after_list``
     runs once, right after the audit's first list of services (the world
-    moves on between the list and the BMC reads)."""
+    moves on between the list and the BMC reads); ``before_relist`` right
+    before its second (between the BMC reads and that list)."""
 
-    def __init__(self, compute, after_list=None):
+    def __init__(self, compute, after_list=None, before_relist=None):
         self._compute = compute
         self.after_list = after_list
+        self.before_relist = before_relist
         self.lists = 0
 
     def list_services(self):
-        rows = self._compute.list_services()
         self.lists += 1
+        if self.lists == 2 and self.before_relist is not None:
+            self.before_relist()
+        rows = self._compute.list_services()
         if self.lists == 1 and self.after_list is not None:
             self.after_list()
         return rows
@@ -409,19 +413,11 @@ def test_a_host_read_off_while_handled_and_back_before_novas_reread():
             w.compute.kill("compute-1")
             _passes_while(w, lambda: w.state("compute-1")[0] == "active")
         relay.ask(step)
-    real = w.fencer.power_state
     repaired = []
 
-    def power_state(bmc):
-        state = real(bmc)
-        # The audit's read (the engine reads in the test's thread).
-        if bmc.host == "compute-1" and state is fb.PowerState.OFF \
-                and threading.current_thread().name.startswith("audit") \
-                and not repaired:
-            repaired.append(relay.ask(lambda: _repair(w, "compute-1")))
-        return state
-    w.fencer.power_state = power_state
-    audit = FencingAudit(w.conf, NovaSeenByAudit(w.compute, dies),
+    def repairs():
+        repaired.append(relay.ask(lambda: _repair(w, "compute-1")))
+    audit = FencingAudit(w.conf, NovaSeenByAudit(w.compute, dies, repairs),
                          w.ctx.bmc_for, w.ctx.fencer, w.clock,
                          sink=w.engine.submit, give_way=w.engine.urgent,
                          wait=waits, handled=w.engine.handled)
