@@ -45,6 +45,9 @@ class Hosts:
     cluster_status: Callable[[], Any]
     #: (records version, urgent()'s answer then)
     _urgent_cache: Any = None
+    #: (records version, inventory, the BMC mates of the hosts in
+    #: _not_running then)
+    _handled_cache: Any = None
 
     def records(self):
         with self._lock:
@@ -120,13 +123,22 @@ class Hosts:
                 return True
             if not self._not_running:
                 return False
-        bmc = self.ctx.inventory.get(name)
-        if bmc is None:
-            return False
-        others = self.ctx.bmc_mates(name, bmc) \
-            | self.ctx.evidence.same_machine_hosts(bmc)
+            version, inv = self._version, self.ctx.inventory
+            cached = self._handled_cache
+            if cached is not None and cached[0] == version \
+                    and cached[1] is inv:
+                return name in cached[2]
+            hosts = set(self._not_running)
+        # Their BMC mates, made again once per change of the records (or
+        # of the inventory): the power watch asks for every host.
+        mates = set(self.ctx.mates_of(hosts))
+        for host in hosts:
+            bmc = inv.get(host)
+            if bmc is not None:
+                mates |= self.ctx.evidence.same_machine_hosts(bmc)
         with self._lock:
-            return any(o in self._not_running for o in others)
+            self._handled_cache = (version, inv, frozenset(mates))
+        return name in mates
 
     def known_hosts(self):
         with self._lock:
