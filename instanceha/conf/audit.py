@@ -34,6 +34,23 @@ OPTS = [
                       "audit then takes about 4 minutes. Keep it above the "
                       "number of hosts divided by 'interval'. 0: no limit "
                       "(only 'concurrency' bounds the reads)."),
+    cfg.FloatOpt("max_pause", default=600.0, min=0, max=86400,
+                 help="While hosts are in recovery (suspect, fencing, "
+                      "fenced, evacuating), the audit's and the power "
+                      "watch's BMC reads wait, so that a storm keeps the "
+                      "process and the network; at most this many seconds "
+                      "in a row. After that they go on at "
+                      "'hosts_per_second', skipping only the hosts "
+                      "instanceha is handling (not running untouched) and "
+                      "those sharing a BMC with one, until no host is in "
+                      "recovery. A host held by its agent's veto stays "
+                      "suspect as long as the veto lasts: without this "
+                      "bound no BMC of the cloud would be checked "
+                      "meanwhile (a rotated password, a recabled BMC "
+                      "found only on the day of a failure), and the power "
+                      "watch would see no power loss. 0: never wait, only "
+                      "skip those hosts (the audit then competes with a "
+                      "storm's recoveries for the process)."),
     cfg.FloatOpt("power_watch_interval", default=0.0, min=0, max=3600,
                  help="0 (default): off. Else read every host's BMC power "
                       "state this often (a read, no action). A host whose "

@@ -115,6 +115,19 @@ class Context:
                                                inventory_mod.resolve)}
         return self._mates_index(inv).get(host, set()) - {host}
 
+    def mates_of(self, hosts):
+        """The hosts (other than ``hosts``) whose inventory entry may reach
+        a BMC that the entry of one of ``hosts`` reaches (as bmc_mates,
+        the index checked once for them all; hosts without an entry of
+        their own have none here)."""
+        inv = self.inventory
+        index = self._mates_index(inv)
+        out: Set[str] = set()
+        for host in hosts:
+            if host in inv:
+                out |= index.get(host, set())
+        return out - set(hosts)
+
     def _mates_index(self, inv):
         """{host: hosts whose entries reach one of its BMCs} of ``inv``,
         made once per inventory. One thread makes it while the others

@@ -67,6 +67,8 @@ class Engine(Hosts):
                                    1, conf.workers // 4)))
         self._lock = threading.RLock()
         self._records = {}
+        #: names of the hosts whose record is not in RUNNING_STATES
+        self._not_running = set()
         self._watched = set()
         self._timed = set()
         #: what waits for each host (engine.inbox)

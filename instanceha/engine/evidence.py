@@ -19,6 +19,7 @@ from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.base import PowerState
 from instanceha.events import EventKind as E
 from instanceha.events import AgentReport, PowerReading, ServiceReport
+from instanceha.fsm.states import RUNNING_STATES
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.evidence")
@@ -280,9 +281,13 @@ def note(ctx, rec, event):
     if event.kind in (E.POWER_ON, E.POWER_OFF):
         reading = (payload if isinstance(payload, PowerReading)
                    else PowerReading())
+        # Off while Nova says up is suspicious only of a host instanceha
+        # leaves running untouched: one it is proving dead, fenced or
+        # evacuated (or an operator holds) may be Off by that doing.
+        nova_up = reading.nova_up and rec.state in RUNNING_STATES
         for key, power in reading.readings:
             ev.read_key(rec.name, key, power, reading.by or event.source,
-                        reading.nova_up, reading.after)
+                        nova_up, reading.after)
         for key, found in reading.identities:
             ev.identity_key(rec.name, key, found)
         if event.kind is E.POWER_OFF:

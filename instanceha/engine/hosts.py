@@ -15,7 +15,8 @@ from instanceha.engine import resume
 from instanceha.engine.inbox import Inboxes, Pending
 from instanceha.engine.workqueue import WorkQueue
 from instanceha.events import Event, EventKind as E
-from instanceha.fsm.states import ENTRY_ACTION, URGENT_STATES, State
+from instanceha.fsm.states import ENTRY_ACTION, RUNNING_STATES, \
+    URGENT_STATES, State
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -27,6 +28,8 @@ class Hosts:
     # (set by Engine.__init__; the two callables are Engine's methods).
     _lock: threading.RLock
     _records: Dict[str, fsm.HostRecord]
+    #: names of the hosts whose record is not in RUNNING_STATES
+    _not_running: set
     #: ids of the records whose every Nova row matters (not quiet)
     _watched: set
     _timed: set                     # ids of records in fsm.machine.TIMED
@@ -42,6 +45,9 @@ class Hosts:
     cluster_status: Callable[[], Any]
     #: (records version, urgent()'s answer then)
     _urgent_cache: Any = None
+    #: (records version, inventory, the BMC mates of the hosts in
+    #: _not_running then)
+    _handled_cache: Any = None
 
     def records(self):
         with self._lock:
@@ -51,6 +57,10 @@ class Hosts:
         """Store ``rec`` as its host's record (under the lock), noting
         whether each of Nova's rows for it matters, not only a change."""
         self._records[rec.id] = rec
+        if rec.state in RUNNING_STATES:
+            self._not_running.discard(rec.name)
+        else:
+            self._not_running.add(rec.name)
         self.fencing.note(rec)
         if rec.state in fsm.machine.TIMED:
             self._timed.add(rec.id)
@@ -98,6 +108,37 @@ class Hosts:
                           "%s %d" % kv for kv in sorted(counts.items())))
             self._urgent_cache = (version, why)
             return why
+
+    def handled(self, name):
+        """True when host ``name``, or a host whose inventory entry reaches
+        the same BMC or machine, is not left running untouched (being
+        proven dead, fenced, evacuated, failed, in maintenance ...): its
+        BMC may report Off by instanceha's or an operator's doing, which
+        says nothing about its inventory entry, and the fencing audit
+        skips its BMC once its pause for recoveries has lasted [audit]
+        max_pause. From the records and the BMC indexes: no I/O, no scan
+        of every record."""
+        with self._lock:
+            if name in self._not_running:
+                return True
+            if not self._not_running:
+                return False
+            version, inv = self._version, self.ctx.inventory
+            cached = self._handled_cache
+            if cached is not None and cached[0] == version \
+                    and cached[1] is inv:
+                return name in cached[2]
+            hosts = set(self._not_running)
+        # Their BMC mates, made again once per change of the records (or
+        # of the inventory): the power watch asks for every host.
+        mates = set(self.ctx.mates_of(hosts))
+        for host in hosts:
+            bmc = inv.get(host)
+            if bmc is not None:
+                mates |= self.ctx.evidence.same_machine_hosts(bmc)
+        with self._lock:
+            self._handled_cache = (version, inv, frozenset(mates))
+        return name in mates
 
     def known_hosts(self):
         with self._lock:

@@ -54,6 +54,14 @@ ENTRY_ACTION = {
 URGENT_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED,
                            State.EVACUATING})
 
+#: States of a host instanceha leaves running untouched: its BMC reporting
+#: Off while Nova reports the compute up says the inventory entry may point
+#: at another machine. In every other state (being proven dead, fenced,
+#: evacuated, failed, in maintenance ...) an Off may be instanceha's or an
+#: operator's doing, and proves nothing about the entry (the audit).
+RUNNING_STATES = frozenset({State.ACTIVE, State.DRAINING, State.UNDRAINING,
+                            State.FAILING_BACK})
+
 #: States of a host being proven dead: its events (and an active host's
 #: news other than ROUTINE_NEWS) go ahead of evacuation passes, cleanup
 #: checks and routine heartbeats in the engine's work queue.

@@ -117,7 +117,9 @@ class Service(Group, Reloading, Health):
             # could be needed, then every [audit] interval.
             self.audit = FencingAudit(conf, compute, ctx.bmc_for,
                                       ctx.fencer, clock, sink=sink,
-                                      give_way=lambda: self.engine.urgent())
+                                      give_way=lambda: self.engine.urgent(),
+                                      handled=lambda host:
+                                      self.engine.handled(host))
             health["audit"] = self.audit.health
             self.sources.append(self.audit)
         self.notifications = self.kdump = self.heartbeat = None

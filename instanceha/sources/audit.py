@@ -16,12 +16,26 @@ action) and judges with :func:`judge` (pure):
 * else protected (a method that fails while another answers is named in
   ``degraded``).
 
+The third is judged against Nova's view *after* the read (the services
+listed again once the reads are done) and the engine's: a host Nova shows
+down or forced down then, or that instanceha is handling (being proven
+dead, fenced, evacuated, in maintenance ...: ``handled``) when it was read
+or after, is no mismatch. The list taken at the start of the audit may be
+minutes old by the time a BMC is read (the audit waits for recoveries, and
+is paced): a host fenced meanwhile would otherwise be taken for a wrong
+entry, and its BMC untrusted once it reports back.
+
+While hosts are in recovery the reads wait (``give_way``), for at most
+``[audit] max_pause`` seconds in a row; then they go on, skipping only
+the hosts ``handled`` names (their last verdict stands).
+
 The result (``unprotected()``: {host: reason}) is shown in status, GET
 /status and /metrics; a host is logged when it becomes unprotected, when
 its reason changes, and when it is protected again, not on every pass.
 """
 
 import concurrent.futures
+import dataclasses
 import random
 import threading
 import time
@@ -42,6 +56,9 @@ LOG = structlog.get_logger("instanceha.audit")
 #: Seconds between two looks at whether a recovery still runs, while the
 #: audit's reads wait for it.
 PAUSE_POLL = 1.0
+
+#: What a read does, once recoveries have been given way to.
+READ, SKIP, STOP = "read", "skip", "stop"
 
 
 def read_power(fencer, method):
@@ -82,12 +99,33 @@ def label(method):
         else method.driver
 
 
+def reports_up(service):
+    """Nova reports the compute up and not forced down (None: not
+    listed)."""
+    return service is not None and service.state == "up" \
+        and not service.forced_down
+
+
 def judge(service, bmc, readings):
     """``(reason, degraded)``: reason is None when the host can be fenced.
 
     ``service``: the host's ComputeService; ``bmc``: its inventory entry or
     None; ``readings``: [(method label, PowerState or error text)] in the
     entry's method order."""
+    return verdict(reports_up(service), bmc, readings)
+
+
+def all_off(readings):
+    """Every method that answered reports Off (and one did)."""
+    answered = [r for _, r in readings
+                if isinstance(r, fencing_base.PowerState)]
+    return bool(answered) and all(r is fencing_base.PowerState.OFF
+                                  for r in answered)
+
+
+def verdict(nova_up, bmc, readings):
+    """As :func:`judge`; ``nova_up``: Nova reported the compute up (and
+    not forced down) and instanceha leaves it running untouched."""
     if bmc is None:
         return "no entry in the fencing inventory", []
     if all(m.driver == "noop" for m in bmc.methods):
@@ -99,13 +137,36 @@ def judge(service, bmc, readings):
     if not answered:
         return "no fencing method answers a power-state read: %s" % (
             "; ".join(failed) or "no method"), []
-    nova_up = service.state == "up" and not service.forced_down
-    if nova_up and all(r is fencing_base.PowerState.OFF
-                       for _, r in answered):
+    if nova_up and all_off(answered):
         return ("BMC reports power Off while Nova reports the compute up: "
                 "the inventory entry may point at another machine (%s)"
                 % ", ".join(name for name, _ in answered)), failed
     return None, failed
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRead:
+    """What the audit read of one host's BMC, before it is judged."""
+
+    bmc: object                     # the inventory entry, or None
+    methods: tuple                  # its methods read (not noop)
+    reads: tuple                    # PowerState or error text, per method
+    #: the engine named the host handled right after an Off read
+    handled: bool = False
+    #: (method key, what its BMC reported about its machine)
+    identities: tuple = ()
+
+    def labelled(self):
+        return [(label(m), r) for m, r in zip(self.methods, self.reads)]
+
+    def all_off(self):
+        return all_off(self.labelled())
+
+    def powers(self):
+        return [(inventory.method_key(m), r.value)
+                for m, r in zip(self.methods, self.reads)
+                if r in (fencing_base.PowerState.ON,
+                         fencing_base.PowerState.OFF)]
 
 
 class FencingAudit:
@@ -114,13 +175,16 @@ class FencingAudit:
 
     def __init__(self, conf, compute, bmc_for, fencer, clock=time.time,
                  rng=None, sink=None, host_ids=None, give_way=None,
-                 wait=None):
+                 wait=None, handled=None):
         """``sink``: where the power watch sends POWER_OFF / POWER_ON
         events (the engine's submit); ``host_ids``: {host name: service
         id}, refreshed by each audit when not given; ``give_way()``: why
         the reads should wait now (hosts in recovery: the engine's
         ``urgent``), or None; ``wait(seconds)``: how a read waits before
-        asking again (True when the audit is stopping)."""
+        asking again (True when the audit is stopping); ``handled(host)``:
+        True when instanceha is handling the host, or a host sharing its
+        BMC (the engine's ``handled``): its BMC's Off is no mismatch, and
+        its reads are skipped once a pause has lasted ``max_pause``."""
         self._conf = conf.audit
         self._compute = compute
         self._bmc_for = bmc_for
@@ -137,10 +201,15 @@ class FencingAudit:
         self.last_seconds = None
         self.last_error = None
         self.checked = 0
+        #: hosts the last audit skipped (handled, after the bound)
+        self.skipped = 0
         self._sink = sink
         self._give_way = give_way or (lambda: None)
+        self._handled = handled or (lambda host: False)
         self._wait = wait or self._stop.wait
-        self._paused = False        # reads waiting for a recovery
+        #: when the reads began to wait for recoveries (None: they do not)
+        self._paused_since = None
+        self._bounded = False       # ... and that wait reached max_pause
         self._next_slot = float("-inf")     # the next read's earliest time
         #: reads that waited for a recovery (status)
         self.gave_way = 0
@@ -148,31 +217,63 @@ class FencingAudit:
         self._power = {}            # host -> last PowerState the watch read
         self._lost_power = set()    # read On, then Off
 
-    # -- one audit ------------------------------------------------------------
-    def _after_recoveries(self):
-        """Wait while hosts are being proven dead or evacuated: reading
-        thousands of BMCs competes with them for the process and the
-        network, and the audit can come a little later (logged once per
-        pause). Returns False when the audit is stopping."""
-        why = self._give_way()
-        if why is None:
-            return True
-        with self._lock:
-            first, self._paused = not self._paused, True
-            self.gave_way += 1
-        if first:
-            LOG.info("audit_paused", reason=why, effect="BMC reads of the "
-                     "fencing audit and power watch wait until no host is "
-                     "in recovery")
-        while why is not None:
-            if self._wait(PAUSE_POLL):
-                return False
+    # -- giving way to recoveries ----------------------------------------------
+    def _gate(self, host):
+        """READ, SKIP or STOP for a read of ``host``'s BMC now. While
+        hosts are being proven dead or evacuated, reading thousands of BMCs
+        competes with them for the process and the network: the reads wait
+        (logged once per pause), at most ``max_pause`` seconds in a row. A
+        host held by its agent's veto stays suspect as long as the veto
+        lasts: after the bound the reads go on, skipping only the hosts
+        ``handled`` names (logged once), until no host is in recovery."""
+        while True:
             why = self._give_way()
+            if why is None:
+                self._resume()
+                return READ
+            left = self._pause_left(why)
+            if left <= 0:
+                return SKIP if self._handled(host) else READ
+            if self._wait(min(PAUSE_POLL, left)):
+                return STOP
+
+    def _pause_left(self, why):
+        """Seconds the reads may still wait for the recoveries ``why``
+        names (the pause starts now if it had not)."""
+        limit = self._conf.max_pause
         with self._lock:
-            first, self._paused = self._paused, False
-        if first:
+            now = self._clock()
+            first = self._paused_since is None
+            if first or now < self._paused_since:
+                # A clock stepped back counts the pause from now: it then
+                # lasts at most twice max_pause, never for ever.
+                self._paused_since = now
+            left = self._paused_since + limit - now
+            bounded = left <= 0 and not self._bounded
+            if bounded:
+                self._bounded = True
+            elif left > 0:
+                self.gave_way += 1
+        if first and limit > 0:
+            LOG.info("audit_paused", reason=why, max_pause=limit,
+                     effect="BMC reads of the fencing audit and power watch "
+                            "wait until no host is in recovery, at most "
+                            "[audit] max_pause seconds")
+        if bounded:
+            LOG.warning("audit_pause_bounded", reason=why, max_pause=limit,
+                        effect="BMC reads of the fencing audit and power "
+                               "watch go on, skipping only the hosts "
+                               "instanceha is handling and those sharing "
+                               "a BMC with one, until no host is in "
+                               "recovery")
+        return left
+
+    def _resume(self):
+        with self._lock:
+            paused, self._paused_since = self._paused_since, None
+            self._bounded = False
+        if paused is not None:
             LOG.info("audit_resumed", reason="no host in recovery")
-        return True
 
     def _paced(self):
         """Wait for this read's slot: at most ``hosts_per_second`` hosts
@@ -186,58 +287,44 @@ class FencingAudit:
             self._next_slot = slot + 1.0 / rate
         return slot <= now or not self._wait(slot - now)
 
+    # -- one audit ------------------------------------------------------------
     def _check(self, service):
-        """(reason, degraded, [(method key, "on"/"off")])."""
-        if not (self._paced() and self._after_recoveries()):
-            return None, [], ([], [])
+        """A HostRead, or SKIP (handled, after the bound) or STOP."""
+        if not self._paced():
+            return STOP
+        gate = self._gate(service.host)
+        if gate != READ:
+            return gate
         bmc = self._bmc_for(service.host)
-        methods = [m for m in bmc.methods if m.driver != "noop"] \
-            if bmc is not None else []
-        reads = [read_power(self._fencer, m) for m in methods]
-        reason, degraded = judge(service, bmc, [
-            (label(m), r) for m, r in zip(methods, reads)])
-        powers = [(inventory.method_key(m), r.value) for m, r in
-                  zip(methods, reads) if r in (fencing_base.PowerState.ON,
-                                               fencing_base.PowerState.OFF)]
+        methods = tuple(m for m in bmc.methods if m.driver != "noop") \
+            if bmc is not None else ()
+        reads = tuple(read_power(self._fencer, m) for m in methods)
+        # Asked only of an Off (the only read it changes), right after it.
+        handled = all_off([(None, r) for r in reads]) \
+            and self._handled(service.host)
         found = [(inventory.method_key(m), read_identity(self._fencer, m))
                  for m, r in zip(methods, reads)
                  if isinstance(r, fencing_base.PowerState)]
-        return reason, degraded, (powers, [f for f in found if f[1]])
+        return HostRead(bmc, methods, reads, handled,
+                        tuple(f for f in found if f[1]))
 
-    def _send_evidence(self, services, verdicts):
-        """Hand every power read to the engine (engine.evidence): a BMC
-        seen On for the host, or Off while Nova reports the host up. For
-        the latter the services are read again *after* the BMC reads: only
-        a heartbeat newer than that proves the host ran while its BMC said
-        Off (a host that lost its power just before the read sends none)."""
-        if self._sink is None:
-            return
-        up = {s.host: s.state == "up" and not s.forced_down
-              for s in services}
-        after = {}
-        if any(up.get(h) and any(p == "off" for _, p in v[2][0])
-               for h, v in verdicts.items()):
-            try:
-                after = {s.host: (s.updated_at, s.status, s.disabled_reason)
-                         for s in self._compute.list_services()
-                         if s.binary == "nova-compute"}
-            except Exception as e:   # noqa: BLE001 - no suspicion then
-                LOG.warning("audit_reread_failed", reason=str(e))
-        now = self._clock()
-        ids = {s.host: s.id for s in services}
-        for host, (_, _, (powers, found)) in sorted(verdicts.items()):
-            if not powers:
-                continue
-            off = all(p == "off" for _, p in powers)
-            self._sink(Event(
-                E.POWER_OFF if off else E.POWER_ON, ids[host], now,
-                name=host, source="audit",
-                reason="audit: BMC reports power %s" % (
-                    "Off" if off else "On"),
-                payload=PowerReading(
-                    readings=tuple(powers), by="audit",
-                    nova_up=bool(up.get(host)), after=after.get(host),
-                    identities=tuple(found))))
+    def _nova_after(self, services, reads):
+        """Nova's services listed again *after* the BMC reads, when a host
+        read Off whose row listed before the reads says up: {host:
+        ComputeService}; {} when none needs it; None when Nova cannot be
+        read (those hosts are not judged)."""
+        up = {s.host for s in services if reports_up(s)}
+        if not any(isinstance(r, HostRead) and h in up and r.all_off()
+                   for h, r in reads.items()):
+            return {}
+        try:
+            return {s.host: s for s in self._compute.list_services()
+                    if s.binary == "nova-compute"}
+        except Exception as e:   # noqa: BLE001 - not judged then
+            LOG.warning("audit_reread_failed", reason=str(e),
+                        effect="a BMC read Off while Nova listed the host "
+                               "up is not judged this audit")
+            return None
 
     def run_once(self):
         """Audit every compute host; returns {host: reason} unprotected."""
@@ -254,24 +341,83 @@ class FencingAudit:
         workers = max(1, min(self._conf.concurrency, len(services)))
         with concurrent.futures.ThreadPoolExecutor(
                 workers, thread_name_prefix="audit") as pool:
-            verdicts = dict(zip((s.host for s in services),
-                                bounded_map(pool, self._check, services,
-                                            window_for(workers))))
+            reads = dict(zip((s.host for s in services),
+                             bounded_map(pool, self._check, services,
+                                         window_for(workers))))
         if self._stop.is_set():
             return self.unprotected()     # stopped mid-way: judged nothing
-        unprotected = {h: r for h, (r, _, _) in verdicts.items() if r}
-        degraded = {h: d for h, (r, d, _) in verdicts.items()
-                    if d and not r}
-        self._send_evidence(services, verdicts)
+        after = self._nova_after(services, reads)
+        with self._lock:
+            before, was_degraded = self._unprotected, self._degraded
+        unprotected, degraded, evidence = {}, {}, []
+        listed_up = {s.host for s in services if reports_up(s)}
+        for host, read in reads.items():
+            judged = isinstance(read, HostRead)
+            nova_up, row = False, None
+            if judged and host in listed_up and read.all_off():
+                if after is None:
+                    judged = False        # Nova unreadable: not judged
+                else:
+                    # Up before the read and after it, and left running
+                    # by instanceha when read and now: only then is the
+                    # BMC's Off a mismatch.
+                    row = after.get(host)
+                    nova_up = (reports_up(row) and not read.handled
+                               and not self._handled(host))
+            if isinstance(read, HostRead):
+                evidence.append((host, read, nova_up, row))
+            if not judged:
+                # Skipped, stopped or not judged: the last verdict stands.
+                if host in before:
+                    unprotected[host] = before[host]
+                if host in was_degraded:
+                    degraded[host] = was_degraded[host]
+                continue
+            reason, failed = verdict(nova_up, read.bmc, read.labelled())
+            if reason:
+                unprotected[host] = reason
+            elif failed:
+                degraded[host] = failed
+        self._send_evidence(services, evidence)
         self._log_changes(unprotected, degraded)
         with self._lock:
             self._unprotected, self._degraded = unprotected, degraded
             self.audits += 1
             self.checked = len(services)
+            self.skipped = sum(1 for r in reads.values() if r == SKIP)
             self.last_at = self._clock()
             self.last_seconds = time.monotonic() - started
             self.last_error = None
         return dict(unprotected)
+
+    def _send_evidence(self, services, evidence):
+        """Hand every power read to the engine (engine.evidence): a BMC
+        seen On for the host, or Off while Nova reports the host up. For
+        the latter, ``row`` is the host's service as Nova listed it again
+        *after* the BMC reads: only a heartbeat newer than that proves the
+        host ran while its BMC said Off (a host that lost its power just
+        before the read sends none)."""
+        if self._sink is None:
+            return
+        now = self._clock()
+        ids = {s.host: s.id for s in services}
+        for host, read, nova_up, row in sorted(evidence,
+                                               key=lambda e: e[0]):
+            powers = read.powers()
+            if not powers:
+                continue
+            off = all(p == "off" for _, p in powers)
+            self._sink(Event(
+                E.POWER_OFF if off else E.POWER_ON, ids[host], now,
+                name=host, source="audit",
+                reason="audit: BMC reports power %s" % (
+                    "Off" if off else "On"),
+                payload=PowerReading(
+                    readings=tuple(powers), by="audit",
+                    nova_up=bool(nova_up),
+                    after=(row.updated_at, row.status, row.disabled_reason)
+                    if nova_up else None,
+                    identities=read.identities)))
 
     def _log_changes(self, unprotected, degraded):
         with self._lock:
@@ -290,7 +436,7 @@ class FencingAudit:
 
     # -- the power watch ---------------------------------------------------------
     def _first_reading(self, host):
-        if not self._after_recoveries():
+        if self._gate(host) != READ:
             return None, None
         return chain.first_reading(self._bmc_for(host), self._fencer)
 
@@ -355,7 +501,10 @@ class FencingAudit:
     def health(self):
         with self._lock:
             return {"audits": self.audits, "checked": self.checked,
-                    "paused_for_recovery": self._paused,
+                    "paused_for_recovery": self._paused_since is not None
+                    and not self._bounded,
+                    "pause_bounded": self._bounded,
+                    "skipped": self.skipped,
                     "unprotected": len(self._unprotected),
                     "degraded": len(self._degraded),
                     "last_at": self.last_at,
