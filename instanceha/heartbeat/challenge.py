@@ -50,7 +50,7 @@ import collections
 import os
 import struct
 import threading
-from typing import NamedTuple, Tuple
+from typing import Deque, Dict, NamedTuple, Optional, Tuple
 
 from instanceha.heartbeat import protocol
 
@@ -116,26 +116,34 @@ def decode_signed(data: bytes, keyring):
 class Issuer:
     """One engine's nonces: :meth:`draw` a new one each interval,
     :meth:`proves` whether a beat's echoes hold one of the last
-    ``window``. ``random(n)`` gives n unpredictable bytes (os.urandom;
-    tests give their own). Safe across threads: the set of valid nonces
-    is replaced whole, never changed in place."""
+    ``window``, drawn at most ``max_age`` seconds before (None: no age
+    bound), so a nonce outlives its window by count only while the
+    rounds go on: should they stall, the beats echoing the old ones are
+    unproven (no veto: the host is judged by Nova alone), never proven
+    for ever. ``random(n)`` gives n unpredictable bytes (os.urandom;
+    tests give their own). Safe across threads: the valid nonces are
+    replaced whole, never changed in place."""
 
-    def __init__(self, window: int = 3, random=os.urandom):
+    def __init__(self, window: int = 3, random=os.urandom,
+                 max_age: Optional[float] = None):
         if window < 1:
             raise ValueError("window must be at least 1")
         self._random = random
+        self._max_age = max_age
         self.issuer = random(ISSUER_SIZE)
-        self._nonces = collections.deque(maxlen=window)
-        self._valid = frozenset()
+        self._nonces: Deque[Tuple[bytes, Optional[float]]] = \
+            collections.deque(maxlen=window)
+        self._valid: Dict[bytes, Optional[float]] = {}
         self._lock = threading.Lock()
         self.drawn = 0
 
-    def draw(self) -> bytes:
-        """A new nonce, valid until ``window`` more are drawn."""
+    def draw(self, now: Optional[float] = None) -> bytes:
+        """A new nonce (drawn at ``now``), valid until ``window`` more
+        are drawn or it is older than ``max_age``."""
         nonce = self._random(NONCE_SIZE)
         with self._lock:
-            self._nonces.append(nonce)
-            self._valid = frozenset(self._nonces)
+            self._nonces.append((nonce, now))
+            self._valid = dict(self._nonces)
             self.drawn += 1
         return nonce
 
@@ -143,15 +151,21 @@ class Issuer:
     def newest(self):
         """The last nonce drawn, or None before the first."""
         nonces = self._nonces
-        return nonces[-1] if nonces else None
+        return nonces[-1][0] if nonces else None
 
-    def proves(self, echoes: Tuple[bytes, ...]) -> bool:
+    def proves(self, echoes: Tuple[bytes, ...],
+               now: Optional[float] = None) -> bool:
         """True when one of ``echoes`` is a nonce of this engine's last
-        ``window``."""
+        ``window``, drawn at most ``max_age`` before ``now`` (when both
+        are known)."""
         valid = self._valid
+        max_age = self._max_age
         for nonce in echoes:
             if nonce in valid:
-                return True
+                drawn_at = valid[nonce]
+                if max_age is None or now is None or drawn_at is None \
+                        or now - drawn_at <= max_age:
+                    return True
         return False
 
 

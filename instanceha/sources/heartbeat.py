@@ -141,9 +141,12 @@ class HeartbeatSource:
         # the last beat)), and the hosts heard unproven (host -> (time,
         # path, address)). ``sendto(sock, data, address)`` and
         # ``random(n)`` replace the socket's and os.urandom (tests).
+        # A nonce proves a beat for ``challenge_window`` rounds, and for
+        # no longer than one round more than that should they stall.
         self.challenges = challenge.Issuer(
-            group.challenge_window, **({} if random is None
-                                       else {"random": random}))
+            group.challenge_window,
+            max_age=group.challenge_interval * (group.challenge_window + 1),
+            **({} if random is None else {"random": random}))
         self._targets = {}
         self._unproven = {}
         # (host, path) sent a challenge at once since the last round (an
@@ -479,7 +482,7 @@ class HeartbeatSource:
                         continue
                     where = (message.host, message.path)
                     targets[where] = (sender, via, now, kid)
-                    if not proves(message.echoes):
+                    if not proves(message.echoes, now):
                         # Not proven fresh: shown, never a veto.
                         heard_unproven[message.host] = (now, message.path,
                                                         sender)
@@ -573,7 +576,7 @@ class HeartbeatSource:
         (Between rounds, a path's first unproven beat is answered at once
         with the newest nonce.) Returns the number of challenges sent."""
         now = self._clock() if now is None else now
-        nonce = self.challenges.draw()
+        nonce = self.challenges.draw(now)
         with self._lock:
             targets = self._targets
             for where in [w for w, (_, _, at, _) in targets.items()

@@ -68,9 +68,20 @@ class Host:
 
 def feed(src, host, at, sender=SENDER, **kw):
     """A beat of ``host`` at ``at``, echoing the engine's newest
-    challenge unless ``echoes`` says otherwise."""
-    kw.setdefault("echoes", (src.challenges.newest,))
+    challenge unless ``echoes`` says otherwise (the engine's challenge
+    rounds going on meanwhile, as its periodic loop makes them)."""
+    if "echoes" not in kw:
+        rounds(src, at)
+        kw["echoes"] = (src.challenges.newest,)
     return src.handle_datagram(host.beat(at, **kw), sender, now=at)
+
+
+def rounds(src, at):
+    """The challenge rounds the engine's loop makes up to ``at``."""
+    last = getattr(src, "_test_round_at", None)
+    if last is None or at - last >= src._group.challenge_interval:
+        src.challenge(at)
+        src._test_round_at = at
 
 
 def echo(src):

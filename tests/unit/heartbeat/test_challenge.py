@@ -151,3 +151,14 @@ def test_the_echoes_are_bounded_newest_engines_first():
         echoes.heard(challenge.Challenge(bytes([i]) * 8, nonce(i), "c"),
                      float(i))
     assert echoes.current(5.0) == (nonce(4), nonce(3), nonce(2))
+
+
+def test_a_nonce_proves_nothing_once_older_than_its_bound():
+    # The rounds stall (the challenge thread held up): a nonce still
+    # among the last `window` proves no beat once older than max_age.
+    issuer = challenge.Issuer(window=3, max_age=8.0)
+    drawn = issuer.draw(100.0)
+    assert issuer.proves((drawn,), 108.0)
+    assert not issuer.proves((drawn,), 108.5)
+    newer = issuer.draw(109.0)
+    assert issuer.proves((drawn, newer), 110.0)
