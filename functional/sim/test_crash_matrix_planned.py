@@ -296,14 +296,14 @@ COLD_CHAIN = [
 ]
 
 #: A process killed after an attempt is journalled as running and
-#: before its request leaves: the restarted engine follows the row, sees
-#: the server still broken, and counts the attempt as timed out after
-#: action_timeout. The attempt was never sent, yet it uses up its rung:
-#: on the last rung the server is marked failed, unrepaired (issue 34
-#: part 1, fourth bullet: ask Nova whether the action went out). Allowed
-#: for these points only; every other server ends ACTIVE.
-UNSENT_USES_ITS_RUNG = {"before_repair_request:rebuild",
-                        "before_repair_request:cold_migrate"}
+#: before its request leaves: the restarted engine asks Nova whether the
+#: request went out (repair_pass.went_out: the server still on its host,
+#: no task, no such instance action since the row), closes the row
+#: ``not_sent`` (no attempt) and sends the same action at once. Every
+#: server ends ACTIVE, each before-point's action sent exactly once, after
+#: the restart (before commit abcab28 the unsent attempt used up its rung:
+#: on the last rung the server was marked failed, unrepaired).
+NOT_SENT = "not_sent"
 
 REPAIR_POINTS = ["%s_repair_request:%s" % (when, a)
                  for a in ("start", "hard_reboot", "cold_migrate", "rebuild")
@@ -390,9 +390,15 @@ def _check_repaired(c, chain, ids):
             ours = [r for r in rows if r["action"] == action]
             assert [r["outcome"] for r in ours] == ["success"], rows
             assert got[REQUEST[action]] == 1, (name, dict(got))
-        elif point not in UNSENT_USES_ITS_RUNG or status == "ACTIVE":
+        else:
+            # Never sent before the kill: found so in Nova after the
+            # restart, its row closed not_sent, and sent once, at once.
             assert status == "ACTIVE", (name, status, rows)
             assert rows[-1]["outcome"] == "success", rows
+            ours = [r for r in rows if r["action"] == action]
+            assert [r["outcome"] for r in ours] == [NOT_SENT, "success"], \
+                rows
+            assert got[REQUEST[action]] == 1, (name, dict(got))
 
 
 def _repair_chain(c, chain):
@@ -430,4 +436,3 @@ def test_instance_repair_cold_migration_killed_then_restarted(make_cloud):
 def test_repair_matrix_covers_every_point():
     points = [p for p, _, _ in REPAIR_CHAIN + COLD_CHAIN]
     assert sorted(points) == sorted(REPAIR_POINTS)
-    assert UNSENT_USES_ITS_RUNG <= set(points)
