@@ -91,6 +91,9 @@ class Carry:
     cold: Set[str] = dataclasses.field(default_factory=set)
     #: servers seen off the host (moved, or deleted meanwhile)
     moved: Set[str] = dataclasses.field(default_factory=set)
+    #: servers live-migrating on the host at the last pass (not
+    #: journalled): one that leaves needs no confirmation
+    live_moving: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
         self.moving = 0
@@ -349,10 +352,14 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              force=True)
     by_id = {s.id: s for s in servers}
     # Servers that left the host since the last pass (all of those gone
-    # at the first pass of a restarted engine): whether one waits for
-    # its confirmation is read from Nova (_confirm_moved).
+    # at the first pass of a restarted engine), other than by a live
+    # migration seen under way: whether one waits for its confirmation
+    # is read from Nova (_confirm_moved).
     left_now = any(s not in by_id and s not in carry.moved
-                   for s in carry.initial)
+                   and s not in carry.live_moving for s in carry.initial)
+    carry.live_moving = {
+        s.id for s in servers
+        if (s.task_state or "").strip().lower() == "migrating"}
     carry.moved = {s for s in carry.initial
                    if s not in by_id and s not in carry.cold}
     for sid in [s for s in carry.sent_at if s not in by_id]:
