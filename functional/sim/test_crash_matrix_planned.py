@@ -34,7 +34,6 @@ import signal
 import subprocess
 import time
 
-import pytest
 
 from functional import operator_api as op
 from functional.engine_process import EngineExited, armed_env
@@ -61,27 +60,21 @@ DRAIN_CHAIN = [
     ("before_drain_request:live_migrate", "vm-1"),
     ("after_drain_request:live_migrate", "vm-1"),
     ("before_drain_request:cold_migrate", "vm-2"),
-    # (the restarted process sends vm-2's cold migration and its confirm)
+    # (the restarted process sends vm-2's cold migration; the next one
+    # finds it journalled, to confirm)
+    ("before_drain_request:confirm_resize", "vm-2"),
     ("after_drain_request:confirm_resize", "vm-2"),
     ("after_action:drain", None),
 ]
 
-_COLD_FORGOTTEN = (
-    "a drain killed between a stopped server's cold migration and its "
-    "confirmation forgets the server: the restarted drain lists the host's "
-    "servers afresh, and the server, in VERIFY_RESIZE, is listed on its "
-    "destination: never confirmed (its source keeps its allocation), and "
-    "the drain ends at once saying 0/0 servers moved. What a drain knows "
-    "is not journalled (issue 34 part 4, second bullet)")
+#: The point between a stopped server's cold migration and its
+#: confirmation, alone (test_drain_killed_after_a_cold_migration): before
+#: the cold move was journalled ahead of its request, the restarted drain
+#: forgot the server (in VERIFY_RESIZE on its destination, off the host's
+#: list): never confirmed, its source kept its allocation.
+COLD_SENT = ("after_drain_request:cold_migrate", "vm-2")
 
-#: (point, server) pairs of the drain found failing: -> why. Each is a
-#: case of test_drain_known_defects (strict xfail: it passes once fixed)
-DRAIN_KNOWN_DEFECTS = {
-    ("after_drain_request:cold_migrate", "vm-2"): _COLD_FORGOTTEN,
-    ("before_drain_request:confirm_resize", "vm-2"): _COLD_FORGOTTEN,
-}
-
-#: the drain's points: each is in the chain or a known defect
+#: the drain's points: each is in the chain or killed alone (COLD_SENT)
 DRAIN_POINTS = (["after_transition:draining", "before_action:drain",
                  "after_action:drain"]
                 + ["%s_drain_request:%s" % (when, what)
@@ -211,9 +204,10 @@ def _check_drained(c, names, before_status):
     had, moved by exactly one request (and one confirm for the cold
     move)."""
     state, reason = op.settle(c, DRAINED, "maintenance", STATE_TIMEOUT)
-    # (Not "3/3 servers moved": a restarted drain counts afresh, the
-    # servers still on the host when it restarted; see _COLD_FORGOTTEN.)
-    assert reason.startswith("drained, in maintenance: "), reason
+    # Every server, also those moved by the lives before the last restart
+    # (the journal's row keeps the servers at the start).
+    assert reason.startswith("drained, in maintenance: 3/3 servers moved"), \
+        reason
     snap = c.sim.snapshot()
     for sid, status in before_status.items():
         s = snap["servers"][sid]
@@ -239,14 +233,12 @@ def test_drain_killed_at_each_failpoint_then_restarted(make_cloud):
     _check_drained(c, names, before_status)
 
 
-@pytest.mark.parametrize("point,server", [
-    pytest.param(p, s, id=p, marks=pytest.mark.xfail(
-        strict=True, reason=why))
-    for (p, s), why in sorted(DRAIN_KNOWN_DEFECTS.items())][:1])
-def test_drain_known_defects(make_cloud, point, server):
-    """One drain killed at ``point``, restarted: the server is moved and
-    confirmed, the host drained. (Both known defects have the same cause:
-    the first runs in CI.)"""
+def test_drain_killed_after_a_cold_migration_then_restarted(make_cloud):
+    """One drain killed right after a stopped server's cold migration
+    was asked, restarted: the server is confirmed, once, the host drained
+    and the summary counts every server, also those moved before the
+    kill. (Was test_drain_known_defects, a strict xfail.)"""
+    point, server = COLD_SENT
     c, names = _drain_cloud(make_cloud)
     ids = sorted(names.values())
     before_status = {sid: c.sim.snapshot()["servers"][sid]["status"]
@@ -257,12 +249,11 @@ def test_drain_known_defects(make_cloud, point, server):
 
 
 def test_drain_matrix_covers_every_point():
-    reached = {p for p, _ in DRAIN_CHAIN} | {p for p, _ in
-                                             DRAIN_KNOWN_DEFECTS}
+    reached = {p for p, _ in DRAIN_CHAIN} | {COLD_SENT[0]}
     assert reached == set(DRAIN_POINTS), set(DRAIN_POINTS) ^ reached
 
 
-# -- instance repair -----------------------------------------------------------
+# -- instance repair ----------------------------------------------------------
 
 #: [instance_repair] for the chains: every rung, quick timeouts, no
 #: cloud-wide hold (many servers break in a small cloud on purpose)
@@ -296,14 +287,14 @@ COLD_CHAIN = [
 ]
 
 #: A process killed after an attempt is journalled as running and
-#: before its request leaves: the restarted engine follows the row, sees
-#: the server still broken, and counts the attempt as timed out after
-#: action_timeout. The attempt was never sent, yet it uses up its rung:
-#: on the last rung the server is marked failed, unrepaired (issue 34
-#: part 1, fourth bullet: ask Nova whether the action went out). Allowed
-#: for these points only; every other server ends ACTIVE.
-UNSENT_USES_ITS_RUNG = {"before_repair_request:rebuild",
-                        "before_repair_request:cold_migrate"}
+#: before its request leaves: the restarted engine asks Nova whether the
+#: request went out (repair_pass.went_out: the server still on its host,
+#: no task, no such instance action since the row), closes the row
+#: ``not_sent`` (no attempt) and sends the same action at once. Every
+#: server ends ACTIVE, each before-point's action sent exactly once, after
+#: the restart (before commit abcab28 the unsent attempt used up its rung:
+#: on the last rung the server was marked failed, unrepaired).
+NOT_SENT = "not_sent"
 
 REPAIR_POINTS = ["%s_repair_request:%s" % (when, a)
                  for a in ("start", "hard_reboot", "cold_migrate", "rebuild")
@@ -390,9 +381,15 @@ def _check_repaired(c, chain, ids):
             ours = [r for r in rows if r["action"] == action]
             assert [r["outcome"] for r in ours] == ["success"], rows
             assert got[REQUEST[action]] == 1, (name, dict(got))
-        elif point not in UNSENT_USES_ITS_RUNG or status == "ACTIVE":
+        else:
+            # Never sent before the kill: found so in Nova after the
+            # restart, its row closed not_sent, and sent once, at once.
             assert status == "ACTIVE", (name, status, rows)
             assert rows[-1]["outcome"] == "success", rows
+            ours = [r for r in rows if r["action"] == action]
+            assert [r["outcome"] for r in ours] == [NOT_SENT, "success"], \
+                rows
+            assert got[REQUEST[action]] == 1, (name, dict(got))
 
 
 def _repair_chain(c, chain):
@@ -430,4 +427,3 @@ def test_instance_repair_cold_migration_killed_then_restarted(make_cloud):
 def test_repair_matrix_covers_every_point():
     points = [p for p, _, _ in REPAIR_CHAIN + COLD_CHAIN]
     assert sorted(points) == sorted(REPAIR_POINTS)
-    assert UNSENT_USES_ITS_RUNG <= set(points)

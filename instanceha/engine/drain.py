@@ -91,6 +91,9 @@ class Carry:
     cold: Set[str] = dataclasses.field(default_factory=set)
     #: servers seen off the host (moved, or deleted meanwhile)
     moved: Set[str] = dataclasses.field(default_factory=set)
+    #: servers live-migrating on the host at the last pass (not
+    #: journalled): one that leaves needs no confirmation
+    live_moving: Set[str] = dataclasses.field(default_factory=set)
 
     def close(self):
         self.moving = 0
@@ -274,6 +277,8 @@ def resumed(ctx, record):
     (a new drain, or one that never passed its first pass)."""
     row = ctx.journal.drain_run(record.id, record.since)
     if row is None:
+        row = _ended_unreported(ctx, record)
+    if row is None:
         return None
     _, capacities, services = read(ctx, record.name)
     carry = Carry(ctx=ctx, host=record.name, host_id=record.id,
@@ -290,6 +295,16 @@ def resumed(ctx, record):
              reason="the drain journalled before the restart goes on: its "
                     "counts are kept")
     return carry
+
+
+def _ended_unreported(ctx, record):
+    """The row of this drain (the host still draining since the same
+    moment) marked ended: the process ended the drain and was stopped
+    before its result was journalled. The drain's last pass is run again
+    from it, so that its summary counts every server it moved."""
+    rows = [r for r in ctx.journal.drain_runs(record.id)
+            if r["since"] == record.since]
+    return rows[-1] if rows else None
 
 
 def journalled(ctx, record, carry, now):
@@ -336,6 +351,15 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              carry.capacities, carry.services, settings,
                              force=True)
     by_id = {s.id: s for s in servers}
+    # Servers that left the host since the last pass (all of those gone
+    # at the first pass of a restarted engine), other than by a live
+    # migration seen under way: whether one waits for its confirmation
+    # is read from Nova (_confirm_moved).
+    left_now = any(s not in by_id and s not in carry.moved
+                   and s not in carry.live_moving for s in carry.initial)
+    carry.live_moving = {
+        s.id for s in servers
+        if (s.task_state or "").strip().lower() == "migrating"}
     carry.moved = {s for s in carry.initial
                    if s not in by_id and s not in carry.cold}
     for sid in [s for s in carry.sent_at if s not in by_id]:
@@ -350,6 +374,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     cap = settings.max_concurrent - others_inflight(ctx, record.name)
     room = max(0, min(room, cap))
     sent = 0
+    sent_now: Set[str] = set()
     unjournalled = False
     left: List[str] = []
     deferred: List[str] = []
@@ -378,10 +403,19 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                         server=sid, reason=carry.given_up[sid])
             continue
         carry.attempts[sid] = tries + 1
+        first_ask = sid not in carry.sent_at
+        carry.sent_at.setdefault(sid, now)
+        if how == "cold":
+            # A cold move ends in VERIFY_RESIZE on its destination, off
+            # this host's list: journalled as to confirm before it is
+            # asked, so that a restart (or the replica taking over) finds
+            # and confirms it (_confirm_moved).
+            carry.cold.add(sid)
         # Counted in the journal before it is asked: a restart never
         # gives a server more attempts than stuck_retries allows.
         if not journalled(ctx, record, carry, now):
             carry.attempts[sid] = tries
+            _unasked(carry, sid, first_ask)
             unjournalled = True
             continue
         request = (ctx.compute.live_migrate if how == "live"
@@ -390,13 +424,16 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             request = _elsewhere(ctx, record, carry, sid, request)
         if send(ctx, record, carry, sid, how + "_migrate", request):
             sent += 1
+            sent_now.add(sid)
             ctx.drain_stats["sent_" + how] += 1
-            carry.sent_at.setdefault(sid, now)
-            if how == "cold":
-                carry.cold.add(sid)
+        else:
+            _unasked(carry, sid, first_ask)
     if sent:
         wake.append(now + QUICK)
-    unconfirmed = _confirm_moved(ctx, record, carry, by_id)
+    unconfirmed = _confirm_moved(ctx, record, carry, by_id, sent_now,
+                                 left_now)
+    carry.moved = {s for s in carry.initial
+                   if s not in by_id and s not in carry.cold}
     moving = len(inflight) + sent + unconfirmed
     carry.moving = moving
     if moving or any(how in ("live", "cold", "confirm")
@@ -478,13 +515,85 @@ def _where(ctx, record, carry, gone):
     return text
 
 
-def _confirm_moved(ctx, record, carry, on_host):
+def _unasked(carry, sid, first_ask):
+    """A move not asked after all (the journal or Nova refused it): the
+    server waits on the host, its next try is a new move."""
+    carry.cold.discard(sid)
+    if first_ask:
+        carry.sent_at.pop(sid, None)
+
+
+#: Nova's statuses of a cold migration that reached its destination and
+#: waits for its confirmation, or is being confirmed
+TO_CONFIRM, CONFIRMING = "finished", "confirming"
+
+
+def _cold_records(ctx, record, carry):
+    """{server: status of its newest cold migration from the host} for
+    the drain's servers, from Nova's migration records of the host since
+    the drain began (one read); None when they cannot be read."""
+    since = (None if carry.started_at is None
+             else carry.started_at - SINCE_MARGIN)
+    try:
+        migrations = ctx.compute.list_host_migrations(record.name,
+                                                      since=since)
+    except (compute_base.ComputeError, NotImplementedError) as e:
+        LOG.warning("drain_migrations_unreadable", host=record.name,
+                    reason=str(e) or type(e).__name__,
+                    effect="cold moves confirmed from the servers' "
+                           "status alone")
+        return None
+    out: Dict[str, str] = {}
+    ours = set(carry.initial)
+    for m in migrations:                # newest first
+        if m.migration_type == "migration" and m.source_host == record.name \
+                and m.server_id in ours:
+            out.setdefault(m.server_id, m.status)
+    return out
+
+
+def _confirm_moved(ctx, record, carry, on_host, sent_now=(), look=False):
     """Confirm the cold migrations that reached their destination (the
     server waits in VERIFY_RESIZE there); returns how many are still
-    to confirm or to arrive."""
+    to confirm or to arrive.
+
+    The moves followed are those in ``carry.cold`` (journalled before
+    each request, so also those a killed process, or the replica before
+    a takeover, sent), and those Nova's migration records show waiting
+    for confirmation (``finished``) from this host of one of the drain's
+    servers, read when a server left the host since the last pass
+    (``look``) or a move is followed: a move the journal missed is
+    confirmed too. A move Nova records as ``confirming`` is not asked
+    again. A server of ``carry.cold`` still on the host with no task in
+    progress is not moving (its request never left, was refused, or its
+    migration failed): it is followed no more, and the plan moves it
+    again (its attempt counted) or gives it up. ``sent_now``: asked this
+    pass, after ``on_host`` was read."""
+    records = (_cold_records(ctx, record, carry)
+               if carry.cold or look else {})
+    for sid, status in sorted((records or {}).items()):
+        if status == TO_CONFIRM and sid not in on_host \
+                and sid not in carry.cold:
+            carry.cold.add(sid)
+            LOG.warning("drain_cold_move_found", host=record.name,
+                        server=sid, reason="Nova's record of its cold "
+                        "migration from the host waits for confirmation, "
+                        "the journal had none: confirmed")
     for sid in sorted(carry.cold):
-        if sid in on_host:
-            continue                    # still here: moving, or refused
+        if sid in sent_now:
+            continue
+        listed = on_host.get(sid)
+        if listed is not None:
+            if not (listed.task_state or "").strip():
+                carry.cold.discard(sid)
+                LOG.info("drain_cold_move_not_pending", host=record.name,
+                         server=sid, status=listed.status,
+                         reason="still on the host with no task: its move "
+                                "is not under way (never sent, refused or "
+                                "failed)")
+            continue                    # still here: moving
+        if records is not None and records.get(sid) == CONFIRMING:
+            continue                    # confirmation asked: Nova ends it
         try:
             server = ctx.compute.get_server(sid)
         except compute_base.NotFound:
@@ -499,7 +608,8 @@ def _confirm_moved(ctx, record, carry, on_host):
                  ctx.compute.confirm_resize)
         elif server.host != record.name and not server.task_state:
             carry.cold.discard(sid)     # confirmed: settled elsewhere
-    return len(carry.cold)
+    # (one still on the host is counted by the plan: it waits for it)
+    return sum(1 for sid in carry.cold if sid not in on_host)
 
 
 def _elsewhere(ctx, record, carry, sid, request):
