@@ -24,6 +24,7 @@ from instanceha.events import Event, EventKind as E, PowerReading
 from instanceha.sim import SimCloud, SimServer
 from instanceha.sources.audit import FencingAudit
 from tests.unit.test_engine import World
+from tests.unit.sim.conftest import Clock as SimClock
 
 
 class NovaSeenByAudit:
@@ -164,19 +165,6 @@ def test_a_host_fenced_and_repaired_while_the_audit_waits_stays_protected():
 
 # -- the wait for recoveries is bounded ---------------------------------------
 
-class SimClock:
-    """The simulator's clock, also the audit's: its waits advance it."""
-
-    def __init__(self, t=1_800_000_000.0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-    def advance(self, seconds):
-        self.t += seconds
-
-
 VETOED = "1 host(s) in recovery (suspect 1): fencing and evacuation come first"
 
 
@@ -185,7 +173,7 @@ def simcloud(tmp_path, monkeypatch):
     """3 hosts of the simulator on a fake clock, read through the real
     Nova and Redfish drivers: (cloud, clock, conf, nova, inventory,
     fencer)."""
-    clock = SimClock()
+    clock = SimClock()      # also the audit's: its waits advance it
     cloud = SimCloud(hosts=3, servers_per_host=0, clock=clock)
     srv = SimServer(cloud).start()
     try:
