@@ -26,6 +26,13 @@ from tests.unit import journal_writes
 #: Helper rows the other connection changes to be the heavier side.
 HEAVY = 60
 
+#: Seconds between two reads of information_schema.innodb_trx. InnoDB
+#: serves that table from a cache it refreshes only when the cache has not
+#: been read for 100 ms: read more often and it keeps showing the snapshot
+#: it first took (an earlier test's transactions), and a lock wait that
+#: began since is never seen.
+TRX_POLL = 0.25
+
 
 @pytest.fixture(scope="module")
 def url():
@@ -40,12 +47,12 @@ def url():
         yield u
 
 
-def _until(what, condition, budget=30.0):
+def _until(what, condition, budget=30.0, interval=0.02):
     deadline = time.monotonic() + budget
     while not condition():
         assert time.monotonic() < deadline, "not within %ss: %s" % (
             budget, what)
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 @pytest.mark.parametrize("name", sorted(journal_writes.CALLS))
@@ -93,7 +100,8 @@ def test_a_write_made_a_deadlock_victim_is_done_once(url, name):
                 with other.connect() as watch:
                     _until("the journal's write waits for the other side",
                            lambda: watch.execute(waiting, dict(
-                               t=tries[0])).scalar() == 1)
+                               t=tries[0])).scalar() == 1,
+                           interval=TRX_POLL)
                 # Opposite order: the cycle is closed, InnoDB breaks it.
                 x.execute(sa.text("UPDATE deadlock_rows SET n = n + 1 "
                                   "WHERE id = 1"))
