@@ -231,12 +231,25 @@ class EvidenceStore:
     def identities(self, bmc):
         """[(method label, verdict, text)] for each method of ``bmc`` that
         reaches a BMC (for status and ``instanceha check``)."""
-        if bmc is None:
-            return []
-        host_uuid = self.host_uuid(bmc.host)
-        return [(_label(m),) + proof.machine(self.get(bmc.host, m),
-                                             host_uuid)
-                for m in bmc.methods if m.driver != "noop"]
+        return self.identities_of([bmc]).get(getattr(bmc, "host", None), [])
+
+    def identities_of(self, bmcs):
+        """{host: identities(bmc)} for the entries ``bmcs`` (None skipped),
+        under one hold of the lock: status asks for every host's at each
+        write, thousands of them."""
+        out = {}
+        machine = proof.machine
+        with self._lock:
+            for bmc in bmcs:
+                if bmc is None:
+                    continue
+                host_uuid = self._host_uuid.get(bmc.host)
+                held = self._ev.get(bmc.host, {})
+                out[bmc.host] = [
+                    (_label(m),) + machine(
+                        held.get(inventory.method_key(m)), host_uuid)
+                    for m in bmc.methods if m.driver != "noop"]
+        return out
 
     def untrusted(self, bmc):
         """Why ``bmc`` (an inventory entry) may not prove its host dead, or
@@ -245,12 +258,18 @@ class EvidenceStore:
         the host's agent reports)."""
         if bmc is None:
             return None
-        found = [(method, self.get(bmc.host, method))
+        with self._lock:
+            return self._untrusted(bmc)
+
+    def _untrusted(self, bmc):
+        """:meth:`untrusted`, under the lock."""
+        held = self._ev.get(bmc.host, {})
+        found = [(method, held.get(inventory.method_key(method)))
                  for method in bmc.methods]
         for method, ev in found:
             if ev is not None and ev.untrusted:
                 return "%s: %s" % (_label(method), ev.untrusted)
-        host_uuid = self.host_uuid(bmc.host)
+        host_uuid = self._host_uuid.get(bmc.host)
         if host_uuid:
             for method, ev in found:
                 verdict, text = proof.machine(ev, host_uuid)
@@ -262,8 +281,11 @@ class EvidenceStore:
         """{host: reason} for every entry of ``inventory_map`` that may not
         prove its host dead (for status and metrics: UNPROTECTED)."""
         out = {}
-        for host, bmc in (inventory_map or {}).items():
-            why = self.untrusted(bmc)
+        with self._lock:
+            found = {host: self._untrusted(bmc)
+                     for host, bmc in (inventory_map or {}).items()
+                     if bmc is not None}
+        for host, why in found.items():
             if why:
                 out[host] = "BMC untrusted: " + why
         return out

@@ -3,6 +3,7 @@ sources' health, unprotected hosts, degraded parts, and the progress of
 the work running for a host. Read-only; built from the engine's records
 under its lock and from its collaborators."""
 
+from instanceha.drivers.fencing import inventory
 from instanceha.fsm.states import ENTRY_ACTION
 
 
@@ -78,8 +79,12 @@ def fencing_identity(engine, hosts):
     ctx = engine.ctx
     counts = {"verified": 0, "not_verified": 0, "mismatch": 0}
     out = {}
+    default = ctx.conf.fencing.default_driver     # read once, not per host
+    every = ctx.evidence.identities_of(
+        inventory.entry_for(ctx.inventory, rec.name, default)
+        for rec in hosts)
     for rec in hosts:
-        found = ctx.evidence.identities(ctx.bmc_for(rec.name))
+        found = every.get(rec.name)
         if not found:
             continue
         for _, verdict, _ in found:

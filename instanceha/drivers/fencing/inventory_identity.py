@@ -12,7 +12,7 @@ import functools
 import ipaddress
 import socket
 import urllib.parse
-from typing import Mapping
+from collections.abc import Mapping
 
 
 _DEFAULT_PORTS = {"https": 443, "http": 80, "redfish": 443, "ipmi": 623}
@@ -77,11 +77,21 @@ def method_key(method):
     """A stable text naming one fencing method of an entry: its driver
     and the BMC it reaches (see :func:`identity`), so that evidence kept
     about it (instanceha.policy.proof) follows the BMC, not its spelling,
-    and a changed entry starts with none."""
+    and a changed entry starts with none. Kept on the method (an entry is
+    frozen): status names every host's methods at each write."""
+    held = getattr(method, "__dict__", {}).get("_method_key")
+    if held is not None:
+        return held
     ident = method_identity(method)
     if ident is None:
-        return "%s:%s" % (method.driver, method.address or method.host)
-    return "%s:%s" % (method.driver, "|".join(ident))
+        key = "%s:%s" % (method.driver, method.address or method.host)
+    else:
+        key = "%s:%s" % (method.driver, "|".join(ident))
+    try:
+        object.__setattr__(method, "_method_key", key)
+    except (AttributeError, TypeError):    # no instance dict: not kept
+        pass
+    return key
 
 
 @functools.lru_cache(maxsize=4096)
