@@ -73,6 +73,26 @@ def read_power(fencer, method):
     return mask_known(text, [method.password])
 
 
+def read_machine(fencer, method):
+    """(power state or why it could not be read, identity or None): one
+    method's read_power and read_identity in one look at its BMC (the
+    driver's read_machine); the identity only of a BMC whose power state
+    was read."""
+    try:
+        state, found = fencer(method.driver).read_machine(method)
+    except fencing_base.FenceError as e:
+        return mask_known(str(e), [method.password]), None
+    except Exception as e:   # noqa: BLE001 - a driver bug is reported
+        return mask_known("%s: %s" % (type(e).__name__, e),
+                          [method.password]), None
+    if isinstance(found, Exception):
+        LOG.info("system_identity_unknown", driver=method.driver,
+                 address=method.address,
+                 reason=mask_known(str(found), [method.password]))
+        found = None
+    return state, found
+
+
 def read_identity(fencer, method):
     """What one method's BMC says about its machine (drivers'
     system_identity), or None (not supported, or an error: logged)."""
@@ -298,13 +318,13 @@ class FencingAudit:
         bmc = self._bmc_for(service.host)
         methods = tuple(m for m in bmc.methods if m.driver != "noop") \
             if bmc is not None else ()
-        reads = tuple(read_power(self._fencer, m) for m in methods)
+        looks = [read_machine(self._fencer, m) for m in methods]
+        reads = tuple(r for r, _ in looks)
         # Asked only of an Off (the only read it changes), right after it.
         handled = all_off([(None, r) for r in reads]) \
             and self._handled(service.host)
-        found = [(inventory.method_key(m), read_identity(self._fencer, m))
-                 for m, r in zip(methods, reads)
-                 if isinstance(r, fencing_base.PowerState)]
+        found = [(inventory.method_key(m), ident)
+                 for m, (_, ident) in zip(methods, looks)]
         return HostRead(bmc, methods, reads, handled,
                         tuple(f for f in found if f[1]))
 

@@ -231,15 +231,18 @@ def test_a_host_suspect_for_ever_does_not_stop_the_audit_or_the_power_watch(
 
 
 def _counting(fencer):
-    """The fencer, counting power-state reads per host."""
+    """The fencer, counting power-state reads per host (the power watch's
+    power_state, the audit's read_machine)."""
     reads = {}
     driver = fencer("redfish")
-    real = driver.power_state
 
-    def power_state(bmc):
-        reads[bmc.host] = reads.get(bmc.host, 0) + 1
-        return real(bmc)
-    driver.power_state = power_state
+    def counted(real):
+        def read(bmc):
+            reads[bmc.host] = reads.get(bmc.host, 0) + 1
+            return real(bmc)
+        return read
+    driver.power_state = counted(driver.power_state)
+    driver.read_machine = counted(driver.read_machine)
     return reads
 
 

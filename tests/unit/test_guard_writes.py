@@ -29,7 +29,7 @@ COMPUTE_READS = {
     "rebuild_events", "server_migrations", "service_of"}
 #: The fencing drivers' reads, and what they expose of their settings
 #: and connections (no request to a BMC that changes anything).
-FENCE_READS = {"power_state", "system_identity", "close", "settings",
+FENCE_READS = {"power_state", "system_identity", "read_machine", "close", "settings",
                "argv", "password_via", "stdin"}
 JOURNAL_READS = {
     "actions", "close", "evacuations", "evacuations_finished", "evidence",

@@ -63,6 +63,24 @@ class FencingDriver(abc.ABC):
         machine. Raises FenceError."""
         return None
 
+    def read_machine(self, bmc):
+        """(PowerState, identity): :meth:`power_state` and
+        :meth:`system_identity` in one look where the driver can (the
+        fencing audit reads both of every BMC at each sweep). ``identity``
+        is what system_identity returns, or the exception that kept it
+        from being read (the power state stands). Raises FenceError as
+        power_state does. The identity is read first, so that the power
+        state is the last thing read (the audit asks at once whether an
+        Off is the engine's own fencing); a BMC that cannot be reached
+        for it is not asked again."""
+        try:
+            identity = self.system_identity(bmc)
+        except BmcUnreachable:
+            raise
+        except Exception as e:   # noqa: BLE001 - handed to the caller
+            identity = e
+        return self.power_state(bmc), identity
+
     @write
     def power_on(self, bmc):
         """Power the host on (used by operators and tests). Raises FenceError."""

@@ -102,15 +102,15 @@ class RedfishDriver(RedfishOptions, base.FencingDriver):
     def system_identity(self, bmc):
         settings = self.settings(bmc)
         client = self._client(bmc)
+        return _identity(self._system(bmc, client, settings))
+
+    def read_machine(self, bmc):
+        # One read of the system answers both (the default reads it twice).
+        settings = self.settings(bmc)
+        client = self._client(bmc)
         system = self._system(bmc, client, settings)
-        found = {}
-        uid = getattr(system, "uuid", None)
-        if uid:
-            found["uuids"] = [str(uid).strip().lower()]
-        name = getattr(system, "hostname", None)
-        if name:
-            found["hostname"] = str(name).strip().lower()
-        return found or None
+        state = self._state(bmc, client, system, "read power state")
+        return state, _identity(system)
 
     def power_off(self, bmc):
         settings = self.settings(bmc)
@@ -310,3 +310,15 @@ class RedfishDriver(RedfishOptions, base.FencingDriver):
         LOG.error("fence_error", host=bmc.host, driver=self.name,
                   action=what, reason=reason)
         return kind("host %s: cannot %s: %s" % (bmc.host, what, reason))
+
+
+def _identity(system):
+    """system_identity's answer from a sushy System already read."""
+    found = {}
+    uid = getattr(system, "uuid", None)
+    if uid:
+        found["uuids"] = [str(uid).strip().lower()]
+    name = getattr(system, "hostname", None)
+    if name:
+        found["hostname"] = str(name).strip().lower()
+    return found or None
