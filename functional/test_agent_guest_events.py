@@ -1,5 +1,5 @@
 """The agent's guest-event watcher on real libvirt (python3-libvirt, the
-Debian package tools/bootstrap.sh installs) with its in-process
+Debian package tools/test-packages.sh installs) with its in-process
 ``test:///default`` driver, sending over a real UDP socket to the
 engine's heartbeat listener.
 
@@ -47,7 +47,7 @@ def libvirt(tmp_path_factory):
                                       and n.endswith(".so"))]
     if len(names) != 2:
         missing("python3-libvirt is needed for this test (Debian package "
-                "python3-libvirt; tools/bootstrap.sh installs it)")
+                "python3-libvirt; tools/test-packages.sh installs it)")
     links = tmp_path_factory.mktemp("libvirt")
     for name in names:
         os.symlink(os.path.join(DIST, name), str(links / name))

@@ -4,7 +4,7 @@ Every member is a real process with its own status file, all sharing one
 journal database (MariaDB, else PostgreSQL; a fresh database per test) and
 one tooz backend: the machine's Redis at 127.0.0.1:6379 (a group of each
 test's own), a private redis-server, or a private etcd (Debian package
-etcd-server, installed by tools/bootstrap.sh) on free loopback ports with a
+etcd-server, installed by tools/test-packages.sh) on free loopback ports with a
 temporary data directory. A missing service skips, or fails naming it under
 INSTANCEHA_REQUIRE_SERVICES=1.
 
@@ -126,7 +126,7 @@ def etcd(tmp_path):
     exe = shutil.which("etcd")
     if exe is None:
         missing("etcd is needed for this test (Debian package etcd-server; "
-                "tools/bootstrap.sh installs it)")
+                "tools/test-packages.sh installs it)")
     data = tmp_path / "etcd-data"
     peer = free_port()
 

@@ -209,7 +209,7 @@ def test_a_given_inventory_is_used_and_noop_not_allowed(tmp_path, cloud):
 def test_shellcheck():
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
-        pytest.skip("shellcheck is not installed (tools/bootstrap.sh "
+        pytest.skip("shellcheck is not installed (tools/test-packages.sh "
                     "installs it)")
     result = subprocess.run(
         [shellcheck, "-x", "devstack/plugin.sh", "devstack/settings",

@@ -3,7 +3,7 @@ Prometheus scraping the real engine on the simulator.
 
 The real ``instanceha run`` (with the simulated hosts' heartbeat agents)
 is scraped every second by a private ``prometheus`` (Debian package
-prometheus, installed by tools/bootstrap.sh; a temporary data directory,
+prometheus, installed by tools/test-packages.sh; a temporary data directory,
 a free loopback port) that evaluates etc/prometheus/instanceha-rules.yml
 every second. The rules' ``for:`` durations are meant for operators
 (minutes); the copy loaded here divides them by 60, as the simulator
@@ -197,7 +197,7 @@ def bed(tmp_path):
     exe = shutil.which("prometheus")
     if exe is None:
         missing("prometheus is not installed (Debian package prometheus; "
-                "tools/bootstrap.sh installs it)")
+                "tools/test-packages.sh installs it)")
     workdir = str(tmp_path)
     cloud = SimCloud(hosts=len(HOSTS), servers_per_host=2, boot_time=1.0,
                      evacuation_time=0.2)

@@ -21,6 +21,7 @@ import time
 from instanceha import conf as conf_pkg
 from instanceha import log
 from instanceha.drills import registry
+from instanceha.drills import workdir as workdir_mod
 from instanceha.drills.timeline import Timeline
 from instanceha.util import waiting
 
@@ -122,7 +123,7 @@ def main(argv=None):
               "%d evacuations at once\n"
               % (conf.detection.poll_interval, conf.detection.delta,
                  conf.detection.grace_period, conf.evacuation.concurrency))
-    out.write("log: %s\n\n" % logfile.name)
+    out.write(workdir_mod.log_line(logfile.name, not args.workdir) + "\n")
 
     tl = Timeline(out)
     victim_servers = {s["id"]: s["name"] for s in
@@ -189,8 +190,7 @@ def main(argv=None):
         logfile.close()
         if not args.workdir and ok:
             shutil.rmtree(workdir, ignore_errors=True)
-        elif not ok:
-            out.write("kept for inspection: %s\n" % workdir)
+        out.write(workdir_mod.end_line(workdir, not args.workdir, ok))
 
 
 def _summary(out, tl, cloud, svc, victim, victim_servers):

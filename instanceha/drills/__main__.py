@@ -15,6 +15,7 @@ import time
 from instanceha import log
 from instanceha.drills import bed as bed_mod
 from instanceha.drills import registry
+from instanceha.drills import workdir as workdir_mod
 from instanceha.drills.timeline import Timeline
 
 
@@ -53,7 +54,8 @@ def run(scenario, drill_fn, workdir, out, log_setup=log.setup):
 
     def make(overrides=None, **params):
         """A started Drill in ``workdir``: the cloud, the engine."""
-        d = bed_mod.Drill(timeline, workdir, overrides, **params)
+        d = bed_mod.Drill(timeline, workdir, overrides, temporary=own,
+                          **params)
         drills.append(d)
         return d.start()
 
@@ -76,10 +78,9 @@ def run(scenario, drill_fn, workdir, out, log_setup=log.setup):
         logfile.close()
     took = time.monotonic() - started
     passed = verdict.startswith("PASS")
-    if not passed or not own:
-        out.write("kept for inspection: %s\n" % workdir)
-    else:
+    if passed and own:
         shutil.rmtree(workdir, ignore_errors=True)
+    out.write(workdir_mod.end_line(workdir, own, passed))
     out.write("%s (%s, %.1fs)\n" % (verdict, scenario.name, took))
     out.flush()
     return 0 if passed else 1

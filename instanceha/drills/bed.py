@@ -15,6 +15,7 @@ from instanceha import conf as conf_pkg
 from instanceha import service
 from instanceha import simrun
 from instanceha.api import client
+from instanceha.drills import workdir as workdir_mod
 from instanceha.drills import world
 from instanceha.sim import SimCloud, SimServer
 from instanceha.util import waiting
@@ -49,9 +50,10 @@ class Drill:
     what the drill prints (``timeline``)."""
 
     def __init__(self, timeline, workdir, overrides=None, agents=False,
-                 **sim_params):
+                 temporary=False, **sim_params):
         self.timeline = timeline
         self.workdir = workdir
+        self.temporary = temporary
         self.overrides = overrides or {}
         self.cloud = SimCloud(**sim_params)
         self.server = None
@@ -81,8 +83,9 @@ class Drill:
                                     **self._agent_setup.sim_args()).start()
             out.write("heartbeat agents on every host, beating every "
                       "%gs\n" % self._agent_setup.interval)
-        out.write("log: %s\n\n" % os.path.join(self.workdir,
-                                                 "instanceha.log"))
+        out.write(workdir_mod.log_line(
+            os.path.join(self.workdir, "instanceha.log"), self.temporary)
+            + "\n")
         out.flush()
         self.service = service.Service(self.conf,
                                        on_progress=self._on_progress)

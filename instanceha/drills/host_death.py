@@ -80,7 +80,10 @@ def compute_death(make):
     d.act("the operator restarts nova-compute on %s" % victim)
     d.check(d.cloud.restart_compute(victim, delay=0.5),
             "%s refused the restart (off or hung)" % victim)
-    d.wait_state(victim, "active", STEP_BUDGET)
+    _, why = d.wait_state(victim, "active", STEP_BUDGET)
+    # Back long after the grace period: the reason must say what held it.
+    d.check("agent" in why and "within the grace period" not in why,
+            "%s active again saying: %s" % (victim, why))
     snap = d.cloud.snapshot()
     host = snap["hosts"][victim]
     d.check(host["power"] == "on", "%s is %s" % (victim, host["power"]))

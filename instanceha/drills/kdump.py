@@ -31,6 +31,9 @@ INTERVAL, DUMP_TIME = 0.5, 4.0
 KDUMP = {"enabled": True, "listen_address": "127.0.0.1", "port": 0,
          "resolve_names": False, "host_map": VICTIM + ":127.0.0.1",
          "timeout": 2.0, "max_dump_time": 30.0}
+#: The engine stamps a message on receipt with its wall clock, the
+#: timeline reads the monotonic one: they may disagree by a few ms.
+CLOCK_SLACK = 0.05
 MESSAGE = struct.pack("<II", kdump_source.MAGIC, kdump_source.VERSION)
 
 
@@ -58,19 +61,27 @@ class DumpKernel:
         end = time.monotonic() + self.duration
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.bind(("127.0.0.1", 0))
-            while time.monotonic() < end:
+            while True:
                 power = self.drill.cloud.snapshot()["hosts"][VICTIM]["power"]
                 self.power_at_send.append(power)
-                if power != "on":
-                    break               # the dump died with the power
+                if power != "on":       # the dump died with the power
+                    self.drill.say("%-10s dump kernel: cut short by a "
+                                   "power-off after %d messages"
+                                   % (VICTIM, self.sent))
+                    break
                 sock.sendto(MESSAGE, ("127.0.0.1", self.port))
                 self.sent += 1
+                if time.monotonic() + self.interval >= end:
+                    # The dump is written: this message is its last. The
+                    # engine's [kdump] timeout runs from it.
+                    self.drill.say("%-10s dump kernel: last fence_kdump "
+                                   "message (%d sent); the dump is written"
+                                   % (VICTIM, self.sent), mark="last message")
+                    break
                 if self.sent == 1:
                     self.drill.say("%-10s dump kernel: first fence_kdump "
                                    "message" % VICTIM, mark="first message")
                 time.sleep(self.interval)
-        self.drill.say("%-10s dump kernel: %d messages sent; the dump is "
-                       "written" % (VICTIM, self.sent), mark="dump over")
         self.done.set()
 
     def join(self, budget):
@@ -118,12 +129,21 @@ def kdump(make):
     d.check(fencing and "dump is over" in fencing[0],
             "the power-off did not wait for the dump: %s" % fencing)
     d.check_safe()
-    off = d.at(VICTIM + ":fenced") - d.at("dump over")
-    return ("%s left on while its dump ran (%d fence_kdump messages), "
-            "powered off %.1fs after the last one ([kdump] timeout %gs), "
+    # Both from the last message, the instant the engine's [kdump]
+    # timeout counts from: the decision to power off, then the BMC's Off.
+    last = d.at("last message")
+    decided = d.at(VICTIM + ":fencing") - last
+    off = d.at(VICTIM + ":fenced") - last
+    d.check(decided >= KDUMP["timeout"] - CLOCK_SLACK,
+            "the power-off was decided %.2fs after the last fence_kdump "
+            "message, before [kdump] timeout %gs" % (decided,
+                                                     KDUMP["timeout"]))
+    return ("%s left on while its dump ran (%d fence_kdump messages); "
+            "power-off decided %.1fs after the last message ([kdump] "
+            "timeout %gs, counted from it), Off confirmed %.1fs after it; "
             "%d/%d servers ACTIVE elsewhere"
-            % (VICTIM, dump.sent, off, KDUMP["timeout"], len(servers),
-               len(servers)))
+            % (VICTIM, dump.sent, decided, KDUMP["timeout"], off,
+               len(servers), len(servers)))
 
 
 def kdump_trusted(make):

@@ -1,4 +1,6 @@
-"""A storm: more hosts look dead at once than [policy] threshold allows.
+"""A storm: more hosts look dead at once than [policy] threshold allows
+(here five hosts of a rack hang together, power on: what a partition
+looks like from Nova too).
 That is a partition or a control-plane fault as often as a real loss, so
 the engine holds: the hosts beyond the threshold are neither fenced nor
 evacuated until an operator who checked says so with ``instanceha
@@ -13,6 +15,8 @@ HOSTS = 8
 #: 5 of 8 hosts (62 %) against a threshold of 50 %.
 DEAD = ["compute-%d" % i for i in range(5)]
 THRESHOLD = 50
+#: What the operator found before lifting the hold.
+RESUME_REASON = "rack checked: hosts hung"
 #: How long the drill watches the hold: the grace period (1 s) several
 #: times over.
 WATCH = 3.0
@@ -26,9 +30,9 @@ def storm(make):
     d = make({"policy": {"threshold": THRESHOLD}}, hosts=HOSTS,
              servers_per_host=2, evacuation_time=0.3)
     servers = set(d.cloud.snapshot()["servers"])
-    d.act("a rack loses power: %s die at once (%d of %d hosts; threshold "
-          "%d%%)" % (", ".join(DEAD), len(DEAD), HOSTS, THRESHOLD),
-          mark="killed")
+    d.act("a rack's hosts hang at once (kernels hung, power still on, "
+          "their BMCs read On): %s (%d of %d hosts; threshold %d%%)"
+          % (", ".join(DEAD), len(DEAD), HOSTS, THRESHOLD), mark="killed")
     for name in DEAD:
         d.cloud.kill(name)
     # Every dead host is either held or was taken before the hold began.
@@ -49,10 +53,11 @@ def storm(make):
     moved = [m for m in d.cloud.snapshot()["migrations"]
              if m["source_compute"] in held]
     d.check(not moved, "servers of held hosts moved: %s" % moved)
-    d.act("the operator checked (the rack's PDU failed): instanceha resume "
-          "--storm --reason 'rack PDU failed'", mark="resume")
+    d.act("the operator checked (the rack's consoles show hung kernels, "
+          "not a partition): instanceha resume --storm --reason '%s'"
+          % RESUME_REASON, mark="resume")
     code, answer = d.operator("POST", "/storm/resume",
-                              {"reason": "rack PDU failed"})
+                              {"reason": RESUME_REASON})
     d.check(code == 202, "resume --storm refused (%s): %s" % (code, answer))
     d.say("storm hold lifted for %s" % ", ".join(
         "%s (%d hosts lost)" % kv for kv in sorted(answer["lifted"].items())))
@@ -65,7 +70,7 @@ def storm(make):
     d.check_recovered(servers, set(DEAD))
     d.check_safe()
     last = max(d.at(n + ":evacuated") for n in DEAD)
-    return ("%d of %d hosts died at once: %s held %gs with power on and "
+    return ("%d of %d hosts hung at once: %s held %gs with power on and "
             "servers in place (%d fenced before the hold), all %d evacuated "
             "%.1fs after 'resume --storm'"
             % (len(DEAD), HOSTS, ", ".join(held), WATCH, len(off),

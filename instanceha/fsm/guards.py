@@ -7,6 +7,8 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 :class:`instanceha.fsm.settings.Policy`.
 """
 
+import dataclasses
+
 from instanceha.events import EvacuationSummary, ServiceReport
 from instanceha.fsm import agent, table
 
@@ -88,6 +90,16 @@ def agent_fence_due(r, ev, p):
             and not dump_holds(r, ev.at, p))
 
 
+def _within_grace(r, ev, p):
+    """A heartbeat back before fencing would have been due: within the
+    grace period (or a dump's delay, a resumed host's boot time) counted
+    from the loss (the report has cleared ``lost_at`` unless the agent's
+    silence set it: then from the moment the host turned suspect)."""
+    start = r.lost_at if r.lost_at is not None else r.since
+    due = fence_at(dataclasses.replace(r, lost_at=start), p)
+    return due is None or ev.at < due
+
+
 def _flapping(r, ev, p):
     """Lost flap_count times within flap_window (this loss included)."""
     return p.flap_count > 0 and sum(
@@ -163,6 +175,7 @@ GUARDS = {
     "agent_vetoes": lambda r, ev, p: (agent.vetoes(r)
                                       and _decision_due(r, ev, p)),
     "agent_beating": lambda r, ev, p: agent.vetoes(r),
+    "within_grace": lambda r, ev, p: _within_grace(r, ev, p),
     "agent_refuted": lambda r, ev, p: agent.refuted(r, p),
     "agent_silent_suspect": lambda r, ev, p: agent.silent_suspect(r),
     "nova_ok": lambda r, ev, p: r.heartbeat_ok,

@@ -36,8 +36,14 @@ RULES = [
      "(agent silent; never fenced for it)"),
     (S.SUSPECT, E.HEARTBEAT_OK, "agent_silent_suspect", S.SUSPECT,
      "{record.reason}"),
-    (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
+    (S.SUSPECT, E.HEARTBEAT_OK, "within_grace", S.ACTIVE,
      "heartbeat back within the grace period"),
+    (S.SUSPECT, E.HEARTBEAT_OK, "agent_beating", S.ACTIVE,
+     "heartbeat back: nova-compute reports again (after the grace period; "
+     "its agent's beats held the host alive, never fenced)"),
+    (S.SUSPECT, E.HEARTBEAT_OK, ALWAYS, S.ACTIVE,
+     "heartbeat back after the grace period (the host was held, never "
+     "fenced)"),
     (S.SUSPECT, E.AGENT_BEATING, "nova_ok", S.ACTIVE,
      "heartbeat agent beating again within the grace period"),
     (S.SUSPECT, E.AGENT_BEATING, ALWAYS, S.SUSPECT,

@@ -3,6 +3,7 @@ a name that is no drill, the hand-off to ``python -m instanceha.drills``.
 No drill runs here (functional/sim/test_drills.py runs each)."""
 
 import importlib
+import os
 import io
 import sys
 
@@ -148,3 +149,20 @@ def test_settings_text_names_the_drills_own_overrides():
     text = bed.settings_text(conf, {"policy": {"threshold": 50}})
     assert text.splitlines()[1] == "  [policy] threshold = 50"
     assert "suspect after 3s without heartbeat, 1s grace" in text
+
+
+def test_a_temporary_workdir_removed_after_a_pass_is_said_removed(
+        tmp_path, monkeypatch):
+    """The log path a drill prints (in its temporary directory) is gone
+    after a PASS: the drill says so, not "kept" nor nothing."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = io.StringIO()
+    scenario = registry.Scenario("x", "a drill", "none:none")
+    assert drills_main.run(scenario, _Drill("it held"), None, out,
+                           log_setup=lambda *a, **k: None) == 0
+    lines = out.getvalue().splitlines()
+    [made] = [p for p in lines if p.startswith("removed ")]
+    workdir = made.split()[1]
+    assert made == "removed %s (a PASS; --workdir DIR keeps it)" % workdir
+    assert workdir.startswith(str(tmp_path)) and os.listdir(tmp_path) == []

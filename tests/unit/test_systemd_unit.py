@@ -143,3 +143,50 @@ def test_systemd_analyze_verify(name, tmp_path):
     assert result.returncode == 0, result.stderr
     # Only our unit's own problems matter; anything naming it fails.
     assert name not in result.stderr, result.stderr
+
+
+#: unit -> the page its Documentation= names; that page's install steps
+#: say where instanceha is installed (``python3 -m venv PREFIX``).
+DOCS = {ENGINE: "operators.md", AGENT: "agent.md"}
+TOP = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _data_files():
+    """{target directory: [source files]} of setup.cfg's data_files."""
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(TOP, "setup.cfg"))
+    out, target = {}, None
+    for line in cfg["files"]["data_files"].splitlines():
+        if "=" in line:
+            target, _, rest = (p.strip() for p in line.partition("="))
+            out[target] = [rest] if rest else []
+        elif line.strip():
+            out[target].append(line.strip())
+    return out
+
+
+@both
+def test_documentation_names_a_page_the_install_puts_there(name):
+    """Documentation= is a page that pip installs (setup.cfg data_files,
+    share/doc/instanceha) at the prefix the page's own install steps use
+    (issue 35, part 7: it named /usr/share/doc, where nothing was)."""
+    import re
+    page = DOCS[name]
+    url = _one(name, "Unit", "Documentation")
+    assert url.startswith("file://"), url
+    with open(os.path.join(TOP, "doc", page)) as f:
+        prefix = re.search(r"python3 -m venv (\S+)", f.read()).group(1)
+    assert url[len("file://"):] == os.path.join(
+        prefix, "share", "doc", "instanceha", page)
+    assert "doc/" + page in _data_files()["share/doc/instanceha"]
+
+
+def test_every_doc_page_is_installed():
+    """The pages link to each other by name: all of them are installed,
+    each once, and each listed file exists."""
+    import glob
+    listed = _data_files()["share/doc/instanceha"]
+    pages = sorted(os.path.relpath(p, TOP)
+                   for p in glob.glob(os.path.join(TOP, "doc", "*.md")))
+    assert sorted(listed) == pages

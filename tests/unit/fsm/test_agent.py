@@ -227,3 +227,26 @@ def test_the_grace_period_runs_from_the_last_beat():
     h.nova(14.5, updated_at=5000.0)          # owed at 4, none recorded
     assert h.tick(14.9) is S.SUSPECT         # grace ends at 15
     assert h.tick(15) is S.FENCING
+
+
+def test_nova_back_after_the_veto_says_what_held_the_host():
+    """compute-death drill (issue 35, part 8): nova-compute back after
+    the grace period, the host held by its agent meanwhile; the reason
+    says so, not "within the grace period"."""
+    h = Host()
+    h.beating(0, compute=False)
+    assert h.nova(40, updated_at=5000.0, ok=False) is S.SUSPECT
+    h.tick(47)                              # 7 s later, grace 1 s
+    assert h.nova(47.5, updated_at=5047.0) is S.ACTIVE
+    assert "within the grace period" not in h.rec.reason
+    assert h.rec.reason == (
+        "heartbeat back: nova-compute reports again (after the grace "
+        "period; its agent's beats held the host alive, never fenced)")
+
+
+def test_nova_back_within_the_grace_period_says_so():
+    h = Host(machine.Policy(grace_period=10, nova_report_interval=10,
+                            nova_seen_lag=3))
+    h.nova(40, updated_at=5000.0, ok=False)
+    assert h.nova(45, updated_at=5044.0) is S.ACTIVE
+    assert h.rec.reason == "heartbeat back within the grace period"

@@ -273,3 +273,13 @@ def test_only_timed_states_ever_have_a_timer():
     assert machine.next_wakeup(HostRecord(
         id="u", name="c", state=S.SUSPECT, since=0.0, heartbeat_ok=False,
         lost_at=5.0), p) is not None
+
+
+def test_heartbeat_back_after_the_grace_period_does_not_claim_within():
+    # Held past the grace period (here by the storm threshold), then back.
+    rec, _ = run([ev(E.HEARTBEAT_LOST, 0),
+                  ev(E.TICK, 20, cluster_ok=False, reason="4 of 6 down"),
+                  ev(E.HEARTBEAT_OK, 25)])
+    assert rec.state is S.ACTIVE
+    assert rec.reason == ("heartbeat back after the grace period (the host "
+                          "was held, never fenced)")

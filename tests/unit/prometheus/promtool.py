@@ -1,6 +1,6 @@
 """Where the rules, their promtool tests and the dashboard are, and
 promtool itself: missing, the tests using it skip, or fail naming it under
-INSTANCEHA_REQUIRE_SERVICES=1 (tools/bootstrap.sh installs Debian's
+INSTANCEHA_REQUIRE_SERVICES=1 (tools/test-packages.sh installs Debian's
 prometheus package, which has it)."""
 
 import os
@@ -28,7 +28,7 @@ def promtool(*args):
     exe = shutil.which("promtool")
     if exe is None:
         what = ("promtool is not installed (Debian package prometheus; "
-                "tools/bootstrap.sh installs it)")
+                "tools/test-packages.sh installs it)")
         if REQUIRE:
             pytest.fail(what, pytrace=False)
         pytest.skip(what)
