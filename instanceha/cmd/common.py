@@ -42,16 +42,22 @@ def split_config_args(argv):
 
 
 def reading_journal(conf, read):
-    """``read(journal)`` on the configured journal, closed after. Returns
-    (its result, 0), or (None, 1) once a journal that cannot be opened or
-    read is said on stderr with its URL's password masked."""
+    """``read(journal)`` on the configured journal, opened read-only
+    (nothing created, upgraded or written) and closed after. Returns (its
+    result, 0), or (None, 1) once a journal that does not exist yet, is of
+    another release, or cannot be opened or read is said on stderr in one
+    line, its URL's password masked."""
     # Local: SQLAlchemy costs ~0.1 s at import; only the commands that
     # read the journal (status HOST, history) need it.
     from instanceha.journal import Journal
+    from instanceha.journal import read_only
     journal = None
     try:
-        journal = Journal(conf.journal.connection)
+        journal = Journal(conf.journal.connection, read_only=True)
         return read(journal), 0
+    except (read_only.NoJournal, read_only.OutOfDate) as e:
+        print("instanceha: %s" % e, file=sys.stderr)
+        return None, 1
     except Exception as e:      # noqa: BLE001 - a CLI says it and exits
         print("instanceha: cannot read the journal %s: %s"
               % (mask_url(conf.journal.connection), mask_url(e)),
