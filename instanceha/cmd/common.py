@@ -7,10 +7,12 @@ subcommands it dispatches to import it without importing each other.
 """
 
 import sys
+import time
 
 from oslo_config import cfg
 
 from instanceha import conf as conf_pkg
+from instanceha import log
 from instanceha.log import mask_url
 
 
@@ -76,3 +78,39 @@ def age(seconds):
     if seconds < 7200:
         return "%dm" % (seconds // 60)
     return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def iso(at):
+    """Epoch seconds as ISO 8601 UTC to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def config_arguments(parser):
+    """--config-file and --config-dir in an argparse ``parser``'s help
+    (split_config_args hands them to oslo.config)."""
+    parser.add_argument("--config-file", metavar="PATH", action="append",
+                        help="a configuration file (repeatable: later "
+                             "files win); default "
+                             "/etc/instanceha/instanceha.conf")
+    parser.add_argument("--config-dir", metavar="DIR", action="append",
+                        help="a directory whose *.conf files are read "
+                             "after the --config-file ones")
+
+
+class _Stderr:
+    """The process's stderr when written to (a test's capture, or the
+    real one), not when the log handler was made."""
+
+    @staticmethod
+    def write(text):
+        sys.stderr.write(text)
+
+    @staticmethod
+    def flush():
+        sys.stderr.flush()
+
+
+def logs_to_stderr():
+    """Log lines (structlog's and the libraries') to stderr, masked like
+    the service's: stdout is for the command's answer alone."""
+    log.setup("console", False, stream=_Stderr())

@@ -103,7 +103,7 @@ def fresh_logging():
 
 
 def test_a_read_command_logs_nothing_on_stdout(conf_file, compute, capsys,
-                                               fresh_logging):
+                                               fresh_logging, monkeypatch):
     """A driver's log line (a Nova read sent again) while ``policy
     explain`` reads: on stderr, never mixed into the answer."""
     log = structlog.get_logger("instanceha.drivers.compute")
@@ -115,8 +115,10 @@ def test_a_read_command_logs_nothing_on_stdout(conf_file, compute, capsys,
         return get_server(server_id)
 
     compute.get_server = logging_get
-    assert policy.main(["explain", "web", "--config-file", conf_file],
-                       driver=lambda conf: compute) == 0
+    from instanceha.drivers.compute import nova
+    monkeypatch.setattr(nova, "NovaDriver", lambda conf: compute)
+    assert cli.main(["policy", "explain", "web", "--config-file",
+                     conf_file]) == 0
     out, err = capsys.readouterr()
     assert "nova_read_retry" not in out, out
     assert out.startswith("server web ")
