@@ -6,6 +6,7 @@ A module of its own so that :mod:`instanceha.cmd.main` and the
 subcommands it dispatches to import it without importing each other.
 """
 
+import logging
 import sys
 import time
 
@@ -111,6 +112,7 @@ class _Stderr:
 
 
 def logs_to_stderr():
-    """Log lines (structlog's and the libraries') to stderr, masked like
-    the service's: stdout is for the command's answer alone."""
-    log.setup("console", False, stream=_Stderr())
+    """Log lines (structlog's and the libraries'), warnings and errors
+    only, to stderr, masked like the service's: stdout is for the
+    command's answer alone, and stderr for what went wrong."""
+    log.setup("console", False, stream=_Stderr(), level=logging.WARNING)
