@@ -61,6 +61,8 @@ def reading_journal(conf, read):
     except (read_only.NoJournal, read_only.OutOfDate) as e:
         print("instanceha: %s" % e, file=sys.stderr)
         return None, 1
+    except BrokenPipeError:
+        raise               # stdout's reader went away: see cmd.main
     except Exception as e:      # noqa: BLE001 - a CLI says it and exits
         print("instanceha: cannot read the journal %s: %s"
               % (mask_url(conf.journal.connection), mask_url(e)),

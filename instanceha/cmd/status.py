@@ -8,13 +8,13 @@ and exit status 1), never an engine up and every host active."""
 
 import argparse
 import json
-import os
 import socket
 import sys
 import time
 
 from instanceha.cmd.common import age, iso, load_conf, reading_journal
 from instanceha.cmd.common import split_config_args
+from instanceha.util.process import pid_alive, pid_namespace
 
 #: A snapshot not rewritten for this many of its write intervals is
 #: stale: its engine is stuck or gone (it rewrites the file every
@@ -26,18 +26,7 @@ STALE_WRITES = 5
 DEFAULT_WRITE_INTERVAL = 2.2
 
 
-def pid_alive(pid):
-    """Is process ``pid`` there (on this machine)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True          # another user's: there
-    return True
-
-
-def staleness(data, now, alive=pid_alive, hostname=None):
+def staleness(data, now, alive=pid_alive, hostname=None, pid_ns=None):
     """None when the snapshot ``data`` is a running engine's and recent;
     else why not, for the STALE line: the engine stopped or its process
     has exited, no rewrite for STALE_WRITES intervals, or the engine
@@ -48,7 +37,11 @@ def staleness(data, now, alive=pid_alive, hostname=None):
         return "no engine running: it stopped %s" % _when(stopped, now)
     pid = data.get("pid")
     here = hostname or socket.gethostname()
-    if pid and data.get("hostname") == here and not alive(pid):
+    # The engine's pid names a process here only on this machine and in
+    # this pid namespace (not from the host into a container's).
+    same = data.get("hostname") == here and data.get("pid_ns") == (
+        pid_ns or pid_namespace())
+    if pid and same and not alive(pid):
         return ("no engine running: its process (pid %d) has exited; this "
                 "is its last snapshot, written %s" % (pid, iso(written)))
     interval = data.get("write_interval") or DEFAULT_WRITE_INTERVAL

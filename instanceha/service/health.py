@@ -10,6 +10,7 @@ import time
 import structlog
 
 from instanceha import runtime, watchdog
+from instanceha.util.process import pid_namespace
 
 LOG = structlog.get_logger("instanceha.service")
 
@@ -49,7 +50,7 @@ class Health:
         data = self.engine.snapshot()
         ok, why = self.liveness()
         data.update(written_at=self.wall(), pid=os.getpid(),
-                    hostname=socket.gethostname(),
+                    hostname=socket.gethostname(), pid_ns=pid_namespace(),
                     write_interval=round(STATUS_EVERY + status_gap(
                         self._status_took), 3),
                     live={"ok": ok, "reason": why})

@@ -4,6 +4,7 @@ import socket
 import time
 
 from instanceha.cmd import main as cli
+from instanceha.util.process import pid_namespace
 
 
 def test_status_table_shows_state_since_and_reason(tmp_path, capsys):
@@ -21,7 +22,7 @@ def test_status_table_shows_state_since_and_reason(tmp_path, capsys):
     # As a running engine writes it (issue 35: else it is STALE, exit 1).
     status_file.write_text(json.dumps(dict(
         data, written_at=time.time(), pid=os.getpid(),
-        hostname=socket.gethostname())))
+        hostname=socket.gethostname(), pid_ns=pid_namespace())))
     conf = tmp_path / "c.conf"
     conf.write_text("[DEFAULT]\nstatus_file = %s\n" % status_file)
     assert cli.main(["status", "--config-file", str(conf)]) == 0

@@ -15,6 +15,7 @@ import time
 from instanceha.cmd import main as cli
 from instanceha.cmd import status as status_cmd
 from instanceha.service import health
+from instanceha.util.process import pid_namespace
 
 NOW = 1795924572.0          # 2026-11-29T...Z, the wall clock of the tests
 
@@ -22,7 +23,8 @@ NOW = 1795924572.0          # 2026-11-29T...Z, the wall clock of the tests
 def _snapshot(**extra):
     data = {"generated_at": NOW, "started_at": NOW - 3600,
             "written_at": NOW, "pid": os.getpid(),
-            "hostname": socket.gethostname(), "write_interval": 2.2,
+            "hostname": socket.gethostname(), "pid_ns": pid_namespace(),
+            "write_interval": 2.2,
             "cluster": {"ok": True, "reason": ""},
             "hosts": [{"id": "u1", "name": "compute-1", "state": "active",
                        "since": NOW - 600, "reason": "reporting"}]}
@@ -83,6 +85,16 @@ def test_an_exited_engine_is_no_engine_running(tmp_path, capsys):
                    for line in lines[1:]), lines
 
 
+def test_a_pid_of_another_machine_or_namespace_is_not_judged(tmp_path,
+                                                             capsys):
+    """A CLI on the host reading the file of an engine in a container:
+    the engine's pid means nothing here; the file's age tells."""
+    for other in ({"hostname": "elsewhere"}, {"pid_ns": "pid:[1]"}):
+        rc, lines = _run(tmp_path, _snapshot(pid=_dead_pid(), **other),
+                         capsys, now=NOW + 1)
+        assert rc == 0, (other, lines)
+
+
 def test_a_stopped_engine_is_no_engine_running(tmp_path, capsys):
     rc, lines = _run(tmp_path, _snapshot(stopped_at=NOW), capsys,
                      now=NOW + 30)
@@ -139,6 +151,7 @@ def test_the_status_file_says_when_by_whom_and_how_often(tmp_path):
     assert data["written_at"] == NOW and data["generated_at"] == 1000.0
     assert data["pid"] == os.getpid()
     assert data["hostname"] == socket.gethostname()
+    assert data["pid_ns"] == pid_namespace()
     assert data["write_interval"] >= health.STATUS_EVERY
     assert data["live"] == {"ok": True,
                             "reason": "reconciler passed 1.0s ago"}
@@ -169,3 +182,24 @@ def test_status_piped_into_head_prints_no_traceback(tmp_path):
     proc.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert first.startswith(b"instanceha status written")
+
+
+def test_a_journal_read_into_a_closed_pipe_is_no_journal_error(tmp_path):
+    """``instanceha history HOST | head``: the broken pipe is not said
+    as "cannot read the journal" (instanceha.cmd.main drops it)."""
+    import pytest
+    from instanceha.cmd import common
+    from instanceha.journal import Journal
+
+    url = "sqlite:///%s" % (tmp_path / "journal.sqlite")
+    Journal(url).close()
+
+    class Conf:
+        class journal:
+            connection = url
+
+    def read(journal):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        common.reading_journal(Conf, read)
