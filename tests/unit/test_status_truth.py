@@ -203,3 +203,29 @@ def test_a_journal_read_into_a_closed_pipe_is_no_journal_error(tmp_path):
 
     with pytest.raises(BrokenPipeError):
         common.reading_journal(Conf, read)
+
+
+def test_a_stopped_service_leaves_a_file_that_says_no_engine_runs(
+        tmp_path, capsys):
+    """The service's last write at stop says so: ``instanceha status``
+    right after ``systemctl stop`` says STALE, not "engine up"."""
+    from instanceha import service as service_mod
+    from tests.unit.fakes import Clock, FakeCompute, FakeFencer
+    from tests.unit.test_backend_wait import Notifier, _conf
+
+    conf, path = _conf(tmp_path)
+    clock = Clock()
+    compute = FakeCompute(clock, hosts=2)
+    svc = service_mod.Service(conf, compute=compute, clock=clock,
+                              fencer=lambda name: FakeFencer(compute),
+                              notifier=Notifier(), sleep=lambda s: False)
+    svc.start()
+    svc.stop()
+    data = json.loads((tmp_path / "status.json").read_text())
+    assert data["pid"] == os.getpid() and data["stopped_at"] > NOW
+    capsys.readouterr()         # the service's own log lines
+    rc = status_cmd.main(["--config-file", path],
+                         now=data["stopped_at"] + 5)
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert lines[0].startswith("STALE: no engine running: it stopped ")
