@@ -13,7 +13,7 @@ import sys
 import time
 
 from instanceha.cmd.common import age, iso, load_conf, reading_journal
-from instanceha.cmd.common import split_config_args
+from instanceha.cmd.common import config_arguments, split_config_args
 from instanceha.util.process import pid_alive, pid_namespace
 
 #: A snapshot not rewritten for this many of its write intervals is
@@ -43,7 +43,9 @@ def staleness(data, now, alive=pid_alive, hostname=None, pid_ns=None):
         pid_ns or pid_namespace())
     if pid and same and not alive(pid):
         return ("no engine running: its process (pid %d) has exited; this "
-                "is its last snapshot, written %s" % (pid, iso(written)))
+                "is its last snapshot, written %s" % (
+                    pid, iso(written) if written is not None
+                    else "at an unknown time"))
     interval = data.get("write_interval") or DEFAULT_WRITE_INTERVAL
     if written is None or now - written > STALE_WRITES * interval:
         return ("snapshot written %s, yet rewritten every %gs by a "
@@ -270,7 +272,6 @@ def running_servers(path, record):
 
 
 def parser():
-    from instanceha.cmd.common import config_arguments
     p = argparse.ArgumentParser(
         prog="instanceha status",
         description="Every host's state, since when and why, from the "
