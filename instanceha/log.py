@@ -133,8 +133,11 @@ def _mask(_, __, event_dict):
     return event_dict
 
 
-def setup(fmt="console", debug=False, stream=None):
-    level = logging.DEBUG if debug else logging.INFO
+def setup(fmt="console", debug=False, stream=None, level=None):
+    """``level``: the least level logged (default INFO, DEBUG with
+    ``debug``)."""
+    if level is None:
+        level = logging.DEBUG if debug else logging.INFO
     renderer = (structlog.processors.JSONRenderer() if fmt == "json"
                 else structlog.processors.KeyValueRenderer(
                     key_order=["timestamp", "level", "event", "host",

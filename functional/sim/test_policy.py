@@ -52,5 +52,11 @@ def test_policy_explain_prints_each_decision_and_its_source(make_cloud):
     out = c.cli("policy", "explain", b)
     assert out.returncode == 0, out.stderr
     assert "decision: left on its host:" in out.stdout, out.stdout
+    # By its name (issue 35, part 6), through the simulated Nova's
+    # name filter.
+    name = c.sim.snapshot()["servers"][a]["name"]
+    out = c.cli("policy", "explain", name)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("server %s (%s)" % (name, a)), out.stdout
     missing = c.cli("policy", "explain", "no-such-server")
     assert missing.returncode == 1 and "no server" in missing.stderr

@@ -143,7 +143,11 @@ class OperatorAPI:
         """Return (status, content_type, bytes). ``query``: the request's
         query parameters ({name: text})."""
         if method == "GET" and path == "/status":
-            return answer(200, self.engine.snapshot())
+            # With /healthz's verdict: a client says a stale view is
+            # stale (openstack instanceha host list).
+            ok, why = self.healthy()
+            return answer(200, dict(self.engine.snapshot(),
+                                    live={"ok": ok, "reason": why}))
         if method == "GET" and path == "/healthz":
             ok, why = self.healthy()
             return answer(200 if ok else 503, {"ok": ok, "reason": why})

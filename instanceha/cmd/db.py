@@ -33,8 +33,14 @@ def main(argv):
     from instanceha.journal import migrate
     try:
         if args.action == "version":
-            import sqlalchemy as sa
-            engine = sa.create_engine(url)
+            # Read-only: a journal that does not exist is not created.
+            from instanceha.journal import read_only
+            try:
+                engine = read_only.engine(url)
+            except read_only.NoJournal as e:
+                print("instanceha: %s (this release needs revision %s)"
+                      % (e, migrate.HEAD), file=sys.stderr)
+                return 1
             try:
                 with engine.connect() as c:
                     at = migrate.current(c)

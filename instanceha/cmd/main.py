@@ -61,6 +61,7 @@ cloud). status and history read the status file and
 the journal.
 """
 
+import os
 import sys
 
 from instanceha.cmd import demo
@@ -68,6 +69,7 @@ from instanceha.cmd import host_commands
 from instanceha.cmd import policy
 from instanceha.cmd import run
 from instanceha.cmd import status
+from instanceha.cmd.common import logs_to_stderr
 # Re-exported: tests and callers know them as instanceha.cmd.main's.
 from instanceha.cmd.host_commands import format_answer  # noqa: F401
 from instanceha.cmd.host_commands import positive_seconds  # noqa: F401
@@ -75,14 +77,44 @@ from instanceha.cmd.status import format_decisions  # noqa: F401
 from instanceha.cmd.status import format_status  # noqa: F401
 from instanceha.cmd.status import server_decisions  # noqa: F401
 
-USAGE = __doc__
+USAGE = __doc__ + """
+instanceha --version prints the release; instanceha COMMAND --help a
+command's own options.
+"""
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (instanceha status | head -3): the rest of
+        # the output is dropped, and so is Python's flush of it at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def version():
+    """This release's version, as installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("instanceha")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _main(argv):
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE.strip())
         return 0
+    if argv[0] == "--version":
+        print("instanceha %s" % version())
+        return 0
+    # Every command's log lines (a driver's, a library's) go to stderr:
+    # stdout is the command's answer. run and demo set their own.
+    logs_to_stderr()
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         return run.main(rest)

@@ -1,6 +1,7 @@
 """``instanceha run``: start the service and serve until SIGTERM or
 SIGINT; SIGHUP reloads its mutable options and the inventory."""
 
+import argparse
 import select
 import signal
 import socket
@@ -9,7 +10,8 @@ import time
 
 from instanceha import log
 from instanceha import runtime
-from instanceha.cmd.common import load_conf
+from instanceha.cmd.common import config_arguments, load_conf
+from instanceha.cmd.common import split_config_args
 from instanceha.drivers.compute import base as compute_base
 
 
@@ -110,11 +112,25 @@ def serve(svc, signals):
     svc.stop()
 
 
+def parser():
+    p = argparse.ArgumentParser(
+        prog="instanceha run",
+        description="Run the instanceha service in the foreground until "
+                    "SIGTERM or SIGINT; SIGHUP reloads its mutable "
+                    "options and the inventory. Exit status 2 when it "
+                    "cannot start (the configuration, a bind, a backend "
+                    "that refuses); 'instanceha check' checks first.")
+    config_arguments(p)
+    return p
+
+
 def main(argv):
+    mine, oslo = split_config_args(argv)
+    _args, more = parser().parse_known_args(mine)
     # Local: only ``run`` needs the service; at module top its openstacksdk,
     # oslo.messaging and SQLAlchemy would cost every CLI command ~0.4 s.
     from instanceha import service as service_mod
-    conf = load_conf(argv)
+    conf = load_conf(oslo + more)
     log.setup(conf.log_format, conf.debug)
     # Before anything starts a thread: a signal sent meanwhile is kept.
     signals = Signals()

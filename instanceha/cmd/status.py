@@ -1,23 +1,103 @@
 """``instanceha status [HOST]``: every host's state, since when and why,
 from the service's status file; with HOST, from the journal, what was
-decided for each of its servers in its last recovery, and why."""
+decided for each of its servers in its last recovery, and why.
 
+The status file is the engine's last snapshot: it says so when no engine
+runs any more or none has rewritten it for a while (``STALE``, first,
+and exit status 1), never an engine up and every host active."""
+
+import argparse
 import json
+import socket
 import sys
 import time
 
-from instanceha.cmd.common import age, load_conf, reading_journal
+from instanceha.cmd.common import age, iso, load_conf, reading_journal
+from instanceha.cmd.common import config_arguments, split_config_args
+from instanceha.util.process import pid_alive, pid_namespace
+
+#: A snapshot not rewritten for this many of its write intervals is
+#: stale: its engine is stuck or gone (it rewrites the file every
+#: write_interval seconds, a change or not).
+STALE_WRITES = 5
+#: The write interval of a status file that does not say its own (one
+#: of a release before issue 35): instanceha.service.health's
+#: STATUS_EVERY plus STATUS_MIN_GAP.
+DEFAULT_WRITE_INTERVAL = 2.2
 
 
-def format_status(data, now=None):
+def staleness(data, now, alive=pid_alive, hostname=None, pid_ns=None):
+    """None when the snapshot ``data`` is a running engine's and recent;
+    else why not, for the STALE line: the engine stopped or its process
+    has exited, no rewrite for STALE_WRITES intervals, or the engine
+    itself says its view is stale (/healthz's verdict)."""
+    written = data.get("written_at", data.get("generated_at"))
+    stopped = data.get("stopped_at")
+    if stopped is not None:
+        return "no engine running: it stopped %s" % _when(stopped, now)
+    pid = data.get("pid")
+    here = hostname or socket.gethostname()
+    # The engine's pid names a process here only on this machine and in
+    # this pid namespace (not from the host into a container's).
+    same = data.get("hostname") == here and data.get("pid_ns") == (
+        pid_ns or pid_namespace())
+    if pid and same and not alive(pid):
+        return ("no engine running: its process (pid %d) has exited; this "
+                "is its last snapshot, written %s" % (
+                    pid, iso(written) if written is not None
+                    else "at an unknown time"))
+    interval = data.get("write_interval") or DEFAULT_WRITE_INTERVAL
+    if written is None or now - written > STALE_WRITES * interval:
+        return ("snapshot written %s, yet rewritten every %gs by a "
+                "running engine: no engine running, or it is stuck"
+                % (_when(written, now), interval)
+                if written is not None else
+                "a snapshot that does not say when it was written")
+    live = data.get("live") or {}
+    if live.get("ok") is False:
+        return live.get("reason") or "the engine says its view is stale"
+    return None
+
+
+def _when(at, now):
+    """An ISO date, and how long ago when that is less than a day."""
+    if 0 <= now - at < 86400:
+        return "%s (%s ago)" % (iso(at), age(now - at))
+    return iso(at)
+
+
+def format_status(data, now=None, stale=None):
+    """The status file's ``data`` for the operator; ``stale``: what
+    :func:`staleness` says of it, printed first."""
     now = time.time() if now is None else now
     lines = []
+    if stale:
+        lines.append("STALE: %s" % stale)
     cluster = data.get("cluster", {})
-    lines.append("instanceha status at %s (engine up %s)%s" % (
-        time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                      time.gmtime(data.get("generated_at", now))),
-        age(now - data.get("started_at", now)),
+    written = data.get("written_at", data.get("generated_at"))
+    # The engine's uptime when it wrote the snapshot: both times are
+    # its own clock's (the wall's, or a simulation's).
+    ran = age(data.get("generated_at", 0) - data.get("started_at", 0)) \
+        if data.get("generated_at") is not None \
+        and data.get("started_at") is not None else None
+    engine = "engine pid %s on %s" % (data["pid"], data.get("hostname")) \
+        if data.get("pid") else "an engine"
+    if stale:
+        engine += ", which had run %s then" % ran if ran else ""
+    else:
+        engine += ", up %s" % ran if ran else ""
+    lines.append("instanceha status written %s by %s%s%s" % (
+        _when(written, now) if written is not None
+        else "at an unknown time", engine,
+        "; ages as of then" if stale else "",
         "" if cluster.get("ok", True) else "  HOLD: " + cluster["reason"]))
+    # The hosts' ages on the engine's clock: now, or when it wrote the
+    # snapshot if it is stale (a dead engine's hosts are not "active
+    # since 3h" now; nor is one of a simulation's clock in 1970).
+    generated = data.get("generated_at")
+    if generated is not None:
+        now = generated if stale or "written_at" not in data \
+            else generated + max(0.0, now - data["written_at"])
     starting = data.get("starting")
     if starting:
         # The start waits for a backend (the journal database, the
@@ -67,8 +147,16 @@ def format_status(data, now=None):
                      + ", ".join(waiting))
     for name, health in sorted((data.get("sources") or {}).items()):
         lines.append("source %s: %s" % (name, ", ".join(
-            "%s=%s" % kv for kv in sorted(health.items()))))
+            "%s=%s" % (k, _value(k, v)) for k, v in sorted(health.items()))))
     return "\n".join(lines)
+
+
+def _value(key, value):
+    """A source's health value; a time (``*_at``) as an ISO date."""
+    if key.endswith("_at") and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        return iso(value)
+    return value
 
 
 def format_coordination(c, now):
@@ -183,13 +271,32 @@ def running_servers(path, record):
     return "\n".join(lines)
 
 
-def main(argv):
-    host = None
-    if argv and not argv[0].startswith("-"):
-        host, argv = argv[0], argv[1:]
-    conf = load_conf(argv)
-    if host is not None:
-        return _status_host(conf, host)
+def parser():
+    p = argparse.ArgumentParser(
+        prog="instanceha status",
+        description="Every host's state, since when and why, from the "
+                    "status file the engine rewrites ([DEFAULT] "
+                    "status_file): when it was written and by which "
+                    "engine. When no engine runs any more, or none has "
+                    "rewritten the file for %d of its write intervals, "
+                    "or the engine says its view is stale, the first "
+                    "line says STALE and the exit status is 1."
+                    % STALE_WRITES)
+    p.add_argument("host", nargs="?", metavar="HOST",
+                   help="a host (its name or service id): its state and, "
+                        "from the journal, what was decided for each of "
+                        "its servers in its last recovery, and why; or a "
+                        "server's id: its instance repair")
+    config_arguments(p)
+    return p
+
+
+def main(argv, now=None):
+    mine, oslo = split_config_args(argv)
+    args, more = parser().parse_known_args(mine)
+    conf = load_conf(oslo + more)
+    if args.host is not None:
+        return _status_host(conf, args.host)
     try:
         with open(conf.status_file) as f:
             data = json.load(f)
@@ -201,6 +308,8 @@ def main(argv):
         print("instanceha: %s is not a status file" % conf.status_file,
               file=sys.stderr)
         return 1
-    print(format_status(data))
-    return 0
+    now = time.time() if now is None else now
+    stale = staleness(data, now)
+    print(format_status(data, now, stale))
+    return 1 if stale else 0
 

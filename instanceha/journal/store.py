@@ -208,7 +208,21 @@ def _sqlite_pragmas(dbapi_connection, _record):
 
 class Journal:
 
-    def __init__(self, url):
+    def __init__(self, url, read_only=False):
+        """``read_only``: for the CLI's read commands; nothing is created,
+        upgraded or written (see :mod:`instanceha.journal.read_only`,
+        whose NoJournal and OutOfDate it raises)."""
+        if read_only:
+            from instanceha.journal import read_only as ro
+            self.engine = ro.engine(url)
+            self._write_lock = None
+            try:
+                revision = ro.check(self.engine, url)
+            except Exception:
+                self.engine.dispose()
+                raise
+            self.schema = (revision, revision)
+            return
         if url.startswith("sqlite:///") and not url.startswith("sqlite:///:"):
             path = url[len("sqlite:///"):]
             directory = os.path.dirname(path)

@@ -479,6 +479,6 @@ class Service(Group, Reloading, Health):
         if self.api is not None:
             self.api.stop()
         try:
-            self.write_status()
+            self.write_status(final=True)
         finally:
             self._close_journal()

@@ -3,17 +3,24 @@ group, and what /healthz and /readyz judge."""
 
 import json
 import os
+import socket
 import tempfile
 import time
 
 import structlog
 
 from instanceha import runtime, watchdog
+from instanceha.util.process import pid_namespace
 
 LOG = structlog.get_logger("instanceha.service")
 
 #: Seconds between two rewrites of the status file, at least.
 STATUS_MIN_GAP = 0.2
+#: Seconds the status loop waits for a change before rewriting the file
+#: anyway: with the gap after a write, how often a running engine
+#: rewrites it (the file's write_interval; ``instanceha status`` calls a
+#: file not rewritten for a few intervals stale).
+STATUS_EVERY = 2.0
 
 
 def status_gap(took):
@@ -25,11 +32,30 @@ def status_gap(took):
 class Health:
     """Service's status and health half (instanceha.service.Service)."""
 
-    def write_status(self):
+    #: The wall clock of the status file's written_at and stopped_at (the
+    #: engine's own clock may be a simulation's or a test's).
+    wall = staticmethod(time.time)
+    #: Seconds the last status write took.
+    _status_took = 0.0
+
+    def write_status(self, final=False):
+        """The engine's snapshot, and what ``instanceha status`` needs to
+        tell a running engine's from a dead one's: when it was written,
+        by which process, how often it is rewritten, /healthz's verdict,
+        and (``final``: the last write, at stop) that the engine
+        stopped."""
         path = self.conf.status_file
         if not path:
             return
         data = self.engine.snapshot()
+        ok, why = self.liveness()
+        data.update(written_at=self.wall(), pid=os.getpid(),
+                    hostname=socket.gethostname(), pid_ns=pid_namespace(),
+                    write_interval=round(STATUS_EVERY + status_gap(
+                        self._status_took), 3),
+                    live={"ok": ok, "reason": why})
+        if final:
+            data["stopped_at"] = data["written_at"]
         if self.api is not None and self.api.port:
             data["api"] = "http://%s:%d" % (self.conf.api.listen_address,
                                             self.api.port)
@@ -49,7 +75,7 @@ class Health:
         and never more than a tenth of the time (a write of thousands of
         hosts during a storm waits ten times its own duration)."""
         while not self._status_stop.is_set():
-            self._status_dirty.wait(2.0)
+            self._status_dirty.wait(STATUS_EVERY)
             self._status_dirty.clear()
             started = time.monotonic()
             try:
@@ -59,7 +85,8 @@ class Health:
                     self.write_status()
             except Exception as e:
                 LOG.warning("status_write_failed", reason=str(e))
-            self._status_stop.wait(status_gap(time.monotonic() - started))
+            self._status_took = time.monotonic() - started
+            self._status_stop.wait(status_gap(self._status_took))
 
     def role(self):
         """acting (alone, or elected and acting), elected (waiting one

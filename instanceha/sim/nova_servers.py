@@ -3,6 +3,7 @@ show, actions (evacuate, os-stop, os-resetState; the moves of
 nova_moves.py), metadata, and the actions recorded against a server."""
 
 import hashlib
+import re
 
 from instanceha.sim import model as m
 from instanceha.sim import web
@@ -77,9 +78,16 @@ class ServersAPI:
 
     def list_servers(self, req, version, detail):
         host, status = req.arg("host"), req.arg("status")
+        # Nova's name filter: a regular expression searched in the name.
+        name = req.arg("name")
+        try:
+            named = re.compile(name).search if name else None
+        except re.error:
+            raise ApiFault(400, "Invalid regular expression for name")
         with self.cloud.lock:
             servers = [s for s in self.cloud.list_servers(host=host)
-                       if not status or s.status == status.upper()]
+                       if (not status or s.status == status.upper())
+                       and (named is None or named(s.name))]
             servers.sort(key=lambda s: (-s.created, s.name))
             page, more = paginate(req, servers, lambda s: s.id,
                                   "marker [%s] not found",

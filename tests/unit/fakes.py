@@ -131,6 +131,11 @@ class FakeCompute(cb.ComputeDriver):
                          fault=v["fault"], task_state=v.get("task_state"),
                          power_state=v.get("power_state"), raw=raw)
 
+    def find_servers(self, name):
+        self._maybe_fail()
+        return [self.get_server(sid) for sid, v in self.servers.items()
+                if (v.get("name") or v["id"]) == name]
+
     # -- instance repair (issue 25) -------------------------------------------
     def list_servers_by_status(self, status):
         self._maybe_fail()

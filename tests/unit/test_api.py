@@ -96,3 +96,15 @@ def test_a_command_that_does_not_apply_is_refused_not_ignored():
                                  b'{"reason": "BIOS"}')
     assert status == 409 and b"suspend stops a recovery" in body, body
     assert w.state("compute-1")[0] == "evacuated"
+
+
+def test_status_says_whether_the_engines_view_is_live():
+    """Issue 35, part 1: GET /status carries /healthz's verdict, so that
+    ``openstack instanceha host list`` can say a stale view is stale."""
+    w, api = _api()
+    w.engine.health["reconciler"] = w.reconciler.health
+    live = json.loads(api.handle("GET", "/status")[2])["live"]
+    assert live["ok"] is True
+    w.clock.advance(w.conf.api.stale_after + 1)
+    live = json.loads(api.handle("GET", "/status")[2])["live"]
+    assert live["ok"] is False and "last pass" in live["reason"]

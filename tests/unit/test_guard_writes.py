@@ -22,7 +22,8 @@ from tests.unit.test_coordination import Backend, Clock, elect, member
 
 #: The compute driver's reads (Nova, Placement, Glance): the other half.
 COMPUTE_READS = {
-    "api_record", "check_placement", "get_aggregate", "get_image",
+    "api_record", "check_placement", "find_servers", "get_aggregate",
+    "get_image",
     "get_server", "host_capacities", "instance_actions", "list_aggregates",
     "list_control_services", "list_evacuations", "list_host_migrations",
     "list_servers", "list_servers_by_status", "list_services", "nova_clock",

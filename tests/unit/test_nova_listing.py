@@ -246,3 +246,16 @@ def test_a_service_row_is_one_object_without_a_dict():
          "forced_down": False, "updated_at": None})
     assert not hasattr(row, "__dict__")
     assert row.updated_at is None and row.binary == "nova-compute"
+
+
+def test_find_servers_sends_an_anchored_name_and_keeps_exact_names():
+    """``instanceha policy explain NAME`` (issue 35, part 6): Nova's name
+    filter is a regular expression; what it matches is checked again."""
+    web = dict(server("a"), name="web.1")
+    other = dict(server("b"), name="webx1")      # '.' as Nova's regex has it
+    d, compute, _ = driver([resp(200, page("servers", [web, other]))])
+    assert [s.id for s in d.find_servers("web.1")] == ["a"]
+    (path, kwargs), = compute.calls
+    assert path == "/servers/detail"
+    assert kwargs["params"]["name"] == r"^web\.1$"
+    assert kwargs["params"]["all_tenants"] is True

@@ -1,6 +1,10 @@
 import json
+import os
+import socket
+import time
 
 from instanceha.cmd import main as cli
+from instanceha.util.process import pid_namespace
 
 
 def test_status_table_shows_state_since_and_reason(tmp_path, capsys):
@@ -15,7 +19,10 @@ def test_status_table_shows_state_since_and_reason(tmp_path, capsys):
     assert "failed" in line and "60s ago" in line and "BMC down" in line
     assert "source reconciler: errors=0, passes=3" in text
     status_file = tmp_path / "status.json"
-    status_file.write_text(json.dumps(data))
+    # As a running engine writes it (issue 35: else it is STALE, exit 1).
+    status_file.write_text(json.dumps(dict(
+        data, written_at=time.time(), pid=os.getpid(),
+        hostname=socket.gethostname(), pid_ns=pid_namespace())))
     conf = tmp_path / "c.conf"
     conf.write_text("[DEFAULT]\nstatus_file = %s\n" % status_file)
     assert cli.main(["status", "--config-file", str(conf)]) == 0

@@ -459,6 +459,11 @@ class ComputeDriver(abc.ABC):
     # Concrete like the moves: each raises ComputeError("... is not
     # supported by this compute driver") in a driver without them.
 
+    def find_servers(self, name):
+        """Every server across all projects whose name is ``name``
+        exactly: [Server] (``instanceha policy explain NAME``)."""
+        raise _unsupported("finding servers by name")
+
     def list_servers_by_status(self, status):
         """Every server across all projects and hosts whose Nova status is
         ``status`` (SHUTOFF, ERROR): [Server] (the repair sweep)."""

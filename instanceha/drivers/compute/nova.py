@@ -10,6 +10,7 @@ microversions, so "latest" is never used. At connect time the server's maximum
 is read from version discovery; below 2.53 instanceha refuses to start.
 """
 
+import re
 import time
 import urllib.parse
 
@@ -196,6 +197,14 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
     def get_server(self, server_id):
         return to_server(self._call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
+
+    def find_servers(self, name):
+        # Nova's name filter is a regular expression: anchored and
+        # escaped, and the names compared again here.
+        bodies = self._list(SERVERS, "/servers/detail", "2.53",
+                            base_path="/servers/detail", all_projects=True,
+                            name="^%s$" % re.escape(name))
+        return [to_server(s) for s in bodies if s.get("name") == name]
 
     @write
     def evacuate(self, server_id, microversion=None, host=None):

@@ -38,7 +38,8 @@ class Listing(typing.NamedTuple):
 
 
 SERVERS = Listing("/servers", "servers", (("all_projects", "all_tenants"),
-                                          ("compute_host", "host")))
+                                          ("compute_host", "host"),
+                                          ("name", "name")))
 MIGRATIONS = Listing("/os-migrations", "migrations",
                      (("migration_type", "migration_type"),
                       ("source_compute", "source_compute")))

@@ -46,8 +46,22 @@ class ListHost(command.Lister):
                                  "the agent and a retrying action")
         return parser
 
+    #: Set by take_action: the API's view is stale (exit status 1).
+    _stale = False
+
+    def run(self, parsed_args):
+        return super().run(parsed_args) or (1 if self._stale else 0)
+
     def take_action(self, parsed_args):
         status = _status(self.app)
+        live = status.get("live") or {}
+        if live.get("ok") is False:
+            # First, on stderr (-f json stays one document): the engine
+            # behind the API has not passed for long; the table is what
+            # it last knew. As 'instanceha status' says of its file.
+            self._stale = True
+            self.app.stderr.write("STALE: %s\n" % (
+                live.get("reason") or "the engine says its view is stale"))
         cluster = status.get("cluster") or {}
         if cluster.get("ok") is False:
             # Beside the table (stderr): -f json stays one document.

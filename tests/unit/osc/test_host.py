@@ -330,3 +330,17 @@ def test_history_of_an_unknown_host_or_a_bad_time_is_the_apis_refusal():
         run(host.HostHistory, s, ["compute9"])
     assert str(err.value) == ("instanceha: history refused (404): unknown "
                               "host 'compute9'")
+
+
+def test_list_says_a_stale_view_first_and_exits_non_zero():
+    """Issue 35, part 1: the API's engine has not passed for long: the
+    table is shown (what it last knew) under a STALE line, exit 1."""
+    stale = dict(STATUS, live={"ok": False, "reason": "the reconciler's "
+                               "last pass was 300s ago"})
+    cmd, args, _ = run(host.ListHost, _status(stale), [])
+    assert cmd.run(args) == 1
+    assert cmd.app.stderr.getvalue().startswith(
+        "STALE: the reconciler's last pass was 300s ago\n")
+    live = dict(STATUS, live={"ok": True, "reason": "reconciler passed"})
+    cmd, args, _ = run(host.ListHost, _status(live), [])
+    assert cmd.run(args) == 0 and cmd.app.stderr.getvalue() == ""
