@@ -168,7 +168,7 @@ def test_an_unreadable_inventory_says_permission_denied(tmp_path):
     assert "[fencing] inventory" in text, text
 
 
-# -- clouds.yaml ----------------------------------------------------------------
+# -- clouds.yaml ---------------------------------------------------------------
 
 def test_a_missing_clouds_file_names_its_path(tmp_path):
     from instanceha.drivers.compute import base
@@ -182,7 +182,7 @@ def test_a_missing_clouds_file_names_its_path(tmp_path):
     assert missing in text and "[DEFAULT] clouds_file" in text, text
 
 
-# -- the inventory ----------------------------------------------------------------
+# -- the inventory -------------------------------------------------------------
 
 def _inventory(tmp_path, hosts):
     path = tmp_path / "bmc.yaml"

@@ -231,9 +231,9 @@ def read(path, known_drivers, *, environ=None):
         inv, warnings, inline = _parse(data, known_drivers, base_dir,
                                        environ)
     except InventoryError as e:
-        # Each line names the file: "inventory PATH: host ...".
+        # Each line names the file: "inventory: PATH: host ...".
         raise InventoryError([
-            "inventory %s:%s" % (path, line[len("inventory:"):])
+            "inventory: %s:%s" % (path, line[len("inventory:"):])
             if line.startswith("inventory:") else line
             for line in e.errors])
     if inline and readable_by_others(mode):
