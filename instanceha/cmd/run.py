@@ -112,10 +112,10 @@ def serve(svc, signals):
     svc.stop()
 
 
-def refuse(lines):
+def refuse(lines, what="cannot start"):
     """Say each start-up refusal on one line of stderr; exit status 2."""
     for line in lines:
-        print("instanceha: cannot start: %s" % log.mask_text(line),
+        print("instanceha: %s: %s" % (what, log.mask_text(line)),
               file=sys.stderr)
     return 2
 
@@ -128,7 +128,7 @@ def main(argv):
     try:
         conf = conf_pkg.load(argv)
     except (cfg.Error, ValueError) as e:
-        return refuse([str(e)])
+        return refuse([str(e)], "configuration error")
     log.setup(conf.log_format, conf.debug)
     # The start-up checks ``instanceha check`` makes too, before anything
     # is built or bound: every refusal, one line each.

@@ -186,7 +186,7 @@ def test_noauth_off_loopback_stops_the_cli_with_one_line(tmp_path, capsys):
     path.write_text("[api]\nlisten_address = 0.0.0.0\n")
     assert cli.main(["run", "--config-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["instanceha: cannot start: [api] auth_strategy = "
+    assert err == ["instanceha: configuration error: [api] auth_strategy = "
                    "noauth is only allowed on a loopback listen_address, "
                    "not 0.0.0.0: set [api] auth_strategy = keystone (and "
                    "[keystone_authtoken]) or listen on 127.0.0.1"]

@@ -19,7 +19,8 @@ from instanceha.cmd import run as run_cmd
 from instanceha.simrun import write_conf_file
 from tests.unit.fakes import Clock, FakeCompute, FakeFencer
 
-PREFIX = "instanceha: cannot start: "
+#: run's prefixes: a configuration file it cannot load, another refusal
+PREFIXES = ("instanceha: configuration error: ", "instanceha: cannot start: ")
 
 
 class Bed:
@@ -207,10 +208,10 @@ def test_check_refuses_what_run_refuses_with_the_same_lines(
             bed.holder.close()
     assert code == 2, err
     lines = err.splitlines()
-    assert lines and all(line.startswith(PREFIX) for line in lines), err
+    assert lines and all(line.startswith(PREFIXES) for line in lines), err
     assert "Traceback" not in err and "LocationInfo" not in err
     refused = [f.text for f in report.findings if f.refuses]
-    assert refused == [line[len(PREFIX):] for line in lines], \
+    assert refused == [line.split(": ", 2)[2] for line in lines], \
         report.render()
     assert report.exit_code == 2, report.render()
     assert report.render().splitlines()[-1].startswith(

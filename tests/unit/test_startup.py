@@ -134,7 +134,7 @@ def test_the_cli_reports_a_config_error_as_one_line(tmp_path, capsys):
     assert cli.main(["run", "--config-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("instanceha: cannot start: ")
+    assert err[0].startswith("instanceha: configuration error: ")
     assert "treshold" in err[0] and "threshold" in err[0]
 
 
