@@ -4,8 +4,9 @@ too (then its live reads), so that the two never disagree on whether the
 service would start.
 
 Each check reads, and writes nothing: files are opened for reading, the
-operator API's TCP address is bound and closed at once (nothing listens),
-a notification transport is built and cleaned up without connecting.
+listeners' addresses (the operator API's TCP port, the kdump and agent
+heartbeat UDP ports) are bound and closed at once (nothing listens), a
+notification transport is built and cleaned up without connecting.
 Each error is one line naming the option or file and what to do; the
 inventory gives every error it has.
 """
@@ -25,8 +26,10 @@ from instanceha.errors import ConfigError, StartupError
 from instanceha.heartbeat.keys import KeyFileError
 from instanceha.log import mask_url
 from instanceha.service.inventory import check_inventory
-from instanceha.service.startup import check_shared_journal, error_text
+from instanceha.service.startup import (
+    cannot_bind, check_shared_journal, error_text)
 from instanceha.sources import heartbeat as heartbeat_src
+from instanceha.sources import udp
 
 
 @dataclasses.dataclass
@@ -115,7 +118,6 @@ def operator_api(conf):
 def _probe_tcp(host, port):
     """Bind (host, port) and close it again, as the API's server binds
     it (SO_REUSEADDR); raises StartupError like the start's step."""
-    shown = ("[%s]:%s" if ":" in str(host) else "%s:%s") % (host, port)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         family, kind, proto, _, addr = infos[0]
@@ -126,8 +128,21 @@ def _probe_tcp(host, port):
         finally:
             probe.close()
     except OSError as e:
-        raise StartupError("operator API: cannot bind %s: %s" % (shown, e))
-    return shown
+        raise cannot_bind("operator API", (host, port), e)
+    return ("[%s]:%s" if ":" in str(host) else "%s:%s") % (host, port)
+
+
+def kdump(conf):
+    """The kdump listener's UDP address is free (bound and closed)."""
+    group = conf.kdump
+    if not group.enabled:
+        return None
+    try:
+        udp.bind(group.listen_address, group.port).close()
+    except OSError as e:
+        raise cannot_bind("kdump listener",
+                          (group.listen_address, group.port), e)
+    return None
 
 
 def notifications(conf):
@@ -163,6 +178,11 @@ def agent_heartbeat(conf):
         return None
     addresses = heartbeat_src.bind_addresses(group)
     heartbeat_src.load_keyring(group)
+    for address, port in addresses:
+        try:
+            udp.bind(address, port).close()
+        except OSError as e:
+            raise heartbeat_src.cannot_bind(address, port, e)
     return "keys loaded; listens on %s" % ", ".join(
         "%s:%s" % a for a in addresses)
 
@@ -178,7 +198,8 @@ def nova(conf):
 #: (what, check): in the order ``run`` makes them
 CHECKS = [("journal", journal), ("inventory", inventory),
           ("operator API", operator_api), ("notifications", notifications),
-          ("agent heartbeat", agent_heartbeat), ("nova", nova)]
+          ("kdump", kdump), ("agent heartbeat", agent_heartbeat),
+          ("nova", nova)]
 
 
 def run(conf, checks=None):

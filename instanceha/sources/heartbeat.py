@@ -111,6 +111,13 @@ def bind_addresses(group):
         raise ConfigError("[agent] listen_addresses: %s" % e)
 
 
+def cannot_bind(address, port, e):
+    """The StartupError of an address that cannot be bound (``e``)."""
+    where = ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
+    return StartupError("agent heartbeat listener: cannot bind %s ([agent] "
+                        "listen_addresses): %s" % (where, e.strerror or e))
+
+
 def load_keyring(group):
     """The engine's keyring from the ``[agent]`` key files; raises
     ConfigError (KeyFileError) naming the option or the file."""
@@ -204,11 +211,7 @@ class HeartbeatSource:
             except OSError as e:
                 self._close()
                 self.bound = []
-                where = ("[%s]:%d" if ":" in address else "%s:%d") % (
-                    address, port)
-                raise StartupError("agent heartbeat listener: cannot bind "
-                                   "%s ([agent] listen_addresses): %s"
-                                   % (where, e.strerror or e))
+                raise cannot_bind(address, port, e)
             sock.setblocking(False)
             try:
                 # Room for bursts while the receiver waits for the GIL

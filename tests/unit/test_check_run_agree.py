@@ -149,6 +149,27 @@ def _tcp_port_in_use(bed):
     bed.set("api", listen_tcp="true", port=str(holder.getsockname()[1]))
 
 
+def _held_udp_port():
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.bind(("127.0.0.1", 0))
+    return holder, holder.getsockname()[1]
+
+
+def _kdump_port_in_use(bed):
+    bed.holder, port = _held_udp_port()
+    bed.set("kdump", enabled="true", listen_address="127.0.0.1",
+            port=str(port))
+
+
+def _agent_port_in_use(bed):
+    key = bed.tmp / "master.key"
+    key.write_text("0123456789abcdef" * 4 + "\n")
+    os.chmod(key, 0o600)
+    bed.holder, port = _held_udp_port()
+    bed.set("agent", listen_addresses="127.0.0.1:%d" % port,
+            master_key_file=str(key))
+
+
 BROKEN = [_missing_socket_dir, _socket_dir_open_to_others,
           _inventory_is_a_directory, _inventory_missing,
           _inventory_without_password, _inventory_with_noop,
@@ -156,7 +177,7 @@ BROKEN = [_missing_socket_dir, _socket_dir_open_to_others,
           _bad_integer, _out_of_range, _inline_comment, _unknown_option,
           _config_file_is_a_directory, _missing_clouds_file,
           _cloud_not_in_clouds_file, _bad_transport_url, _missing_agent_key,
-          _tcp_port_in_use]
+          _tcp_port_in_use, _kdump_port_in_use, _agent_port_in_use]
 
 
 def _run(argv, capsys, monkeypatch):
