@@ -5,6 +5,7 @@ same code."""
 
 import logging
 import os
+import warnings
 
 import pytest
 import yaml
@@ -112,7 +113,11 @@ def _as_nobody(fn):
     to uid/gid 65534, so that a mode-000 file really is unreadable even
     when the tests run as root."""
     r, w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns of a fork beside threads (xdist's): the child
+        # only runs ``fn`` and exits.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:     # pragma: no cover - the child
         try:
             os.close(r)
