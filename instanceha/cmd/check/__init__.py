@@ -7,7 +7,8 @@ the BMC inventory). It reads, and writes nothing:
    makes (the same list, :mod:`instanceha.service.preflight`): the
    journal's URL, the BMC inventory (every error at once), the operator
    API's socket directory and TCP address, the notification transport,
-   the agents' key files, clouds.yaml;
+   the kdump and agent heartbeat listeners' addresses, the agents' key
+   files, clouds.yaml;
 2. the BMC inventory (secrets' modes, shared BMCs; noop said loudly);
 3. Nova through clouds.yaml: the maximum microversion, the compute
    services, and every compute host having a way to be fenced;
