@@ -23,6 +23,7 @@ from instanceha.agent import facts as facts_mod
 from instanceha.agent import guest_events
 from instanceha.agent import sender as sender_mod
 from instanceha.conf import agent as agent_conf
+from instanceha.conf import explain
 from instanceha.errors import ConfigError
 from instanceha.heartbeat import keys
 
@@ -36,15 +37,11 @@ def load_conf(argv):
     conf = agent_conf.new_conf()
     defaults = ([agent_conf.DEFAULT_CONFIG_FILE]
                 if os.path.exists(agent_conf.DEFAULT_CONFIG_FILE) else [])
-    conf(args=list(argv), project="instanceha", prog=PROG,
-         default_config_files=defaults,
-         description="Send this compute host's signed heartbeats to the "
-                     "instanceha engines.")
-    for opt in agent_conf.OPTS:
-        try:
-            getattr(conf.agent, opt.dest)
-        except (cfg.ConfigFileValueError, ValueError) as e:
-            raise cfg.Error("[agent] %s: %s" % (opt.name, e))
+    explain.parse(conf, args=list(argv), project="instanceha", prog=PROG,
+                  default_config_files=defaults,
+                  description="Send this compute host's signed heartbeats "
+                              "to the instanceha engines.")
+    explain.check_values(conf, agent_conf.GROUP, agent_conf.OPTS)
     agent_conf.validate(conf)
     return conf
 

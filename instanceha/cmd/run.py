@@ -8,9 +8,12 @@ import socket
 import sys
 import time
 
+from oslo_config import cfg
+
 from instanceha import log
 from instanceha import runtime
-from instanceha.cmd.common import config_arguments, load_conf
+from instanceha import conf as conf_pkg
+from instanceha.cmd.common import config_arguments
 from instanceha.cmd.common import split_config_args
 from instanceha.drivers.compute import base as compute_base
 
@@ -124,14 +127,31 @@ def parser():
     return p
 
 
+def refuse(lines, what="cannot start"):
+    """Say each start-up refusal on one line of stderr; exit status 2."""
+    for line in lines:
+        print("instanceha: %s: %s" % (what, log.mask_text(line)),
+              file=sys.stderr)
+    return 2
+
+
 def main(argv):
     mine, oslo = split_config_args(argv)
     _args, more = parser().parse_known_args(mine)
     # Local: only ``run`` needs the service; at module top its openstacksdk,
     # oslo.messaging and SQLAlchemy would cost every CLI command ~0.4 s.
     from instanceha import service as service_mod
-    conf = load_conf(oslo + more)
+    from instanceha.service import preflight
+    try:
+        conf = conf_pkg.load(oslo + more)
+    except (cfg.Error, ValueError) as e:
+        return refuse([str(e)], "configuration error")
     log.setup(conf.log_format, conf.debug)
+    # The start-up checks ``instanceha check`` makes too, before anything
+    # is built or bound: every refusal, one line each.
+    refused = preflight.refusals(preflight.run(conf))
+    if refused:
+        return refuse(refused)
     # Before anything starts a thread: a signal sent meanwhile is kept.
     signals = Signals()
     try:
@@ -144,14 +164,12 @@ def _run(conf, signals, service_mod, ComputeError):
     try:
         svc = service_mod.Service(conf, sleep=signals.sleep)
     except (service_mod.ConfigError, ComputeError) as e:
-        print("instanceha: cannot start: %s" % e, file=sys.stderr)
-        return 2
+        return refuse([str(e)])
     try:
         svc.start()
     except service_mod.StartupError as e:
         # Nothing was acted on and what was bound is closed again.
-        print("instanceha: cannot start: %s" % e, file=sys.stderr)
-        return 2
+        return refuse([str(e)])
     except service_mod.StartInterrupted as e:
         # SIGTERM while a backend was awaited: nothing was acted on.
         print("instanceha: stopped before the start finished: %s" % e,

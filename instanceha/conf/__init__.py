@@ -22,6 +22,7 @@ from instanceha.conf import default
 from instanceha.conf import detection
 from instanceha.conf import drain
 from instanceha.conf import evacuation
+from instanceha.conf import explain
 from instanceha.conf import fencing
 from instanceha.conf import heartbeat
 from instanceha.conf import instance_repair
@@ -54,17 +55,12 @@ def load(argv=None, default_config_files=None):
     nothing reads (a typo such as ``treshold``) is an error too: silently
     running on the default is worse than not starting."""
     conf = new_conf()
-    conf(args=argv or [], project="instanceha",
-         default_config_files=default_config_files)
+    explain.parse(conf, args=argv or [], project="instanceha",
+                  default_config_files=default_config_files)
     check_unknown_options(conf)
     for module in MODULES:
         for group, opts in module.list_opts().items():
-            section = conf if group == "DEFAULT" else conf[group]
-            for opt in opts:
-                try:
-                    getattr(section, opt.dest)
-                except (cfg.ConfigFileValueError, ValueError) as e:
-                    raise cfg.Error("[%s] %s: %s" % (group, opt.name, e))
+            explain.check_values(conf, group, opts)
     for module in MODULES:
         validate = getattr(module, "validate", None)
         if validate is not None:
@@ -114,14 +110,8 @@ def _add_opt(known, group, opt):
             target.update({name, name.replace("-", "_")})
 
 
-def config_files(conf):
-    """The files oslo.config read: --config-file (or the default files) and
-    the *.conf files of --config-dir, in its order."""
-    files = list(conf.config_file or [])
-    dirs = conf.config_dir or []
-    for directory in [dirs] if isinstance(dirs, str) else dirs:
-        files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
-    return [f for f in files if os.path.isfile(f)]
+#: The files oslo.config read (defined beside the errors that name them).
+config_files = explain.config_files
 
 
 def check_unknown_options(conf):
@@ -129,13 +119,20 @@ def check_unknown_options(conf):
     is no known option group or option, naming the file and suggesting the
     closest known name."""
     known = known_options(conf)
+    ours = {}
+    for module in MODULES:
+        for group, opts in module.list_opts().items():
+            ours.setdefault(_group_key(group), {}).update(
+                (opt.name, opt) for opt in opts)
     # Sections that oslo.config's config_source names hold driver settings.
     sources = {_group_key(s) for s in (conf.config_source or [])}
     for path in config_files(conf):
         sections = {}
         try:
             cfg.ConfigParser(path, sections).parse()
-        except (OSError, cfg.ParseError) as e:
+        except OSError as e:
+            raise cfg.Error(explain.unreadable(path, e))
+        except cfg.ParseError as e:
             raise cfg.Error("%s: %s" % (path, e))
         for section, values in sections.items():
             key = _group_key(section)
@@ -149,6 +146,11 @@ def check_unknown_options(conf):
                     raise cfg.Error("%s: [%s] unknown option %r%s" % (
                         path, section, name,
                         _suggest(name, known[key], "option")))
+                opt = ours.get(key, {}).get(name)
+                why = opt is not None and explain.inline_comment(
+                    path, section, opt, values[name][-1])
+                if why:
+                    raise cfg.Error(why)
 
 
 def _suggest(name, candidates, what):

@@ -26,7 +26,7 @@ from instanceha.service.inventory import (  # noqa: F401 - re-exported
 from instanceha.service.reloading import Reloading
 from instanceha.service.startup import (  # noqa: F401 - re-exported
     EXTEND_SLACK, Awaited, AwaitedNova, Awaiting, StartInterrupted,
-    check_shared_journal, error_text, journal_is_local, journal_unreachable,
+    cannot_bind, check_shared_journal, error_text, journal_is_local, journal_unreachable,
     nova_unreachable)
 from instanceha.journal import Journal
 from instanceha.sources.audit import FencingAudit
@@ -449,9 +449,7 @@ class Service(Group, Reloading, Health):
             raise
         except OSError as e:
             if bind is not None:
-                host, port = bind
-                where = ("[%s]:%s" if ":" in str(host) else "%s:%s") % bind
-                raise StartupError("%s: cannot bind %s: %s" % (what, where, e))
+                raise cannot_bind(what, bind, e)
             raise StartupError("%s: %s" % (what, e))
         except Exception as e:   # noqa: BLE001 - one line, no traceback
             raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))

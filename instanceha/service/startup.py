@@ -5,7 +5,7 @@ cure, and the stand-ins the service is built with until they answer."""
 import threading
 import time
 
-from instanceha.errors import ConfigError
+from instanceha.errors import ConfigError, StartupError
 from instanceha.log import mask_url
 from instanceha.drivers.compute.base import CallRecord
 from instanceha.drivers.compute.nova_clock import NovaClock
@@ -25,6 +25,13 @@ EXTEND_SLACK = 60.0
 def journal_is_local(url):
     """A SQLite journal: a file on this node."""
     return url.strip().lower().startswith("sqlite")
+
+
+def cannot_bind(what, bind, e):
+    """The StartupError of a start step (``what``) whose (host, port)
+    ``bind`` cannot be bound (``e``, an OSError)."""
+    where = ("[%s]:%s" if ":" in str(bind[0]) else "%s:%s") % tuple(bind)
+    return StartupError("%s: cannot bind %s: %s" % (what, where, e))
 
 
 def check_shared_journal(conf):

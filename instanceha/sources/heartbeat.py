@@ -102,6 +102,34 @@ _BURST = 256
 _RCVBUF = 4 * 1024 * 1024
 
 
+def bind_addresses(group):
+    """[(address, port)] the listener binds (``[agent]``); raises
+    ConfigError."""
+    try:
+        return heartbeat_conf.listen_addresses(group)
+    except ValueError as e:
+        raise ConfigError("[agent] listen_addresses: %s" % e)
+
+
+def cannot_bind(address, port, e):
+    """The StartupError of an address that cannot be bound (``e``)."""
+    where = ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
+    return StartupError("agent heartbeat listener: cannot bind %s ([agent] "
+                        "listen_addresses): %s" % (where, e.strerror or e))
+
+
+def load_keyring(group):
+    """The engine's keyring from the ``[agent]`` key files; raises
+    ConfigError (KeyFileError) naming the option or the file."""
+    if not group.key_file and not group.master_key_file:
+        raise ConfigError("[agent] master_key_file: must be set (or the "
+                          "shared key_file) when [agent] listen_addresses "
+                          "is")
+    return keys.load_host_keyring(
+        group.master_key_file, group.previous_master_key_file,
+        group.key_file, group.previous_key_file, group.accept_shared_key)
+
+
 class HeartbeatSource:
     """See the module's text. ``known_hosts()`` returns Nova's hosts as
     [(service id, host name)]; ``keyring`` replaces the key files (tests,
@@ -111,19 +139,9 @@ class HeartbeatSource:
                  *, keyring=None, guest_sink=None, sendto=None,
                  random=None):
         group = self._group = conf.agent
-        try:
-            self._bind_to = heartbeat_conf.listen_addresses(group)
-        except ValueError as e:
-            raise ConfigError("[agent] listen_addresses: %s" % e)
+        self._bind_to = bind_addresses(group)
         if keyring is None:
-            if not group.key_file and not group.master_key_file:
-                raise ConfigError("[agent] master_key_file: must be set "
-                                  "(or the shared key_file) when [agent] "
-                                  "listen_addresses is")
-            keyring = keys.load_host_keyring(
-                group.master_key_file, group.previous_master_key_file,
-                group.key_file, group.previous_key_file,
-                group.accept_shared_key)
+            keyring = load_keyring(group)
         elif isinstance(keyring, keys.Keyring):
             keyring = keys.HostKeyring(shared=keyring)
         self.keyring = keyring
@@ -193,11 +211,7 @@ class HeartbeatSource:
             except OSError as e:
                 self._close()
                 self.bound = []
-                where = ("[%s]:%d" if ":" in address else "%s:%d") % (
-                    address, port)
-                raise StartupError("agent heartbeat listener: cannot bind "
-                                   "%s ([agent] listen_addresses): %s"
-                                   % (where, e.strerror or e))
+                raise cannot_bind(address, port, e)
             sock.setblocking(False)
             try:
                 # Room for bursts while the receiver waits for the GIL

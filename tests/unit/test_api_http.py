@@ -184,9 +184,7 @@ def test_noauth_on_loopback_is_allowed(address):
 def test_noauth_off_loopback_stops_the_cli_with_one_line(tmp_path, capsys):
     path = tmp_path / "instanceha.conf"
     path.write_text("[api]\nlisten_address = 0.0.0.0\n")
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["run", "--config-file", str(path)])
-    assert exit_.value.code == 2
+    assert cli.main(["run", "--config-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["instanceha: configuration error: [api] auth_strategy = "
                    "noauth is only allowed on a loopback listen_address, "

@@ -34,7 +34,8 @@ def _conf(tmp_path, **groups):
     inventory = tmp_path / "bmc.yaml"
     inventory.write_text(yaml.safe_dump({"hosts": {
         "compute-%d" % i: {"driver": "redfish",
-                           "address": "https://bmc-%d" % i}
+                           "address": "https://bmc-%d" % i,
+                           "password": "pw"}
         for i in range(2)}}))
     values = {"DEFAULT": {"workers": 1,
                           "status_file": str(tmp_path / "status.json")},

@@ -29,7 +29,12 @@ class Bed:
         path = tmp_path / "bmc.yaml"
         path.write_text(yaml.safe_dump({"hosts": inventory}))
         os.chmod(path, 0o600)
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750, exist_ok=True)
+        os.chmod(run, 0o750)
         conf = {"DEFAULT": {"status_file": ""},
+                "api": {"listen_tcp": "false",
+                        "unix_socket": str(run / "api.sock")},
                 "fencing": {"inventory": str(path)},
                 "journal": {"connection": "sqlite:///%s"
                             % (tmp_path / "db" / "journal.sqlite")}}
@@ -90,15 +95,18 @@ def test_a_bad_configuration_is_the_only_finding(tmp_path):
     with open(bed.conf_path, "a") as f:
         f.write("[policy]\ntreshold = 10\n")
     report, text = bed.run()
-    assert report.exit_code == 1
+    # instanceha run exits 2 on it: so does check.
+    assert report.exit_code == 2
     assert [f.level for f in report.findings] == ["FAIL"]
     assert "did you mean 'threshold'" in text
-    assert "RESULT: 1 problem(s) would prevent a recovery" in text
+    assert "RESULT: instanceha run would refuse to start: 1 problem(s)" \
+        in text
 
 
 def test_a_compute_host_without_a_bmc_fails(tmp_path):
     bed = Bed(tmp_path, inventory={"compute-0": {
-        "driver": "redfish", "address": "https://bmc-0"}})
+        "driver": "redfish", "address": "https://bmc-0",
+        "password": BMC_PASSWORD}})
     report, text = bed.run()
     assert report.exit_code == 1
     assert "no entry for compute host(s) compute-1, compute-2 and " \
@@ -153,7 +161,8 @@ def test_noop_is_a_loud_warning_not_a_failure(tmp_path):
 def test_noop_without_allow_unfenced_fails(tmp_path):
     bed = Bed(tmp_path, hosts=1, inventory={"compute-0": {"driver": "noop"}})
     report, text = bed.run()
-    assert report.exit_code == 1
+    # instanceha run refuses to start on it (exit 2): so does check.
+    assert report.exit_code == 2
     assert "allow_unfenced" in text
 
 
@@ -194,7 +203,8 @@ def test_a_database_journal_that_refuses_fails_masked(tmp_path):
 def test_stale_inventory_entries_are_a_warning(tmp_path):
     bed = Bed(tmp_path, hosts=2, inventory={
         "compute-%d" % i: {"driver": "redfish",
-                           "address": "https://bmc-%d" % i}
+                           "address": "https://bmc-%d" % i,
+                           "password": BMC_PASSWORD}
         for i in range(3)})
     report, text = bed.run()
     assert "entries for host(s) Nova does not list as compute services: " \
@@ -204,12 +214,14 @@ def test_stale_inventory_entries_are_a_warning(tmp_path):
 def test_main_prints_the_report_and_returns_its_status(tmp_path, capsys):
     code = check.main(["--config-file", str(tmp_path / "missing.conf")])
     out = capsys.readouterr().out
-    assert code == 1 and out.startswith("FAIL  configuration: ")
+    assert code == 2 and out.startswith("FAIL  configuration: ")
 
 
 def test_coordination_backend_reached_or_not(tmp_path):
+    # Replicas need a shared journal (run refuses SQLite with them).
     bed = Bed(tmp_path, coordination={
-        "backend_url": "redis://:Redis-Secret@127.0.0.1:1"})
+        "backend_url": "redis://:Redis-Secret@127.0.0.1:1"},
+        journal={"connection": "mysql+pymysql://ih:x@127.0.0.1:1/ih"})
     seen = []
 
     def reachable(conf):
@@ -259,7 +271,8 @@ def test_an_unknown_transport_scheme_fails(tmp_path):
                        compute_factory=lambda conf: bed.compute,
                        fencer_factory=lambda name, conf: bed.fencer)
     assert _levels(report, "notifications") == ["FAIL"]
-    assert report.exit_code == 1
+    # instanceha run refuses to start on it (exit 2): so does check.
+    assert report.exit_code == 2
 
 
 def test_entries_reaching_one_machine_by_other_addresses_fail(tmp_path):

@@ -116,7 +116,8 @@ def test_all_methods_failing_names_host_and_every_reason_never_a_secret():
 
 
 def test_one_method_fails_with_the_driver_s_own_message():
-    bmc = inventory.parse({"hosts": {"c0": dict(IPMI)}}, KNOWN)["c0"]
+    bmc = inventory.parse({"hosts": {"c0": dict(IPMI, password="pw")}},
+                          KNOWN)["c0"]
     fencer, _ = _fencer({"10.0.0.6": FenceError("host c0: BMC refused")})
     with capture_logs() as logs:
         with pytest.raises(FenceError, match=r"^host c0: BMC refused$"):

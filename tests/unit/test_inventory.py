@@ -39,7 +39,9 @@ def test_bad_inventory_names_host_and_field(tmp_path, text, needle):
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(inventory.InventoryError, match="cannot read"):
+    with pytest.raises(inventory.InventoryError,
+                       match=r"\[fencing\] inventory .*nope.yaml: "
+                             "no such file"):
         inventory.load(str(tmp_path / "nope.yaml"), KNOWN)
 
 
@@ -65,7 +67,7 @@ def test_unknown_driver_name():
 
 def test_entries_reaching_one_bmc_are_found():
     from instanceha.drivers.fencing import inventory as inv_mod
-    inv = inv_mod.parse({"hosts": {
+    inv = inv_mod.parse({"defaults": {"password": "pw"}, "hosts": {
         "old": {"driver": "redfish", "address": "https://10.0.0.5/",
                 "system_id": "/redfish/v1/Systems/1"},
         "new": {"driver": "redfish", "address": "HTTPS://10.0.0.5:443",
@@ -79,7 +81,7 @@ def test_entries_reaching_one_bmc_are_found():
 
 def test_an_entry_without_system_reaches_every_system_of_its_bmc():
     from instanceha.drivers.fencing import inventory as inv_mod
-    inv = inv_mod.parse({"hosts": {
+    inv = inv_mod.parse({"defaults": {"password": "pw"}, "hosts": {
         "a": {"driver": "redfish", "address": "https://bmc.example:8443",
               "system_id": "/redfish/v1/Systems/1"},
         "b": {"driver": "redfish", "address": "https://BMC.example:8443/"},
@@ -243,7 +245,7 @@ def test_inventory_with_inline_passwords_must_be_private(tmp_path):
     os.chmod(p, 0o600)
     assert inventory.read(p, KNOWN)[1] == []
     # a password in defaults or in a method counts, even if overridden
-    for text in ("defaults: {password: pw}\nhosts: {c0: {driver: ipmi, "
+    for text in (PW + "hosts: {c0: {driver: ipmi, "
                  "address: a, password_env: HOME}}\n",
                  "hosts: {c0: {methods: [{driver: noop, password: pw}]}}\n"):
         _write(tmp_path / "bmc.yaml", text, 0o604)
@@ -331,7 +333,7 @@ def test_methods_in_defaults_is_an_error(tmp_path):
 
 
 def test_any_method_reaching_one_bmc_makes_entries_share_it():
-    inv = inventory.parse({"hosts": {
+    inv = inventory.parse({"defaults": {"password": "pw"}, "hosts": {
         "a": {"methods": [{"driver": "redfish", "address": "https://r1"},
                           {"driver": "ipmi", "address": "10.0.0.9"}]},
         "b": {"driver": "ipmi", "address": "10.0.0.9", "port": 623},
@@ -359,35 +361,41 @@ def test_any_method_reaching_one_bmc_makes_entries_share_it():
 
 # -- reload ------------------------------------------------------------------
 
+#: a password for every entry (an entry without one is an error)
+PW = "defaults: {password: pw}\n"
+
+
 def test_reload_returns_the_new_inventory_and_what_changed(tmp_path):
     p = _write(tmp_path / "bmc.yaml",
-               "hosts:\n  c0: {driver: ipmi, address: a}\n"
+               PW + "hosts:\n  c0: {driver: ipmi, address: a}\n"
                "  c1: {driver: ipmi, address: b}\n")
     current = inventory.load(p, KNOWN)
     _write(tmp_path / "bmc.yaml",
-           "hosts:\n  c0: {driver: ipmi, address: a}\n"
+           PW + "hosts:\n  c0: {driver: ipmi, address: a}\n"
            "  c1: {driver: ipmi, address: b2}\n"
            "  c2: {driver: ipmi, address: c}\n")
     out = inventory.reload(p, KNOWN, current)
     assert out.ok and out.error is None
     assert sorted(out.inventory) == ["c0", "c1", "c2"]
     assert (out.added, out.removed, out.changed) == (("c2",), (), ("c1",))
-    _write(tmp_path / "bmc.yaml", "hosts:\n  c2: {driver: ipmi, address: c}\n")
+    _write(tmp_path / "bmc.yaml",
+           PW + "hosts:\n  c2: {driver: ipmi, address: c}\n")
     out2 = inventory.reload(p, KNOWN, out.inventory)
     assert (out2.added, out2.removed, out2.changed) == ((), ("c0", "c1"), ())
 
 
 @pytest.mark.parametrize("text", [
-    "hosts: {c0: [",                                      # not YAML
-    "hosts: {c0: {driver: ipmi}}",                        # invalid entry
+    PW + "hosts: {c0: [",                                 # not YAML
+    PW + "hosts: {c0: {driver: ipmi}}",                   # invalid entry
     "hosts: {c0: {driver: ipmi, address: a, password_env: UNSET_VAR_42}}",
+    "hosts: {c0: {driver: ipmi, address: a}}",            # no password
     None,                                                 # file gone
 ])
 def test_reload_keeps_the_current_inventory_on_any_error(tmp_path, text,
                                                          monkeypatch):
     monkeypatch.delenv("UNSET_VAR_42", raising=False)
     p = _write(tmp_path / "bmc.yaml",
-               "hosts: {c0: {driver: ipmi, address: a}}")
+               PW + "hosts: {c0: {driver: ipmi, address: a}}")
     current = inventory.load(p, KNOWN)
     if text is None:
         os.unlink(p)
@@ -401,9 +409,9 @@ def test_reload_keeps_the_current_inventory_on_any_error(tmp_path, text,
 
 def test_reload_check_may_refuse_the_new_inventory(tmp_path):
     p = _write(tmp_path / "bmc.yaml",
-               "hosts: {c0: {driver: ipmi, address: a}}")
+               PW + "hosts: {c0: {driver: ipmi, address: a}}")
     current = inventory.load(p, KNOWN)
-    _write(tmp_path / "bmc.yaml", "hosts: {c0: {driver: noop}}")
+    _write(tmp_path / "bmc.yaml", PW + "hosts: {c0: {driver: noop}}")
 
     class Refused(Exception):
         pass
@@ -441,7 +449,7 @@ def test_bmh_and_fence_agent_entries_have_identities():
     """The shared-BMC safety check covers BareMetalHosts (API + namespace
     + name) and fence agents (their own port parameter)."""
     from instanceha.drivers.fencing import FIELDS
-    inv = inventory.parse({"hosts": {
+    inv = inventory.parse({"defaults": {"password": "pw"}, "hosts": {
         "a": {"driver": "bmh", "api_url": "https://k8s:6443/",
               "namespace": "metal", "name": "rack1-u3", "token_file": "/t"},
         "b": {"driver": "bmh", "api_url": "https://K8S:6443",

@@ -671,6 +671,7 @@ def test_unknown_auth_mode_names_host_and_field(clock):
 def test_inventory_accepts_the_new_fields():
     bmcs = inventory.parse({"hosts": {"c0": {
         "driver": "redfish", "address": "https://x", "auth": "session",
+        "password": "pw",
         "cert_file": "/c.pem", "key_file": "/k.pem",
         "reset_type": "GracefulShutdown", "system_id": "/redfish/v1/Systems/1",
     }}}, fencing.FIELDS)

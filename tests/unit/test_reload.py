@@ -31,7 +31,8 @@ def _groups(tmp_path, **changes):
 
 def _inventory(tmp_path, hosts):
     (tmp_path / "bmc.yaml").write_text(yaml.safe_dump({"hosts": {
-        h: {"driver": "redfish", "address": "https://bmc-%s" % h}
+        h: {"driver": "redfish", "address": "https://bmc-%s" % h,
+            "password": "pw"}
         for h in hosts}}))
 
 

@@ -154,7 +154,8 @@ def _service(tmp_path, notifier, stall=30.0):
     inventory = tmp_path / "bmc.yaml"
     inventory.write_text(yaml.safe_dump({"hosts": {
         "compute-%d" % i: {"driver": "redfish",
-                           "address": "https://bmc-%d" % i}
+                           "address": "https://bmc-%d" % i,
+                           "password": "pw"}
         for i in range(3)}}))
     path = write_conf_file(str(tmp_path / "instanceha.conf"), {
         "DEFAULT": {"workers": 1, "watchdog_stall_timeout": stall,

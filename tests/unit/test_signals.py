@@ -64,6 +64,10 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setattr("instanceha.log.setup", lambda *a, **k: None)
     monkeypatch.setattr("instanceha.runtime.freeze_startup_heap",
                         lambda *a: 0)
+    # The service is a fake: so are its start-up checks (the machine's
+    # inventory and /run/instanceha are not this test's).
+    monkeypatch.setattr("instanceha.service.preflight.run",
+                        lambda conf: [])
     before = {s: signal.getsignal(s) for s in
               (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
 

@@ -131,9 +131,7 @@ def test_module_validate_errors_stop_the_load(tmp_path):
 def test_the_cli_reports_a_config_error_as_one_line(tmp_path, capsys):
     path = tmp_path / "instanceha.conf"
     path.write_text("[policy]\ntreshold = 10\n")
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["run", "--config-file", str(path)])
-    assert exit_.value.code == 2
+    assert cli.main(["run", "--config-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("instanceha: configuration error: ")
@@ -150,7 +148,8 @@ class Started:
         inventory = tmp_path / "bmc.yaml"
         inventory.write_text(yaml.safe_dump({"hosts": {
             "compute-%d" % i: {"driver": "redfish",
-                               "address": "https://bmc-%d" % i}
+                               "address": "https://bmc-%d" % i,
+                           "password": "pw"}
             for i in range(3)}}))
         # Every path under tmp_path: [DEFAULT] status_file's default is
         # the machine's /var/lib/instanceha/status.json (issue 34 part 6).

@@ -3,8 +3,13 @@
 Run before enabling the service (and after changing its configuration or
 the BMC inventory). It reads, and writes nothing:
 
-1. the configuration files (every check ``instanceha run`` makes at start);
-2. the BMC inventory (fields, secrets; the noop driver said loudly);
+1. the configuration files, then every start-up check ``instanceha run``
+   makes (the same list, :mod:`instanceha.service.preflight`): the
+   journal's URL, the BMC inventory (every error at once), the operator
+   API's socket directory and TCP address, the notification transport,
+   the kdump and agent heartbeat listeners' addresses, the agents' key
+   files, clouds.yaml;
+2. the BMC inventory (secrets' modes, shared BMCs; noop said loudly);
 3. Nova through clouds.yaml: the maximum microversion, the compute
    services, and every compute host having a way to be fenced;
 4. the notification broker, when ``[notifications] enabled`` (a
@@ -14,8 +19,10 @@ the BMC inventory). It reads, and writes nothing:
 6. the journal (connects; a SQLite file not yet created is not created);
 7. one power-state read per fencing method of every host (no action).
 
-It prints one line per finding (OK, WARN, FAIL, SKIP) and exits 1 when a
-FAIL would prevent a recovery, 0 otherwise. Nothing printed holds a
+It prints one line per finding (OK, WARN, FAIL, SKIP) and exits 2 when
+``instanceha run`` would refuse to start (its start-up checks: the lines
+``run`` prints), 1 when another FAIL would prevent a recovery, 0
+otherwise. Nothing printed holds a
 secret: every line goes through :func:`instanceha.log.mask_text`, and
 URLs are shown without their password.
 """
@@ -31,15 +38,16 @@ from instanceha.cmd.check import backends
 from instanceha.cmd.check import fencing
 from instanceha.cmd.check import nova
 from instanceha.cmd.check.report import FAIL, OK, WARN, Report
+from instanceha.service import preflight
 
 
-# -- 1. configuration ---------------------------------------------------------
+# -- 1. configuration and every start-up check of ``run`` -------------------
 
 def check_config(argv, report):
     try:
         conf = conf_pkg.load(argv)
     except (cfg.Error, ValueError) as e:
-        report.add(FAIL, "configuration", e)
+        report.add(FAIL, "configuration", e, refuses=True)
         return None
     files = conf_pkg.config_files(conf)
     if not files:
@@ -49,6 +57,23 @@ def check_config(argv, report):
         report.add(OK, "configuration", "%s: every option known and valid"
                    % ", ".join(files))
     return conf
+
+
+def check_startup(conf, report):
+    """``instanceha run``'s own start-up checks (the same list it makes);
+    returns ((the inventory, its warnings) or None, {what refused})."""
+    inventory, refused = None, set()
+    for outcome in preflight.run(conf):
+        for line in outcome.errors:
+            report.add(FAIL, outcome.what, line, refuses=True)
+        if outcome.errors:
+            refused.add(outcome.what)
+            continue
+        if outcome.what == "inventory":
+            inventory = outcome.value
+        elif outcome.ok:
+            report.add(OK, outcome.what, outcome.ok)
+    return inventory, refused
 
 
 # -- the command --------------------------------------------------------------
@@ -62,12 +87,19 @@ def run(argv, compute_factory=nova.nova_driver,
     conf = check_config(argv, report)
     if conf is None:
         return report
-    inventory = fencing.check_inventory(conf, report)
-    _, services = nova.check_nova(conf, report, compute_factory)
+    read, refused = check_startup(conf, report)
+    inventory = fencing.check_inventory(conf, read, report)
+    # The live reads, but none of what the start-up checks refused (said
+    # once, as run says it).
+    services = None
+    if "nova" not in refused:
+        _, services = nova.check_nova(conf, report, compute_factory)
     fencing.check_coverage(conf, inventory, services, report)
-    backends.check_notifications(conf, report, connect_broker)
+    if "notifications" not in refused:
+        backends.check_notifications(conf, report, connect_broker)
     backends.check_coordination(conf, report, probe_coordination)
-    backends.check_journal(conf, report)
+    if "journal" not in refused:
+        backends.check_journal(conf, report)
     fencing.check_fencing(conf, inventory, services, report, fencer_factory)
     return report
 

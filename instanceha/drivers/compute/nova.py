@@ -19,6 +19,7 @@ from keystoneauth1 import exceptions as ks_exc
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.drivers.compute.clouds import clouds_file_problem
 from instanceha.drivers.compute.nova_capacity import NovaCapacity
 from instanceha.drivers.compute.nova_lifecycle import NovaLifecycle
 from instanceha.drivers.compute.nova_moves import NovaMoves
@@ -53,6 +54,9 @@ def _fmt_mv(mv):
 def connect(conf):
     """An openstacksdk Connection from clouds.yaml ([DEFAULT] cloud)."""
     kwargs = {"api_timeout": conf.api_timeout}
+    problem = clouds_file_problem(conf)
+    if problem is not None:
+        raise base.ComputeError(problem)
     if conf.clouds_file:
         config = openstack.config.OpenStackConfig(
             config_files=[conf.clouds_file])

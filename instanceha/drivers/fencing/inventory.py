@@ -56,6 +56,8 @@ LOG = structlog.get_logger("instanceha.inventory")
 COMMON_FIELDS = {"driver", "address", "username", "methods",
                  *SECRET_FIELDS}
 NEEDS_ADDRESS = {"redfish", "ipmi"}
+#: drivers that log in to the BMC: an entry needs a password source
+NEEDS_PASSWORD = NEEDS_ADDRESS
 #: fields that are not driver options (everything else lands in BMC.options)
 _NOT_OPTIONS = set(COMMON_FIELDS)
 
@@ -99,6 +101,12 @@ def _method(where, host, merged, known_drivers, known_fields, secrets):
         except ValueError as e:
             raise InventoryError("%s: field address: not a valid URL: %s"
                                  % (where, e))
+    if driver in NEEDS_PASSWORD and not sources(merged):
+        raise InventoryError(
+            "%s: no password given: add the field password_file (a file "
+            "holding it), password_env (an environment variable holding "
+            "it) or password; without one the BMC refuses every request "
+            "(HTTP 401)" % where)
     if "password_file" in merged:
         password = secrets.from_file(where, merged["password_file"])
     elif "password_env" in merged:
@@ -126,40 +134,52 @@ def _parse(data, known_drivers, base_dir, environ):
                              "a host, not to defaults")
     check_sources("inventory: defaults", defaults)
     secrets = Secrets(base_dir, environ)
-    result = {}
+    result, errors = {}, []
     for host, entry in data["hosts"].items():
-        host = str(host)
-        where = "inventory: host %s" % host
-        if entry is None:
-            entry = {}
-        if not isinstance(entry, Mapping):
-            raise InventoryError("%s: entry must be a mapping" % where)
-        check_sources(where, entry)
-        levels = [defaults, {k: v for k, v in entry.items() if k != "methods"}]
-        if "methods" not in entry:
-            merged = _merge(levels)
-            result[host] = _method(where, host, merged, known_drivers,
-                                   known_fields, secrets)
-            continue
-        listed = entry["methods"]
-        if not isinstance(listed, (list, tuple)) or not listed:
-            raise InventoryError("%s: field methods must be a non-empty list "
-                                 "of mappings" % where)
-        methods = []
-        for index, method in enumerate(listed, 1):
-            mwhere = "%s: method %d" % (where, index)
+        try:
+            result[str(host)] = _entry(str(host), entry, defaults,
+                                       known_drivers, known_fields, secrets)
+        except InventoryError as e:
+            errors.extend(e.errors)
+    if errors:
+        raise InventoryError(errors)
+    return result, secrets.warnings, _holds_inline(data)
+
+
+def _entry(host, entry, defaults, known_drivers, known_fields, secrets):
+    """One host's BMC; raises InventoryError naming the host (every
+    method's error, each a line)."""
+    where = "inventory: host %s" % host
+    if entry is None:
+        entry = {}
+    if not isinstance(entry, Mapping):
+        raise InventoryError("%s: entry must be a mapping" % where)
+    check_sources(where, entry)
+    levels = [defaults, {k: v for k, v in entry.items() if k != "methods"}]
+    if "methods" not in entry:
+        return _method(where, host, _merge(levels), known_drivers,
+                       known_fields, secrets)
+    listed = entry["methods"]
+    if not isinstance(listed, (list, tuple)) or not listed:
+        raise InventoryError("%s: field methods must be a non-empty list "
+                             "of mappings" % where)
+    methods, errors = [], []
+    for index, method in enumerate(listed, 1):
+        mwhere = "%s: method %d" % (where, index)
+        try:
             if not isinstance(method, Mapping):
                 raise InventoryError("%s: must be a mapping" % mwhere)
             if "methods" in method:
                 raise InventoryError("%s: field methods cannot be nested"
                                      % mwhere)
             check_sources(mwhere, method)
-            merged = _merge(levels + [method])
-            methods.append(_method(mwhere, host, merged, known_drivers,
-                                   known_fields, secrets))
-        result[host] = dataclasses.replace(methods[0],
-                                           fallbacks=tuple(methods[1:]))
-    return result, secrets.warnings, _holds_inline(data)
+            methods.append(_method(mwhere, host, _merge(levels + [method]),
+                                   known_drivers, known_fields, secrets))
+        except InventoryError as e:
+            errors.extend(e.errors)
+    if errors:
+        raise InventoryError(errors)
+    return dataclasses.replace(methods[0], fallbacks=tuple(methods[1:]))
 
 
 def _holds_inline(data):
@@ -195,8 +215,7 @@ def read(path, known_drivers, *, environ=None):
             mode = os.fstat(f.fileno()).st_mode
             data = yaml.safe_load(f)
     except OSError as e:
-        raise InventoryError("inventory: cannot read %s: %s"
-                             % (path, e.strerror or e))
+        raise InventoryError(unreadable(path, e))
     except UnicodeDecodeError:
         raise InventoryError("inventory: %s is not UTF-8 text" % path)
     except yaml.YAMLError as e:
@@ -208,10 +227,34 @@ def read(path, known_drivers, *, environ=None):
         raise InventoryError("inventory: %s is not valid YAML: %s: %s"
                              % (path, type(e).__name__, e))
     base_dir = os.path.dirname(os.path.abspath(path))
-    inv, warnings, inline = _parse(data, known_drivers, base_dir, environ)
+    try:
+        inv, warnings, inline = _parse(data, known_drivers, base_dir,
+                                       environ)
+    except InventoryError as e:
+        # Each line names the file: "inventory: PATH: host ...".
+        raise InventoryError([
+            "inventory: %s:%s" % (path, line[len("inventory:"):])
+            if line.startswith("inventory:") else line
+            for line in e.errors])
     if inline and readable_by_others(mode):
         warnings.insert(0, ModeWarning(path, stat.S_IMODE(mode), "inventory"))
     return inv, warnings
+
+
+def unreadable(path, e):
+    """One line for an inventory file that cannot be read (``e``: its
+    OSError), naming the option and what to do."""
+    if isinstance(e, IsADirectoryError) or os.path.isdir(path):
+        why = "is a directory: give the inventory file's path"
+    elif isinstance(e, PermissionError):
+        why = ("permission denied: make it readable by the service's user "
+               "(this process runs as uid %d), e.g. chown that user and "
+               "chmod 600" % os.geteuid())
+    elif isinstance(e, FileNotFoundError):
+        why = "no such file: create it (doc/inventory.md) or fix the path"
+    else:
+        why = "cannot read it: %s" % (e.strerror or e)
+    return "inventory: [fencing] inventory %s: %s" % (path, why)
 
 
 def load(path, known_drivers, *, environ=None):

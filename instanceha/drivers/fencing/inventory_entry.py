@@ -9,7 +9,14 @@ from typing import Any, Mapping
 
 
 class InventoryError(ValueError):
-    pass
+    """What is wrong with the inventory: ``errors``, one line each (every
+    error found in one reading); its text joins them with "; "."""
+
+    def __init__(self, *errors):
+        if len(errors) == 1 and isinstance(errors[0], (list, tuple)):
+            errors = tuple(errors[0])
+        self.errors = [str(e) for e in errors]
+        super().__init__("; ".join(self.errors))
 
 
 @dataclasses.dataclass(frozen=True)
