@@ -208,15 +208,7 @@ def plan(host: str, servers: Iterable[ServerFacts],
     services = list(services or ())
     hosts, known = as_hosts(capacities, services)
     notes: List[str] = []
-    verdicts: Dict[str, ServerVerdict] = {}
-    for server in servers:
-        if server.id in verdicts:
-            continue
-        if server.host is not None and server.host != host:
-            notes.append("server %s is on %s, not %s: ignored" % (
-                server.name or server.id, server.host, host))
-            continue
-        verdicts[server.id] = classify(server, settings)
+    verdicts = _verdicts(host, servers, settings, notes)
     ordered = sorted(verdicts.values(), key=lambda v: (
         _RANK[v.how], -v.priority, v.name, v.server_id))
     steps = tuple(Step(v.server_id, v.name, v.how) for v in ordered)
@@ -260,18 +252,38 @@ def plan(host: str, servers: Iterable[ServerFacts],
                        for f in check.failures)
     ok = not reasons
     proceed = ok or (force and not any(r.hard for r in reasons))
-    counts: Dict[str, int] = {}
-    for s in steps:
-        counts[s.how] = counts.get(s.how, 0) + 1
-    text = "drain %s: %d server(s)%s; %s" % (
-        host, len(steps), "" if not steps else " (%s)" % ", ".join(
-            "%d %s" % (counts[h], h) for h in (
-                CONFIRM, WAIT, LIVE, COLD, LEAVE, DEFER) if h in counts),
-        "preflight passed" if ok else "preflight refused (%d reason(s))%s"
-        % (len(reasons), ", forced" if proceed else ""))
+    text = _summary(host, steps, ok, len(reasons), proceed)
     return DrainPlan(host, ok, tuple(r.text for r in reasons), steps,
                      rooms, verdict, force, proceed, tuple(reasons),
                      verdicts, tuple(h.host for h in dests), skipped,
                      tuple(unique(problems)), tuple(notes), text,
                      source_zone)
+
+
+def _verdicts(host, servers, settings, notes):
+    """{server id: ServerVerdict} of ``host``'s servers, each once; a
+    server on another host is left out with a note."""
+    verdicts: Dict[str, ServerVerdict] = {}
+    for server in servers:
+        if server.id in verdicts:
+            continue
+        if server.host is not None and server.host != host:
+            notes.append("server %s is on %s, not %s: ignored" % (
+                server.name or server.id, server.host, host))
+            continue
+        verdicts[server.id] = classify(server, settings)
+    return verdicts
+
+
+def _summary(host, steps, ok, refusals, proceed):
+    """The plan in one line: the servers by how each goes, the verdict."""
+    counts: Dict[str, int] = {}
+    for step in steps:
+        counts[step.how] = counts.get(step.how, 0) + 1
+    return "drain %s: %d server(s)%s; %s" % (
+        host, len(steps), "" if not steps else " (%s)" % ", ".join(
+            "%d %s" % (counts[h], h) for h in (
+                CONFIRM, WAIT, LIVE, COLD, LEAVE, DEFER) if h in counts),
+        "preflight passed" if ok else "preflight refused (%d reason(s))%s"
+        % (refusals, ", forced" if proceed else ""))
 

@@ -158,17 +158,10 @@ def next_action(history: Iterable[Attempt], settings: Settings,
     means FAILED.
     """
     s = settings
-    if not s.enabled:
-        return Refusal(DISABLED, "instance repair is off ([instance_repair] "
-                       "enabled = false)")
-    if marked_failed:
-        return Refusal(FAILED, "marked failed by an earlier repair; nothing "
-                       "more until an operator clears it (instanceha repair "
-                       "--clear SERVER)")
-    if isinstance(level, RepairDecision) and level.suspended:
-        return Refusal(SUSPENDED, level.reason, until=level.until)
+    refused = _standing_refusal(s, level, marked_failed)
+    if refused is not None:
+        return refused
     rank = _level_of(level)
-
     recent: List[Attempt] = sorted(
         (a for a in history if a.started_at > now - s.window),
         key=lambda a: a.started_at)
@@ -192,11 +185,8 @@ def next_action(history: Iterable[Attempt], settings: Settings,
         return Refusal(FAILED, "%d repair action(s) within %.0f s (%s), "
                        "[instance_repair] max_repairs is %d: marked failed "
                        "until an operator clears it" % (
-                           len(recent), s.window, ", ".join(
-                               "%s: %s" % (a.action, outcome(a))
-                               for a in recent), s.max_repairs),
-                       closes=closes)
-
+                           len(recent), s.window, _tried(recent, outcome),
+                           s.max_repairs), closes=closes)
     successes = [i for i, a in enumerate(recent) if outcome(a) == SUCCESS]
     episode = recent[successes[-1] + 1:] if successes else recent
     failed = [a for a in episode if outcome(a) in (FAILURE, TIMEOUT)]
@@ -211,13 +201,36 @@ def next_action(history: Iterable[Attempt], settings: Settings,
         if failed:
             return Refusal(FAILED, "every action of the ladder (%s) was "
                            "tried: %s; marked failed until an operator "
-                           "clears it" % (", ".join(s.actions), ", ".join(
-                               "%s: %s" % (a.action, outcome(a))
-                               for a in failed)), closes=closes)
+                           "clears it" % (", ".join(s.actions),
+                                          _tried(failed, outcome)),
+                           closes=closes)
         return Refusal(NOT_APPLICABLE, "no action of the ladder (%s) applies "
                        "to a server in vm_state %s" % (
                            ", ".join(s.actions), vm_state), closes=closes)
-    name = fits[0]
+    return _step(fits[0], rank, s, failed, ahead, vm_state, outcome, closes)
+
+
+def _standing_refusal(s, level, marked_failed):
+    """Why no action at all, whatever the history says, or None."""
+    if not s.enabled:
+        return Refusal(DISABLED, "instance repair is off ([instance_repair] "
+                       "enabled = false)")
+    if marked_failed:
+        return Refusal(FAILED, "marked failed by an earlier repair; nothing "
+                       "more until an operator clears it (instanceha repair "
+                       "--clear SERVER)")
+    if isinstance(level, RepairDecision) and level.suspended:
+        return Refusal(SUSPENDED, level.reason, until=level.until)
+    return None
+
+
+def _tried(attempts, outcome):
+    return ", ".join("%s: %s" % (a.action, outcome(a)) for a in attempts)
+
+
+def _step(name, rank, s, failed, ahead, vm_state, outcome, closes):
+    """The Action ``name``, the ladder's next step, or why the server's
+    level or the settings do not permit it."""
     needs = NEEDS[name]
     if name == REBUILD and not s.allow_rebuild:
         return Refusal(NOT_PERMITTED, "rebuild needs [instance_repair] "
@@ -227,16 +240,14 @@ def next_action(history: Iterable[Attempt], settings: Settings,
                        "server's is %s" % (name, DOES[name], needs.label,
                                            _label(rank)), action=name,
                        closes=closes)
-    step = len(failed) + 1
     if failed:
-        why = "%s after %s" % (name, ", ".join(
-            "%s: %s" % (a.action, outcome(a)) for a in failed))
+        why = "%s after %s" % (name, _tried(failed, outcome))
     else:
         why = "%s: first action" % name
     skipped = ahead[:ahead.index(name)]
     if skipped:
         why += " (%s not accepted by Nova in vm_state %s)" % (
             ", ".join(skipped), vm_state)
-    return Action(name=name, step=step, timeout=s.action_timeout,
+    return Action(name=name, step=len(failed) + 1, timeout=s.action_timeout,
                   min_uptime=s.min_uptime, needs=needs,
                   moves=name == COLD_MIGRATE, closes=closes, reason=why)

@@ -117,8 +117,31 @@ class Line:
 
 def _evaluate(server, now, s, global_scope):
     problems: List[Problem] = []
-    lines: List[Line] = []
     objs = scopes(server, s, global_scope)
+    settings_by_scope, markers = _gather(objs, now, s, problems)
+    chosen, capped, default = _choose_level(server, s, settings_by_scope,
+                                            problems)
+    # Suspension: any active or malformed marker, at any scope.
+    suspending = tuple(m for m in markers if m.state != EXPIRED)
+    expired = tuple(m for m in markers if m.state == EXPIRED)
+    suspended = bool(suspending)
+    until = None
+    if suspended and all(m.until is not None for m in suspending):
+        until = max(m.until for m in suspending if m.until is not None)
+    lines = _explain(objs, s, settings_by_scope, markers, chosen, capped)
+    if chosen is default:
+        lines.append(Line(DEFAULT, default.where, s.repair_key,
+                          default.level.label, "wins"))
+    reason = _reason(chosen, suspending, until)
+    decision = RepairDecision(
+        server.id, chosen.level, chosen, suspended, until if suspended
+        else None, suspending, expired, tuple(unique(problems)), reason)
+    return decision, tuple(lines)
+
+
+def _gather(objs, now, s, problems):
+    """({scope: [LevelSetting]}, [markers]) set on ``objs``; what is
+    misspelt or malformed is added to ``problems``."""
     settings_by_scope: Dict[str, List[LevelSetting]] = {
         scope: [] for scope in SCOPES}
     markers = []
@@ -130,8 +153,14 @@ def _evaluate(server, now, s, global_scope):
         marker = marker_at(obj, s, now, problems)
         if marker is not None:
             markers.append(marker)
+    return settings_by_scope, markers
 
-    # The level: nearest scope; within a scope the lowest level.
+
+def _choose_level(server, s, settings_by_scope, problems):
+    """(chosen, capped, default) LevelSettings: the nearest scope's, within
+    a scope the lowest level; a server's own level above the next scope's
+    is capped (``capped``: the server's, else None) unless
+    ``s.server_may_raise``."""
     chosen: Optional[LevelSetting] = None
     outer: Optional[LevelSetting] = None
     for scope in SCOPES:
@@ -170,82 +199,77 @@ def _evaluate(server, now, s, global_scope):
                 describe(SERVER, server.name, server.id), s.repair_key,
                 chosen.value, outer.where, outer.level.label)))
         capped, chosen = chosen, outer
+    return chosen, capped, default
 
-    # Suspension: any active or malformed marker, at any scope.
-    suspending = tuple(m for m in markers if m.state != EXPIRED)
-    expired = tuple(m for m in markers if m.state == EXPIRED)
-    suspended = bool(suspending)
-    until = None
-    if suspended and all(m.until is not None for m in suspending):
-        until = max(m.until for m in suspending if m.until is not None)
 
-    # Lines for explain, object by object.
+def _explain(objs, s, settings_by_scope, markers, chosen, capped):
+    """[Line] for explain, object by object: its level setting's part in
+    the decision, then its suspension marker's."""
+    lines: List[Line] = []
     for obj in objs:
         where = short(obj.scope, obj.name, obj.id)
         setting = next((x for x in settings_by_scope[obj.scope]
                         if x.object_id == obj.id
                         and x.object_name == obj.name), None)
-        if setting is None:
-            lines.append(Line(obj.scope, where, s.repair_key, None,
-                              "not set"))
-        elif setting is chosen:
-            lines.append(Line(obj.scope, where, s.repair_key, setting.value,
-                              "wins" if setting.valid else
-                              "malformed, counted as none; wins"))
-        elif setting is capped:
-            lines.append(Line(obj.scope, where, s.repair_key, setting.value,
-                              "ignored: a server may not raise its level "
-                              "above %s" % chosen.where))
-        else:
-            why = ("malformed, counted as none; " if not setting.valid
-                   else "")
-            lines.append(Line(obj.scope, where, s.repair_key, setting.value,
-                              why + "overridden by %s" % chosen.where))
+        lines.append(_level_line(obj, where, s, setting, chosen, capped))
         marker = next((m for m in markers if m.scope == obj.scope
                        and m.object_id == obj.id
                        and m.object_name == obj.name), None)
-        if marker is None:
-            lines.append(Line(obj.scope, where, s.suspend_key, None,
-                              "not set"))
-        elif marker.state == ACTIVE:
-            lines.append(Line(obj.scope, where, s.suspend_key, marker.value,
-                              "suspends until %s" % format_time(
-                                  marker.until)
-                              if marker.until is not None
-                              else "suspends forever"))
-        elif marker.state == EXPIRED:
-            lines.append(Line(obj.scope, where, s.suspend_key, marker.value,
-                              "expired at %s: no effect, remove it"
-                              % format_time(marker.until)))
-        else:
-            lines.append(Line(obj.scope, where, s.suspend_key, marker.value,
-                              "malformed: suspends until fixed or removed"))
-    if chosen is default:
-        lines.append(Line(DEFAULT, default.where, s.repair_key,
-                          default.level.label, "wins"))
+        lines.append(_marker_line(obj, where, s, marker))
+    return lines
 
+
+def _level_line(obj, where, s, setting, chosen, capped):
+    if setting is None:
+        return Line(obj.scope, where, s.repair_key, None, "not set")
+    if setting is chosen:
+        return Line(obj.scope, where, s.repair_key, setting.value,
+                    "wins" if setting.valid else
+                    "malformed, counted as none; wins")
+    if setting is capped:
+        return Line(obj.scope, where, s.repair_key, setting.value,
+                    "ignored: a server may not raise its level "
+                    "above %s" % chosen.where)
+    why = "malformed, counted as none; " if not setting.valid else ""
+    return Line(obj.scope, where, s.repair_key, setting.value,
+                why + "overridden by %s" % chosen.where)
+
+
+def _marker_line(obj, where, s, marker):
+    if marker is None:
+        return Line(obj.scope, where, s.suspend_key, None, "not set")
+    if marker.state == ACTIVE:
+        return Line(obj.scope, where, s.suspend_key, marker.value,
+                    "suspends until %s" % format_time(marker.until)
+                    if marker.until is not None else "suspends forever")
+    if marker.state == EXPIRED:
+        return Line(obj.scope, where, s.suspend_key, marker.value,
+                    "expired at %s: no effect, remove it"
+                    % format_time(marker.until))
+    return Line(obj.scope, where, s.suspend_key, marker.value,
+                "malformed: suspends until fixed or removed")
+
+
+def _reason(chosen, suspending, until):
+    """The decision in one sentence: the level and where it comes from,
+    after the suspension when one holds."""
     level_text = "repair level %s from %s" % (chosen.level.label,
                                               chosen.where)
     if chosen.scope != DEFAULT:
         level_text += " (%s=%s)" % (chosen.key, chosen.value)
-    if suspended:
-        first = sorted(suspending, key=lambda m: (
-            m.until is not None, -(m.until or 0)))[0]
-        reason = "automatic repair suspended %s by %s (%s=%s)" % (
-            "until " + format_time(until) if until is not None else
-            ("until fixed" if first.state == MALFORMED else "forever"),
-            first.where, first.key, first.value)
-        if len(suspending) > 1:
-            reason += " and %d more marker(s)" % (len(suspending) - 1)
-        reason += "; " + level_text
-    else:
-        reason = level_text
+    if not suspending:
         if chosen.level < Level.EVACUATE:
-            reason += ": no automatic evacuation"
-    decision = RepairDecision(
-        server.id, chosen.level, chosen, suspended, until if suspended
-        else None, suspending, expired, tuple(unique(problems)), reason)
-    return decision, tuple(lines)
+            return level_text + ": no automatic evacuation"
+        return level_text
+    first = sorted(suspending, key=lambda m: (
+        m.until is not None, -(m.until or 0)))[0]
+    reason = "automatic repair suspended %s by %s (%s=%s)" % (
+        "until " + format_time(until) if until is not None else
+        ("until fixed" if first.state == MALFORMED else "forever"),
+        first.where, first.key, first.value)
+    if len(suspending) > 1:
+        reason += " and %d more marker(s)" % (len(suspending) - 1)
+    return reason + "; " + level_text
 
 
 def decide(server: ServerFacts, now: float, s: Settings,
