@@ -35,18 +35,18 @@ def _median(fn, runs):
 
 
 def _per_provider(nova):
-    real = nova._placement_get
+    real = nova._capacity._placement_get
 
     def without_candidates(path, *a, **k):
         if path == "/allocation_candidates":
             raise ComputeError("HTTP 404", 404)
         return real(path, *a, **k)
 
-    nova._placement_get = without_candidates
+    nova._capacity._placement_get = without_candidates
     try:
         return nova.host_capacities()
     finally:
-        nova._placement_get = real
+        nova._capacity._placement_get = real
 
 
 def measure(hosts, runs):

@@ -270,14 +270,14 @@ def test_host_capacities_placement_then_hypervisors(tmp_path):
             disk_gb=490, disk_gb_used=80, source="placement")
         # Read in one request (allocation candidates' provider summaries),
         # the same figures as provider by provider.
-        assert nova._placement_capacities() == caps
+        assert nova._capacity._placement_capacities() == caps
         calls = []
-        real = nova._placement_get
-        nova._placement_get = lambda *a, **k: calls.append(a[0]) or \
+        real = nova._capacity._placement_get
+        nova._capacity._placement_get = lambda *a, **k: calls.append(a[0]) or \
             real(*a, **k)
         nova.host_capacities()
         assert calls == ["/resource_providers", "/allocation_candidates"]
-        nova._placement_get = real
+        nova._capacity._placement_get = real
         # Placement gone: os-hypervisors (paged, 2 a page here), physical
         # totals.
         cloud.set_placement(False)
@@ -303,14 +303,14 @@ def test_host_capacities_without_allocation_candidates(tmp_path):
     try:
         one_call = nova.host_capacities()
         assert set(one_call) == set()           # both full: no candidate
-        real = nova._placement_get
+        real = nova._capacity._placement_get
 
         def old_placement(path, *a, **k):
             if path == "/allocation_candidates":
                 raise base.ComputeError("HTTP 404", 404)
             return real(path, *a, **k)
 
-        nova._placement_get = old_placement
+        nova._capacity._placement_get = old_placement
         caps = nova.host_capacities()
         assert set(caps) == {"compute-0", "compute-1"}
         assert caps["compute-0"].vcpus_used == caps["compute-0"].vcpus == 4

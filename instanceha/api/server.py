@@ -110,13 +110,17 @@ def drain_request(args):
 
 class OperatorAPI:
 
-    def __init__(self, conf, engine, clock):
-        """Raises instanceha.errors.ConfigError when the API must not
-        serve as configured (noauth off loopback, a broken policy file or
-        [keystone_authtoken])."""
+    def __init__(self, conf, engine, clock, health_source=None):
+        """``health_source``: what /healthz and /readyz judge (its
+        ``liveness()`` and ``readiness()``: the service's, which knows its
+        role in a group and what its start waits for); None: the engine
+        alone (tests). Raises instanceha.errors.ConfigError when the API
+        must not serve as configured (noauth off loopback, a broken policy
+        file or [keystone_authtoken])."""
         self.conf = conf
         self.engine = engine
         self.clock = clock
+        self.health_source = health_source
         self.journal = getattr(engine, "journal", None)
         self.registry = CollectorRegistry()
         self.timings = metrics_mod.Timings(self.registry, self.journal,
@@ -172,10 +176,6 @@ class OperatorAPI:
             return self.command(m.group(1), m.group(2), body)
         return answer(404, {"error": "no such endpoint: %s %s"
                             % (method, path)})
-
-    #: The service whose liveness and readiness the API reports (set by
-    #: instanceha.service.Service); None: the engine alone (tests).
-    health_source = None
 
     def healthy(self):
         """(ok, reason): liveness, for /healthz."""

@@ -1,5 +1,6 @@
 """Assemble a running instanceha from configuration."""
 
+import functools
 import threading
 import time
 
@@ -19,28 +20,39 @@ from instanceha.engine.progress import ProgressBoard
 from instanceha.engine import soft_fence
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
-from instanceha.service.group import Group
-from instanceha.service.health import Health
+from instanceha.service import sources as sources_mod
+from instanceha.service.group import (
+    Acting, Group, elected, guard_agent_requests)
+from instanceha.service.health import HealthView, StatusFile
 from instanceha.service.inventory import (  # noqa: F401 - re-exported
     check_inventory, load_inventory, warn_shared)
-from instanceha.service.reloading import Reloading
+from instanceha.service.reloading import Reloader
 from instanceha.service.startup import (  # noqa: F401 - re-exported
     EXTEND_SLACK, Awaited, AwaitedNova, Awaiting, StartInterrupted,
     cannot_bind, check_shared_journal, error_text, journal_is_local, journal_unreachable,
     nova_unreachable)
 from instanceha.journal import Journal
-from instanceha.sources.audit import FencingAudit
-from instanceha.sources.control_plane import ControlPlaneMonitor
-from instanceha.sources.heartbeat import HeartbeatSource
-from instanceha.sources.kdump import KdumpSource
-from instanceha.sources.reconciler import Reconciler
 from instanceha.watchdog import SystemdLink
 
 LOG = structlog.get_logger("instanceha.service")
 
 
-class Service(Group, Reloading, Health):
-    """The engine plus its sources, drivers, journal and status file."""
+class Service:
+    """The engine plus its sources, drivers, journal and status file.
+
+    Built in this order, each part with explicit arguments and nothing
+    assigned to it afterwards: the backends (Nova, the journal, the BMC
+    drivers; stand-ins for those the start must wait for), the group
+    (several replicas: the membership, built with its election hooks, and
+    the lease guards on every write), the engine, the sources (each with
+    its port into the engine), what /healthz judges, the operator API, the
+    status file, systemd's link and the reloader.
+
+    The engine takes its sources' readings (the reconciler's first pass,
+    the control plane, the agents' cliff, the audit's unprotected hosts,
+    the notifications' health) at construction, before the sources that
+    hand their events to it exist: it is given this service's methods,
+    which answer from :class:`~instanceha.service.sources.Sources`."""
 
     def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
                  fencer=None, on_lost=None, notifier=None, sleep=None,
@@ -53,123 +65,238 @@ class Service(Group, Reloading, Health):
         the one ``NOTIFY_SOCKET`` names, if any. ``sleep(seconds)`` waits
         between two attempts at a backend at start and returns True when
         the service is to stop instead (``instanceha run``: a SIGTERM).
-        ``membership`` replaces the coordination.Membership, for tests."""
+        ``membership(on_elected=, on_lost=)`` builds the
+        coordination.Membership, for tests."""
         self.conf = conf
         self.clock = clock
-        self._on_lost_hook = on_lost
-        self._acting = False
-        #: when this process started acting (the engine started), or None
-        self.acting_since = None
-        self.membership = None
-        self._membership = membership
         self._stopped = threading.Event()
         self._sleep = sleep or self._stopped.wait
         self.awaiting = Awaiting(clock)
-        check_shared_journal(conf)
+        self.notifier = notifier if notifier is not None \
+            else sdnotify.Notifier()
+        self._acting_state = Acting(clock)
+        inventory = self._load_inventory()
+        compute, fencer = self._open_backends(compute, fencer)
+        self.group = self._group(on_lost, membership)
+        self.membership = self.group.membership if self.group else None
+        self.compute, fencer, journal = self._guarded(compute, fencer)
+        self.engine = self._build_engine(journal, inventory, fencer,
+                                         on_progress)
+        self.sources = sources_mod.Sources(conf, self.compute, clock,
+                                           self._ports())
+        self.health = HealthView(conf, clock, self.awaiting,
+                                 self.sources.reconciler, self.role,
+                                 self._acting_state, self.membership)
+        self.api = OperatorAPI(conf, self.engine, clock,
+                               health_source=self.health) \
+            if conf.api.enabled else None
+        self.status_file = StatusFile(conf, self.engine.snapshot,
+                                      self.health.liveness, self._api_url)
+        self._listen_to_engine(journal)
+        self.systemd = SystemdLink(self, self.notifier, clock=clock)
+        self.reloader = Reloader(conf, self.engine, inventory, self.notifier,
+                                 lambda: self.systemd.ready)
+
+    # -- building, step by step ------------------------------------------------
+    def _load_inventory(self):
+        check_shared_journal(self.conf)
         try:
-            self.inventory = load_inventory(conf)
+            return load_inventory(self.conf)
         except inventory_mod.InventoryError as e:
             raise ConfigError(str(e))
+
+    def _open_backends(self, compute, fencer):
+        """Nova, the journal and the BMC drivers, or stand-ins the start
+        fills once Nova and the journal's database answer. Returns
+        (compute, fencer)."""
         if compute is None:
             compute = self._connect_nova()
         #: Nova's stand-in while the start waits for it, else None
         self._nova_standin = compute if isinstance(compute, Awaited) \
             else None
-        self.compute = compute
         self.journal = self._open_journal()
         self.board = ProgressBoard()
         if fencer is None:
+            conf = self.conf
+
             def fencer(name):
                 return fencing_pkg.load_driver(name, conf)
-        journal = self.journal
-        if conf.coordination.backend_url:
-            compute, fencer, journal = self._coordinate(compute, fencer)
-        self.compute = compute
-        # The sources are built before the engine and hand their events
-        # to it through this sink (bound when the engine exists).
-        sink = self._sink
-        self.audit = None
-        self.reconciler = Reconciler(conf, compute, sink, clock,
-                                     on_capacity=self._capacity_appeared,
-                                     powered_off=self._powered_off,
-                                     wants_every_report=self._watched)
-        health = {"reconciler": self.reconciler.health}
-        self.sources = [self.reconciler]
-        # No fencing while the control plane a recovery needs is not ready.
-        self.control_plane = ControlPlaneMonitor(
-            conf, compute, clock, reconciler_health=self.reconciler.health)
-        health["control_plane"] = self.control_plane.health
-        self.sources.append(self.control_plane)
-        readiness = Readiness(
-            world_seen=lambda: self.reconciler.passes > 0,
-            control_plane=self.control_plane.status,
-            agent_cliff=lambda: (self.heartbeat.cliff()
-                                 if self.heartbeat is not None else None))
-        ctx = Context(conf, compute, journal, self.inventory,
-                      fencer, clock, self.board, on_progress=on_progress,
+        return compute, fencer
+
+    def _group(self, on_lost, membership):
+        """Several replicas: the group this member joins at start (it acts
+        only while elected); None for a single process."""
+        if not self.conf.coordination.backend_url:
+            return None
+        return Group(self.conf, self.clock, on_elected=self._on_elected,
+                     on_lost=on_lost, membership=membership)
+
+    def _guarded(self, compute, fencer):
+        """(compute, fencer, journal), each write first asking whether this
+        member's leadership is provably current (a coordinated member)."""
+        if self.group is None:
+            return compute, fencer, self.journal
+        return self.group.guard(compute, fencer, self.journal)
+
+    def _build_engine(self, journal, inventory, fencer, on_progress):
+        # No fencing while the world was not seen since start, the control
+        # plane a recovery needs is not ready, or the agents fell silent
+        # at once.
+        readiness = Readiness(world_seen=self._world_seen,
+                              control_plane=self._control_plane,
+                              agent_cliff=self._agent_cliff)
+        ctx = Context(self.conf, self.compute, journal, inventory, fencer,
+                      self.clock, self.board, on_progress=on_progress,
                       readiness=readiness,
-                      may_act=(self.membership.may_act
-                               if self.membership is not None else None),
+                      may_act=self.group.may_act if self.group else None,
                       events_healthy=self._events_healthy)
         ctx.index_bmcs()    # now, not at the first fences of a storm
-        if conf.audit.enabled:
-            # Could each host be fenced now? Checked before any recovery
-            # could be needed, then every [audit] interval.
-            self.audit = FencingAudit(conf, compute, ctx.bmc_for,
-                                      ctx.fencer, clock, sink=sink,
-                                      give_way=lambda: self.engine.urgent(),
-                                      handled=lambda host:
-                                      self.engine.handled(host))
-            health["audit"] = self.audit.health
-            self.sources.append(self.audit)
-        self.notifications = self.kdump = self.heartbeat = None
-        self.repair_sweep = None
-        health.update(self._add_event_sources(sink))
-        self.engine = Engine(
-            conf, ctx, journal, clock=clock, health=health,
-            unprotected=self.audit.unprotected if self.audit else None,
-            status_extra=self._status_extra)
-        self.api = None
-        if conf.api.enabled:
-            self.api = OperatorAPI(conf, self.engine, clock)
-            # /healthz and /readyz judge this service, not only its
-            # engine (a standby runs no reconciler).
-            self.api.health_source = self
-        self._status_stop = threading.Event()
-        self._status_dirty = threading.Event()
-        self.engine.add_listener(lambda *a: self._status_dirty.set())
-        if self.heartbeat is not None:
-            # Soft fencing: a vetoed host's agent restarts nova-compute.
+        health = {name: functools.partial(self._source_health, name)
+                  for name in sources_mod.enabled(self.conf)}
+        return Engine(self.conf, ctx, journal, clock=self.clock,
+                      health=health,
+                      unprotected=(self._unprotected if self.conf.audit.enabled
+                                   else None),
+                      status_extra=self._status_extra)
+
+    def _ports(self):
+        """What the sources may do to the engine."""
+        engine = self.engine
+        return sources_mod.Ports(
+            submit=engine.submit,
+            submit_acting=(engine.submit if self.group is None
+                           else self._submit_if_acting),
+            acting=lambda: self.acting, known_hosts=engine.known_hosts,
+            wants_every_report=engine.wants_every_report,
+            capacity_appeared=self._capacity_appeared, urgent=engine.urgent,
+            handled=engine.handled, repair=engine.repair,
+            bmc_for=engine.ctx.bmc_for, fencer=engine.ctx.fencer,
+            board=self.board)
+
+    def _listen_to_engine(self, journal):
+        """The status file rewritten after each change; soft fencing: a
+        vetoed host's agent restarts nova-compute."""
+        self.engine.add_listener(self.status_file.changed)
+        heartbeat = self.sources.heartbeat
+        if heartbeat is not None:
             self.engine.add_listener(soft_fence.listener(
-                conf, journal, self._agent_requests(self.heartbeat), clock))
-        self.notifier = notifier if notifier is not None \
-            else sdnotify.Notifier()
-        self.systemd = SystemdLink(self, self.notifier, clock=clock)
+                self.conf, journal,
+                guard_agent_requests(self.membership, heartbeat),
+                self.clock))
 
-    def _sink(self, event):
-        """Where the sources' events go: the engine's inboxes."""
-        self.engine.submit(event)
+    # -- what the engine reads of its sources ----------------------------------
+    def _world_seen(self):
+        return self.sources.world_seen()
 
+    def _control_plane(self):
+        return self.sources.control_plane.status()
+
+    def _agent_cliff(self):
+        return self.sources.agent_cliff()
+
+    def _unprotected(self):
+        return self.sources.unprotected()
+
+    def _events_healthy(self):
+        return self.sources.events_healthy()
+
+    def _source_health(self, name):
+        return self.sources.health(name)
+
+    # -- what the sources do to the engine ---------------------------------------
     def _capacity_appeared(self, hosts):
         self.engine.repair.capacity_appeared()
         return self.engine.capacity_appeared(hosts)
 
-    def _powered_off(self):
-        """Hosts the audit's power watch saw go Off (none without it)."""
-        return self.audit.powered_off() if self.audit is not None else set()
+    def _submit_if_acting(self, event):
+        """The kdump and heartbeat listeners' sink on a coordinated member:
+        a standby binds the port but acts on nothing it hears."""
+        if self._acting_state.now:
+            self.engine.submit(event)
 
-    def _watched(self):
-        """(ids, names) of the hosts whose every Nova row the engine
-        wants (engine.hosts.Hosts.wants_every_report)."""
-        return self.engine.wants_every_report()
+    # -- the parts, as callers name them -----------------------------------------
+    @property
+    def reconciler(self):
+        return self.sources.reconciler
 
-    def _events_healthy(self):
-        """True while the notification stream reliably reports evacuation
-        progress (connected and not quiet)."""
-        if self.notifications is None:
-            return False
-        h = self.notifications.health()
-        return bool(h.get("connected")) and not h.get("quiet")
+    @property
+    def control_plane(self):
+        return self.sources.control_plane
+
+    @property
+    def audit(self):
+        return self.sources.audit
+
+    @property
+    def notifications(self):
+        return self.sources.notifications
+
+    @property
+    def kdump(self):
+        return self.sources.kdump
+
+    @property
+    def heartbeat(self):
+        return self.sources.heartbeat
+
+    @property
+    def inventory(self):
+        """The BMC inventory in use (read again on SIGHUP)."""
+        return self.reloader.inventory
+
+    @property
+    def acting(self):
+        """True while this process acts (alone, or the group's elected
+        member); a standby only watches."""
+        return self.group is None or self._acting_state.now
+
+    @property
+    def _acting(self):
+        """True once this process started acting."""
+        return self._acting_state.now
+
+    @property
+    def acting_since(self):
+        """When this process started acting (the engine started), or None."""
+        return self._acting_state.since
+
+    def role(self):
+        """acting (alone, or elected and acting), elected (waiting one
+        lease), standby, or lost."""
+        if self.group is None:
+            return "acting"
+        return self.group.role(self._acting_state.now)
+
+    def liveness(self):
+        """(healthy, reason) for GET /healthz."""
+        return self.health.liveness()
+
+    def readiness(self):
+        """(ready, role, reason) for GET /readyz."""
+        return self.health.readiness()
+
+    def health_view(self):
+        return self.health.view()
+
+    def write_status(self, final=False):
+        self.status_file.write(final=final)
+
+    def reload(self):
+        """SIGHUP: the configuration files (mutable options) and the BMC
+        inventory read again (Reloader.reload)."""
+        return self.reloader.reload()
+
+    def reload_inventory(self):
+        """What ``instanceha run`` calls on SIGHUP: :meth:`reload`."""
+        return self.reload()
+
+    def reload_config(self):
+        return self.reloader.reload_config()
+
+    def _api_url(self):
+        if self.api is None or not self.api.port:
+            return None
+        return "http://%s:%d" % (self.conf.api.listen_address, self.api.port)
 
     def _status_extra(self):
         """What the status file and GET /status show beside the engine's
@@ -182,6 +309,7 @@ class Service(Group, Reloading, Health):
             data["starting"] = starting
         return data
 
+    # -- backends the start may wait for ----------------------------------------
     def _open_journal(self):
         """The journal, or a stand-in the start fills once its database
         answers (see :meth:`_await`). A journal that cannot be opened for
@@ -292,67 +420,7 @@ class Service(Group, Reloading, Health):
         if not isinstance(self.journal, Awaited) or self.journal.bound:
             self.journal.close()
 
-    def _add_event_sources(self, sink):
-        """The notification, kdump and agent heartbeat sources, where
-        enabled. Returns their health callables by name."""
-        conf = self.conf
-        health = {}
-        if getattr(conf, "notifications", None) is not None \
-                and conf.notifications.enabled:
-            # Imported here: oslo.messaging is loaded only when
-            # notifications are enabled.
-            from instanceha.sources.notifications import NotificationSource
-            repair_sink = None
-            if conf.instance_repair.enabled:
-                def repair_sink(facts, at, stale=False):
-                    self.engine.repair.from_notification(facts, at,
-                                                         stale=stale)
-            src = NotificationSource(conf, sink, self.clock, self.board,
-                                     repair_sink=repair_sink)
-            self.sources.append(src)
-            self.notifications = src
-            health["notifications"] = src.health
-        if conf.instance_repair.enabled:
-            # Instance repair's fallback: Nova's broken servers, read.
-            from instanceha.sources.repair_sweep import RepairSweep
-            src = RepairSweep(
-                conf, self.compute,
-                lambda server, actions, at: self.engine.repair.from_sweep(
-                    server, actions, at), self.clock,
-                watched=lambda n: self.engine.repair.set_watched(n),
-                skip=lambda server: self.engine.repair.sweep_skips(server))
-            self.sources.append(src)
-            self.repair_sweep = src
-            health["repair_sweep"] = src.health
-        if getattr(conf, "kdump", None) is not None and conf.kdump.enabled:
-            if self.membership is not None:
-                sink = self._submit_if_acting
-            src = KdumpSource(conf, sink, self.clock,
-                              lambda: self.engine.known_hosts())
-            self.sources.append(src)
-            self.kdump = src
-            health["kdump"] = src.health
-        if getattr(conf, "agent", None) is not None \
-                and conf.agent.listen_addresses:
-            # Bound at start like kdump's socket; a standby hears the
-            # beats and acts on none of them.
-            guest_sink = None
-            if conf.instance_repair.enabled:
-                def guest_sink(event, at):
-                    # The agents' guest events: news for instance repair
-                    # (a standby hears them and acts on none).
-                    if self.membership is None or self._acting:
-                        self.engine.repair.from_agent(event, at)
-            src = HeartbeatSource(conf, self._submit_if_acting
-                                  if self.membership is not None else sink,
-                                  self.clock,
-                                  lambda: self.engine.known_hosts(),
-                                  guest_sink=guest_sink)
-            self.sources.append(src)
-            self.heartbeat = src
-            health["agent_heartbeat"] = src.health
-        return health
-
+    # -- start and stop --------------------------------------------------------
     def start(self):
         """Bind and check everything first, act second.
 
@@ -370,59 +438,12 @@ class Service(Group, Reloading, Health):
         """
         started = []
         # The status file says what the start waits for, if anything.
-        threading.Thread(target=self._status_loop, daemon=True,
-                         name="instanceha-status").start()
+        self.status_file.start()
         try:
-            if self.api is not None:
-                self._step("operator API", self.api.bind,
-                           bind=(self.conf.api.listen_address,
-                                 self.conf.api.port))
-                started.append(self.api)
-                # Served from now on: /healthz, /readyz and GET /status say
-                # what the start waits for. A command before the engine
-                # starts waits in its inbox, as a kdump packet does.
-                self.api.start()
-            if self.notifications is not None:
-                self._step("notifications", self.notifications.prepare)
-                started.append(self.notifications)
-            # A journal database, Keystone or Nova that does not answer
-            # yet is waited for.
-            self._step("journal", self._await_journal)
-            self._step("Nova", self._await_nova)
-            if self.membership is None:
-                # Before the kdump socket so that its address map already
-                # knows the journalled hosts. Only reads: queued work waits
-                # for step 2.
-                resumed = self._step("journal",
-                                     self.engine.resume_from_journal)
-                self._step("journal", self.engine.repair.resume)
-            else:
-                # A standby reads the journal when elected (the acting
-                # member is writing it meanwhile); now only that it answers.
-                self._step("journal", self.journal.latest)
-                resumed = None
-            if self.kdump is not None:
-                self._step("kdump listener", self.kdump.start,
-                           bind=(self.conf.kdump.listen_address,
-                                 self.conf.kdump.port))
-                started.append(self.kdump)
-            if self.heartbeat is not None:
-                # Its errors name the address already.
-                self._step("agent heartbeat listener", self.heartbeat.start)
-                started.append(self.heartbeat)
-            if self.membership is not None:
-                self._step("coordination", self._join)
+            resumed = self._prepare(started)
         except (StartupError, StartInterrupted):
             # The caller reports the error (one line); nothing to log twice.
-            self._status_stop.set()
-            self._status_dirty.set()
-            for part in reversed(started):
-                try:
-                    part.stop()
-                except Exception as stop_error:   # noqa: BLE001
-                    LOG.warning("start_cleanup_failed",
-                                reason=str(stop_error))
-            self._close_journal()
+            self._abandon_start(started)
             raise
         LOG.info("starting", hosts_in_journal=resumed,
                  bmcs=len(self.inventory), workers=self.conf.workers,
@@ -431,8 +452,8 @@ class Service(Group, Reloading, Health):
                  grace_period=self.conf.detection.grace_period,
                  threshold=self.conf.policy.threshold,
                  reason="every socket bound and transport checked")
-        self._status_dirty.set()
-        if self.membership is None:
+        self.status_file.changed()
+        if self.group is None:
             self._start_acting()
         else:
             # Hot standby: connected to the backend and the journal; the
@@ -440,6 +461,83 @@ class Service(Group, Reloading, Health):
             self.membership.start()
         # READY=1 after the first reconcile pass, then the watchdog.
         self.systemd.start()
+
+    def _prepare(self, started):
+        """Step 1 of :meth:`start`: every part that may fail bound or
+        checked, each appended to ``started``; nothing acts. Returns the
+        number of hosts resumed from the journal (None on a standby)."""
+        if self.api is not None:
+            self._step("operator API", self.api.bind,
+                       bind=(self.conf.api.listen_address,
+                             self.conf.api.port))
+            started.append(self.api)
+            # Served from now on: /healthz, /readyz and GET /status say
+            # what the start waits for. A command before the engine
+            # starts waits in its inbox, as a kdump packet does.
+            self.api.start()
+        if self.notifications is not None:
+            self._step("notifications", self.notifications.prepare)
+            started.append(self.notifications)
+        # A journal database, Keystone or Nova that does not answer yet
+        # is waited for.
+        self._step("journal", self._await_journal)
+        self._step("Nova", self._await_nova)
+        resumed = self._resume()
+        self._bind_listeners(started)
+        if self.group is not None:
+            self._step("coordination",
+                       lambda: self.group.join(self._await))
+        return resumed
+
+    def _resume(self):
+        """A single process reads its journal now; a standby reads it when
+        elected (the acting member is writing it meanwhile), and now only
+        checks that it answers."""
+        if self.group is not None:
+            self._step("journal", self.journal.latest)
+            return None
+        # Before the kdump socket so that its address map already knows
+        # the journalled hosts. Only reads: queued work waits for step 2.
+        resumed = self._step("journal", self.engine.resume_from_journal)
+        self._step("journal", self.engine.repair.resume)
+        return resumed
+
+    def _bind_listeners(self, started):
+        """The kdump and agent heartbeat sockets, bound on every member (a
+        standby hears and acts on nothing)."""
+        if self.kdump is not None:
+            self._step("kdump listener", self.kdump.start,
+                       bind=(self.conf.kdump.listen_address,
+                             self.conf.kdump.port))
+            started.append(self.kdump)
+        if self.heartbeat is not None:
+            # Its errors name the address already.
+            self._step("agent heartbeat listener", self.heartbeat.start)
+            started.append(self.heartbeat)
+
+    def _abandon_start(self, started):
+        self.status_file.stop()
+        for part in reversed(started):
+            try:
+                part.stop()
+            except Exception as stop_error:   # noqa: BLE001
+                LOG.warning("start_cleanup_failed", reason=str(stop_error))
+        self._close_journal()
+
+    def _on_elected(self):
+        """This member was elected: resume from the shared journal and
+        start acting."""
+        elected(self.engine, self.membership.member, self._start_acting,
+                self.group.lost)
+
+    def _start_acting(self):
+        self._acting_state.begin()
+        self.engine.start()
+        bound = self.sources.bound_at_start()
+        for src in self.sources:
+            if src not in bound:
+                src.start()
+        self.status_file.changed()
 
     @staticmethod
     def _step(what, fn, bind=None):
@@ -454,19 +552,19 @@ class Service(Group, Reloading, Health):
         except Exception as e:   # noqa: BLE001 - one line, no traceback
             raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))
 
+
     def stop(self):
         self._stopped.set()
         self.systemd.stop()
-        self._status_stop.set()
-        self._status_dirty.set()
-        if self._acting or self.membership is None:
+        self.status_file.stop()
+        if self.acting:
             for src in self.sources:
                 try:
                     src.stop()
                 except Exception as e:
                     LOG.warning("source_stop_failed", reason=str(e))
         else:
-            for src in self._bound_at_start():
+            for src in self.sources.bound_at_start():
                 src.stop()
         self.engine.stop()
         self.engine.ctx.close_fencers()

@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 
 import structlog
@@ -29,36 +30,62 @@ def status_gap(took):
     return max(STATUS_MIN_GAP, 9 * took)
 
 
-class Health:
-    """Service's status and health half (instanceha.service.Service)."""
+class StatusFile:
+    """The status file (``conf``'s [DEFAULT] status_file; none when
+    unset): ``snapshot()`` (the engine's) with what ``instanceha status``
+    needs to tell a running engine's from a dead one's, rewritten by a
+    thread of its own soon after each :meth:`changed` and every
+    STATUS_EVERY s anyway. ``liveness()`` is /healthz's verdict;
+    ``api_url()`` the operator API's address, or None."""
 
-    #: The wall clock of the status file's written_at and stopped_at (the
-    #: engine's own clock may be a simulation's or a test's).
-    wall = staticmethod(time.time)
-    #: Seconds the last status write took.
-    _status_took = 0.0
+    def __init__(self, conf, snapshot, liveness, api_url=None,
+                 wall=time.time):
+        self._conf = conf
+        self._snapshot = snapshot
+        self._liveness = liveness
+        self._api_url = api_url or (lambda: None)
+        #: The wall clock of written_at and stopped_at (the engine's own
+        #: clock may be a simulation's or a test's).
+        self._wall = wall
+        #: Seconds the last write took.
+        self._took = 0.0
+        self._stop = threading.Event()
+        self._dirty = threading.Event()
 
-    def write_status(self, final=False):
+    def changed(self, *_):
+        """Something the file shows changed: rewrite it soon (an engine
+        listener's signature: any arguments)."""
+        self._dirty.set()
+
+    def start(self):
+        threading.Thread(target=self._loop, daemon=True,
+                         name="instanceha-status").start()
+
+    def stop(self):
+        self._stop.set()
+        self._dirty.set()
+
+    def write(self, final=False):
         """The engine's snapshot, and what ``instanceha status`` needs to
         tell a running engine's from a dead one's: when it was written,
         by which process, how often it is rewritten, /healthz's verdict,
         and (``final``: the last write, at stop) that the engine
         stopped."""
-        path = self.conf.status_file
+        path = self._conf.status_file
         if not path:
             return
-        data = self.engine.snapshot()
-        ok, why = self.liveness()
-        data.update(written_at=self.wall(), pid=os.getpid(),
+        data = self._snapshot()
+        ok, why = self._liveness()
+        data.update(written_at=self._wall(), pid=os.getpid(),
                     hostname=socket.gethostname(), pid_ns=pid_namespace(),
                     write_interval=round(STATUS_EVERY + status_gap(
-                        self._status_took), 3),
+                        self._took), 3),
                     live={"ok": ok, "reason": why})
         if final:
             data["stopped_at"] = data["written_at"]
-        if self.api is not None and self.api.port:
-            data["api"] = "http://%s:%d" % (self.conf.api.listen_address,
-                                            self.api.port)
+        api = self._api_url()
+        if api is not None:
+            data["api"] = api
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         # One string by the C encoder (json.dump to a file, or any
@@ -69,42 +96,50 @@ class Health:
             f.write(text)
         os.replace(tmp, path)
 
-    def _status_loop(self):
+    def _loop(self):
         """Rewrite the status file soon after a change and every 2 s
         anyway: at most every 0.2 s however many hosts change at once,
         and never more than a tenth of the time (a write of thousands of
         hosts during a storm waits ten times its own duration)."""
-        while not self._status_stop.is_set():
-            self._status_dirty.wait(STATUS_EVERY)
-            self._status_dirty.clear()
+        while not self._stop.is_set():
+            self._dirty.wait(STATUS_EVERY)
+            self._dirty.clear()
             started = time.monotonic()
             try:
                 # The snapshot is a few dicts per host, all dropped once
                 # written: see runtime.collection_paused.
                 with runtime.collection_paused():
-                    self.write_status()
+                    self.write()
             except Exception as e:
                 LOG.warning("status_write_failed", reason=str(e))
-            self._status_took = time.monotonic() - started
-            self._status_stop.wait(status_gap(self._status_took))
+            self._took = time.monotonic() - started
+            self._stop.wait(status_gap(self._took))
 
-    def role(self):
-        """acting (alone, or elected and acting), elected (waiting one
-        lease), standby, or lost."""
-        if self.membership is None or self._acting:
-            return "acting"
-        role = self.membership.status()["role"]
-        # Elected and past the wait, but the engine not started yet.
-        return "elected" if role == "acting" else role
 
-    def health_view(self):
-        """What /healthz and /readyz judge (watchdog.liveness/readiness)."""
-        rec = self.reconciler.health()
-        view = {"starting": self.awaiting.text(), "role": self.role(),
-                "acting_since": self.acting_since,
+class HealthView:
+    """What /healthz and /readyz judge (watchdog.liveness/readiness) of
+    the service: what the start ``awaiting``, the ``reconciler``'s passes,
+    this member's ``role()`` and the ``acting`` state, and the group's
+    ``membership`` (None: a single process), on ``clock``; stale after
+    ``conf``'s [api] stale_after."""
+
+    def __init__(self, conf, clock, awaiting, reconciler, role, acting,
+                 membership=None):
+        self._conf = conf
+        self._clock = clock
+        self._awaiting = awaiting
+        self._reconciler = reconciler
+        self._role = role
+        self._acting = acting
+        self._membership = membership
+
+    def view(self):
+        rec = self._reconciler.health()
+        view = {"starting": self._awaiting.text(), "role": self._role(),
+                "acting_since": self._acting.since,
                 "last_pass_at": rec.get("last_pass_at"),
-                "passes": self.reconciler.passes}
-        m = self.membership
+                "passes": self._reconciler.passes}
+        m = self._membership
         if m is not None:
             st = m.status()
             view.update(group=st["group"], acting_member=st["acting_member"],
@@ -117,9 +152,9 @@ class Health:
 
     def liveness(self):
         """(healthy, reason) for GET /healthz."""
-        return watchdog.liveness(self.health_view(), self.clock(),
-                                 self.conf.api.stale_after)
+        return watchdog.liveness(self.view(), self._clock(),
+                                 self._conf.api.stale_after)
 
     def readiness(self):
         """(ready, role, reason) for GET /readyz."""
-        return watchdog.readiness(self.health_view())
+        return watchdog.readiness(self.view())

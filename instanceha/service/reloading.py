@@ -13,28 +13,34 @@ from instanceha.service.inventory import check_inventory, warn_shared
 LOG = structlog.get_logger("instanceha.service")
 
 
-class Reloading:
-    """Service's reload half (instanceha.service.Service)."""
+class Reloader:
+    """Reads ``conf``'s files and the BMC inventory again for ``engine``,
+    starting from ``inventory`` (the one in use), and tells systemd
+    through ``notifier`` (``ready()``: READY=1 was sent)."""
 
-    def reload_inventory(self):
-        """What ``instanceha run`` calls on SIGHUP: :meth:`reload`."""
-        return self.reload()
+    def __init__(self, conf, engine, inventory, notifier, ready):
+        self.conf = conf
+        self._engine = engine
+        #: the BMC inventory in use
+        self.inventory = inventory
+        self._notifier = notifier
+        self._ready = ready
 
     def reload(self):
         """SIGHUP: re-read the configuration files (mutable options) and
         the BMC inventory, telling systemd (RELOADING=1, then READY=1).
         Returns (config Outcome, inventory reload result)."""
-        if self.systemd.ready:
-            self.notifier.reloading()
+        if self._ready():
+            self._notifier.reloading()
         try:
             config = self.reload_config()
             inventory = self._reload_inventory()
         finally:
-            if self.systemd.ready:
-                self.notifier.ready("reloaded the configuration")
+            if self._ready():
+                self._notifier.ready("reloaded the configuration")
             else:
                 # READY=1 still waits for the first reconcile pass.
-                self.notifier.status("reloaded the configuration; starting")
+                self._notifier.status("reloaded the configuration; starting")
         return config, inventory
 
     def reload_config(self):
@@ -50,7 +56,7 @@ class Reloading:
             return r
         if r.applied:
             # The engine keeps what it derived from the options.
-            self.engine.reload_settings()
+            self._engine.reload_settings()
             LOG.info("config_reloaded", files=files,
                      changed=conf_reload.describe(r.applied),
                      reason="SIGHUP: mutable options applied")
@@ -78,8 +84,8 @@ class Reloading:
                       effect="the previous inventory stays in use")
             return r
         self.inventory = r.inventory
-        self.engine.ctx.inventory = r.inventory
-        self.engine.ctx.index_bmcs()
+        self._engine.ctx.inventory = r.inventory
+        self._engine.ctx.index_bmcs()
         LOG.info("inventory_reloaded", path=path, hosts=len(r.inventory),
                  added=",".join(r.added) or None,
                  removed=",".join(r.removed) or None,

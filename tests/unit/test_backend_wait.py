@@ -13,6 +13,7 @@ No sleeping: the service's ``sleep`` between attempts is a fake that
 records the delays (and looks at what the service says meanwhile).
 """
 
+import functools
 import json
 
 import pytest
@@ -277,8 +278,8 @@ def test_a_stop_signal_ends_the_wait_with_nothing_done(tmp_path,
 
 
 def _membership(clock, backend, failures):
-    """A real Membership on the fake tooz coordinator whose first
-    ``failures`` starts are refused."""
+    """What builds a real Membership on the fake tooz coordinator whose
+    first ``failures`` starts are refused (with the service's hooks)."""
     coordinator = FakeCoordinator(backend)
     calls = {"n": 0}
 
@@ -287,10 +288,11 @@ def _membership(clock, backend, failures):
         if calls["n"] <= failures:
             raise ConnectionRefusedError(111, "Connection refused")
     coordinator.start = start
-    return co.Membership("redis://:Secret-Pw@127.0.0.1:6399", lease=10,
-                         margin=3, interval=1, clock=clock, mono=clock,
-                         coordinator=coordinator, member="me",
-                         spawn=lambda target: None), calls
+    return functools.partial(
+        co.Membership, "redis://:Secret-Pw@127.0.0.1:6399", lease=10,
+        margin=3, interval=1, clock=clock, mono=clock,
+        coordinator=coordinator, member="me",
+        spawn=lambda target: None), calls
 
 
 def _replica(tmp_path, monkeypatch, failures, clock, sleep):

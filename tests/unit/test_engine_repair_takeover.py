@@ -111,23 +111,17 @@ def test_nova_unreadable_the_attempt_is_followed_as_sent():
 def test_a_member_elected_resumes_the_repairs_left_running():
     """The new leader resumes the repairs its predecessor left running, as
     a restarted single process does (before: only the hosts)."""
-    from instanceha.service.group import Group
+    from instanceha.service.group import elected
 
     w = _world(action_timeout=TIMEOUT, min_uptime=UPTIME)
     _stopped(w)
     _journalled_by_the_previous_member(w)
     acting = []
 
-    class Member:
-        member = "m"
+    def lost(reason):
+        raise AssertionError(reason)
 
-    class Svc(Group):
-        engine, membership = w.engine, Member()
-
-        def _start_acting(self):
-            acting.append(True)
-
-    Svc()._on_elected()
+    elected(w.engine, "m", lambda: acting.append(True), lost)
     assert acting == [True]
     assert w.engine.repair.cases[SID].attempt.action == "start"
     _settle(w, passes=3)

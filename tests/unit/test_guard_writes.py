@@ -218,16 +218,13 @@ def test_every_marked_write_is_refused_after_the_lease(cls, _reads):
 
 
 def test_the_service_guards_its_agent_requests_when_coordinated():
-    from instanceha.service.group import Group
+    from instanceha.service.group import guard_agent_requests
 
-    class Svc(Group):
-        membership = None
-
-    svc, sender = Svc(), object()
-    assert svc._agent_requests(sender) is sender
+    sender = object()
+    assert guard_agent_requests(None, sender) is sender
     m, clock, _ = _lapsed()
-    svc.membership = m
-    guarded = svc._agent_requests(HeartbeatSource.__new__(HeartbeatSource))
+    guarded = guard_agent_requests(m,
+                                   HeartbeatSource.__new__(HeartbeatSource))
     assert isinstance(guarded, co.Guard)
     clock.now += 7.5
     with pytest.raises(co.NotActingAgent):
@@ -272,17 +269,12 @@ def test_the_service_gates_each_nova_write_request_when_coordinated():
     from instanceha.service.startup import AwaitedNova
 
     m, clock, _ = _lapsed()
-
-    class Svc(Group):
-        conf = conf_pkg.make({})
-        journal = None
-        _membership = m
-
-        def _on_lost(self, reason):
-            pass
+    group = Group(conf_pkg.make({}), clock, on_elected=lambda: None,
+                  on_lost=lambda reason: None,
+                  membership=lambda on_elected, on_lost: m)
 
     nova = AwaitedNova()
-    compute, _, _ = Svc()._coordinate(nova, lambda name: None)
+    compute, _, _ = group.guard(nova, lambda name: None, None)
     driver = Target()
     nova.bind(driver)                       # Nova answered later
     assert driver.write_gate == m.may_act

@@ -215,7 +215,7 @@ def test_a_page_that_is_not_a_list_is_a_compute_error(body):
 def test_an_unknown_filter_is_a_programming_error():
     d, compute, _ = driver([])
     with pytest.raises(TypeError, match="no filter changes_since"):
-        d._list(nova_transport.SERVERS, "/servers", "2.53",
+        d._nova.list(nova_transport.SERVERS, "/servers", "2.53",
                 changes_since="x")
     assert compute.calls == []
 

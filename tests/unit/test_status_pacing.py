@@ -21,10 +21,9 @@ def test_the_file_is_one_json_document_with_every_value(tmp_path):
     class Conf:
         status_file = str(tmp_path / "status.json")
 
-    h = health.Health()
-    h.conf, h.engine, h.api = Conf(), Engine(), None
-    h.liveness = lambda: (True, "reconciler passed 1.0s ago")
-    h.write_status()
+    h = health.StatusFile(Conf(), Engine().snapshot,
+                          lambda: (True, "reconciler passed 1.0s ago"))
+    h.write()
     data = json.loads((tmp_path / "status.json").read_text())
     assert data["hosts"][0]["name"] == "compute-1"
     assert data["hosts"][0]["since"].startswith("<object")

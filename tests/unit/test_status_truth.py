@@ -142,11 +142,10 @@ def test_the_status_file_says_when_by_whom_and_how_often(tmp_path):
     class Conf:
         status_file = str(tmp_path / "status.json")
 
-    h = health.Health()
-    h.conf, h.engine, h.api = Conf(), Engine(), None
-    h.wall = lambda: NOW
-    h.liveness = lambda: (True, "reconciler passed 1.0s ago")
-    h.write_status()
+    h = health.StatusFile(Conf(), Engine().snapshot,
+                          lambda: (True, "reconciler passed 1.0s ago"),
+                          wall=lambda: NOW)
+    h.write()
     data = json.loads((tmp_path / "status.json").read_text())
     assert data["written_at"] == NOW and data["generated_at"] == 1000.0
     assert data["pid"] == os.getpid()
@@ -156,7 +155,7 @@ def test_the_status_file_says_when_by_whom_and_how_often(tmp_path):
     assert data["live"] == {"ok": True,
                             "reason": "reconciler passed 1.0s ago"}
     assert "stopped_at" not in data
-    h.write_status(final=True)
+    h.write(final=True)
     data = json.loads((tmp_path / "status.json").read_text())
     assert data["stopped_at"] == NOW
 

@@ -1,9 +1,13 @@
 """Nova driver through openstacksdk, with explicit microversions.
 
-With nova_transport.py and nova_capacity.py (the driver's plumbing and its
-capacity reads), the only modules that import openstacksdk or keystoneauth;
-its live and cold migrations are nova_moves.py's, a smoke test's server,
-deleting a compute service and leaving an aggregate nova_lifecycle.py's.
+The driver holds a transport (nova_transport.py: requests, retries,
+errors, pages) and hands it to the parts it delegates to: capacities
+(nova_capacity.py), live and cold migrations (nova_moves.py), a smoke
+test's server, deleting a compute service and leaving an aggregate
+(nova_lifecycle.py), one server's repair (nova_repair.py). With
+nova_transport.py and nova_capacity.py, the only modules that import
+openstacksdk or keystoneauth. Every write of the interface is marked
+(@write) here, on the driver, where the lease guard reads the marks.
 Every call names its microversion: the behaviour instanceha relies on (service UUIDs, evacuate
 keeping a server's power state below 2.95, migration fields) changes between
 microversions, so "latest" is never used. At connect time the server's maximum
@@ -65,8 +69,7 @@ def connect(conf):
     return openstack.connect(cloud=conf.cloud, **kwargs)
 
 
-class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
-                 NovaRepair, base.ComputeDriver):
+class NovaDriver(base.ComputeDriver):
 
     def __init__(self, conf, connection=None, clock=time.monotonic,
                  sleep=time.sleep):
@@ -77,12 +80,17 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         self._cache = TTLCache(conf.nova_cache_ttl, clock)
         try:
             self._conn = connection or connect(conf)
-            self._compute = self._conn.compute
+            compute = self._conn.compute
         except (ks_exc.ClientException,
                 openstack.exceptions.SDKException) as e:
             raise base.ComputeError("cannot connect to Nova through cloud "
                                     "%r: %s" % (conf.cloud, e))
-        self.max_microversion = self._negotiate()
+        # api_record looked up at each failure: a start that waited for
+        # Nova gives this driver the record its sources already share.
+        self._nova = NovaTransport(conf, compute, clock, sleep,
+                                   record=lambda: self.api_record,
+                                   gate=self._gate)
+        self.max_microversion = self._negotiate(compute)
         wanted = _parse_mv(conf.evacuation.microversion)
         if wanted > self.max_microversion:
             raise base.ComputeError(
@@ -94,10 +102,21 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
                                           self.max_microversion))
         self._actions_mv = _fmt_mv(min(ACTIONS_MICROVERSION,
                                        self.max_microversion))
+        self._capacity = NovaCapacity(self._conn, self._nova)
+        self._moves = NovaMoves(self._nova, self.max_microversion)
+        self._lifecycle = NovaLifecycle(self._nova, self._cache)
+        self._repair = NovaRepair(self._nova)
 
-    def _negotiate(self):
+    def _gate(self):
+        """None while a write request may go out now, else why not: the
+        write_gate (ComputeDriver) as it is at each request."""
+        gate = self.write_gate
+        return gate() if gate is not None else None
+
+    @staticmethod
+    def _negotiate(compute):
         try:
-            data = self._compute.get_endpoint_data()
+            data = compute.get_endpoint_data()
         except ks_exc.ClientException as e:
             raise base.ComputeError("cannot reach Nova for version discovery: "
                                     "%s" % e)
@@ -116,7 +135,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     # -- services ----------------------------------------------------------------
     def list_services(self):
-        body = self._call("get", "/os-services", "2.53",
+        body = self._nova.call("get", "/os-services", "2.53",
                           params={"binary": "nova-compute"})
         parse = time_memo()
         try:
@@ -126,7 +145,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     def service_of(self, host):
         # One row, not the whole cloud's (megabytes at thousands of hosts).
-        body = self._call("get", "/os-services", "2.53",
+        body = self._nova.call("get", "/os-services", "2.53",
                           params={"binary": "nova-compute", "host": host})
         try:
             rows = [to_service(s) for s in body["services"]
@@ -140,7 +159,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
         # would carry every compute row again.
         services = []
         for binary in CONTROL_BINARIES:
-            body = self._call("get", "/os-services", "2.53",
+            body = self._nova.call("get", "/os-services", "2.53",
                               params={"binary": binary})
             try:
                 services.extend(to_service(s) for s in body["services"]
@@ -168,7 +187,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
                                     resp.status_code)
 
     def _put_service(self, service_id, body):
-        return self._call("put", "/os-services/%s" % service_id, "2.53",
+        return self._nova.call("put", "/os-services/%s" % service_id, "2.53",
                           json=body)
 
     @write
@@ -193,19 +212,19 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     # -- servers -------------------------------------------------------------------
     def list_servers(self, host):
-        bodies = self._list(SERVERS, "/servers/detail", "2.53",
+        bodies = self._nova.list(SERVERS, "/servers/detail", "2.53",
                             base_path="/servers/detail", all_projects=True,
                             compute_host=host)
         return [to_server(s) for s in bodies]
 
     def get_server(self, server_id):
-        return to_server(self._call("get", "/servers/%s" % server_id,
+        return to_server(self._nova.call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
     def find_servers(self, name):
         # Nova's name filter is a regular expression: anchored and
         # escaped, and the names compared again here.
-        bodies = self._list(SERVERS, "/servers/detail", "2.53",
+        bodies = self._nova.list(SERVERS, "/servers/detail", "2.53",
                             base_path="/servers/detail", all_projects=True,
                             name="^%s$" % re.escape(name))
         return [to_server(s) for s in bodies if s.get("name") == name]
@@ -230,12 +249,12 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
                     "named host below %s, bypassing the scheduler"
                     % (host, mv, _fmt_mv(EVACUATE_HOST_MICROVERSION)), 400)
             args["host"] = host
-        self._call("post", "/servers/%s/action" % server_id, mv,
+        self._nova.call("post", "/servers/%s/action" % server_id, mv,
                    json={"evacuate": args})
 
     @write
     def stop_server(self, server_id):
-        self._call("post", "/servers/%s/action" % server_id, "2.1",
+        self._nova.call("post", "/servers/%s/action" % server_id, "2.1",
                    json={"os-stop": None})
 
     def list_aggregates(self):
@@ -243,7 +262,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     def _read_aggregates(self):
         # os-aggregates is not paged by Nova: one page, no links.
-        bodies = self._list(AGGREGATES, "/os-aggregates", "2.41")
+        bodies = self._nova.list(AGGREGATES, "/os-aggregates", "2.41")
         try:
             return [to_aggregate(a) for a in bodies]
         except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -251,7 +270,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     def get_aggregate(self, aggregate_id):
         # Never from the cache: read just before a change to its metadata.
-        body = self._call("get", "/os-aggregates/%s" % aggregate_id, "2.41")
+        body = self._nova.call("get", "/os-aggregates/%s" % aggregate_id, "2.41")
         try:
             return to_aggregate(body["aggregate"])
         except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -260,7 +279,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
     @write
     def unset_aggregate_metadata(self, aggregate_id, key):
         try:
-            self._call("post", "/os-aggregates/%s/action" % aggregate_id,
+            self._nova.call("post", "/os-aggregates/%s/action" % aggregate_id,
                        "2.41", json={"set_metadata": {"metadata": {
                            key: None}}})
         finally:
@@ -270,7 +289,7 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     @write
     def delete_server_metadata(self, server_id, key):
-        self._call("delete", "/servers/%s/metadata/%s" % (
+        self._nova.call("delete", "/servers/%s/metadata/%s" % (
             server_id, urllib.parse.quote(key, safe="")), "2.1")
 
     def get_image(self, image_id):
@@ -320,12 +339,12 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
     # -- evacuations ---------------------------------------------------------
     @write
     def reset_state(self, server_id, state="active"):
-        self._call("post", "/servers/%s/action" % server_id, "2.1",
+        self._nova.call("post", "/servers/%s/action" % server_id, "2.1",
                    json={"os-resetState": {"state": state}})
 
     def list_evacuations(self, host):
         # Paged from 2.59 (newest first); below 2.59 Nova lists every row.
-        bodies = self._list(MIGRATIONS, "/os-migrations",
+        bodies = self._nova.list(MIGRATIONS, "/os-migrations",
                             self._migrations_mv,
                             migration_type="evacuation", source_compute=host)
         try:
@@ -335,13 +354,13 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
 
     def rebuild_events(self, server_id):
         path = "/servers/%s/os-instance-actions" % server_id
-        body = self._call("get", path, self._actions_mv)
+        body = self._nova.call("get", path, self._actions_mv)
         evacuations = [a for a in body.get("instanceActions") or []
                        if a.get("action") == "evacuate" and a.get("request_id")]
         if not evacuations:
             return []
         latest = max(evacuations, key=lambda a: a.get("start_time") or "")
-        body = self._call("get", "%s/%s" % (path, latest["request_id"]),
+        body = self._nova.call("get", "%s/%s" % (path, latest["request_id"]),
                           self._actions_mv)
         try:
             events = body["instanceAction"].get("events") or []
@@ -351,3 +370,76 @@ class NovaDriver(NovaTransport, NovaCapacity, NovaMoves, NovaLifecycle,
                 result=e.get("result")) for e in events]
         except (KeyError, TypeError, AttributeError) as e:
             raise base.ComputeError("instance action answer lacks %s" % e)
+
+    # -- capacities (nova_capacity.py) -----------------------------------------
+    def host_capacities(self):
+        return self._capacity.host_capacities()
+
+    # -- live and cold migrations (nova_moves.py) --------------------------------
+    @write
+    def live_migrate(self, server_id, block_migration="auto", host=None):
+        self._moves.live_migrate(server_id, block_migration, host)
+
+    @write
+    def cold_migrate(self, server_id):
+        self._moves.cold_migrate(server_id)
+
+    @write
+    def confirm_resize(self, server_id):
+        self._moves.confirm_resize(server_id)
+
+    def server_migrations(self, server_id):
+        return self._moves.server_migrations(server_id)
+
+    @write
+    def abort_migration(self, server_id, migration_id):
+        self._moves.abort_migration(server_id, migration_id)
+
+    @write
+    def force_complete_migration(self, server_id, migration_id):
+        self._moves.force_complete_migration(server_id, migration_id)
+
+    def list_host_migrations(self, host, since=None):
+        return self._moves.list_host_migrations(host, since)
+
+    # -- a drained host put back or retired (nova_lifecycle.py) ----------------
+    @write
+    def create_server(self, name, flavor_id, image_id, host, zone=None,
+                      network=None):
+        return self._lifecycle.create_server(name, flavor_id, image_id, host,
+                                             zone=zone, network=network)
+
+    @write
+    def delete_server(self, server_id):
+        self._lifecycle.delete_server(server_id)
+
+    @write
+    def delete_service(self, service_id):
+        self._lifecycle.delete_service(service_id)
+
+    @write
+    def remove_host_from_aggregate(self, aggregate_id, host):
+        self._lifecycle.remove_host_from_aggregate(aggregate_id, host)
+
+    # -- one server's repair (nova_repair.py) -----------------------------------
+    def list_servers_by_status(self, status):
+        return self._repair.list_servers_by_status(status)
+
+    def instance_actions(self, server_id):
+        return self._repair.instance_actions(server_id)
+
+    @write
+    def start_server(self, server_id):
+        self._repair.start_server(server_id)
+
+    @write
+    def reboot_server(self, server_id, hard=True):
+        self._repair.reboot_server(server_id, hard)
+
+    @write
+    def rebuild_server(self, server_id, image_id):
+        self._repair.rebuild_server(server_id, image_id)
+
+    @write
+    def set_server_metadata(self, server_id, items):
+        self._repair.set_server_metadata(server_id, items)

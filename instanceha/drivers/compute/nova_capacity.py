@@ -1,6 +1,7 @@
 """How the Nova driver reads host capacities: Placement, else os-hypervisors.
 
-:class:`NovaCapacity` answers ``host_capacities()``: every compute
+:class:`NovaCapacity`, a part the Nova driver holds, answers
+``host_capacities()``: every compute
 provider's capacity and usage from Placement (one request for the
 allocation candidates' provider summaries, else provider by provider),
 or, when Placement cannot be read, os-hypervisors' physical totals.
@@ -24,8 +25,14 @@ CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 
 
 class NovaCapacity:
-    """Mixin: host capacities for a driver that has ``_conn`` (an
-    openstacksdk Connection) and ``_list`` (:class:`NovaTransport`)."""
+    """Host capacities read through ``conn`` (an openstacksdk Connection:
+    Placement) and ``nova`` (the driver's
+    :class:`~instanceha.drivers.compute.nova_transport.NovaTransport`:
+    os-hypervisors)."""
+
+    def __init__(self, conn, nova):
+        self._conn = conn
+        self._nova = nova
 
     def host_capacities(self):
         try:
@@ -145,7 +152,7 @@ class NovaCapacity:
         # their *_used (removed at 2.88). Physical totals: os-hypervisors
         # knows no allocation ratio or reserved amount. Paged
         # (hypervisors_links) from Nova's JSON pages (nova_transport).
-        bodies = self._list(HYPERVISORS, "/os-hypervisors/detail",
+        bodies = self._nova.list(HYPERVISORS, "/os-hypervisors/detail",
                             HYPERVISORS_MICROVERSION,
                             base_path="/os-hypervisors/detail")
         result = {}

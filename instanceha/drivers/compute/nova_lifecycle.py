@@ -56,7 +56,6 @@ import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_transport import plain_400
-from instanceha.util.writes import write
 
 LOG = structlog.get_logger("instanceha.nova")
 
@@ -76,14 +75,20 @@ def forced_zone(zone, host):
 
 
 class NovaLifecycle:
-    """Mixin: servers booted and deleted, services deleted, aggregate
-    membership, for a driver that has ``_call`` (:class:`NovaTransport`)
-    and ``_cache`` (the aggregates' TTLCache)."""
+    """Servers booted and deleted, services deleted, aggregate membership,
+    sent through ``nova`` (the driver's
+    :class:`~instanceha.drivers.compute.nova_transport.NovaTransport`);
+    each change to an aggregate invalidates the driver's ``cache`` of
+    them (a TTLCache)."""
+
+    def __init__(self, nova, cache):
+        self._nova = nova
+        self._cache = cache
 
     def _refusal(self, method, path, microversion, **kwargs):
-        return plain_400(self._call, method, path, microversion, **kwargs)
+        return plain_400(self._nova.call, method, path, microversion,
+                         **kwargs)
 
-    @write
     def create_server(self, name, flavor_id, image_id, host, zone=None,
                       network=None):
         server = {"name": name, "flavorRef": str(flavor_id),
@@ -106,21 +111,18 @@ class NovaLifecycle:
                            host=None, vm_state="building",
                            raw=dict(body["server"]))
 
-    @write
     def delete_server(self, server_id):
         try:
             self._refusal("delete", "/servers/%s" % server_id, "2.1")
         except base.NotFound:
             pass                        # gone already: what was wanted
 
-    @write
     def delete_service(self, service_id):
         self._refusal("delete", "/os-services/%s" % service_id,
                       SERVICES_MICROVERSION)
         # Nova removed the host from its aggregates.
         self._cache.invalidate("aggregates")
 
-    @write
     def remove_host_from_aggregate(self, aggregate_id, host):
         path = "/os-aggregates/%s/action" % aggregate_id
         try:

@@ -1,6 +1,6 @@
 """How the Nova driver moves servers off a live host (planned drain).
 
-:class:`NovaMoves` is the driver's live and cold migrations, their
+:class:`NovaMoves`, a part the Nova driver holds, makes the live and cold migrations, their
 confirmation, abort and forced completion, and the reads that follow
 them. What Nova does, read in its source (api/openstack/compute/
 migrate_server.py, server_migrations.py, migrations.py, servers.py;
@@ -57,7 +57,6 @@ from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_records import (
     to_migration, to_server_migration)
 from instanceha.drivers.compute.nova_transport import Listing, plain_400
-from instanceha.util.writes import write
 
 #: os-migrations of one host (source or destination), changed since
 HOST_MIGRATIONS = Listing("/os-migrations", "migrations",
@@ -87,13 +86,18 @@ def iso_utc(epoch):
 
 
 class NovaMoves:
-    """Mixin: live and cold migrations for a driver that has ``_call``
-    and ``_list`` (:class:`NovaTransport`) and ``max_microversion``."""
+    """Live and cold migrations sent through ``nova`` (the driver's
+    :class:`~instanceha.drivers.compute.nova_transport.NovaTransport`) to
+    a Nova whose highest microversion is ``max_microversion``."""
+
+    def __init__(self, nova, max_microversion):
+        self._nova = nova
+        self.max_microversion = max_microversion
 
     def _move(self, method, path, microversion, **kwargs):
-        return plain_400(self._call, method, path, microversion, **kwargs)
+        return plain_400(self._nova.call, method, path, microversion,
+                         **kwargs)
 
-    @write
     def live_migrate(self, server_id, block_migration="auto", host=None):
         if block_migration not in ("auto", True, False):
             raise ValueError("block_migration must be 'auto', True or "
@@ -107,19 +111,17 @@ class NovaMoves:
                    json={"os-migrateLive": {
                        "host": host, "block_migration": block_migration}})
 
-    @write
     def cold_migrate(self, server_id):
         self._move("post", "/servers/%s/action" % server_id, "2.1",
                    json={"migrate": None})
 
-    @write
     def confirm_resize(self, server_id):
         self._move("post", "/servers/%s/action" % server_id, "2.1",
                    json={"confirmResize": None})
 
     def server_migrations(self, server_id):
         mv = _mv(SERVER_MIGRATIONS_MICROVERSION, self.max_microversion)
-        body = self._call("get", "/servers/%s/migrations" % server_id, mv)
+        body = self._nova.call("get", "/servers/%s/migrations" % server_id, mv)
         try:
             return [to_server_migration(m, server_id)
                     for m in body["migrations"]]
@@ -139,7 +141,6 @@ class NovaMoves:
         raise base.NotFound("no in-progress live migration %s of server %s"
                             % (text, server_id), 404)
 
-    @write
     def abort_migration(self, server_id, migration_id):
         number = self._migration_number(server_id, migration_id)
         if self.max_microversion >= ABORT_QUEUED_MICROVERSION:
@@ -149,7 +150,6 @@ class NovaMoves:
         self._move("delete", "/servers/%s/migrations/%s" % (
             server_id, number), "%d.%d" % mv)
 
-    @write
     def force_complete_migration(self, server_id, migration_id):
         number = self._migration_number(server_id, migration_id)
         self._move("post", "/servers/%s/migrations/%s/action" % (
@@ -162,7 +162,7 @@ class NovaMoves:
         params = {"host": host}
         if since is not None:
             params["changes_since"] = iso_utc(since)
-        bodies = self._list(HOST_MIGRATIONS, "/os-migrations", mv, **params)
+        bodies = self._nova.list(HOST_MIGRATIONS, "/os-migrations", mv, **params)
         try:
             rows = [to_migration(m) for m in bodies
                     if m.get("migration_type") in MOVE_TYPES]

@@ -26,7 +26,6 @@ import urllib.parse
 from instanceha.drivers.compute import base
 from instanceha.drivers.compute.nova_records import parse_time, to_server
 from instanceha.drivers.compute.nova_transport import Listing
-from instanceha.util.writes import write
 
 #: servers of every project in one state
 BY_STATUS = Listing("/servers", "servers", (("all_projects", "all_tenants"),
@@ -36,17 +35,20 @@ VALUE_MAX = 255
 
 
 class NovaRepair:
-    """Mixin: a driver that has ``_call`` and ``_list``
-    (:class:`~instanceha.drivers.compute.nova_transport.NovaTransport`)."""
+    """One server's repair, read and sent through ``nova`` (the driver's
+    :class:`~instanceha.drivers.compute.nova_transport.NovaTransport`)."""
+
+    def __init__(self, nova):
+        self._nova = nova
 
     def list_servers_by_status(self, status):
-        bodies = self._list(BY_STATUS, "/servers/detail", "2.53",
+        bodies = self._nova.list(BY_STATUS, "/servers/detail", "2.53",
                             base_path="/servers/detail", all_projects=True,
                             status=status)
         return [to_server(s) for s in bodies]
 
     def instance_actions(self, server_id):
-        body = self._call("get", "/servers/%s/os-instance-actions"
+        body = self._nova.call("get", "/servers/%s/os-instance-actions"
                           % server_id, "2.58")
         out = []
         for a in body.get("instanceActions") or ():
@@ -58,35 +60,31 @@ class NovaRepair:
         return out
 
     def _action(self, server_id, body):
-        self._call("post", "/servers/%s/action" % server_id, "2.1",
+        self._nova.call("post", "/servers/%s/action" % server_id, "2.1",
                    json=body)
 
-    @write
     def start_server(self, server_id):
         self._action(server_id, {"os-start": None})
 
-    @write
     def reboot_server(self, server_id, hard=True):
         self._action(server_id, {"reboot": {"type": "HARD" if hard
                                             else "SOFT"}})
 
-    @write
     def rebuild_server(self, server_id, image_id):
         self._action(server_id, {"rebuild": {"imageRef": str(image_id)}})
 
-    @write
     def set_server_metadata(self, server_id, items):
         # Removals first: Nova takes one key per DELETE, and a reader
         # between the requests must never see the new result beside the
         # old 'running' marker (the keys set come last, in one POST).
         for key in [k for k, v in items.items() if v is None]:
             try:
-                self._call("delete", "/servers/%s/metadata/%s" % (
+                self._nova.call("delete", "/servers/%s/metadata/%s" % (
                     server_id, urllib.parse.quote(key, safe="")), "2.1")
             except base.NotFound:
                 pass                    # gone already
         sets = {k: str(v)[:VALUE_MAX] for k, v in items.items()
                 if v is not None}
         if sets:
-            self._call("post", "/servers/%s/metadata" % server_id, "2.1",
+            self._nova.call("post", "/servers/%s/metadata" % server_id, "2.1",
                        json={"metadata": sets})

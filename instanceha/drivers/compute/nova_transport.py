@@ -1,6 +1,7 @@
 """How the Nova driver talks to Nova: requests, retries, errors, pages.
 
-:class:`NovaTransport` is the plumbing the Nova driver is built on: a GET
+:class:`NovaTransport` is the plumbing the Nova driver holds and hands to
+its parts (capacity, moves, lifecycle, repair): a GET
 retried on a transient failure, a write sent exactly once, Nova's errors
 translated to :mod:`~instanceha.drivers.compute.base`'s exceptions, a
 failure noted in ``api_record`` for the control-plane gate, and Nova's
@@ -48,11 +49,24 @@ HYPERVISORS = Listing("/os-hypervisors", "hypervisors")
 
 
 class NovaTransport:
-    """Mixin: Nova requests for a driver that has ``_conf`` (for
-    ``[DEFAULT] api_read_retries``), ``_sleep``, ``_clock``, ``_compute``
-    (openstacksdk's compute proxy) and ``api_record``."""
+    """Nova requests: sends through openstacksdk's compute proxy
+    ``compute``, retries a read up to ``conf``'s ``[DEFAULT]
+    api_read_retries`` (read at each call: a reload applies) with
+    ``sleep`` between, notes a transient failure in ``record()`` (the
+    driver's CallRecord, looked up at each failure: a start that waited
+    for Nova hands the driver the one its sources already share) at
+    ``clock()``, and asks ``gate()`` (None, or why not) right before each
+    request that changes something."""
 
-    def _read(self, what, fn):
+    def __init__(self, conf, compute, clock, sleep, record, gate):
+        self._conf = conf
+        self._compute = compute
+        self._clock = clock
+        self._sleep = sleep
+        self._record = record
+        self._gate = gate
+
+    def read(self, what, fn):
         """``fn()`` (a GET), sent again on a transient failure (5xx, no
         answer) up to ``[DEFAULT] api_read_retries`` times. A 4xx is an
         answer and raised at once."""
@@ -69,9 +83,10 @@ class NovaTransport:
             sleep=self._sleep, before_sleep=log, reraise=True)
         return retrying(fn)
 
-    def _call(self, method, path, microversion, **kwargs):
+    def call(self, method, path, microversion, **kwargs):
+        """One request; Nova's answer as JSON (``{}`` for none)."""
         if method == "get":
-            return self._read("GET %s" % path, lambda: self._send(
+            return self.read("GET %s" % path, lambda: self._send(
                 method, path, microversion, **kwargs))
         return self._send(method, path, microversion, **kwargs)
 
@@ -80,8 +95,7 @@ class NovaTransport:
             # The driver's write_gate (a coordinated member's may_act),
             # right before each request that changes something. Not a
             # failure of Nova's: not noted in api_record.
-            gate = getattr(self, "write_gate", None)
-            why = gate() if gate is not None else None
+            why = self._gate()
             if why is not None:
                 raise base.ComputeError("%s %s not sent: %s" % (
                     method.upper(), path, why))
@@ -97,7 +111,7 @@ class NovaTransport:
             yield
         except base.ComputeError as e:
             if transient(e):
-                self.api_record.failed(self._clock(), what, e)
+                self._record().failed(self._clock(), what, e)
             raise
 
     def _send_once(self, method, path, microversion, **kwargs):
@@ -132,7 +146,7 @@ class NovaTransport:
         raise base.ComputeError(text, resp.status_code,
                                 unanswered=resp.status_code in (502, 504))
 
-    def _list(self, listing, what, microversion, **params):
+    def list(self, listing, what, microversion, **params):
         """Every item of one of Nova's lists (a :class:`Listing`), all
         pages, as openstacksdk's listing follows them: Nova's
         ``servers_links`` / ``migrations_links`` "next" link (a page holds
@@ -140,7 +154,7 @@ class NovaTransport:
         are the listing's filters, and ``base_path`` a path other than
         its own (``/servers/detail``). Returns Nova's bodies; errors
         translated; transient failures retried (the whole listing)."""
-        return self._read("GET %s" % what, lambda: self._list_once(
+        return self.read("GET %s" % what, lambda: self._list_once(
             listing, what, microversion, **params))
 
     def _list_once(self, listing, what, microversion, **params):
@@ -205,7 +219,7 @@ class NovaTransport:
 
 
 def plain_400(call, method, path, microversion, **kwargs):
-    """``call(method, path, microversion, ...)`` (a driver's ``_call``)
+    """``call(method, path, microversion, ...)`` (a transport's ``call``)
     for a write whose 400 is a plain ComputeError, not the Conflict the
     transport makes of it (Nova's 400s there say the request was bad)."""
     try:
