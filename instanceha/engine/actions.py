@@ -19,6 +19,7 @@ from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.engine import (drain, evacuator, proof, putback, reserve,
                                stale)
+from instanceha.engine.passes import Requeue
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
@@ -176,8 +177,6 @@ def isolate(ctx, record):
     return _result(record, E.ISOLATE_OK, ctx, reason, Isolated(written))
 
 
-#: An action's pass that is not finished: the engine runs the next one.
-Requeue = evacuator.Requeue
 
 
 def evacuate(ctx, record, carry=None):

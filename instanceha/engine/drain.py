@@ -31,7 +31,7 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base as compute_base
-from instanceha.engine.evacuator import Requeue
+from instanceha.engine.passes import Requeue
 from instanceha.events import DrainSummary, Event, EventKind as E
 from instanceha.fsm.states import State
 from instanceha.policy import drain as drain_policy

@@ -17,28 +17,12 @@ from instanceha.engine import proof, selection
 from instanceha.engine.evac_run import Run, close_open_rows
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Outcome, by_server)
+from instanceha.engine.passes import Requeue
 from instanceha.policy import power
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 __all__ = ["Outcome", "Requeue", "evacuate_pass", "close_open_rows"]
-
-
-class Requeue:
-    """A pass that is not finished: the engine runs the next pass of the
-    same action after ``after`` seconds (sooner when woken: a
-    notification about a server), handing ``carry`` back."""
-
-    __slots__ = ("after", "carry")
-
-    def __init__(self, after, carry):
-        self.after = after
-        self.carry = carry
-
-    def close(self):
-        """The work is abandoned (the action raised, the engine stops)."""
-        if self.carry is not None:
-            self.carry.close()
 
 
 def evacuate_pass(ctx, record, run=None):

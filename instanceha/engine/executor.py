@@ -23,6 +23,7 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.engine import actions as actions_mod
+from instanceha.engine.passes import Requeue
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -40,7 +41,7 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
     try:
         failpoints.hit("before_action:" + action.value)
         result = actions_mod.run(action, ctx, rec, carry)
-        if isinstance(result, actions_mod.Requeue):
+        if isinstance(result, Requeue):
             return Again(result.after, result.carry)
         failpoints.hit("after_action:" + action.value)
     except actions_mod.FenceHeld as e:

@@ -10,7 +10,7 @@ import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.engine import drain
-from instanceha.engine.evacuator import Requeue
+from instanceha.engine.passes import Requeue
 from instanceha.events import EventKind as E
 from instanceha.fsm.states import State
 
