@@ -342,30 +342,3 @@ def give_up(ctx, record, action, error, attempts):
     why = "%s raised %d times in a row, last: %s" % (action.value, attempts,
                                                     error)
     return _result(record, gave_up_kind(action), ctx, why)
-
-
-#: Action -> its function: (ctx, record) -> Event; a pass action also
-#: (ctx, record, carry) -> Event or Requeue.
-RUN: Dict[Action, Callable[..., Any]] = {
-    Action.FENCE: fence,
-    Action.ISOLATE: isolate,
-    Action.EVACUATE: evacuate,
-    Action.CHECK_CLEANUP: check_cleanup,
-    Action.DRAIN: drain.drain,
-    Action.UNDRAIN: putback.undrain,
-    Action.DECOMMISSION: putback.decommission,
-    Action.FAIL_BACK: putback.fail_back,
-}
-
-#: Actions that run in passes: called again with the carry of their last
-#: Requeue, also once the host has left the state that started them (so
-#: that what Nova already has is followed to the end and journalled).
-PASSES = {Action.EVACUATE, Action.DRAIN, Action.UNDRAIN,
-          Action.FAIL_BACK}
-
-
-def run(action, ctx, record, carry=None):
-    """Run one action (one pass of it): its result event, or a Requeue."""
-    if carry is not None:
-        return RUN[action](ctx, record, carry)
-    return RUN[action](ctx, record)

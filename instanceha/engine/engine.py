@@ -17,10 +17,9 @@ from typing import Counter, Tuple
 
 import structlog
 
-from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, executor, status
+from instanceha.engine import evidence, executor, registry, status
 from instanceha.engine import drain as drain_mod
 from instanceha.engine.hosts import Hosts
 from instanceha.engine.inbox import Inboxes, Pending, Result
@@ -36,8 +35,8 @@ from instanceha import fsm
 from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
-                                   ORDINARY_ACTIONS, Action, State,
-                                   urgent)
+                                   ORDINARY_ACTIONS, PASS_ACTIONS, Action,
+                                   State, urgent)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -272,7 +271,7 @@ class Engine(Hosts):
         with self._lock:
             rec = self._records[host_id]
         following = (pending.carry is not None
-                     and action in actions_mod.PASSES)
+                     and action in PASS_ACTIONS)
         if pending.carry is None:
             self._replace_pass(host_id, rec, action)
         if ENTRY_ACTION.get(rec.state) is not action and not following:
@@ -332,7 +331,8 @@ class Engine(Hosts):
         comes next: its result, its next pass, or its retry."""
         out = executor.attempt(self.ctx, self.conf, self.stats,
                                self.journal_health, rec, action, action_id,
-                               started, carry, self.queue.failures(host_id))
+                               started, carry, self.queue.failures(host_id),
+                               registry.run)
         if isinstance(out, executor.Again):
             # Not finished: the next pass after its delay, or sooner when
             # woken. The host's key is free meanwhile (its events are

@@ -34,13 +34,14 @@ Held = collections.namedtuple("Held", "delay why")
 
 
 def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
-            started, carry, failures):
-    """Run ``action`` for ``rec`` (``carry``: its previous pass's, None
-    for a first pass; ``failures``: how many attempts in a row raised
-    before this one). Returns Finished, Again, Retry or Held."""
+            started, carry, failures, run):
+    """Run ``action`` for ``rec`` with ``run(action, ctx, rec, carry)``
+    (engine.registry.run; ``carry``: its previous pass's, None for a
+    first pass; ``failures``: how many attempts in a row raised before
+    this one). Returns Finished, Again, Retry or Held."""
     try:
         failpoints.hit("before_action:" + action.value)
-        result = actions_mod.run(action, ctx, rec, carry)
+        result = run(action, ctx, rec, carry)
         if isinstance(result, Requeue):
             return Again(result.after, result.carry)
         failpoints.hit("after_action:" + action.value)
