@@ -480,7 +480,8 @@ def _again(ctx, record, carry, now, after):
     learnt."""
     carry.next_pass_at = now + after
     journalled(ctx, record, carry, now)
-    return Requeue(after, carry)
+    # News of one of the host's servers (a migration's end) wakes it.
+    return Requeue(after, carry, waits_for=frozenset(carry.initial))
 
 
 #: Servers named one by one in a drain's summary (the journal's reason).

@@ -160,7 +160,12 @@ def _step(ctx, record, run):
     else:
         run.judging = True
         after = conf.poll_interval
-    return Requeue(after, run)
+    # News of a server in flight may settle it; with servers still to
+    # send (held by the admission gate for other hosts' evacuations, or
+    # waiting for a restart group elsewhere), news of any server may
+    # free their turn.
+    return Requeue(after, run, waits_for=None if run.todo
+                   else frozenset(run.inflight))
 
 
 def _send_ready(ctx, record, run):

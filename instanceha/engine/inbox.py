@@ -26,8 +26,10 @@ class Pending(collections.namedtuple("Pending", "action action_id carry",
     carry: what its previous pass handed over (None: a first pass)."""
 
 
-class Pass(collections.namedtuple("Pass", "pending due")):
-    """The next pass of an unfinished action, not before ``due``."""
+class Pass(collections.namedtuple("Pass", "pending due waits_for",
+                                  defaults=(None,))):
+    """The next pass of an unfinished action, not before ``due`` (sooner
+    when news of a server in ``waits_for`` comes; None: of any server)."""
 
 
 class Result(collections.namedtuple("Result", "event finish")):
@@ -38,7 +40,9 @@ class Inboxes:
 
     def __init__(self):
         self._boxes = collections.defaultdict(collections.deque)
-        self._passes = {}            # host_id -> Pass
+        self._passes = {}            # key -> Pass
+        #: keys woken while their pass ran: its next pass is due at once
+        self._woken = set()
         self._backoff_until = {}     # host_id -> time
         self._errors = {}            # host_id -> "action: error" (retrying)
 
@@ -72,6 +76,7 @@ class Inboxes:
             if nxt is None or nxt.due > now:
                 return None
             del self._passes[host_id]
+            self._woken.discard(host_id)
             return nxt.pending
         item = box.popleft()
         if box and isinstance(item, Pending):
@@ -84,15 +89,35 @@ class Inboxes:
         return item
 
     # -- passes of unfinished work ---------------------------------------------
-    def set_pass(self, host_id, pending, due):
-        self._passes[host_id] = Pass(pending, due)
+    def set_pass(self, key, pending, due, waits_for=None):
+        """The next pass of ``key``'s work; due at once if news woke it
+        while the last pass ran."""
+        if key in self._woken:
+            self._woken.discard(key)
+            due = min(due, self._passes[key].due) \
+                if key in self._passes else float("-inf")
+        self._passes[key] = Pass(pending, due, waits_for)
 
-    def wake_passes(self, now):
-        """Every pass waiting is due now; returns their hosts."""
-        hosts = [h for h, p in self._passes.items() if p.due > now]
-        for h in hosts:
-            self._passes[h] = self._passes[h]._replace(due=now)
-        return hosts
+    def start_or_wake(self, key, pending, now):
+        """Work news asks for: its waiting pass is due now, or ``pending``
+        is its first pass (and should a pass of it be running, its next
+        one is due at once)."""
+        old = self._passes.get(key)
+        if old is not None:
+            self._passes[key] = old._replace(due=min(old.due, now))
+        else:
+            self._passes[key] = Pass(pending, now)
+            self._woken.add(key)
+
+    def wake_passes(self, now, server_id=None):
+        """Every pass waiting for news of ``server_id`` (None: every pass
+        waiting) is due now; returns their keys."""
+        keys = [k for k, p in self._passes.items() if p.due > now and (
+            server_id is None or p.waits_for is None
+            or server_id in p.waits_for)]
+        for k in keys:
+            self._passes[k] = self._passes[k]._replace(due=now)
+        return keys
 
     def pop_pass(self, host_id, action):
         """The waiting pass of ``action`` for the host, removed, or None."""
@@ -104,6 +129,7 @@ class Inboxes:
 
     def pop_all_passes(self):
         passes, self._passes = list(self._passes.values()), {}
+        self._woken.clear()
         return passes
 
     # -- back-off ----------------------------------------------------------------

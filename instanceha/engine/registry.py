@@ -10,7 +10,7 @@ its runner: ``(ctx, record) -> Event``, or for one that runs in passes
 
 from typing import Any, Callable, Dict
 
-from instanceha.engine import actions, drain, putback
+from instanceha.engine import actions, drain, putback, repair
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
 #: Action -> its runner.
@@ -23,6 +23,7 @@ RUNNERS: Dict[Action, Callable[..., Any]] = {
     Action.UNDRAIN: putback.undrain,
     Action.DECOMMISSION: putback.decommission,
     Action.FAIL_BACK: putback.fail_back,
+    Action.REPAIR: repair.run_case,
 }
 
 if set(RUNNERS) != set(ACTIONS):      # pragma: no cover - a coding error

@@ -2,7 +2,7 @@
 
 import dataclasses
 import enum
-from typing import Dict, FrozenSet, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from instanceha.events import EventKind as E
 
@@ -35,6 +35,7 @@ class Action(str, enum.Enum):
     UNDRAIN = "undrain"              # abort its migrations, re-enable it
     DECOMMISSION = "decommission"    # delete its compute service, leave aggregates
     FAIL_BACK = "fail_back"          # migrate the drained servers back to it
+    REPAIR = "instance_repair"       # one server broken on a healthy host
 
 
 #: States of a host being proven dead or having its servers moved: reads
@@ -71,6 +72,12 @@ ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})
 
 
+#: An action's attempts are journalled as the engine's action rows ...
+ACTION_ROWS = "actions"
+#: ... or as instance repair rows, one per request its pass sends.
+REPAIR_ROWS = "instance_repairs"
+
+
 @dataclasses.dataclass(frozen=True)
 class ActionSpec:
     """One action, declared once: what starts it, its results, its lane,
@@ -80,13 +87,16 @@ class ActionSpec:
     action: Action
     #: the state whose entry starts it. Re-entering the state (a retry,
     #: or a restart finding the host in it in the journal) starts it
-    #: again, so every action is idempotent.
-    started_by: State
+    #: again, so every action is idempotent. None: work no host state
+    #: starts (news about a server starts it); its subject travels in
+    #: its carry, and a retry goes on with that carry.
+    started_by: Optional[State]
     #: the result event kinds it answers with; a result is the starting
     #: state's, in any other state it is stale
     results: Tuple[E, ...]
-    #: its definitive answer when it keeps raising
-    gave_up: E
+    #: its definitive answer when it keeps raising (None: it never gives
+    #: up; it is retried with the key's back-off)
+    gave_up: Optional[E]
     #: runs in the work queue's ordinary lane (long passes and checks),
     #: even for a host whose last news came through the urgent lane
     ordinary: bool = False
@@ -94,6 +104,10 @@ class ActionSpec:
     #: also once the host has left the state that started it (so that
     #: what Nova already has is followed to the end and journalled)
     passes: bool = False
+    #: the journal rows of its attempts: ACTION_ROWS (the engine writes
+    #: one per attempt, with the transition that starts it) or
+    #: REPAIR_ROWS (the pass writes one per request it sends)
+    journal: str = ACTION_ROWS
 
     @property
     def journal_kind(self) -> str:
@@ -127,13 +141,15 @@ ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
     ActionSpec(Action.FAIL_BACK, State.FAILING_BACK,
                (E.FAIL_BACK_OK, E.FAIL_BACK_FAILED, E.FAIL_BACK_CANCELLED),
                E.FAIL_BACK_FAILED, ordinary=True, passes=True),
+    ActionSpec(Action.REPAIR, None, (), None, ordinary=True, passes=True,
+               journal=REPAIR_ROWS),
 )}
 
 # What follows is read from ACTIONS, never written by hand.
 
 #: The action a state starts on entry.
 ENTRY_ACTION: Dict[State, Action] = {
-    s.started_by: a for a, s in ACTIONS.items()}
+    s.started_by: a for a, s in ACTIONS.items() if s.started_by is not None}
 
 #: Actions that run in the work queue's ordinary lane.
 ORDINARY_ACTIONS: FrozenSet[Action] = frozenset(
@@ -144,7 +160,7 @@ PASS_ACTIONS: FrozenSet[Action] = frozenset(
     a for a, s in ACTIONS.items() if s.passes)
 
 #: Action -> (its result kinds, its definitive answer when it keeps raising).
-RESULTS: Dict[Action, Tuple[Tuple[E, ...], E]] = {
+RESULTS: Dict[Action, Tuple[Tuple[E, ...], Optional[E]]] = {
     a: (s.results, s.gave_up) for a, s in ACTIONS.items()}
 
 #: Every result kind.
@@ -156,6 +172,7 @@ RESULT_STATES = {
     for action, (kinds, _) in RESULTS.items() for kind in kinds}
 
 
-def gave_up_kind(action: Action) -> E:
-    """The result kind for an action that kept raising."""
+def gave_up_kind(action: Action) -> Optional[E]:
+    """The result kind for an action that kept raising (None: it never
+    gives up)."""
     return ACTIONS[action].gave_up
