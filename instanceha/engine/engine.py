@@ -148,6 +148,8 @@ class Engine(Hosts):
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""
         while True:
+            if self.queue.holding(host_id):
+                return          # backing off: the queue brings it back
             with self._lock:
                 item = self._inbox.take(host_id, self.clock())
             if item is None:
@@ -364,7 +366,7 @@ class Engine(Hosts):
         if isinstance(out, executor.Finished):
             self.queue.forget(host_id)
             with self._lock:
-                self._inbox.clear_back_off(host_id)
+                self._inbox.clear_error(host_id)
                 if out.event is not None:
                     self._inbox.put_front(host_id,
                                           Result(out.event, out.finish))
@@ -375,8 +377,7 @@ class Engine(Hosts):
         with self._lock:
             self._inbox.put_front(host_id, Pending(action, None, again))
         if isinstance(out, executor.Held):
-            delay = out.delay
-            self.queue.add_after(host_id, delay)
+            self.queue.hold(host_id, out.delay)
             error = "%s held, nothing powered off: %s" % (action.value,
                                                           out.why)
         else:
@@ -389,7 +390,7 @@ class Engine(Hosts):
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
         with self._lock:
-            self._inbox.back_off(host_id, self.clock() + delay, error)
+            self._inbox.note_error(host_id, error)
 
     def _with_evac_floor(self, new, event, finish):
         """``new`` (entering FENCED) with the id of the host's last
@@ -452,9 +453,7 @@ class Engine(Hosts):
         try:
             self.process(key)
         except _Retry:
-            delay = self.queue.add_rate_limited(key)
-            with self._lock:
-                self._inbox.back_off(key, self.clock() + delay)
+            self.queue.add_rate_limited(key)
         except Exception:
             LOG.exception("worker_error", host_id=key)
             self.queue.add_rate_limited(key)

@@ -4,9 +4,10 @@ A host's inbox holds its events (observations, operator commands), the
 results of its actions (put at the front: they are facts, an isolation
 done in Nova must be recorded first) and the action to run next. Beside
 it: the next pass of an unfinished action (an evacuation), which runs
-once the inbox is empty and its time has come, and the host's back-off
-while its action is retried. Not locked on its own: the engine calls it
-under its lock.
+once the inbox is empty and its time has come, and the last error of an
+action being retried (status). The back-off itself is the work queue's
+(a key held back is not handed to a worker). Not locked on its own: the
+engine calls it under its lock.
 """
 
 import collections
@@ -43,7 +44,6 @@ class Inboxes:
         self._passes = {}            # key -> Pass
         #: keys woken while their pass ran: its next pass is due at once
         self._woken = set()
-        self._backoff_until = {}     # host_id -> time
         self._errors = {}            # host_id -> "action: error" (retrying)
 
     def put(self, event):
@@ -65,11 +65,9 @@ class Inboxes:
 
     def take(self, host_id, now):
         """The next item to handle for the host, or None (nothing, or it
-        is backing off). An operator's hands-off comes before the next
+        only a pass not due yet). An operator's hands-off comes before the next
         action, which the state check then drops; the next pass of
         unfinished work comes once the inbox is empty and it is due."""
-        if self._backoff_until.get(host_id, 0) > now:
-            return None
         box = self._boxes.get(host_id)
         if not box:
             nxt = self._passes.get(host_id)
@@ -132,14 +130,11 @@ class Inboxes:
         self._woken.clear()
         return passes
 
-    # -- back-off ----------------------------------------------------------------
-    def back_off(self, host_id, until, error=None):
-        self._backoff_until[host_id] = until
-        if error is not None:
-            self._errors[host_id] = error
+    # -- errors of actions being retried -----------------------------------------
+    def note_error(self, host_id, error):
+        self._errors[host_id] = error
 
-    def clear_back_off(self, host_id):
-        self._backoff_until.pop(host_id, None)
+    def clear_error(self, host_id):
         self._errors.pop(host_id, None)
 
     def errors(self):
