@@ -12,6 +12,8 @@ pass waits; its progress lives in the carry and in journal rows.
 
 from typing import Any, FrozenSet, Optional, Protocol
 
+from instanceha.events import Event, EventKind
+
 
 class Carry(Protocol):
     """What one pass hands the next. ``close()`` is called when the
@@ -40,4 +42,12 @@ class Requeue:
             self.carry.close()
 
 
-__all__ = ["Carry", "Requeue"]
+def answer(ctx: Any, record: Any, kind: EventKind, reason: str,
+           payload: Any = None) -> Event:
+    """An action's result for the host of ``record``: the event the
+    state machine steps with next."""
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 reason=reason, source="action", payload=payload)
+
+
+__all__ = ["Carry", "Requeue", "answer"]

@@ -10,14 +10,14 @@ its runner: ``(ctx, record) -> Event``, or for one that runs in passes
 
 from typing import Any, Callable, Dict
 
-from instanceha.engine import actions, drain, putback, repair
+from instanceha.engine import actions, drain, evacuator, putback, repair
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
 #: Action -> its runner.
 RUNNERS: Dict[Action, Callable[..., Any]] = {
     Action.FENCE: actions.fence,
     Action.ISOLATE: actions.isolate,
-    Action.EVACUATE: actions.evacuate,
+    Action.EVACUATE: evacuator.evacuate,
     Action.CHECK_CLEANUP: actions.check_cleanup,
     Action.DRAIN: drain.drain,
     Action.UNDRAIN: putback.undrain,
