@@ -78,3 +78,16 @@ def test_a_notification_wakes_the_evacuation_waiting_for_that_server():
     assert w.engine._inbox._passes[key].due == nxt.due
     w.ctx.board.record(sorted(nxt.waits_for)[0], state="active")
     assert w.engine._inbox._passes[key].due <= w.clock()
+
+
+def test_a_drain_pass_waits_for_news_of_its_own_servers():
+    from tests.unit.test_engine_drain import _drain, _world as _drain_world
+    w = _drain_world(3, 2)
+    w.pass_()
+    rec = w.engine.find("compute-0")
+    _drain(w, "compute-0")
+    w.drain()
+    nxt = w.engine._inbox._passes[rec.id]
+    assert nxt.waits_for == {"compute-0-vm-0", "compute-0-vm-1"}
+    w.ctx.board.nudge("compute-1-vm-0")        # another host's server
+    assert w.engine._inbox._passes[rec.id].due == nxt.due
