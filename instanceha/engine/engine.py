@@ -93,8 +93,8 @@ class Engine(Hosts):
         self.repair = repair_mod.InstanceRepair(
             conf, context, self.start_work, self.find,
             cluster_ok=self.cluster_status)
-        # A notification about a server may settle an evacuation: the
-        # hosts waiting for their next pass take it now.
+        # A notification about a server may settle a move: the passes
+        # waiting for that server take their next pass now.
         context.board.subscribe(self._wake_passes)
 
     # -- wiring --------------------------------------------------------------
