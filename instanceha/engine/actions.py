@@ -6,9 +6,7 @@ event; trouble a retry may cure (Nova unreachable, HTTP 5xx) is raised, and
 the engine retries the action with back-off.
 """
 
-import dataclasses
 import datetime
-from typing import Any, Callable, Dict
 
 import structlog
 
@@ -17,12 +15,12 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.engine import (drain, evacuator, proof, putback, reserve,
-                               stale)
+from instanceha.engine import proof, reserve, stale
+from instanceha.engine.evac_run import close_open_rows
+from instanceha.engine.passes import answer
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
-    EvacuationSummary, Fenced, Isolated, PowerReading, Restored,
-    ServiceReport)
+    Fenced, Isolated, PowerReading, Restored, ServiceReport)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.nova_row import classify
 from instanceha.fsm.states import Action, gave_up_kind
@@ -65,8 +63,7 @@ def _gated(ctx, check):
 
 
 def _result(record, kind, ctx, reason, payload=None):
-    return Event(kind, record.id, ctx.clock(), name=record.name,
-                 reason=reason, source="action", payload=payload)
+    return answer(ctx, record, kind, reason, payload)
 
 
 def live_sharers(ctx, record, bmc):
@@ -176,70 +173,6 @@ def isolate(ctx, record):
     return _result(record, E.ISOLATE_OK, ctx, reason, Isolated(written))
 
 
-#: An action's pass that is not finished: the engine runs the next one.
-Requeue = evacuator.Requeue
-
-
-def evacuate(ctx, record, carry=None):
-    """One pass of the host's evacuation (``carry``: the previous pass's
-    Requeue.carry): a Requeue while servers are still to send or in
-    flight, the result event once all are settled."""
-    out = evacuator.evacuate_pass(ctx, record, carry)
-    if isinstance(out, Requeue):
-        return out
-    # Servers rebuilt by an earlier attempt of this recovery (a retried
-    # action, a restart) count too: the summary is the recovery's.
-    evacuable = out.total - len(out.skipped) + out.earlier
-    summary = "%d/%d servers evacuated" % (len(out.done) + out.earlier,
-                                           evacuable)
-    if out.skipped:
-        sid, why = sorted(out.skipped.items())[0]
-        summary += ", %d not evacuable (%s: %s%s)" % (
-            len(out.skipped), sid, why,
-            "; the others in the journal" if len(out.skipped) > 1 else "")
-    if out.reserved:
-        summary += "; " + out.reserved
-    if out.retried:
-        # Servers whose destination died (or whose request Nova failed)
-        # and that were sent again: not a failure of this host.
-        summary += ", %d sent again after a failure" % len(out.retried)
-    counts = EvacuationSummary(
-        done=len(out.done) + out.earlier, total=out.total + out.earlier,
-        skipped=len(out.skipped), failed=len(out.failed),
-        no_capacity=len(out.no_capacity), retried=len(out.retried))
-    if out.unproven:
-        # Not proven dead when servers were to be sent: what was sent
-        # before finishes; nothing more goes, and the host is watched.
-        text = out.unproven
-        if out.done or out.earlier:
-            text += "; so far " + summary
-        return _result(record, E.REPROOF_FAILED, ctx, text, counts)
-    if out.stopped:
-        return _result(record, E.EVACUATE_FAILED, ctx,
-                       "%s; stopped for the operator's suspend: %d servers "
-                       "not sent, left on the host" % (summary, out.stopped),
-                       dataclasses.replace(counts,
-                                           stopped_for_operator=True))
-    if out.returned:
-        return _result(record, E.EVACUATE_FAILED, ctx,
-                       "%s; stopped: the host reported back while being "
-                       "evacuated, %d servers left on it"
-                       % (summary, len(out.failed)), counts)
-    if out.failed:
-        sid, why = next(iter(out.failed.items()))
-        return _result(record, E.EVACUATE_FAILED, ctx,
-                       "%s; %d failed (server %s: %s)"
-                       % (summary, len(out.failed), sid, why), counts)
-    if out.no_capacity:
-        sid, why = next(iter(out.no_capacity.items()))
-        if out.capacity:
-            text = "%s; %s (server %s %s)" % (summary, out.capacity, sid,
-                                              why)
-        else:
-            text = "%s; %d found no host (%s)" % (
-                summary, len(out.no_capacity), why)
-        return _result(record, E.EVACUATE_NO_CAPACITY, ctx, text, counts)
-    return _result(record, E.EVACUATE_OK, ctx, summary, counts)
 
 
 def check_cleanup(ctx, record):
@@ -269,7 +202,7 @@ def check_cleanup(ctx, record):
                        "Nova refused to put the host back: %s" % e)
     # A request a stopped process left open (the re-proof then failed
     # and the host came back) is closed, not left 'requested' for ever.
-    evacuator.close_open_rows(ctx, record, "the host reported back and "
+    close_open_rows(ctx, record, "the host reported back and "
                               "was put back")
     returned = reserve.give_back(ctx, record)
     done = sum(1 for m in migrations if m.status == "completed")
@@ -343,30 +276,3 @@ def give_up(ctx, record, action, error, attempts):
     why = "%s raised %d times in a row, last: %s" % (action.value, attempts,
                                                     error)
     return _result(record, gave_up_kind(action), ctx, why)
-
-
-#: Action -> its function: (ctx, record) -> Event; a pass action also
-#: (ctx, record, carry) -> Event or Requeue.
-RUN: Dict[Action, Callable[..., Any]] = {
-    Action.FENCE: fence,
-    Action.ISOLATE: isolate,
-    Action.EVACUATE: evacuate,
-    Action.CHECK_CLEANUP: check_cleanup,
-    Action.DRAIN: drain.drain,
-    Action.UNDRAIN: putback.undrain,
-    Action.DECOMMISSION: putback.decommission,
-    Action.FAIL_BACK: putback.fail_back,
-}
-
-#: Actions that run in passes: called again with the carry of their last
-#: Requeue, also once the host has left the state that started them (so
-#: that what Nova already has is followed to the end and journalled).
-PASSES = {Action.EVACUATE, Action.DRAIN, Action.UNDRAIN,
-          Action.FAIL_BACK}
-
-
-def run(action, ctx, record, carry=None):
-    """Run one action (one pass of it): its result event, or a Requeue."""
-    if carry is not None:
-        return RUN[action](ctx, record, carry)
-    return RUN[action](ctx, record)

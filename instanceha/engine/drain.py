@@ -31,7 +31,7 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base as compute_base
-from instanceha.engine.evacuator import Requeue
+from instanceha.engine.passes import Requeue
 from instanceha.events import DrainSummary, Event, EventKind as E
 from instanceha.fsm.states import State
 from instanceha.policy import drain as drain_policy
@@ -372,6 +372,9 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             for sid in inflight]
     room = max(0, concurrency - len(inflight))
     cap = settings.max_concurrent - others_inflight(ctx, record.name)
+    #: other hosts' moves hold this drain's back: any server's news may
+    #: free its turn
+    shared = cap < room
     room = max(0, min(room, cap))
     sent = 0
     sent_now: Set[str] = set()
@@ -440,7 +443,7 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                      and sid not in carry.given_up
                      for sid, _, how in plan.steps):
         return _again(ctx, record, carry, now,
-                      next_pass(settings, now, wake))
+                      next_pass(settings, now, wake), anyone=shared)
     if carry.failed_at is not None and not (
             record.nova_seen_at is not None
             and record.nova_seen_at > carry.failed_at):
@@ -475,12 +478,14 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                  payload=DrainSummary(moved=tuple(gone)))
 
 
-def _again(ctx, record, carry, now, after):
+def _again(ctx, record, carry, now, after, anyone=False):
     """Come back in ``after`` seconds, journalled with what the pass
-    learnt."""
+    learnt; sooner on news of one of the host's servers (a migration's
+    end), or of any server (``anyone``: other hosts' moves hold it)."""
     carry.next_pass_at = now + after
     journalled(ctx, record, carry, now)
-    return Requeue(after, carry)
+    return Requeue(after, carry, waits_for=None if anyone
+                   else frozenset(carry.initial))
 
 
 #: Servers named one by one in a drain's summary (the journal's reason).

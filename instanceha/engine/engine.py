@@ -17,10 +17,9 @@ from typing import Counter, Tuple
 
 import structlog
 
-from instanceha.engine import actions as actions_mod
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, executor, status
+from instanceha.engine import evidence, executor, registry, status
 from instanceha.engine import drain as drain_mod
 from instanceha.engine.hosts import Hosts
 from instanceha.engine.inbox import Inboxes, Pending, Result
@@ -35,9 +34,9 @@ from instanceha import failpoints
 from instanceha import fsm
 from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
-from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
-                                   ORDINARY_ACTIONS, Action, State,
-                                   urgent)
+from instanceha.fsm.states import (ACTION_ROWS, ENTRY_ACTION,
+                                   ISOLATED_STATES, ORDINARY_ACTIONS,
+                                   PASS_ACTIONS, Action, State, urgent)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -89,13 +88,13 @@ class Engine(Hosts):
         self.fencing = FencingGate(conf, clock, context.readiness,
                                    self._view)
         self.started_at = clock()
-        #: instance repair (issue 25): its cases are keys of this queue
-        #: (RepairKey), run by the same workers
+        #: instance repair (issue 25): each case is work of its own on
+        #: this queue (Action.REPAIR passes), run like the hosts' actions
         self.repair = repair_mod.InstanceRepair(
-            conf, context, self.queue, self.find,
+            conf, context, self.start_work, self.find,
             cluster_ok=self.cluster_status)
-        # A notification about a server may settle an evacuation: the
-        # hosts waiting for their next pass take it now.
+        # A notification about a server may settle a move: the passes
+        # waiting for that server take their next pass now.
         context.board.subscribe(self._wake_passes)
 
     # -- wiring --------------------------------------------------------------
@@ -117,11 +116,20 @@ class Engine(Hosts):
         return status.running_work(self.ctx, rec)
 
     def _wake_passes(self, server_id=None):
-        """Every host waiting for its next pass takes it now."""
+        """The passes waiting for news of ``server_id`` take their next
+        pass now (every waiting pass when None)."""
         with self._lock:
-            hosts = self._inbox.wake_passes(self.clock())
-        for h in hosts:
-            self.queue.add(h)
+            keys = self._inbox.wake_passes(self.clock(), server_id)
+        for k in keys:
+            self.queue.add(k)
+
+    def start_work(self, key, pending):
+        """Work no host state starts (an instance repair case): its first
+        pass now, or its waiting pass at once. Runs on the workers like a
+        host's action: the may-act check, the executor, the back-off."""
+        with self._lock:
+            self._inbox.start_or_wake(key, pending, self.clock())
+        self.queue.add(key)
 
     # -- events ----------------------------------------------------------------
     def settled(self):
@@ -140,6 +148,8 @@ class Engine(Hosts):
     def process(self, host_id):
         """Drain one host's inbox. Called by exactly one worker at a time."""
         while True:
+            if self.queue.holding(host_id):
+                return          # backing off: the queue brings it back
             with self._lock:
                 item = self._inbox.take(host_id, self.clock())
             if item is None:
@@ -269,13 +279,18 @@ class Engine(Hosts):
 
     def _run(self, host_id, pending):
         action = pending.action
-        with self._lock:
-            rec = self._records[host_id]
+        spec = registry.spec(action)
+        if spec.started_by is None:
+            # Work no host state starts: its subject is its carry.
+            rec = pending.carry
+        else:
+            with self._lock:
+                rec = self._records[host_id]
         following = (pending.carry is not None
-                     and action in actions_mod.PASSES)
+                     and action in PASS_ACTIONS)
         if pending.carry is None:
             self._replace_pass(host_id, rec, action)
-        if ENTRY_ACTION.get(rec.state) is not action and not following:
+        if not following and ENTRY_ACTION.get(rec.state) is not action:
             LOG.info("action_dropped", host=rec.name, action=action.value,
                      state=rec.state.value,
                      reason="state changed before the action started")
@@ -297,7 +312,8 @@ class Engine(Hosts):
             raise _Retry()
         started = self.clock()
         action_id = pending.action_id
-        if action_id is None:      # a retry or a resume: a new attempt row
+        if action_id is None and spec.journal == ACTION_ROWS:
+            # a retry or a resume: a new attempt row
             try:
                 action_id = self.journal.action_started(rec, action, started)
             except Exception as e:
@@ -332,7 +348,8 @@ class Engine(Hosts):
         comes next: its result, its next pass, or its retry."""
         out = executor.attempt(self.ctx, self.conf, self.stats,
                                self.journal_health, rec, action, action_id,
-                               started, carry, self.queue.failures(host_id))
+                               started, carry, self.queue.failures(host_id),
+                               registry.run)
         if isinstance(out, executor.Again):
             # Not finished: the next pass after its delay, or sooner when
             # woken. The host's key is free meanwhile (its events are
@@ -340,7 +357,7 @@ class Engine(Hosts):
             with self._lock:
                 self._inbox.set_pass(host_id,
                                      Pending(action, action_id, out.carry),
-                                     self.clock() + out.after)
+                                     self.clock() + out.after, out.waits_for)
             if out.after > 0:
                 self.queue.add_after(host_id, out.after)
             else:
@@ -349,15 +366,18 @@ class Engine(Hosts):
         if isinstance(out, executor.Finished):
             self.queue.forget(host_id)
             with self._lock:
-                self._inbox.clear_back_off(host_id)
-                self._inbox.put_front(host_id, Result(out.event, out.finish))
+                self._inbox.clear_error(host_id)
+                if out.event is not None:
+                    self._inbox.put_front(host_id,
+                                          Result(out.event, out.finish))
             return
-        # Retry or Held: a new attempt later, the host's key held back.
+        # Retry or Held: a new attempt later, the key held back. Work no
+        # host state starts goes on with its carry (its subject).
+        again = carry if registry.spec(action).started_by is None else None
         with self._lock:
-            self._inbox.put_front(host_id, Pending(action, None))
+            self._inbox.put_front(host_id, Pending(action, None, again))
         if isinstance(out, executor.Held):
-            delay = out.delay
-            self.queue.add_after(host_id, delay)
+            self.queue.hold(host_id, out.delay)
             error = "%s held, nothing powered off: %s" % (action.value,
                                                           out.why)
         else:
@@ -370,7 +390,7 @@ class Engine(Hosts):
                         retry_in=round(delay, 2),
                         reason="%s: %s" % (type(e).__name__, e))
         with self._lock:
-            self._inbox.back_off(host_id, self.clock() + delay, error)
+            self._inbox.note_error(host_id, error)
 
     def _with_evac_floor(self, new, event, finish):
         """``new`` (entering FENCED) with the id of the host's last
@@ -430,18 +450,10 @@ class Engine(Hosts):
     # -- threads ---------------------------------------------------------------
     def work(self, key):
         """Process one key taken from the queue, as a worker does."""
-        if repair_mod.is_key(key):
-            try:
-                self.repair.work(key)
-            finally:
-                self.queue.done(key)
-            return
         try:
             self.process(key)
         except _Retry:
-            delay = self.queue.add_rate_limited(key)
-            with self._lock:
-                self._inbox.back_off(key, self.clock() + delay)
+            self.queue.add_rate_limited(key)
         except Exception:
             LOG.exception("worker_error", host_id=key)
             self.queue.add_rate_limited(key)

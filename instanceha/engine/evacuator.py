@@ -10,6 +10,8 @@ comes back after its delay, or sooner when a notification about a server
 wakes the host. No pass waits, and nothing runs on a thread of its own.
 """
 
+import dataclasses
+
 import structlog
 
 from instanceha.engine import admission, evac_groups, evac_judge, placement
@@ -17,28 +19,76 @@ from instanceha.engine import proof, selection
 from instanceha.engine.evac_run import Run, close_open_rows
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Outcome, by_server)
+from instanceha.engine.passes import Requeue, answer
+from instanceha.events import EvacuationSummary, EventKind as E
 from instanceha.policy import power
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
-__all__ = ["Outcome", "Requeue", "evacuate_pass", "close_open_rows"]
+__all__ = ["Outcome", "Requeue", "evacuate", "evacuate_pass",
+           "close_open_rows"]
 
 
-class Requeue:
-    """A pass that is not finished: the engine runs the next pass of the
-    same action after ``after`` seconds (sooner when woken: a
-    notification about a server), handing ``carry`` back."""
-
-    __slots__ = ("after", "carry")
-
-    def __init__(self, after, carry):
-        self.after = after
-        self.carry = carry
-
-    def close(self):
-        """The work is abandoned (the action raised, the engine stops)."""
-        if self.carry is not None:
-            self.carry.close()
+def evacuate(ctx, record, carry=None):
+    """One pass of the host's evacuation (``carry``: the previous pass's
+    Requeue.carry): a Requeue while servers are still to send or in
+    flight, the result event once all are settled."""
+    out = evacuate_pass(ctx, record, carry)
+    if isinstance(out, Requeue):
+        return out
+    # Servers rebuilt by an earlier attempt of this recovery (a retried
+    # action, a restart) count too: the summary is the recovery's.
+    evacuable = out.total - len(out.skipped) + out.earlier
+    summary = "%d/%d servers evacuated" % (len(out.done) + out.earlier,
+                                           evacuable)
+    if out.skipped:
+        sid, why = sorted(out.skipped.items())[0]
+        summary += ", %d not evacuable (%s: %s%s)" % (
+            len(out.skipped), sid, why,
+            "; the others in the journal" if len(out.skipped) > 1 else "")
+    if out.reserved:
+        summary += "; " + out.reserved
+    if out.retried:
+        # Servers whose destination died (or whose request Nova failed)
+        # and that were sent again: not a failure of this host.
+        summary += ", %d sent again after a failure" % len(out.retried)
+    counts = EvacuationSummary(
+        done=len(out.done) + out.earlier, total=out.total + out.earlier,
+        skipped=len(out.skipped), failed=len(out.failed),
+        no_capacity=len(out.no_capacity), retried=len(out.retried))
+    if out.unproven:
+        # Not proven dead when servers were to be sent: what was sent
+        # before finishes; nothing more goes, and the host is watched.
+        text = out.unproven
+        if out.done or out.earlier:
+            text += "; so far " + summary
+        return answer(ctx, record, E.REPROOF_FAILED, text, counts)
+    if out.stopped:
+        return answer(ctx, record, E.EVACUATE_FAILED,
+                       "%s; stopped for the operator's suspend: %d servers "
+                       "not sent, left on the host" % (summary, out.stopped),
+                       dataclasses.replace(counts,
+                                           stopped_for_operator=True))
+    if out.returned:
+        return answer(ctx, record, E.EVACUATE_FAILED,
+                       "%s; stopped: the host reported back while being "
+                       "evacuated, %d servers left on it"
+                       % (summary, len(out.failed)), counts)
+    if out.failed:
+        sid, why = next(iter(out.failed.items()))
+        return answer(ctx, record, E.EVACUATE_FAILED,
+                       "%s; %d failed (server %s: %s)"
+                       % (summary, len(out.failed), sid, why), counts)
+    if out.no_capacity:
+        sid, why = next(iter(out.no_capacity.items()))
+        if out.capacity:
+            text = "%s; %s (server %s %s)" % (summary, out.capacity, sid,
+                                              why)
+        else:
+            text = "%s; %d found no host (%s)" % (
+                summary, len(out.no_capacity), why)
+        return answer(ctx, record, E.EVACUATE_NO_CAPACITY, text, counts)
+    return answer(ctx, record, E.EVACUATE_OK, summary, counts)
 
 
 def evacuate_pass(ctx, record, run=None):
@@ -176,7 +226,12 @@ def _step(ctx, record, run):
     else:
         run.judging = True
         after = conf.poll_interval
-    return Requeue(after, run)
+    # News of a server in flight may settle it; with servers still to
+    # send (held by the admission gate for other hosts' evacuations, or
+    # waiting for a restart group elsewhere), news of any server may
+    # free their turn.
+    return Requeue(after, run, waits_for=None if run.todo
+                   else frozenset(run.inflight))
 
 
 def _send_ready(ctx, record, run):

@@ -8,10 +8,13 @@ engine applies to the host's inbox and the work queue:
 * :class:`Finished` -- a result event for the state machine (the action's
   own, or the definitive answer for one that kept raising), with the
   journal update that finishes the attempt (None: already journalled);
+  its event None for work that ends without one (an instance repair
+  case closed);
 * :class:`Again` -- the action is not finished (a Requeue): its next pass
-  after a delay;
+  after a delay, sooner when news of a server it waits for comes;
 * :class:`Retry` -- it raised something a retry may cure: run again after
-  the host's back-off;
+  the key's back-off (given up after ``[DEFAULT] action_retries`` for an
+  action with a give-up answer, never for one without);
 * :class:`Held` -- the fencing gate closed between the decision and the
   power-off: nothing was powered off; run again after a tick without
   using up the retry budget.
@@ -23,26 +26,32 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.engine import actions as actions_mod
+from instanceha.engine.passes import Requeue
+from instanceha.fsm.states import ACTIONS
 
 LOG = structlog.get_logger("instanceha.engine")
 
 Finished = collections.namedtuple("Finished", "event finish")
-Again = collections.namedtuple("Again", "after carry")
+Again = collections.namedtuple("Again", "after carry waits_for")
 Retry = collections.namedtuple("Retry", "error")
 Held = collections.namedtuple("Held", "delay why")
 
 
 def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
-            started, carry, failures):
-    """Run ``action`` for ``rec`` (``carry``: its previous pass's, None
-    for a first pass; ``failures``: how many attempts in a row raised
-    before this one). Returns Finished, Again, Retry or Held."""
+            started, carry, failures, run):
+    """Run ``action`` for ``rec`` with ``run(action, ctx, rec, carry)``
+    (engine.registry.run; ``rec``: the host's record, or for work no
+    host state starts its carry; ``carry``: the previous pass's, None for
+    a first pass; ``failures``: how many attempts in a row raised before
+    this one). Returns Finished (its event None: work that ended without
+    a result for the state machine), Again, Retry or Held."""
+    spec = ACTIONS[action]
     try:
-        failpoints.hit("before_action:" + action.value)
-        result = actions_mod.run(action, ctx, rec, carry)
-        if isinstance(result, actions_mod.Requeue):
-            return Again(result.after, result.carry)
-        failpoints.hit("after_action:" + action.value)
+        failpoints.hit("before_action:" + spec.journal_kind)
+        result = run(action, ctx, rec, carry)
+        if isinstance(result, Requeue):
+            return Again(result.after, result.carry, result.waits_for)
+        failpoints.hit("after_action:" + spec.journal_kind)
     except actions_mod.FenceHeld as e:
         why = str(e)
         stats[("action", action.value, "held")] += 1
@@ -55,13 +64,16 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
         stats[("action", action.value, "error")] += 1
         error = "%s: %s" % (type(e).__name__, e)
         finish(ctx, journal_health, rec, action, action_id, "error", error)
-        if failures + 1 >= conf.action_retries:
+        if spec.gave_up is not None and failures + 1 >= conf.action_retries:
             # Bounded: give the state machine a definitive answer.
             LOG.error("action_given_up", host=rec.name, action=action.value,
                       attempts=conf.action_retries, reason=error)
             return Finished(actions_mod.give_up(ctx, rec, action, error,
                                                 conf.action_retries), None)
         return Retry(e)
+    if result is None:
+        stats[("action", action.value, "done")] += 1
+        return Finished(None, None)
     stats[("action", action.value, result.kind.value)] += 1
     LOG.info("action_finished", host=rec.name, action=action.value,
              outcome=result.kind.value,
@@ -73,7 +85,11 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
 
 def finish(ctx, journal_health, rec, action, action_id, outcome, text):
     """Journal an attempt's end; a failed write is logged and marks the
-    journal degraded, it never hides the action's own outcome."""
+    journal degraded, it never hides the action's own outcome. An
+    action with no row of its own (its pass journals its requests) has
+    nothing to finish."""
+    if action_id is None:
+        return
     try:
         ctx.journal.action_finished(action_id, ctx.clock(), outcome, text)
     except Exception as je:

@@ -4,9 +4,10 @@ A host's inbox holds its events (observations, operator commands), the
 results of its actions (put at the front: they are facts, an isolation
 done in Nova must be recorded first) and the action to run next. Beside
 it: the next pass of an unfinished action (an evacuation), which runs
-once the inbox is empty and its time has come, and the host's back-off
-while its action is retried. Not locked on its own: the engine calls it
-under its lock.
+once the inbox is empty and its time has come, and the last error of an
+action being retried (status). The back-off itself is the work queue's
+(a key held back is not handed to a worker). Not locked on its own: the
+engine calls it under its lock.
 """
 
 import collections
@@ -26,8 +27,10 @@ class Pending(collections.namedtuple("Pending", "action action_id carry",
     carry: what its previous pass handed over (None: a first pass)."""
 
 
-class Pass(collections.namedtuple("Pass", "pending due")):
-    """The next pass of an unfinished action, not before ``due``."""
+class Pass(collections.namedtuple("Pass", "pending due waits_for",
+                                  defaults=(None,))):
+    """The next pass of an unfinished action, not before ``due`` (sooner
+    when news of a server in ``waits_for`` comes; None: of any server)."""
 
 
 class Result(collections.namedtuple("Result", "event finish")):
@@ -38,8 +41,9 @@ class Inboxes:
 
     def __init__(self):
         self._boxes = collections.defaultdict(collections.deque)
-        self._passes = {}            # host_id -> Pass
-        self._backoff_until = {}     # host_id -> time
+        self._passes = {}            # key -> Pass
+        #: keys woken while their pass ran: its next pass is due at once
+        self._woken = set()
         self._errors = {}            # host_id -> "action: error" (retrying)
 
     def put(self, event):
@@ -61,17 +65,16 @@ class Inboxes:
 
     def take(self, host_id, now):
         """The next item to handle for the host, or None (nothing, or it
-        is backing off). An operator's hands-off comes before the next
+        only a pass not due yet). An operator's hands-off comes before the next
         action, which the state check then drops; the next pass of
         unfinished work comes once the inbox is empty and it is due."""
-        if self._backoff_until.get(host_id, 0) > now:
-            return None
         box = self._boxes.get(host_id)
         if not box:
             nxt = self._passes.get(host_id)
             if nxt is None or nxt.due > now:
                 return None
             del self._passes[host_id]
+            self._woken.discard(host_id)
             return nxt.pending
         item = box.popleft()
         if box and isinstance(item, Pending):
@@ -84,15 +87,35 @@ class Inboxes:
         return item
 
     # -- passes of unfinished work ---------------------------------------------
-    def set_pass(self, host_id, pending, due):
-        self._passes[host_id] = Pass(pending, due)
+    def set_pass(self, key, pending, due, waits_for=None):
+        """The next pass of ``key``'s work; due at once if news woke it
+        while the last pass ran."""
+        if key in self._woken:
+            self._woken.discard(key)
+            due = min(due, self._passes[key].due) \
+                if key in self._passes else float("-inf")
+        self._passes[key] = Pass(pending, due, waits_for)
 
-    def wake_passes(self, now):
-        """Every pass waiting is due now; returns their hosts."""
-        hosts = [h for h, p in self._passes.items() if p.due > now]
-        for h in hosts:
-            self._passes[h] = self._passes[h]._replace(due=now)
-        return hosts
+    def start_or_wake(self, key, pending, now):
+        """Work news asks for: its waiting pass is due now, or ``pending``
+        is its first pass (and should a pass of it be running, its next
+        one is due at once)."""
+        old = self._passes.get(key)
+        if old is not None:
+            self._passes[key] = old._replace(due=min(old.due, now))
+        else:
+            self._passes[key] = Pass(pending, now)
+            self._woken.add(key)
+
+    def wake_passes(self, now, server_id=None):
+        """Every pass waiting for news of ``server_id`` (None: every pass
+        waiting) is due now; returns their keys."""
+        keys = [k for k, p in self._passes.items() if p.due > now and (
+            server_id is None or p.waits_for is None
+            or server_id in p.waits_for)]
+        for k in keys:
+            self._passes[k] = self._passes[k]._replace(due=now)
+        return keys
 
     def pop_pass(self, host_id, action):
         """The waiting pass of ``action`` for the host, removed, or None."""
@@ -104,16 +127,14 @@ class Inboxes:
 
     def pop_all_passes(self):
         passes, self._passes = list(self._passes.values()), {}
+        self._woken.clear()
         return passes
 
-    # -- back-off ----------------------------------------------------------------
-    def back_off(self, host_id, until, error=None):
-        self._backoff_until[host_id] = until
-        if error is not None:
-            self._errors[host_id] = error
+    # -- errors of actions being retried -----------------------------------------
+    def note_error(self, host_id, error):
+        self._errors[host_id] = error
 
-    def clear_back_off(self, host_id):
-        self._backoff_until.pop(host_id, None)
+    def clear_error(self, host_id):
         self._errors.pop(host_id, None)
 
     def errors(self):

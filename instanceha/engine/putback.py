@@ -10,7 +10,7 @@ import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.engine import drain
-from instanceha.engine.evacuator import Requeue
+from instanceha.engine.passes import Requeue
 from instanceha.events import EventKind as E
 from instanceha.fsm.states import State
 
@@ -227,7 +227,11 @@ def fail_back(ctx, record, carry=None):
         wake.append(now + drain.QUICK)
     carry.moving = len(moving) + sent
     if carry.moving or any(s not in carry.given_up for s in todo):
-        return Requeue(drain.next_pass(settings, now, wake), carry)
+        # News of a server moving back wakes it; of any server while
+        # other hosts' moves hold some back.
+        return Requeue(drain.next_pass(settings, now, wake), carry,
+                       waits_for=None if room < len(todo)
+                       else frozenset(carry.initial))
     carry.close()
     parts = ["%d/%d servers moved back" % (len(carry.moved),
                                             len(carry.initial))]

@@ -4,8 +4,9 @@ on a healthy host comes back, in order of risk, and says what happened.
 Sources (Nova's notifications, the hosts' agents, the periodic sweep,
 the operator) hand
 news about one server to :meth:`InstanceRepair.news`; they never act. The
-news opens a *case* for the server and puts its key (:class:`RepairKey`)
-on the engine's work queue, where the engine's workers run
+news opens a *case* for the server and starts its work on the engine
+(``Action.REPAIR`` keyed :class:`RepairKey`): its passes run as a host's
+actions do (the may-act check, the executor, the key's back-off), each
 :meth:`InstanceRepair.process`: one level-triggered pass that reads the
 server from Nova, follows the action in flight, and decides the next one
 with the pure policy (:mod:`instanceha.policy.instance_repair`):
@@ -39,22 +40,51 @@ from typing import Counter, Dict, List, NamedTuple, Optional
 import structlog
 
 from instanceha.engine import repair_markers, repair_news, repair_pass
+from instanceha.engine.inbox import Pending
+from instanceha.engine.passes import Requeue
+from instanceha.fsm.states import Action
 from instanceha.policy import instance_repair as ir
 
 LOG = structlog.get_logger("instanceha.instance_repair")
 
 #: verdict of an operator's one-off repair
 OPERATOR = "operator"
-#: seconds between two passes of a case that waits (host, hold, group)
-WAIT = 5.0
-#: seconds between two passes while an action runs
-FOLLOW = 1.0
 
 
 class RepairKey(NamedTuple):
     """A server's key on the engine's work queue (hosts' keys are their
     service UUIDs: strings)."""
     server_id: str
+
+
+class CaseWork:
+    """The carry of a case's passes, and their subject: which server, of
+    which InstanceRepair. Its progress is the case and the journal's
+    repair rows, so abandoning it closes nothing."""
+
+    __slots__ = ("repair", "server_id")
+
+    def __init__(self, repair: "InstanceRepair", server_id: str) -> None:
+        self.repair = repair
+        self.server_id = server_id
+
+    @property
+    def name(self) -> str:
+        """What the engine's log lines name it by."""
+        return self.server_id
+
+    def close(self) -> None:
+        """Nothing to close: a new pass reads the case afresh."""
+
+
+def run_case(ctx, subject, carry):
+    """One pass of a case (Action.REPAIR's runner): a Requeue while the
+    case is open, woken sooner by news of its server; None once it is
+    closed. ``ctx`` is the repair's own (carry.repair.ctx)."""
+    after = carry.repair.process(carry.server_id)
+    if after is None:
+        return None
+    return Requeue(after, carry, waits_for=frozenset((carry.server_id,)))
 
 
 @dataclasses.dataclass
@@ -106,12 +136,14 @@ class Case:
 class InstanceRepair:
     """The cases and their passes; the engine's workers run them."""
 
-    def __init__(self, conf, ctx, queue, host_record, cluster_ok=None):
-        """``host_record(name)``: the engine's record of a host (None:
-        unknown); ``cluster_ok()``: (ok, why) of the engine's storm gate."""
+    def __init__(self, conf, ctx, start_work, host_record, cluster_ok=None):
+        """``start_work(key, pending)``: the engine runs a case's first
+        pass now (or its waiting pass at once); ``host_record(name)``:
+        the engine's record of a host (None: unknown); ``cluster_ok()``:
+        (ok, why) of the engine's storm gate."""
         self.conf = conf
         self.ctx = ctx
-        self.queue = queue
+        self._start_work = start_work
         self.clock = ctx.clock
         self.host_record = host_record
         self.cluster_ok = cluster_ok or (lambda: (True, ""))
@@ -126,6 +158,11 @@ class InstanceRepair:
         self.acknowledged: Optional[int] = None
         self.stats: Counter = collections.Counter()
         self._last_hold = None
+
+    def _wake(self, server_id):
+        """The case's passes run now."""
+        self._start_work(RepairKey(server_id), Pending(
+            Action.REPAIR, None, CaseWork(self, server_id)))
 
     @property
     def enabled(self):
@@ -174,7 +211,7 @@ class InstanceRepair:
                 return True
             else:
                 return False
-        self.queue.add(RepairKey(sid))
+        self._wake(sid)
         return True
 
     def from_notification(self, facts, at, stale=False):
@@ -264,7 +301,7 @@ class InstanceRepair:
             case.level = level
         LOG.info("repair_requested", server=server_id, level=level,
                  reason=reason or "operator request")
-        self.queue.add(RepairKey(server_id))
+        self._wake(server_id)
         return case.view()
 
     def clear(self, server_id, reason=""):
@@ -290,7 +327,7 @@ class InstanceRepair:
             waiting = [c.server_id for c in self.cases.values()
                        if c.state == "pending"]
         for sid in waiting:
-            self.queue.add(RepairKey(sid))
+            self._wake(sid)
         return len(waiting)
 
     def acknowledge_hold(self):
@@ -321,16 +358,6 @@ class InstanceRepair:
         return h
 
     # -- passes -------------------------------------------------------------------
-    def work(self, key):
-        """One pass for ``key`` (a RepairKey), on an engine worker."""
-        try:
-            after = self.process(key.server_id)
-        except Exception:
-            LOG.exception("repair_pass_error", server=key.server_id)
-            after = WAIT * 2
-        if after is not None:
-            self.queue.add_after(key, after)
-
     def process(self, server_id):
         """One pass of the server's case; seconds to the next pass, or
         None when the case is closed."""
@@ -381,7 +408,7 @@ class InstanceRepair:
             sid = r["server_id"]
             with self._lock:
                 self.cases.setdefault(sid, case)
-            self.queue.add(RepairKey(sid))
+            self._wake(sid)
         return len(rows)
 
     # -- status -------------------------------------------------------------------
@@ -417,9 +444,5 @@ class InstanceRepair:
 host_gate = repair_pass.host_gate
 
 
-def is_key(key) -> bool:
-    return isinstance(key, RepairKey)
-
-
-__all__: List[str] = ["InstanceRepair", "RepairKey", "Case", "host_gate",
-                      "is_key"]
+__all__: List[str] = ["InstanceRepair", "RepairKey", "Case", "CaseWork",
+                      "host_gate", "run_case"]

@@ -144,8 +144,6 @@ def _level(repair, case, server, now):
 def run(repair, case) -> Optional[float]:
     ctx, s = repair.ctx, repair.settings
     now = repair.clock()
-    if ctx.may_act() is not None:
-        return WAIT
     try:
         server = ctx.compute.get_server(case.server_id)
     except base.NotFound:

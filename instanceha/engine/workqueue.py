@@ -4,9 +4,11 @@ Semantics follow the controller pattern: a key is either waiting or being
 processed, never both. Adding a key that is already waiting is a no-op
 (wake-ups merge); adding a key while it is processed marks it dirty, and it
 is queued again when :meth:`done` is called. :meth:`add_after` holds a key
-back until a time; :meth:`add_rate_limited` does so with a delay that
-doubles per consecutive failure of that key, up to a cap, until
-:meth:`forget` resets it.
+back until a time; :meth:`add_rate_limited` holds the key back for a
+delay that doubles per consecutive failure of that key, up to a cap,
+until :meth:`forget` resets it; :meth:`hold` for a given delay. A key
+held back is handed to no worker before its time, however often it is
+added meanwhile: this is the engine's one layer of back-off.
 
 Two lanes: a key added ``urgent`` (a host being proven dead: its next
 step is a power-off decision) is taken before every ordinary key (an
@@ -23,7 +25,7 @@ import collections
 import heapq
 import itertools
 import threading
-from typing import Counter, Deque, Hashable
+from typing import Counter, Deque, Dict, Hashable
 
 from instanceha.util import backoff
 
@@ -50,6 +52,8 @@ class WorkQueue:
         self._delayed = []                 # heap of (due, seq, key)
         self._seq = itertools.count()
         self._failures: Counter[Hashable] = collections.Counter()
+        #: key -> the time before which it is handed to no worker
+        self._hold_until: Dict[Hashable, float] = {}
         self._shutdown = False
 
     # -- adding -------------------------------------------------------------
@@ -58,7 +62,8 @@ class WorkQueue:
             self._add_locked(key, urgent)
 
     def _add_locked(self, key, urgent=False):
-        if self._shutdown:
+        if self._shutdown or self._held_locked(key):
+            # Held back: the delayed entry of its hold adds it then.
             return
         if key in self._dirty:
             if urgent and key not in self._dirty_urgent:
@@ -88,17 +93,45 @@ class WorkQueue:
             self._cond.notify_all()
 
     def add_rate_limited(self, key):
-        """Queue ``key`` again after its back-off; returns the delay used."""
+        """Hold ``key`` back for its back-off, then queue it again;
+        returns the delay used."""
         with self._cond:
             n = self._failures[key]
             self._failures[key] += 1
         delay = backoff.exponential(self._base, n + 1, self._max)
-        self.add_after(key, delay)
+        self.hold(key, delay)
         return delay
 
+    def hold(self, key, delay):
+        """Hand ``key`` to no worker for ``delay`` seconds, then queue it
+        again (a failure's back-off is :meth:`add_rate_limited`)."""
+        with self._cond:
+            until = self._clock() + delay
+            self._hold_until[key] = max(until, self._hold_until.get(key, 0))
+            heapq.heappush(self._delayed, (self._hold_until[key],
+                                           next(self._seq), key))
+            self._cond.notify_all()
+
+    def holding(self, key):
+        """Whether ``key`` is held back now."""
+        with self._cond:
+            return self._held_locked(key)
+
+    def _held_locked(self, key):
+        until = self._hold_until.get(key)
+        if until is None:
+            return False
+        if until > self._clock():
+            return True
+        del self._hold_until[key]
+        return False
+
     def forget(self, key):
+        """``key``'s work went well: its back-off starts afresh, and it
+        is no longer held back."""
         with self._cond:
             self._failures.pop(key, None)
+            self._hold_until.pop(key, None)
 
     def failures(self, key):
         with self._cond:
@@ -163,7 +196,12 @@ class WorkQueue:
             if key in self._ordinary:
                 self._ordinary.discard(key)
                 self._cond.notify_all()     # a slot for an ordinary key
-            if key in self._dirty:
+            if key in self._dirty and self._held_locked(key):
+                # Added while it was processed, then held back: its hold's
+                # delayed entry queues it.
+                self._dirty.discard(key)
+                self._dirty_urgent.discard(key)
+            elif key in self._dirty:
                 (self._urgent if key in self._dirty_urgent
                  else self._queue).append(key)
                 self._cond.notify_all()

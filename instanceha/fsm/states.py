@@ -1,6 +1,8 @@
-"""Host states and the side effect each state starts when it is entered."""
+"""Host states, and the actions: each declared once (:data:`ACTIONS`)."""
 
+import dataclasses
 import enum
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from instanceha.events import EventKind as E
 
@@ -33,21 +35,8 @@ class Action(str, enum.Enum):
     UNDRAIN = "undrain"              # abort its migrations, re-enable it
     DECOMMISSION = "decommission"    # delete its compute service, leave aggregates
     FAIL_BACK = "fail_back"          # migrate the drained servers back to it
+    REPAIR = "instance_repair"       # one server broken on a healthy host
 
-
-#: The action a state starts on entry. Re-entering the state (a retry, or a
-#: restart of instanceha finding the host in this state in the journal)
-#: starts it again, so every action is idempotent.
-ENTRY_ACTION = {
-    State.FENCING: Action.FENCE,
-    State.FENCED: Action.ISOLATE,
-    State.EVACUATING: Action.EVACUATE,
-    State.RECOVERING: Action.CHECK_CLEANUP,
-    State.DRAINING: Action.DRAIN,
-    State.UNDRAINING: Action.UNDRAIN,
-    State.DECOMMISSIONING: Action.DECOMMISSION,
-    State.FAILING_BACK: Action.FAIL_BACK,
-}
 
 #: States of a host being proven dead or having its servers moved: reads
 #: of every BMC in the background (the fencing audit) give way to them.
@@ -67,12 +56,6 @@ RUNNING_STATES = frozenset({State.ACTIVE, State.DRAINING, State.UNDRAINING,
 #: checks and routine heartbeats in the engine's work queue.
 PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
 
-#: Actions that run in the work queue's ordinary lane (long passes and
-#: checks), even for a host whose last news came through the urgent lane.
-ORDINARY_ACTIONS = frozenset({Action.EVACUATE, Action.CHECK_CLEANUP,
-                              Action.DRAIN, Action.UNDRAIN,
-                              Action.DECOMMISSION, Action.FAIL_BACK})
-
 #: What an active host hears that cannot start a proof of death: "still
 #: heartbeating" (Nova's or its agent's) and "capacity appeared".
 ROUTINE_NEWS = frozenset({E.HEARTBEAT_OK, E.AGENT_BEATING, E.CAPACITY})
@@ -88,25 +71,97 @@ def urgent(state, kind) -> bool:
 ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})
 
-#: The one table of action results: each action's result kinds, and the
-#: kind that is its definitive answer when it keeps raising. A result is
-#: the state's that started the action; in any other state it is stale.
-RESULTS = {
-    Action.FENCE: ((E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED),
-    Action.ISOLATE: ((E.ISOLATE_OK, E.ISOLATE_FAILED), E.ISOLATE_FAILED),
-    Action.EVACUATE: ((E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY,
-                       E.EVACUATE_FAILED, E.REPROOF_FAILED),
-                      E.EVACUATE_FAILED),
-    Action.CHECK_CLEANUP: ((E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING),
-                           E.CLEANUP_PENDING),
-    Action.DRAIN: ((E.DRAIN_OK, E.DRAIN_FAILED, E.DRAIN_CANCELLED),
-                   E.DRAIN_FAILED),
-    Action.UNDRAIN: ((E.UNDRAIN_OK, E.UNDRAIN_FAILED), E.UNDRAIN_FAILED),
-    Action.DECOMMISSION: ((E.DECOMMISSION_OK, E.DECOMMISSION_FAILED),
-                          E.DECOMMISSION_FAILED),
-    Action.FAIL_BACK: ((E.FAIL_BACK_OK, E.FAIL_BACK_FAILED,
-                        E.FAIL_BACK_CANCELLED), E.FAIL_BACK_FAILED),
-}
+
+#: An action's attempts are journalled as the engine's action rows ...
+ACTION_ROWS = "actions"
+#: ... or as instance repair rows, one per request its pass sends.
+REPAIR_ROWS = "instance_repairs"
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    """One action, declared once: what starts it, its results, its lane,
+    whether it runs in passes, its journal. The state machine and the
+    engine read this; the engine binds each action to the function that
+    runs it (engine.registry), and nothing else describes an action."""
+    action: Action
+    #: the state whose entry starts it. Re-entering the state (a retry,
+    #: or a restart finding the host in it in the journal) starts it
+    #: again, so every action is idempotent. None: work no host state
+    #: starts (news about a server starts it); its subject travels in
+    #: its carry, and a retry goes on with that carry.
+    started_by: Optional[State]
+    #: the result event kinds it answers with; a result is the starting
+    #: state's, in any other state it is stale
+    results: Tuple[E, ...]
+    #: its definitive answer when it keeps raising (None: it never gives
+    #: up; it is retried with the key's back-off)
+    gave_up: Optional[E]
+    #: runs in the work queue's ordinary lane (long passes and checks),
+    #: even for a host whose last news came through the urgent lane
+    ordinary: bool = False
+    #: runs in passes: called again with the carry of its last Requeue,
+    #: also once the host has left the state that started it (so that
+    #: what Nova already has is followed to the end and journalled)
+    passes: bool = False
+    #: the journal rows of its attempts: ACTION_ROWS (the engine writes
+    #: one per attempt, with the transition that starts it) or
+    #: REPAIR_ROWS (the pass writes one per request it sends)
+    journal: str = ACTION_ROWS
+
+    @property
+    def journal_kind(self) -> str:
+        """Its name in the journal's action rows, its failpoints
+        (before_action:<name>) and its log lines."""
+        return self.action.value
+
+
+#: Every action, once.
+ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
+    ActionSpec(Action.FENCE, State.FENCING,
+               (E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED),
+    ActionSpec(Action.ISOLATE, State.FENCED,
+               (E.ISOLATE_OK, E.ISOLATE_FAILED), E.ISOLATE_FAILED),
+    ActionSpec(Action.EVACUATE, State.EVACUATING,
+               (E.EVACUATE_OK, E.EVACUATE_NO_CAPACITY, E.EVACUATE_FAILED,
+                E.REPROOF_FAILED), E.EVACUATE_FAILED,
+               ordinary=True, passes=True),
+    ActionSpec(Action.CHECK_CLEANUP, State.RECOVERING,
+               (E.CLEANUP_CONFIRMED, E.CLEANUP_PENDING), E.CLEANUP_PENDING,
+               ordinary=True),
+    ActionSpec(Action.DRAIN, State.DRAINING,
+               (E.DRAIN_OK, E.DRAIN_FAILED, E.DRAIN_CANCELLED),
+               E.DRAIN_FAILED, ordinary=True, passes=True),
+    ActionSpec(Action.UNDRAIN, State.UNDRAINING,
+               (E.UNDRAIN_OK, E.UNDRAIN_FAILED), E.UNDRAIN_FAILED,
+               ordinary=True, passes=True),
+    ActionSpec(Action.DECOMMISSION, State.DECOMMISSIONING,
+               (E.DECOMMISSION_OK, E.DECOMMISSION_FAILED),
+               E.DECOMMISSION_FAILED, ordinary=True),
+    ActionSpec(Action.FAIL_BACK, State.FAILING_BACK,
+               (E.FAIL_BACK_OK, E.FAIL_BACK_FAILED, E.FAIL_BACK_CANCELLED),
+               E.FAIL_BACK_FAILED, ordinary=True, passes=True),
+    ActionSpec(Action.REPAIR, None, (), None, ordinary=True, passes=True,
+               journal=REPAIR_ROWS),
+)}
+
+# What follows is read from ACTIONS, never written by hand.
+
+#: The action a state starts on entry.
+ENTRY_ACTION: Dict[State, Action] = {
+    s.started_by: a for a, s in ACTIONS.items() if s.started_by is not None}
+
+#: Actions that run in the work queue's ordinary lane.
+ORDINARY_ACTIONS: FrozenSet[Action] = frozenset(
+    a for a, s in ACTIONS.items() if s.ordinary)
+
+#: Actions that run in passes.
+PASS_ACTIONS: FrozenSet[Action] = frozenset(
+    a for a, s in ACTIONS.items() if s.passes)
+
+#: Action -> (its result kinds, its definitive answer when it keeps raising).
+RESULTS: Dict[Action, Tuple[Tuple[E, ...], Optional[E]]] = {
+    a: (s.results, s.gave_up) for a, s in ACTIONS.items()}
 
 #: Every result kind.
 RESULT_KINDS = frozenset(k for kinds, _ in RESULTS.values() for k in kinds)
@@ -117,6 +172,7 @@ RESULT_STATES = {
     for action, (kinds, _) in RESULTS.items() for kind in kinds}
 
 
-def gave_up_kind(action):
-    """The result kind for an action that kept raising."""
-    return RESULTS[action][1]
+def gave_up_kind(action: Action) -> Optional[E]:
+    """The result kind for an action that kept raising (None: it never
+    gives up)."""
+    return ACTIONS[action].gave_up

@@ -762,7 +762,7 @@ def evacuate_to_end(ctx, record, step=None, passes=100000):
     """An evacuation's passes one after the other, as the engine runs
     them: between two passes the board's wait lets the delay the pass
     asked for go by (on the test's clock). ``step``: the pass function
-    (evacuator.evacuate_pass, or actions.evacuate for the result event)."""
+    (evacuator.evacuate_pass, or evacuator.evacuate for the result event)."""
     from instanceha.engine import evacuator
     step = step or evacuator.evacuate_pass
     carry = None

@@ -6,7 +6,7 @@ new engine and context (nothing in memory kept) on the same journal."""
 
 from instanceha.engine import drain as drain_mod
 from instanceha.engine.engine import Context, Engine
-from instanceha.engine.evacuator import Requeue
+from instanceha.engine.passes import Requeue
 from instanceha.events import DrainRequest, Event, EventKind as E
 from instanceha.sources.reconciler import Reconciler
 from tests.unit.test_engine import ClockBoard, World

@@ -157,7 +157,7 @@ def test_sim_instance_actions_over_http():
 # -- classification (pure) ----------------------------------------------------
 
 from instanceha.drivers.compute import base as cb            # noqa: E402
-from instanceha.engine import actions, evacuator, failures   # noqa: E402
+from instanceha.engine import evacuator, failures   # noqa: E402
 from instanceha.engine import evac_run, evac_state            # noqa: E402
 from instanceha.engine.progress import ProgressBoard         # noqa: E402
 from instanceha.events import EventKind as E                 # noqa: E402
@@ -422,7 +422,7 @@ def test_retries_are_bounded_per_server():
     # The budget is in the journal: the next attempt of the host (after
     # a restart, say) does not send it again.
     sent = len(st.requests)
-    result = fakes.evacuate_to_end(st.w.ctx, st.rec, actions.evacuate)
+    result = fakes.evacuate_to_end(st.w.ctx, st.rec, evacuator.evacuate)
     assert result.kind == E.EVACUATE_FAILED and "gave up" in result.reason
     assert len(st.requests) == sent
 
@@ -485,7 +485,7 @@ def test_restart_resumes_a_stuck_server_without_sending_it_again():
 def test_evacuate_action_succeeds_when_retries_save_every_server():
     st = _Storm(fence_after=5)
     st.c.doomed.append(["claim", 1])
-    result = fakes.evacuate_to_end(st.w.ctx, st.rec, actions.evacuate)
+    result = fakes.evacuate_to_end(st.w.ctx, st.rec, evacuator.evacuate)
     assert result.kind == E.EVACUATE_OK, result.reason
     assert "1 sent again after a failure" in result.reason
     assert result.detail["retried"] == 1

@@ -172,7 +172,7 @@ def test_a_long_pass_proves_the_host_dead_again_before_sending_more():
     """Within one pass, servers still to send after [evacuation]
     proof_max_age are sent only after a new proof: the host powered on
     after the first request gets nothing more."""
-    from instanceha.engine import actions
+    from instanceha.engine import evacuator
     w = Restorable(servers=3)
     w.conf.set_override("concurrency", 1, "evacuation")
     w.conf.set_override("proof_max_age", 1.0, "evacuation")
@@ -187,7 +187,7 @@ def test_a_long_pass_proves_the_host_dead_again_before_sending_more():
         w.power_on("compute-1")          # a technician, mid-pass
         w.clock.advance(2.0)
     w.compute.on_evacuate = on_evacuate
-    result = fakes.evacuate_to_end(w.ctx, rec, actions.evacuate)
+    result = fakes.evacuate_to_end(w.ctx, rec, evacuator.evacuate)
     assert result.kind is E.REPROOF_FAILED, result
     assert "power On" in result.reason and "so far 1/3" in result.reason
     assert len(w.compute.migrations) == 1

@@ -157,3 +157,29 @@ def test_a_key_made_urgent_while_processed_comes_back_urgent():
     q.done("h")
     assert q.get(timeout=0) == "h"  # ahead of "other", and not counted
     assert q.get(timeout=0) == "other"   # as ordinary: other may run
+
+
+def test_a_key_backing_off_is_handed_to_no_worker_before_its_time():
+    """The back-off is the queue's alone (issue 36 part 5): news added for
+    a key while it backs off waits for the back-off, added while it is
+    processed or not."""
+    clock = Clock()
+    q = WorkQueue(clock, base_delay=2, max_delay=60)
+    q.add("a")
+    assert q.get() == "a"
+    q.add("a", urgent=True)        # news while it is processed
+    assert q.add_rate_limited("a") == 2
+    q.done("a")
+    assert q.holding("a") and q.get(timeout=0) is None
+    q.add("a", urgent=True)        # news while it backs off
+    clock.now += 1.9
+    q.pump()
+    assert q.get(timeout=0) is None
+    clock.now += 0.1
+    q.pump()
+    assert not q.holding("a") and q.get(timeout=0) == "a"
+    q.done("a")
+    q.hold("a", 5)
+    q.forget("a")                  # its work went well: not held back
+    q.add("a")
+    assert q.get(timeout=0) == "a"

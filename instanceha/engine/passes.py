@@ -1,0 +1,53 @@
+"""The pass protocol: how every long piece of work runs on the engine.
+
+Evacuation, drain, undrain, fail-back, decommission and instance repair
+are re-entrant passes: ``run(ctx, subject, carry) -> result | Requeue``.
+A pass reads the world (Nova, the journal), does what the gates allow,
+and either answers (the action's result) or returns a :class:`Requeue`:
+"come back in ``after`` seconds, with this ``carry``". The engine runs
+the next pass with that carry on the shared workers, sooner when a
+notification about one of the servers the pass waits for wakes it. No
+pass waits; its progress lives in the carry and in journal rows.
+"""
+
+from typing import Any, FrozenSet, Optional, Protocol
+
+from instanceha.events import Event, EventKind
+
+
+class Carry(Protocol):
+    """What one pass hands the next. ``close()`` is called when the
+    work is abandoned (a new attempt replaces it, the engine stops)."""
+
+    def close(self) -> None: ...
+
+
+class Requeue:
+    """A pass that is not finished: the engine runs the next pass of the
+    same action after ``after`` seconds (sooner when woken by news of a
+    server in ``waits_for``, or of any server when it is None), handing
+    ``carry`` back."""
+
+    __slots__ = ("after", "carry", "waits_for")
+
+    def __init__(self, after: float, carry: Any,
+                 waits_for: Optional[FrozenSet[str]] = None) -> None:
+        self.after = after
+        self.carry = carry
+        self.waits_for = waits_for
+
+    def close(self) -> None:
+        """The work is abandoned (the action raised, the engine stops)."""
+        if self.carry is not None:
+            self.carry.close()
+
+
+def answer(ctx: Any, record: Any, kind: EventKind, reason: str,
+           payload: Any = None) -> Event:
+    """An action's result for the host of ``record``: the event the
+    state machine steps with next."""
+    return Event(kind, record.id, ctx.clock(), name=record.name,
+                 reason=reason, source="action", payload=payload)
+
+
+__all__ = ["Carry", "Requeue", "answer"]
