@@ -350,6 +350,51 @@ def _step(ctx, record, carry, servers, settings, concurrency):
                              drain_policy.server_facts(servers),
                              carry.capacities, carry.services, settings,
                              force=True)
+    by_id, left_now = _observe(ctx, carry, servers, now)
+    inflight = [sid for sid, _, how in plan.steps if how == "wait"]
+    wake = [watch(ctx, record, carry, sid, settings, now)
+            for sid in inflight]
+    room = max(0, concurrency - len(inflight))
+    cap = settings.max_concurrent - others_inflight(ctx, record.name)
+    #: other hosts' moves hold this drain's back: any server's news may
+    #: free its turn
+    shared = cap < room
+    room = max(0, min(room, cap))
+    sent_now, left, deferred = _send_moves(ctx, record, carry, plan,
+                                           settings, room, now)
+    sent = len(sent_now)
+    if sent:
+        wake.append(now + QUICK)
+    unconfirmed = _confirm_moved(ctx, record, carry, by_id, sent_now,
+                                 left_now)
+    carry.moved = {s for s in carry.initial
+                   if s not in by_id and s not in carry.cold}
+    moving = len(inflight) + sent + unconfirmed
+    carry.moving = moving
+    if moving or any(how in ("live", "cold", "confirm")
+                     and sid not in carry.given_up
+                     for sid, _, how in plan.steps):
+        return _again(ctx, record, carry, now,
+                      next_pass(settings, now, wake), anyone=shared)
+    if carry.failed_at is not None and not (
+            record.nova_seen_at is not None
+            and record.nova_seen_at > carry.failed_at):
+        # Servers given up on may have failed because the host is dying
+        # (Nova calls it up for its service_down_time after a death):
+        # the drain ends only once Nova has recorded a heartbeat after
+        # the last failure. A dead host never gets one: its heartbeat
+        # loss hands it to the failure path instead.
+        LOG.info("drain_end_waits", host=record.name,
+                 reason="waiting for a heartbeat newer than the last "
+                        "failed migration before leaving servers on it")
+        return _again(ctx, record, carry, now, settings.poll_interval)
+    return _finished(ctx, record, carry, by_id, left, deferred)
+
+
+def _observe(ctx, carry, servers, now):
+    """({server id: server} on the host now, did a server leave it since
+    the last pass other than by a live migration seen under way?), with
+    the carry's view of moves brought up to date."""
     by_id = {s.id: s for s in servers}
     # Servers that left the host since the last pass (all of those gone
     # at the first pass of a restarted engine), other than by a live
@@ -366,17 +411,14 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         # Off the host: moved (a cold move is confirmed on arrival).
         ctx.drain_stats["moved"] += 1
         ctx.drain_durations.append(now - carry.sent_at.pop(sid))
+    return by_id, left_now
+
+
+def _send_moves(ctx, record, carry, plan, settings, room, now):
+    """Send this pass's requests: every confirmation due, and up to
+    ``room`` migrations, each counted in the journal before it is asked.
+    Returns (the servers asked to move, [left: text], [deferred: name])."""
     why = plan.why
-    inflight = [sid for sid, _, how in plan.steps if how == "wait"]
-    wake = [watch(ctx, record, carry, sid, settings, now)
-            for sid in inflight]
-    room = max(0, concurrency - len(inflight))
-    cap = settings.max_concurrent - others_inflight(ctx, record.name)
-    #: other hosts' moves hold this drain's back: any server's news may
-    #: free its turn
-    shared = cap < room
-    room = max(0, min(room, cap))
-    sent = 0
     sent_now: Set[str] = set()
     unjournalled = False
     left: List[str] = []
@@ -394,7 +436,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
             send(ctx, record, carry, sid, "confirm_resize",
                  ctx.compute.confirm_resize)
             continue
-        if how not in ("live", "cold") or sent >= room or unjournalled:
+        if how not in ("live", "cold") or len(sent_now) >= room \
+                or unjournalled:
             continue
         tries = carry.attempts.get(sid, 0)
         if tries > settings.stuck_retries:
@@ -426,36 +469,16 @@ def _step(ctx, record, carry, servers, settings, concurrency):
         if how == "live" and carry.tried.get(sid):
             request = _elsewhere(ctx, record, carry, sid, request)
         if send(ctx, record, carry, sid, how + "_migrate", request):
-            sent += 1
             sent_now.add(sid)
             ctx.drain_stats["sent_" + how] += 1
         else:
             _unasked(carry, sid, first_ask)
-    if sent:
-        wake.append(now + QUICK)
-    unconfirmed = _confirm_moved(ctx, record, carry, by_id, sent_now,
-                                 left_now)
-    carry.moved = {s for s in carry.initial
-                   if s not in by_id and s not in carry.cold}
-    moving = len(inflight) + sent + unconfirmed
-    carry.moving = moving
-    if moving or any(how in ("live", "cold", "confirm")
-                     and sid not in carry.given_up
-                     for sid, _, how in plan.steps):
-        return _again(ctx, record, carry, now,
-                      next_pass(settings, now, wake), anyone=shared)
-    if carry.failed_at is not None and not (
-            record.nova_seen_at is not None
-            and record.nova_seen_at > carry.failed_at):
-        # Servers given up on may have failed because the host is dying
-        # (Nova calls it up for its service_down_time after a death):
-        # the drain ends only once Nova has recorded a heartbeat after
-        # the last failure. A dead host never gets one: its heartbeat
-        # loss hands it to the failure path instead.
-        LOG.info("drain_end_waits", host=record.name,
-                 reason="waiting for a heartbeat newer than the last "
-                        "failed migration before leaving servers on it")
-        return _again(ctx, record, carry, now, settings.poll_interval)
+    return sent_now, left, deferred
+
+
+def _finished(ctx, record, carry, by_id, left, deferred):
+    """The drain is over: its DRAIN_OK, saying what moved and where, what
+    could not be moved and what was left."""
     carry.close()
     _ended(ctx, record)
     gone = [s for s in carry.initial if s not in by_id]

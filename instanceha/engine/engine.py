@@ -201,20 +201,7 @@ class Engine(Hosts):
         if new.state is State.FENCED and rec.state is not State.FENCED:
             new = self._with_evac_floor(new, event, finish)
         changed = new.state is not rec.state or new.reason != rec.reason
-        ids = []
-        if changed or actions or finish:
-            try:
-                ids = self.journal.record(rec, new, event, transition=changed,
-                                          start=actions, finish=finish)
-            except Exception as e:
-                LOG.error("journal_write_failed", host=rec.name,
-                          reason=str(e))
-                self.journal_health.note(e)
-                with self._lock:
-                    self._inbox.put_front(
-                        event.host, Result(event, finish) if finish else event)
-                raise _Retry()
-            self.journal_health.note(None)
+        ids = self._journal_step(rec, new, event, changed, actions, finish)
         if changed:
             failpoints.hit("after_transition:" + new.state.value)
             LOG.info("transition", host=new.name, host_id=new.id,
@@ -253,6 +240,26 @@ class Engine(Hosts):
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
+
+    def _journal_step(self, rec, new, event, changed, actions, finish):
+        """Journal the step (transition, actions started, the action
+        finished) in one transaction, before any of it takes effect;
+        returns the started actions' ids. A failed write puts the event
+        back at the front of the host's inbox and retries it."""
+        if not (changed or actions or finish):
+            return []
+        try:
+            ids = self.journal.record(rec, new, event, transition=changed,
+                                      start=actions, finish=finish)
+        except Exception as e:
+            LOG.error("journal_write_failed", host=rec.name, reason=str(e))
+            self.journal_health.note(e)
+            with self._lock:
+                self._inbox.put_front(
+                    event.host, Result(event, finish) if finish else event)
+            raise _Retry()
+        self.journal_health.note(None)
+        return ids
 
     def _step_then_admit(self, rec, event):
         """Step the state machine first; ask the fencing gate (start-up,

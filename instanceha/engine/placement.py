@@ -26,26 +26,7 @@ def place(ctx, record, servers, ordered, outcome):
     if not ordered or not (cs.enabled or rs.enabled):
         return list(ordered), {}, {}
     services = ctx.shared_services()
-    try:
-        capacities = ctx.shared_capacities()
-    except (base.ComputeError, NotImplementedError) as e:
-        capacities = None
-        LOG.warning("capacity_unknown", host=host,
-                    reason=str(e) or type(e).__name__,
-                    effect="no capacity preflight: every server is sent and "
-                           "Nova's scheduler decides")
-    if capacities and capacity.VCPUS in cs.resources and any(
-            c.source == "hypervisors" for c in capacities.values()):
-        # os-hypervisors counts physical CPUs and knows no allocation
-        # ratio: overcommitted hosts would look full. RAM and disk are
-        # still checked (their ratios are 1.0 unless an operator chose
-        # otherwise).
-        cs = dataclasses.replace(cs, resources=tuple(
-            r for r in cs.resources if r != capacity.VCPUS))
-        LOG.warning("capacity_from_hypervisors", host=host,
-                    reason="Placement cannot be read; os-hypervisors knows "
-                           "no CPU allocation ratio", effect="vCPU not "
-                           "checked by the capacity preflight")
+    capacities, cs = _capacities(ctx, host, cs)
     aggregates = ()
     if cs.scope == capacity.AGGREGATE or (
             rs.enabled and reserved.AGGREGATE in rs.match):
@@ -95,6 +76,32 @@ def place(ctx, record, servers, ordered, outcome):
         LOG.info("capacity_preflight", host=host, send=len(pre.fits),
                  reason=pre.text)
     return list(pre.fits), dict(pre.pending), targets
+
+
+def _capacities(ctx, host, cs):
+    """(Placement's counts, or None when they cannot be read; the capacity
+    settings, without vCPU when the counts come from os-hypervisors)."""
+    try:
+        capacities = ctx.shared_capacities()
+    except (base.ComputeError, NotImplementedError) as e:
+        LOG.warning("capacity_unknown", host=host,
+                    reason=str(e) or type(e).__name__,
+                    effect="no capacity preflight: every server is sent and "
+                           "Nova's scheduler decides")
+        return None, cs
+    if capacities and capacity.VCPUS in cs.resources and any(
+            c.source == "hypervisors" for c in capacities.values()):
+        # os-hypervisors counts physical CPUs and knows no allocation
+        # ratio: overcommitted hosts would look full. RAM and disk are
+        # still checked (their ratios are 1.0 unless an operator chose
+        # otherwise).
+        cs = dataclasses.replace(cs, resources=tuple(
+            r for r in cs.resources if r != capacity.VCPUS))
+        LOG.warning("capacity_from_hypervisors", host=host,
+                    reason="Placement cannot be read; os-hypervisors knows "
+                           "no CPU allocation ratio", effect="vCPU not "
+                           "checked by the capacity preflight")
+    return capacities, cs
 
 
 def aim(needs, hosts, capacities, settings):

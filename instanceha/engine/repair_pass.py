@@ -141,18 +141,39 @@ def _level(repair, case, server, now):
 
 # -- the pass -------------------------------------------------------------------
 
+#: A step's answer when the pass goes on to the next step.
+_GO = object()
+
+
 def run(repair, case) -> Optional[float]:
-    ctx, s = repair.ctx, repair.settings
+    """One pass of a repair case: seconds until its next pass, or None
+    when the case is closed."""
     now = repair.clock()
+    server, result = _read(repair, case, now)
+    if server is None:
+        return result
+    facts = _note(repair, case, server)
+    for step in (_in_flight, _healthy, _gates):
+        result = step(repair, case, server, facts, now)
+        if result is not _GO:
+            return result
+    return _ladder(repair, case, server, now)
+
+
+def _read(repair, case, now):
+    """(the server as Nova shows it, None) or (None, the pass's answer:
+    the case dropped, the server gone; or a wait, Nova unreadable). A
+    journalled attempt inherited from another process is first asked
+    whether its request reached Nova."""
     try:
-        server = ctx.compute.get_server(case.server_id)
+        server = repair.ctx.compute.get_server(case.server_id)
     except base.NotFound:
         repair._drop(case, ir.DELETED, "the server is gone", now)
-        return None
+        return None, None
     except base.ComputeError as e:
         LOG.warning("repair_server_unreadable", server=case.server_id,
                     reason=str(e))
-        return WAIT
+        return None, WAIT
     if case.attempt is not None and case.inherited:
         # An attempt another process journalled (resumed after a takeover
         # or a restart): did its request reach Nova? Asked once.
@@ -163,29 +184,43 @@ def run(repair, case) -> Optional[float]:
                               case.attempt, now):
             case.attempt, case.row, case.step = None, None, None
             case.active_since = None
+    return server, None
+
+
+def _note(repair, case, server):
+    """Keep what the case needs of the server (host, project, restart
+    group: read before any gate, a case paused or held still holds the
+    higher groups of its project); returns the server's policy facts."""
     case.host = server.host or case.host
     case.project_id = facts_nova.project_of(server)
-    # Its restart group, read before any gate: a case paused or held
-    # still holds the higher groups of its project.
     facts = facts_nova.server_from_record(server)
-    case.group, _problem = ir.restart_group_of(facts, s)
+    case.group, _problem = ir.restart_group_of(facts, repair.settings)
     case.read = True
+    return facts
 
-    # 1. The action in flight.
-    if case.attempt is not None:
-        outcome = _follow(repair, case, server, now)
-        if outcome == ir.RUNNING:
-            case.state = "uptime" if case.active_since else "running"
-            if case.active_since is not None:
-                return max(0.05, min(WAIT, case.active_since + s.min_uptime
-                                     - now))
-            return FOLLOW
-        _finished(repair, case, server, outcome, now)
-        if outcome == ir.SUCCESS:
-            repair.close(case)
-            return None
 
-    # 2. Healthy again (by itself, or by someone else): nothing to do.
+def _in_flight(repair, case, server, facts, now):
+    """1. The action in flight: followed until it ends."""
+    if case.attempt is None:
+        return _GO
+    s = repair.settings
+    outcome = _follow(repair, case, server, now)
+    if outcome == ir.RUNNING:
+        case.state = "uptime" if case.active_since else "running"
+        if case.active_since is not None:
+            return max(0.05, min(WAIT, case.active_since + s.min_uptime
+                                 - now))
+        return FOLLOW
+    _finished(repair, case, server, outcome, now)
+    if outcome == ir.SUCCESS:
+        repair.close(case)
+        return None
+    return _GO
+
+
+def _healthy(repair, case, server, facts, now):
+    """2. Healthy again (by itself, or by someone else): nothing to do,
+    unless an operator asked for a repair anyway."""
     if is_up(server) and not case.operator and case.source == AGENT \
             and case.attempt is None and now - case.broke_at < AGENT_GRACE:
         case.state = "waiting"
@@ -196,10 +231,12 @@ def run(repair, case) -> Optional[float]:
                  reason="ACTIVE again without a repair action")
         repair.close(case)
         return None
-    if case.operator and is_up(server) and case.attempt is None \
-            and case.step is None:
-        pass                        # an operator asked: a repair anyway
+    return _GO
 
+
+def _gates(repair, case, server, facts, now):
+    """3-7. What holds the case back before the ladder is asked."""
+    s = repair.settings
     # 3. The host gate: the host path or planned work owns it.
     why = host_gate(repair, server.host)
     if why is not None:
@@ -248,16 +285,19 @@ def run(repair, case) -> Optional[float]:
         case.state = "waiting"
         case.why = "Nova's power-state sync is stopping the server"
         return FOLLOW
+    return _GO
 
-    # 8. The ladder.
+
+def _ladder(repair, case, server, now):
+    """8. The ladder: the next action, sent, or why none."""
+    s = repair.settings
     rows = _unsent_closed(repair, server,
                           repair.ctx.journal.repairs(case.server_id), now)
     history, marked_failed = _history(rows)
-    level, facts = _level(repair, case, server, now)
-    settings = s
+    level, _facts = _level(repair, case, server, now)
     if case.operator and not s.enabled:
         return None
-    decision = ir.next_action(history, settings, level, now=now,
+    decision = ir.next_action(history, s, level, now=now,
                               vm_state=server.vm_state,
                               task_state=server.task_state,
                               marked_failed=marked_failed)
