@@ -25,8 +25,10 @@ with each row: on a shared machine the times depend on it.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +41,19 @@ from instanceha.util import waiting  # noqa: E402
 from instanceha.sim import SimCloud, SimServer  # noqa: E402
 
 DEATHS = 20
+
+
+@contextlib.contextmanager
+def busy(cores):
+    """``cores`` processes spinning on the CPU while the block runs."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(cores)]
+    try:
+        yield
+    finally:
+        for proc in spin:
+            proc.kill()
+            proc.wait()
 
 
 def _rss_mb(pid):
@@ -166,11 +181,22 @@ def main():
                         "20,000 hosts that sees 2-3 passes: the status "
                         "file, which reports them, is written every few "
                         "seconds)")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="keep N cores busy with another process (a spinning "
+                        "Python) for the whole run, as Nova, RabbitMQ and "
+                        "MariaDB beside instanceha on a control node would")
     args = p.parse_args()
     base = tempfile.mkdtemp(prefix="instanceha-scale-")
     print("scale on the simulator: %d servers per host, poll every %.1fs, "
-          "audit every %.0fs, %d simultaneous deaths"
-          % (args.servers, args.poll, args.audit_interval, DEATHS))
+          "audit every %.0fs, %d simultaneous deaths%s"
+          % (args.servers, args.poll, args.audit_interval, DEATHS,
+             ", %d core(s) kept busy by another process" % args.busy
+             if args.busy else ""))
+    with busy(args.busy):
+        _rows(args, base)
+
+
+def _rows(args, base):
     print("%7s %8s %12s %8s %8s %10s %10s %10s %8s %8s %9s %9s %7s %6s" % (
         "hosts", "servers", "pass CPU ms", "(target", "RSS MB", "(target",
         "1st off s", "last off s", "off", "floor s", "x floor", "eng CPU",
