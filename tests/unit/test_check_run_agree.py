@@ -7,7 +7,6 @@ finds no start-up problem.
 first), so it is called in-process: no Nova, BMC or socket is reached.
 ``check`` reads Nova and the BMCs through in-memory fakes."""
 
-import logging
 import os
 import socket
 
@@ -16,6 +15,7 @@ import yaml
 
 from instanceha.cmd import check
 from instanceha.cmd import run as run_cmd
+from tests.unit.test_config_errors import run_main
 from instanceha.simrun import write_conf_file
 from tests.unit.fakes import Clock, FakeCompute, FakeFencer
 
@@ -189,18 +189,7 @@ def _run(argv, capsys, monkeypatch):
         svc.stop()
         raise AssertionError("run started")
     monkeypatch.setattr(run_cmd, "serve", serve)
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        code = run_cmd.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    finally:
-        # run's log set-up wrote to capsys's stream: put the test's back.
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    err = capsys.readouterr().err
-    return code, err
+    return run_main(argv, capsys)
 
 
 def _check(argv, capsys):

@@ -37,7 +37,9 @@ def _one_line(text):
     return text
 
 
-def _run(argv, capsys):
+def run_main(argv, capsys):
+    """(exit status, stderr) of ``instanceha run`` with ``argv``, the
+    root logger as it was before (run's log set-up)."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
@@ -91,7 +93,7 @@ def test_an_inline_comment_on_a_text_option_is_refused_too(tmp_path):
 
 
 def test_a_directory_as_config_file_is_one_line_and_exit_2(tmp_path, capsys):
-    code, err = _run(["--config-file", str(tmp_path)], capsys)
+    code, err = run_main(["--config-file", str(tmp_path)], capsys)
     assert code == 2, err
     line = _one_line(err)
     assert "Traceback" not in err
@@ -225,7 +227,7 @@ def test_every_inventory_error_is_reported_in_one_run(tmp_path, capsys):
     conf_path = _conf_file(tmp_path, "[DEFAULT]\nstatus_file =\n"
                            "[api]\nenabled = false\n"
                            "[fencing]\ninventory = %s\n" % path)
-    code, err = _run(["--config-file", conf_path], capsys)
+    code, err = run_main(["--config-file", conf_path], capsys)
     assert code == 2
     assert len(err.splitlines()) == 3, err
 
