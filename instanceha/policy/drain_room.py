@@ -124,7 +124,7 @@ def room(ordered: Sequence[Tuple[str, Optional[str], Need]],
 
 # -- HA admission --------------------------------------------------------------
 
-def _n(value) -> int:
+def _n(value: object) -> int:
     n = int_or_none(value)
     return n if n is not None and n > 0 else 0
 
@@ -167,7 +167,8 @@ class Admission:
     text: str
 
 
-def _check(zone, hosts: Sequence[HostFacts], brought: Need, n: int
+def _check(zone: Optional[str], hosts: Sequence[HostFacts], brought: Need,
+           n: int
            ) -> AdmissionCheck:
     names = tuple(sorted(h.host for h in hosts))
     totals = {h.host: _totals(h) for h in hosts}
