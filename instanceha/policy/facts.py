@@ -163,7 +163,7 @@ class HostFacts:
     enabled: bool = True
     up: bool = True
     forced_down: bool = False
-    capacity: Any = None
+    capacity: Optional[CapacityRecord] = None
 
 
 @dataclasses.dataclass(frozen=True)
