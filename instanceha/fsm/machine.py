@@ -132,9 +132,10 @@ _HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED,
 def _enter(r: HostRecord, dst: State, ev: Event,
            p: Policy) -> Dict[str, Any]:
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes: Dict[str, Any] = dict(state=dst, since=ev.at, retry_at=None, busy=False,
-                   waits_for_capacity=(dst is State.PENDING and ev.kind
-                                       is E.EVACUATE_NO_CAPACITY))
+    changes: Dict[str, Any] = dict(
+        state=dst, since=ev.at, retry_at=None, busy=False,
+        waits_for_capacity=(dst is State.PENDING
+                            and ev.kind is E.EVACUATE_NO_CAPACITY))
     resumed = (r.state in _HANDS_OFF
                and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:

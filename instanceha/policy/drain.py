@@ -181,7 +181,7 @@ def _need(n: Need) -> Dict[str, int]:
     return {"vcpus": n.vcpus, "ram_mb": n.ram_mb, "disk_gb": n.disk_gb}
 
 
-def server_facts(servers: Iterable[Any]) -> List[ServerFacts]:
+def server_facts(servers: Optional[Iterable[object]]) -> List[ServerFacts]:
     """The policy's records of a driver's Servers (or ServerFacts, kept):
     :func:`~instanceha.policy.facts_nova.server_from_record`."""
     return [server_from_record(s) for s in servers or ()]
@@ -191,7 +191,8 @@ def plan(host: str, servers: Iterable[ServerFacts],
          capacities: Union[None, Mapping[str, HostFacts],
                            Mapping[str, CapacityRecord],
                            Iterable[HostFacts]],
-         services: Optional[Iterable[ServiceRecord]], settings: Settings = Settings(),
+         services: Optional[Iterable[ServiceRecord]],
+         settings: Settings = Settings(),
          force: bool = False) -> DrainPlan:
     """The preflight and plan for draining ``host``.
 

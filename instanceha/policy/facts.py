@@ -12,8 +12,8 @@ nothing here does I/O.
 """
 
 import dataclasses
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Protocol, Set,
-                    Tuple)
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Protocol,
+                    Set, Tuple)
 
 SERVER = "server"
 IMAGE = "image"

@@ -174,13 +174,15 @@ def reserved_because(service: ServiceRecord, settings: Settings = Settings()
         host, reason, settings.reason_prefix)
 
 
-def is_reserved(service: ServiceRecord, settings: Settings = Settings()) -> bool:
+def is_reserved(service: ServiceRecord,
+                settings: Settings = Settings()) -> bool:
     """Whether the compute service ``service`` (a ComputeService) is a
     reserved host: see the module docstring."""
     return reserved_because(service, settings)[0]
 
 
-def reserved_hosts(services: Iterable[ServiceRecord], settings: Settings = Settings()
+def reserved_hosts(services: Iterable[ServiceRecord],
+                   settings: Settings = Settings()
                    ) -> Tuple[str, ...]:
     """Hosts of ``services`` that are reserved, sorted (a host with several
     records must be reserved in each)."""
