@@ -13,8 +13,10 @@ host lives whatever Nova says (only nova-compute is down): never fenced
 
 from typing import Any, Dict
 
-from instanceha.events import (AgentReport, AgentSilence, EventKind as E,
-                               ServiceReport)
+from instanceha.events import (AgentReport, AgentSilence, Event,
+                               EventKind as E, ServiceReport)
+from instanceha.fsm.record import HostRecord
+from instanceha.fsm.settings import Policy
 
 BEATING = "beating"
 SILENT = "silent"
@@ -23,7 +25,7 @@ SILENT = "silent"
 OWED_MARGIN = 1.0
 
 
-def observe(r, ev, changes: Dict[str, Any]) -> None:
+def observe(r: HostRecord, ev: Event, changes: Dict[str, Any]) -> None:
     """The facts an agent's event, and Nova's updated_at in a report,
     change on the record (into ``changes``)."""
     if ev.kind is E.AGENT_BEATING and isinstance(ev.payload, AgentReport):
@@ -44,17 +46,17 @@ def observe(r, ev, changes: Dict[str, Any]) -> None:
                 changes["nova_step"] = updated - r.nova_updated
 
 
-def vetoes(r) -> bool:
+def vetoes(r: HostRecord) -> bool:
     """The agent's authenticated beats arrive: the host lives."""
     return r.agent == BEATING
 
 
-def silent_suspect(r) -> bool:
+def silent_suspect(r: HostRecord) -> bool:
     """Suspect on the agent's word alone: silent, Nova still says up."""
     return r.agent == SILENT and r.heartbeat_ok
 
 
-def refuted(r, p) -> bool:
+def refuted(r: HostRecord, p: Policy) -> bool:
     """Nova recorded a heartbeat after the agent fell silent (seen later
     than a heartbeat from before the silence could be): the host lives."""
     return (r.agent == SILENT and r.agent_silent_at is not None
@@ -62,7 +64,7 @@ def refuted(r, p) -> bool:
             and r.nova_seen_at > r.agent_silent_at + p.nova_seen_lag)
 
 
-def owed_at(r, p) -> float:
+def owed_at(r: HostRecord, p: Policy) -> float:
     """When Nova's next heartbeat from the host is overdue: a report
     interval (the configured one, or the step last seen between the
     host's heartbeats if longer) and a margin after the last one was seen
@@ -76,7 +78,7 @@ def owed_at(r, p) -> float:
     return base + interval + OWED_MARGIN
 
 
-def corroborated(r, p) -> bool:
+def corroborated(r: HostRecord, p: Policy) -> bool:
     """A second witness of the silent host's death: a BMC that may prove
     it dead reads Off, or a read of Nova made after Nova owed a heartbeat
     found none recorded (time passing is not enough: a slow or failing
@@ -88,7 +90,7 @@ def corroborated(r, p) -> bool:
     return r.nova_read_at is not None and r.nova_read_at >= owed_at(r, p)
 
 
-def wants_nova_read(r, now, p) -> bool:
+def wants_nova_read(r: HostRecord, now: float, p: Policy) -> bool:
     """A silent suspect whose owed heartbeat is due and not yet looked
     for: the engine reads the host's own row of Nova now instead of
     waiting for the next poll."""
@@ -97,7 +99,7 @@ def wants_nova_read(r, now, p) -> bool:
             and (r.nova_read_at is None or r.nova_read_at < owed_at(r, p)))
 
 
-def due_at(r, p, fence_at):
+def due_at(r: HostRecord, p: Policy, fence_at: float) -> float:
     """When fencing a silent suspect may become due (``fence_at``: the
     grace period's end)."""
     if p.power_evidence and r.power_off_at is not None:

@@ -7,7 +7,7 @@ from instanceha.fsm import table
 from instanceha.fsm.states import ENTRY_ACTION, State
 
 
-def render():
+def render() -> str:
     lines = ["# Host states", "",
              "Generated from `instanceha/fsm/table.py` by "
              "`python -m instanceha.fsm.diagram`; a test keeps it current.",

@@ -8,12 +8,18 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 """
 
 import dataclasses
+from typing import Callable, Dict, Optional
 
-from instanceha.events import EvacuationSummary, ServiceReport
+from instanceha.events import Event, EvacuationSummary, ServiceReport
 from instanceha.fsm import agent, table
+from instanceha.fsm.record import HostRecord
+from instanceha.fsm.settings import Policy
+
+#: A guard: does the rule apply to this record, event and policy?
+Guard = Callable[[HostRecord, Event, Policy], bool]
 
 
-def fence_at(r, p):
+def fence_at(r: HostRecord, p: Policy) -> Optional[float]:
     """When fencing becomes due: the grace period after the loss, or after
     the end of a resumed host's boot time (``hold_until``)."""
     if r.lost_at is None:
@@ -29,31 +35,33 @@ def fence_at(r, p):
     return start + delay
 
 
-def _dump_seen(r, p):
+def _dump_seen(r: HostRecord, p: Policy) -> bool:
     """A kdump message arrived after the host was last seen alive."""
     return (p.kdump_enabled and r.kdump_at is not None
             and (r.ok_at is None or r.kdump_at > r.ok_at))
 
 
-def dumping(r, now, p):
+def dumping(r: HostRecord, now: float, p: Policy) -> bool:
     """The host is running its dump kernel: a message came after it was
     last seen alive, less than kdump_timeout before ``now``."""
-    return _dump_seen(r, p) and now - r.kdump_at < p.kdump_timeout
+    kdump_at = r.kdump_at       # not None once a dump is seen
+    return (_dump_seen(r, p) and kdump_at is not None
+            and now - kdump_at < p.kdump_timeout)
 
 
-def _dump_overdue(r, now, p):
+def _dump_overdue(r: HostRecord, now: float, p: Policy) -> bool:
     """The dump has run longer than [kdump] max_dump_time."""
     first = r.kdump_first_at if r.kdump_first_at is not None else r.kdump_at
     return first is not None and now - first >= p.kdump_max_dump
 
 
-def dump_holds(r, now, p):
+def dump_holds(r: HostRecord, now: float, p: Policy) -> bool:
     """A dump in progress holds the power-off (it would destroy the dump),
     but never longer than max_dump_time."""
     return dumping(r, now, p) and not _dump_overdue(r, now, p)
 
 
-def kdump_proof(r, p, now):
+def kdump_proof(r: HostRecord, p: Policy, now: float) -> bool:
     """Only with [kdump] action = evacuate (a trusted kdump network): a
     kdump message that arrived after the heartbeat was lost (and after the
     host was last seen alive), not longer than kdump_timeout before
@@ -65,7 +73,7 @@ def kdump_proof(r, p, now):
             and now - r.kdump_at <= p.kdump_timeout)
 
 
-def _power_proof(r, p):
+def _power_proof(r: HostRecord, p: Policy) -> bool:
     """Two independent witnesses of death: Nova's heartbeat is lost and
     the host's BMC reports power Off. Either alone is not enough: a BMC
     entry may point at another machine (the audit flags that), and a lost
@@ -74,14 +82,14 @@ def _power_proof(r, p):
             and not r.heartbeat_ok and r.lost_at is not None)
 
 
-def _fence_due(r, ev, p):
+def _fence_due(r: HostRecord, ev: Event, p: Policy) -> bool:
     due = fence_at(r, p)
     if due is None or ev.at < due or r.heartbeat_ok:
         return False
     return _power_proof(r, p) or not dump_holds(r, ev.at, p)
 
 
-def agent_fence_due(r, ev, p):
+def agent_fence_due(r: HostRecord, ev: Event, p: Policy) -> bool:
     """Suspect on its agent's silence alone (Nova still says up): the
     grace period is over and the silence is corroborated."""
     due = fence_at(r, p)
@@ -90,7 +98,7 @@ def agent_fence_due(r, ev, p):
             and not dump_holds(r, ev.at, p))
 
 
-def _within_grace(r, ev, p):
+def _within_grace(r: HostRecord, ev: Event, p: Policy) -> bool:
     """A heartbeat back before fencing would have been due: within the
     grace period (or a dump's delay, a resumed host's boot time) counted
     from the loss (the report has cleared ``lost_at`` unless the agent's
@@ -100,26 +108,26 @@ def _within_grace(r, ev, p):
     return due is None or ev.at < due
 
 
-def _flapping(r, ev, p):
+def _flapping(r: HostRecord, ev: Event, p: Policy) -> bool:
     """Lost flap_count times within flap_window (this loss included)."""
     return p.flap_count > 0 and sum(
         1 for t in r.losses if ev.at - t <= p.flap_window) >= p.flap_count
 
 
-def _disabled_hold(r, p):
+def _disabled_hold(r: HostRecord, p: Policy) -> bool:
     return not p.recover_disabled_hosts and r.operator_disabled is not None
 
 
-def _retry_due(r, ev):
+def _retry_due(r: HostRecord, ev: Event) -> bool:
     return not r.busy and r.retry_at is not None and ev.at >= r.retry_at
 
 
-def _decision_due(r, ev, p):
+def _decision_due(r: HostRecord, ev: Event, p: Policy) -> bool:
     return (_fence_due(r, ev, p) or kdump_proof(r, p, ev.at)
             or agent_fence_due(r, ev, p))
 
 
-def heartbeat_since_loss(r, ev):
+def heartbeat_since_loss(r: HostRecord, ev: Event) -> bool:
     """The report's heartbeat is newer than the newest Nova showed when
     the host was lost: a row read before Nova noticed the loss (still
     fresh on the agent's or a kdump's word) does not bring it back."""
@@ -131,7 +139,8 @@ def heartbeat_since_loss(r, ev):
     return updated is not None and updated > r.lost_updated
 
 
-def reported_after_fencing(r, ev, p):
+def reported_after_fencing(r: HostRecord, ev: Event,
+                           p: Optional[Policy]) -> bool:
     """The heartbeat is newer than the fencing and than instanceha's own
     write to the service: the host really came back.
 
@@ -147,7 +156,7 @@ def reported_after_fencing(r, ev, p):
                           if isinstance(report, ServiceReport) else None)
 
 
-def reported_after(r, updated_at):
+def reported_after(r: HostRecord, updated_at: Optional[float]) -> bool:
     """Does a compute service's ``updated_at`` (on Nova's clock) prove the
     host came back after it was fenced? The one answer to "has the host
     returned?": the state machine asks it of each heartbeat, an
@@ -157,14 +166,14 @@ def reported_after(r, updated_at):
     return updated_at > returned_floor(r)
 
 
-def returned_floor(r):
+def returned_floor(r: HostRecord) -> float:
     """The Nova updated_at a heartbeat must pass to prove a return."""
     if r.written_at is not None:
         return r.written_at
     return r.fenced_at if r.fenced_at is not None else float("-inf")
 
 
-GUARDS = {
+GUARDS: Dict[str, Guard] = {
     table.ALWAYS: lambda r, ev, p: True,
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
     "kdump_proves_dead": lambda r, ev, p: kdump_proof(r, p, ev.at),

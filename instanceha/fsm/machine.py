@@ -11,11 +11,11 @@ live in modules of their own; their public names stay importable from here.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
-    AgentSilence, DrainRequest, DrainSummary, Isolated, PowerReading,
+    AgentSilence, DrainRequest, Event, DrainSummary, Isolated, PowerReading,
     ResumeRequest, ServiceReport, Suspension)
 from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
@@ -25,7 +25,8 @@ from instanceha.fsm.guards import (  # noqa: F401 (re-exported)
     reported_after, returned_floor)
 from instanceha.fsm.record import HostRecord  # noqa: F401 (re-exported)
 from instanceha.fsm.settings import Policy  # noqa: F401 (re-exported)
-from instanceha.fsm.states import (ENTRY_ACTION, ISOLATED_STATES,
+from instanceha.fsm.table import Rule
+from instanceha.fsm.states import (ENTRY_ACTION, Action, ISOLATED_STATES,
                                    RESULT_KINDS, RESULT_STATES, State)
 from instanceha.util import backoff, marker
 
@@ -35,12 +36,12 @@ class UndeclaredTransition(LookupError):
 
 
 #: (state, kind) -> the table's rules for it, in order
-_INDEX: Dict[Tuple[State, E], List[Tuple[Any, ...]]] = {}
+_INDEX: Dict[Tuple[State, E], List[Rule]] = {}
 for _rule in table.RULES:
     _INDEX.setdefault((_rule[0], _rule[1]), []).append(_rule)
 
 
-def rules_for(state, kind):
+def rules_for(state: State, kind: E) -> List[Rule]:
     return _INDEX.get((state, kind), [])
 
 
@@ -48,7 +49,7 @@ def rules_for(state, kind):
 
 
 
-def _operator_disabled(r, ev):
+def _operator_disabled(r: HostRecord, ev: Event) -> Optional[str]:
     """The service's disabled state as the event reports it: the reason
     of someone else's disable, None when enabled; unchanged when the event
     does not say, or when the reason is instanceha's own marker."""
@@ -66,7 +67,7 @@ def _operator_disabled(r, ev):
     return reason or "no reason given"
 
 
-def _observe(r, ev, p):
+def _observe(r: HostRecord, ev: Event, p: Policy) -> HostRecord:
     """Facts every event updates whatever the state."""
     changes: Dict[str, Any] = {}
     if ev.kind is E.HEARTBEAT_OK:
@@ -128,11 +129,13 @@ _HANDS_OFF = (State.FAILED, State.MAINTENANCE, State.SUSPENDED,
               State.DECOMMISSIONED)
 
 
-def _enter(r, dst, ev, p):
+def _enter(r: HostRecord, dst: State, ev: Event,
+           p: Policy) -> Dict[str, Any]:
     """Field changes that come with entering ``dst`` (from another state)."""
-    changes = dict(state=dst, since=ev.at, retry_at=None, busy=False,
-                   waits_for_capacity=(dst is State.PENDING and ev.kind
-                                       is E.EVACUATE_NO_CAPACITY))
+    changes: Dict[str, Any] = dict(
+        state=dst, since=ev.at, retry_at=None, busy=False,
+        waits_for_capacity=(dst is State.PENDING
+                            and ev.kind is E.EVACUATE_NO_CAPACITY))
     resumed = (r.state in _HANDS_OFF
                and ev.kind in (E.OPERATOR_RESUME, E.TICK))
     if dst is State.ACTIVE:
@@ -209,13 +212,13 @@ def _enter(r, dst, ev, p):
     return changes
 
 
-def _until(ev):
+def _until(ev: Event) -> Optional[float]:
     if isinstance(ev.payload, Suspension):
         return ev.payload.until
     return None
 
 
-def wants_every_report(r) -> bool:
+def wants_every_report(r: HostRecord) -> bool:
     """Whether every read of Nova's row matters to the host's record, not
     only a changed verdict: anything but a quiet active host (heartbeating,
     no agent, no BMC reading Off, no kdump message). Its updated_at feeds
@@ -224,19 +227,21 @@ def wants_every_report(r) -> bool:
                 and r.power_off_at is None and r.kdump_at is None)
 
 
-def step(record, event, policy):
+def step(record: HostRecord, event: Event,
+         policy: Policy) -> Tuple[HostRecord, List[Action]]:
     """Return ``(new_record, [actions])`` for one event."""
     r = _observe(record, event, policy)
     for src, kind, guard, dst, reason in rules_for(r.state, event.kind):
         if not GUARDS[guard](r, event, policy):
             continue
         if dst is r.state:
-            changes = {"reason": reason.format(event=event, record=r)}
+            changes: Dict[str, Any] = {
+                "reason": reason.format(event=event, record=r)}
             if kind is E.OPERATOR_SUSPEND:
                 changes["until"] = _until(event)
             if kind is E.OPERATOR_RESUME:
                 changes["losses"] = ()
-            actions = []
+            actions: List[Action] = []
             if (src, kind) in table.REENTER:
                 changes["retry_at"] = None
                 actions = [ENTRY_ACTION[dst]] if dst in ENTRY_ACTION else []
@@ -260,7 +265,7 @@ def step(record, event, policy):
                                % (event.kind.value, r.state.value))
 
 
-def fencing_due(record, event, policy):
+def fencing_due(record: HostRecord, event: Event, policy: Policy) -> bool:
     """Would this TICK start proving the host dead (into fencing, or
     fenced by a kdump proof) if the cloud allowed it? Read off the table:
     the step's answer with the fencing gate open."""
@@ -271,7 +276,7 @@ def fencing_due(record, event, policy):
     return starts_proof(record, new)
 
 
-def starts_proof(old, new):
+def starts_proof(old: HostRecord, new: HostRecord) -> bool:
     """Does the step from ``old`` to ``new`` start proving the host dead
     (into fencing, or fenced by a kdump proof)? What the fencing gate is
     asked about."""
@@ -285,7 +290,7 @@ TIMED = frozenset([State.SUSPECT, State.PENDING, State.RECOVERING,
                    State.SUSPENDED])
 
 
-def next_wakeup(record, policy):
+def next_wakeup(record: HostRecord, policy: Policy) -> Optional[float]:
     """When a TICK could next change this record (None: no timer needed;
     always None outside :data:`TIMED`)."""
     if record.state is State.SUSPECT:
@@ -300,8 +305,10 @@ def next_wakeup(record, policy):
         if due is not None and dump_holds(record, due, policy):
             # The power-off waits for the dump: messages stop, or it has
             # run for max_dump_time.
-            first = record.kdump_first_at or record.kdump_at
-            due = min(record.kdump_at + policy.kdump_timeout,
+            kdump_at = record.kdump_at
+            assert kdump_at is not None     # a dump holds: a message came
+            first = record.kdump_first_at or kdump_at
+            due = min(kdump_at + policy.kdump_timeout,
                       first + policy.kdump_max_dump)
         return due
     if record.state in (State.PENDING, State.RECOVERING):

@@ -3,13 +3,31 @@ lost, or forced down by somebody else. Pure: the reconciler's pass, the
 control-plane monitor and the engine's read of one host's row all judge a
 row by this one function."""
 
-from typing import Optional
+from typing import Optional, Protocol, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.util import marker
 
 
-def classify(service, now: Optional[float], delta: float):
+class ServiceRow(Protocol):
+    """What :func:`classify` reads of a Nova service row (the compute
+    driver's ComputeService; the fsm imports no driver)."""
+
+    @property
+    def updated_at(self) -> Optional[float]: ...
+
+    @property
+    def disabled_reason(self) -> Optional[str]: ...
+
+    @property
+    def forced_down(self) -> bool: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+def classify(service: ServiceRow, now: Optional[float],
+             delta: float) -> Tuple[E, str]:
     """(EventKind, reason) for one ComputeService at time ``now``, which
     must be on Nova's clock (NovaClock), like ``service.updated_at``; None
     when Nova's clock is not known: every age is then unknown and the
@@ -42,7 +60,7 @@ def classify(service, now: Optional[float], delta: float):
     return E.HEARTBEAT_OK, "reporting"
 
 
-def _lost_reason(age):
+def _lost_reason(age: Optional[float]) -> str:
     if age is None:
         return "never reported"
     return "last report %.0fs ago" % age

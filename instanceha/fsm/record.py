@@ -1,7 +1,7 @@
 """What the machine knows of one host (:class:`HostRecord`), as journaled."""
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from instanceha.fsm.states import State
 
@@ -81,14 +81,14 @@ class HostRecord:
     from_maintenance: bool = False
 
     @property
-    def loss_count(self):
+    def loss_count(self) -> int:
         return len(self.losses)
 
     @property
-    def attempts_next(self):
+    def attempts_next(self) -> int:
         return self.attempts + 1
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         d = {f: getattr(self, f) for f in _FIELDS}
         d["state"] = self.state.value
         return d

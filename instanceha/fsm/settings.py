@@ -1,6 +1,7 @@
 """The machine's settings: :class:`Policy`, read from the configuration."""
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Policy:
     fail_back: bool = False
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Policy":
+        # conf: an oslo.config ConfigOpts (or a stand-in with its groups)
         kdump = getattr(conf, "kdump", None)
         kw = dict(
             grace_period=conf.detection.grace_period,

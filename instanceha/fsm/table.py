@@ -12,12 +12,17 @@ the record (``{event.reason}``, ``{record.attempts}``...). A rule whose
 in ``REENTER`` (then the state's entry action runs again).
 """
 
+from typing import FrozenSet, List, Tuple
+
 from instanceha.events import EventKind as E
 from instanceha.fsm.states import RESULT_KINDS, State as S
 
 ALWAYS = "always"
 
-RULES = [
+#: (src, kind, guard, dst, reason)
+Rule = Tuple[S, E, str, S, str]
+
+RULES: List[Rule] = [
     # -- detection -------------------------------------------------------
     (S.ACTIVE, E.HEARTBEAT_LOST, ALWAYS, S.SUSPECT,
      "heartbeat lost: {event.reason}"),
@@ -252,7 +257,7 @@ REENTER = {(S.RECOVERING, E.TICK)}
 
 
 
-def _ignored():
+def _ignored() -> FrozenSet[Tuple[S, E]]:
     declared = {(r[0], r[1]) for r in RULES}
     ignored = set()
     for s in S:
@@ -281,7 +286,7 @@ def _ignored():
 IGNORED = _ignored()
 
 
-def explain_ignored(state, kind):
+def explain_ignored(state: S, kind: E) -> str:
     if kind in RESULT_KINDS:
         return "stale action result for state %s" % state.value
     if kind in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,

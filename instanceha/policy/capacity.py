@@ -38,13 +38,15 @@ Rules (exact):
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, \
-    Union
+from typing import (Dict, Iterable, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from instanceha.policy.capacity_free import Free, free_on
 from instanceha.policy.capacity_need import DISK, Need
 from instanceha.policy.capacity_scope import Destinations, destinations
 from instanceha.policy.capacity_settings import Settings
+from instanceha.policy.facts import (AggregateRecord, CapacityRecord,
+                                     ServiceRecord)
 # Re-exported: the engine, reserved.py, benchmarks and tests use them as
 # capacity.<name>.
 from instanceha.policy.capacity_free import free_of  # noqa: F401
@@ -81,12 +83,13 @@ class Preflight:
         return bool(self.pending) and not self.shortfall
 
 
-def _as_frees(free) -> Dict[str, Free]:
+def _as_frees(free: Union[Mapping[str, Free], Iterable[Free], None]
+              ) -> Dict[str, Free]:
     if isinstance(free, Mapping):
         items = list(free.values())
     else:
         items = list(free or ())
-    out = {}
+    out: Dict[str, Free] = {}
     for f in items:
         if f.host in out:
             raise ValueError("host %r is given twice" % f.host)
@@ -161,7 +164,8 @@ def preflight(ordered: Sequence[Tuple[str, Optional[Need]]],
                      placed, tuple(unknown))
 
 
-def _text(total, pending, shortfall, frees, where):
+def _text(total: int, pending: Mapping[str, str], shortfall: Need,
+          frees: Mapping[str, Free], where: str) -> str:
     at = " in " + where if where else ""
     if not pending:
         return "all %d server(s) fit%s" % (total, at)
@@ -175,7 +179,9 @@ def _text(total, pending, shortfall, frees, where):
 
 
 def check(source_host: str, ordered: Sequence[Tuple[str, Optional[Need]]],
-          services, capacities: Mapping[str, Any], aggregates,
+          services: Sequence[ServiceRecord],
+          capacities: Mapping[str, CapacityRecord],
+          aggregates: Optional[Sequence[AggregateRecord]],
           settings: "Settings" = Settings()) -> Tuple[Destinations, Preflight]:
     """:func:`destinations`, :func:`free_on` and :func:`preflight` in one
     call: (Destinations, Preflight)."""

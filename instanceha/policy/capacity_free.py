@@ -7,10 +7,11 @@ used 0: its disk is on a shared storage provider) has its disk not checked.
 """
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from typing import Iterable, Mapping, Optional, Tuple
 
 from instanceha.policy.capacity_need import Need, int_or_none
 from instanceha.policy.capacity_settings import Settings
+from instanceha.policy.facts import CapacityRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,22 +39,23 @@ class Free:
             "unchecked" if self.disk_gb is None else "%d GB" % self.disk_gb)
 
     @classmethod
-    def from_capacity(cls, capacity, headroom_percent: int = 0) -> "Free":
+    def from_capacity(cls, capacity: CapacityRecord,
+                      headroom_percent: int = 0) -> "Free":
         return free_of(capacity, headroom_percent)
 
 
-def _count(value) -> int:
+def _count(value: object) -> int:
     n = int_or_none(value)
     return n if n is not None and n > 0 else 0
 
 
-def _left(total, used, headroom_percent) -> int:
+def _left(total: object, used: object, headroom_percent: int) -> int:
     total, used = _count(total), _count(used)
     keep = -(-total * headroom_percent // 100)      # ceil, integers only
     return max(0, total - used - keep)
 
 
-def free_of(capacity, headroom_percent: int = 0) -> Free:
+def free_of(capacity: CapacityRecord, headroom_percent: int = 0) -> Free:
     """A :class:`Free` from a
     :class:`~instanceha.drivers.compute.base.HostCapacity`: usable minus
     used minus headroom per resource, never negative."""
@@ -68,7 +70,7 @@ def free_of(capacity, headroom_percent: int = 0) -> Free:
                                            headroom_percent))
 
 
-def free_on(hosts: Iterable[str], capacities: Mapping[str, Any],
+def free_on(hosts: Iterable[str], capacities: Mapping[str, CapacityRecord],
             settings: "Settings" = Settings()) -> Tuple[Free, ...]:
     """The Free of each of ``hosts`` known in ``capacities``, with the
     headroom taken off, sorted by host."""

@@ -14,7 +14,7 @@ those CPUs as PCPU, which :class:`HostCapacity` does not report).
 
 import dataclasses
 import math
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Protocol, Tuple
 
 from instanceha.policy.facts import ERROR, FLAVOR, SERVER, WARNING, Problem
 
@@ -28,14 +28,14 @@ _OVERRIDES = {"resources:VCPU": "vcpus", "resources:MEMORY_MB": "ram_mb",
               "resources:DISK_GB": "disk_gb"}
 
 
-def int_or_none(value) -> Optional[int]:
+def int_or_none(value: object) -> Optional[int]:
     """A Python int (not a bool), or None."""
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
 
 
-def _spec_int(value) -> Optional[int]:
+def _spec_int(value: object) -> Optional[int]:
     """An extra spec's integer ('2', 2), or None."""
     if isinstance(value, str):
         text = value.strip()
@@ -46,6 +46,21 @@ def _spec_int(value) -> Optional[int]:
     return n if n is not None and n >= 0 else None
 
 
+class Amounts(Protocol):
+    """vCPUs, RAM in MB and disk in GB: a :class:`Need`, or a
+    :class:`~instanceha.policy.capacity_free.Free` whose disk is
+    counted."""
+
+    @property
+    def vcpus(self) -> int: ...
+
+    @property
+    def ram_mb(self) -> int: ...
+
+    @property
+    def disk_gb(self) -> int: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Need:
     """What a server takes on its host: vCPUs, RAM in MB, disk in GB."""
@@ -53,7 +68,7 @@ class Need:
     ram_mb: int = 0
     disk_gb: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vcpus", "ram_mb", "disk_gb"):
             n = int_or_none(getattr(self, name))
             if n is None or n < 0:
@@ -64,7 +79,7 @@ class Need:
         return Need(self.vcpus + other.vcpus, self.ram_mb + other.ram_mb,
                     self.disk_gb + other.disk_gb)
 
-    def minus(self, other) -> "Need":
+    def minus(self, other: "Amounts") -> "Need":
         """What is left of ``self`` once ``other`` (a Need or a Free) is
         taken away, each resource floored at 0."""
         return Need(max(0, self.vcpus - other.vcpus),
@@ -78,7 +93,7 @@ class Need:
                     self.ram_mb if RAM in r else 0,
                     self.disk_gb if DISK in r else 0)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self.vcpus or self.ram_mb or self.disk_gb)
 
     def describe(self) -> str:
@@ -93,23 +108,24 @@ class Need:
             parts.append("%d GB disk" % self.disk_gb)
         return ", ".join(parts) or "nothing"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.describe()
 
 
-def _server_label(body) -> Tuple[str, str]:
-    sid = body.get("id") if isinstance(body.get("id"), str) else ""
-    name = body.get("name") if isinstance(body.get("name"), str) else ""
-    return sid, name
+def _server_label(body: Mapping[str, Any]) -> Tuple[str, str]:
+    sid, name = body.get("id"), body.get("name")
+    return (sid if isinstance(sid, str) else "",
+            name if isinstance(name, str) else "")
 
 
-def _label(sid, name):
+def _label(sid: str, name: str) -> str:
     if name and sid and name != sid:
         return "server %s (%s)" % (name, sid)
     return "server %s" % (name or sid or "?")
 
 
-def need_of(server_body) -> Tuple[Optional[Need], Optional[Problem]]:
+def need_of(server_body: object
+            ) -> Tuple[Optional[Need], Optional[Problem]]:
     """(Need, None) for a server as Nova's GET /servers/detail gives it
     (a mapping, or a :class:`~instanceha.drivers.compute.base.Server`
     whose ``raw`` is that mapping), or (None, Problem) when its flavor
@@ -125,8 +141,9 @@ def need_of(server_body) -> Tuple[Optional[Need], Optional[Problem]]:
     who = _label(sid, name)
     flavor = body.get("flavor")
 
-    def problem(message, value=None, level=ERROR, scope=SERVER,
-                key="flavor"):
+    def problem(message: str, value: object = None, level: str = ERROR,
+                scope: str = SERVER, key: str = "flavor"
+                ) -> Tuple[None, Problem]:
         return None, Problem(level, scope, sid, name, key,
                              None if value is None else str(value),
                              "%s: %s; its size is unknown, the scheduler "
@@ -139,7 +156,7 @@ def need_of(server_body) -> Tuple[Optional[Need], Optional[Problem]]:
     fname = flavor.get("original_name") or flavor.get("name") or ""
     fl = "flavor %s" % fname if isinstance(fname, str) and fname \
         else "its flavor"
-    amounts = {}
+    amounts: Dict[str, int] = {}
     for key, minimum in (("vcpus", 1), ("ram", 1), ("disk", 0)):
         if key not in flavor:
             return problem("%s has no %r" % (fl, key))

@@ -11,9 +11,15 @@ other aggregate falls back to ``zone``.
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Set, Tuple
+from typing import (Callable, Collection, Dict, Iterable, Iterator, List,
+                    Mapping, Optional, Sequence, Set, Tuple)
 
 from instanceha.policy.capacity_settings import AGGREGATE, ZONE, Settings
+from instanceha.policy.facts import (AggregateRecord, CapacityRecord,
+                                     ServiceRecord)
+
+#: test(other_host, other_zone) -> why it is out of scope, None when in
+ScopeTest = Callable[[str, Optional[str]], Optional[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,22 +32,22 @@ class Destinations:
     #: the other compute hosts and why each is not a destination
     skipped: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.hosts)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.hosts)
 
-    def __contains__(self, host):
+    def __contains__(self, host: object) -> bool:
         return host in self.hosts
 
 
-def _computes(services):
+def _computes(services: Iterable[ServiceRecord]) -> List[ServiceRecord]:
     return [s for s in services
             if getattr(s, "binary", "nova-compute") == "nova-compute"]
 
 
-def _why_not(service) -> Optional[str]:
+def _why_not(service: ServiceRecord) -> Optional[str]:
     if service.status != "enabled":
         return "disabled"
     if service.forced_down:
@@ -51,7 +57,8 @@ def _why_not(service) -> Optional[str]:
     return None
 
 
-def source_zone(source_host, services) -> Optional[str]:
+def source_zone(source_host: str, services: Iterable[ServiceRecord]
+                ) -> Optional[str]:
     """The availability zone of ``source_host``'s compute service; None
     when unknown (no record, no zone, or records that disagree)."""
     zones = {s.zone for s in _computes(services) if s.host == source_host}
@@ -60,7 +67,9 @@ def source_zone(source_host, services) -> Optional[str]:
     return next(iter(zones)) or None
 
 
-def aggregates_with(host, aggregates, exclude=()) -> Tuple[str, ...]:
+def aggregates_with(host: str,
+                    aggregates: Optional[Iterable[AggregateRecord]],
+                    exclude: Collection[str] = ()) -> Tuple[str, ...]:
     """Names of the aggregates holding ``host``, those in ``exclude``
     left out, sorted."""
     ex = set(exclude)
@@ -69,7 +78,9 @@ def aggregates_with(host, aggregates, exclude=()) -> Tuple[str, ...]:
                          and a.name not in ex}))
 
 
-def neighbours(host, zone, scope, aggregates, exclude=()):
+def neighbours(host: str, zone: Optional[str], scope: str,
+               aggregates: Optional[Sequence[AggregateRecord]],
+               exclude: Collection[str] = ()) -> Tuple[ScopeTest, str]:
     """(test(other_host, other_zone) -> reason or None, where): the scope
     rule shared with :mod:`instanceha.policy.reserved`."""
     if scope == AGGREGATE:
@@ -81,7 +92,8 @@ def neighbours(host, zone, scope, aggregates, exclude=()):
                     for h in a.hosts or ():
                         members.setdefault(h, set()).add(a.name)
 
-            def in_aggregate(other, other_zone):
+            def in_aggregate(other: str, other_zone: Optional[str]
+                             ) -> Optional[str]:
                 if other in members:
                     return None
                 return "shares no aggregate with %s" % host
@@ -89,7 +101,8 @@ def neighbours(host, zone, scope, aggregates, exclude=()):
                 "s" if len(mine) > 1 else "", ", ".join(sorted(mine))))
         scope = ZONE
     if scope == ZONE and zone is not None:
-        def in_zone(other, other_zone):
+        def in_zone(other: str, other_zone: Optional[str]
+                    ) -> Optional[str]:
             if other_zone == zone:
                 return None
             return "in zone %s, not %s" % (other_zone or "(none)", zone)
@@ -97,8 +110,10 @@ def neighbours(host, zone, scope, aggregates, exclude=()):
     return (lambda other, other_zone: None), "the cloud"
 
 
-def destinations(source_host: str, services, capacities: Mapping[str, Any],
-                 aggregates, settings: "Settings" = Settings()
+def destinations(source_host: str, services: Sequence[ServiceRecord],
+                 capacities: Optional[Mapping[str, CapacityRecord]],
+                 aggregates: Optional[Sequence[AggregateRecord]],
+                 settings: "Settings" = Settings()
                  ) -> Destinations:
     """The hosts that could take ``source_host``'s servers: see the module
     docstring. ``services``: [ComputeService] (other binaries ignored);

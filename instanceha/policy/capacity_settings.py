@@ -2,7 +2,7 @@
 ``[capacity]``) and its scopes; pure."""
 
 import dataclasses
-from typing import Tuple
+from typing import Any, Tuple
 
 from instanceha.policy.capacity_need import RESOURCES, int_or_none
 
@@ -27,7 +27,7 @@ class Settings:
     #: aggregates that do not make hosts neighbours (scope aggregate)
     exclude_aggregates: Tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.scope not in SCOPES:
             raise ValueError("capacity scope must be one of %s, not %r" % (
                 ", ".join(SCOPES), self.scope))
@@ -45,7 +45,7 @@ class Settings:
             sorted(set(self.exclude_aggregates))))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         """From ``[capacity]``; ``[recovery] global_aggregate``, when set,
         is excluded from the aggregate scope too."""
         c = conf.capacity

@@ -27,7 +27,7 @@ first), then name, then id.
 
 import dataclasses
 from typing import (Any, Dict, Iterable, List, Mapping, NamedTuple,
-                    Optional, Tuple, Union)
+                    Optional, Sequence, Tuple, Union)
 
 from instanceha.policy.capacity_need import Need
 from instanceha.policy.drain_hosts import (
@@ -38,7 +38,8 @@ from instanceha.policy.drain_servers import (NOT_LIVE, OPT_OUT, STATE,
                                              ServerVerdict, classify)
 from instanceha.policy.drain_settings import (
     COLD, CONFIRM, DEFER, LEAVE, LIVE, MOVES, WAIT, Settings)
-from instanceha.policy.facts import HostFacts, Problem, ServerFacts, unique
+from instanceha.policy.facts import (CapacityRecord, HostFacts, Problem,
+                                     ServerFacts, ServiceRecord, unique)
 from instanceha.policy.facts_nova import server_from_record
 # Re-exported: the engine and the CLI use them as drain.<name>.
 from instanceha.policy.drain_settings import (  # noqa: F401
@@ -180,15 +181,18 @@ def _need(n: Need) -> Dict[str, int]:
     return {"vcpus": n.vcpus, "ram_mb": n.ram_mb, "disk_gb": n.disk_gb}
 
 
-def server_facts(servers: Iterable[Any]) -> List[ServerFacts]:
+def server_facts(servers: Optional[Iterable[object]]) -> List[ServerFacts]:
     """The policy's records of a driver's Servers (or ServerFacts, kept):
     :func:`~instanceha.policy.facts_nova.server_from_record`."""
     return [server_from_record(s) for s in servers or ()]
 
 
 def plan(host: str, servers: Iterable[ServerFacts],
-         capacities: Union[None, Mapping[str, Any], Iterable[HostFacts]],
-         services: Iterable[Any], settings: Settings = Settings(),
+         capacities: Union[None, Mapping[str, HostFacts],
+                           Mapping[str, CapacityRecord],
+                           Iterable[HostFacts]],
+         services: Optional[Iterable[ServiceRecord]],
+         settings: Settings = Settings(),
          force: bool = False) -> DrainPlan:
     """The preflight and plan for draining ``host``.
 
@@ -260,7 +264,8 @@ def plan(host: str, servers: Iterable[ServerFacts],
                      source_zone)
 
 
-def _verdicts(host, servers, settings, notes):
+def _verdicts(host: str, servers: Iterable[ServerFacts], settings: Settings,
+              notes: List[str]) -> Dict[str, ServerVerdict]:
     """{server id: ServerVerdict} of ``host``'s servers, each once; a
     server on another host is left out with a note."""
     verdicts: Dict[str, ServerVerdict] = {}
@@ -275,7 +280,8 @@ def _verdicts(host, servers, settings, notes):
     return verdicts
 
 
-def _summary(host, steps, ok, refusals, proceed):
+def _summary(host: str, steps: Sequence[Step], ok: bool, refusals: int,
+             proceed: bool) -> str:
     """The plan in one line: the servers by how each goes, the verdict."""
     counts: Dict[str, int] = {}
     for step in steps:

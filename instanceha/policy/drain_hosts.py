@@ -18,10 +18,11 @@ Each failure is a hard :class:`Refusal`: force cannot override it.
 """
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import (Collection, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple, Union, cast)
 
 from instanceha.policy.capacity_free import free_of
-from instanceha.policy.facts import HostFacts
+from instanceha.policy.facts import CapacityRecord, HostFacts, ServiceRecord
 from instanceha.policy.facts_nova import host_facts
 
 #: refusal kinds of this module
@@ -43,11 +44,11 @@ class Refusal:
     #: force cannot override it: no migration could run
     hard: bool = False
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text
 
 
-def service_why(svc) -> Optional[str]:
+def service_why(svc: ServiceRecord) -> Optional[str]:
     """Why a service record is not usable, None when it is up."""
     if getattr(svc, "forced_down", False):
         return "forced down"
@@ -56,7 +57,11 @@ def service_why(svc) -> Optional[str]:
     return None
 
 
-def as_hosts(capacities, services) -> Tuple[Dict[str, HostFacts], bool]:
+def as_hosts(capacities: Union[None, Mapping[str, HostFacts],
+                              Mapping[str, CapacityRecord],
+                              Iterable[HostFacts]],
+             services: Sequence[ServiceRecord]
+             ) -> Tuple[Dict[str, HostFacts], bool]:
     """({host: HostFacts}, whether capacities are known) from what
     :func:`~instanceha.policy.drain.plan` was given: HostFacts (a mapping
     or a list); or {host: HostCapacity}, made HostFacts with
@@ -69,7 +74,9 @@ def as_hosts(capacities, services) -> Tuple[Dict[str, HostFacts], bool]:
                  else capacities)
     if isinstance(capacities, Mapping) and not any(
             isinstance(h, HostFacts) for h in items):
-        return host_facts(capacities, services), True
+        # no HostFacts among them: {host: HostCapacity}
+        return host_facts(cast(Mapping[str, CapacityRecord], capacities),
+                          services), True
     out: Dict[str, HostFacts] = {}
     for h in items:
         if not isinstance(h, HostFacts):
@@ -82,7 +89,8 @@ def as_hosts(capacities, services) -> Tuple[Dict[str, HostFacts], bool]:
     return out, True
 
 
-def host_why(h: HostFacts, services, counted: bool = True
+def host_why(h: HostFacts, services: Iterable[ServiceRecord],
+             counted: bool = True
              ) -> Optional[str]:
     """Why ``h`` is not a destination, None when it is. ``counted``
     False: capacities are unknown altogether, a host is not held to
@@ -105,8 +113,9 @@ def host_why(h: HostFacts, services, counted: bool = True
     return None
 
 
-def service_refusals(host: str, services, moving: bool) -> List[Refusal]:
-    out = []
+def service_refusals(host: str, services: Sequence[ServiceRecord],
+                     moving: bool) -> List[Refusal]:
+    out: List[Refusal] = []
     for binary in (CONDUCTOR, SCHEDULER):
         recs = [s for s in services if getattr(s, "binary", None) == binary]
         up = [s for s in recs if service_why(s) is None]
@@ -138,7 +147,8 @@ def service_refusals(host: str, services, moving: bool) -> List[Refusal]:
     return out
 
 
-def source_zone_of(host, hosts: Mapping[str, HostFacts], services):
+def source_zone_of(host: str, hosts: Mapping[str, HostFacts],
+                   services: Iterable[ServiceRecord]) -> Optional[str]:
     if host in hosts:
         return hosts[host].zone
     zones = {getattr(s, "zone", None) for s in services
@@ -146,7 +156,8 @@ def source_zone_of(host, hosts: Mapping[str, HostFacts], services):
     return (next(iter(zones)) or None) if len(zones) == 1 else None
 
 
-def destinations(host: str, hosts: Mapping[str, HostFacts], services,
+def destinations(host: str, hosts: Mapping[str, HostFacts],
+                 services: Sequence[ServiceRecord],
                  counted: bool = True
                  ) -> Tuple[List[HostFacts], Dict[str, str]]:
     """(the destinations of ``host``'s servers, sorted by host; {other
@@ -169,8 +180,9 @@ def destinations(host: str, hosts: Mapping[str, HostFacts], services,
     return dests, dict(sorted(skipped.items()))
 
 
-def retry_destination(host: str, hosts: Mapping[str, HostFacts], services,
-                      tried) -> Optional[str]:
+def retry_destination(host: str, hosts: Mapping[str, HostFacts],
+                      services: Sequence[ServiceRecord],
+                      tried: Collection[str]) -> Optional[str]:
     """Where a server whose migration from ``host`` got stuck goes next:
     a destination (as :func:`destinations` says) other than those in
     ``tried``, in the source host's zone when it has one, the one with
@@ -183,7 +195,7 @@ def retry_destination(host: str, hosts: Mapping[str, HostFacts], services,
     if not left:
         return None
 
-    def free_ram(h):
+    def free_ram(h: HostFacts) -> int:
         if h.capacity is None:
             return -1
         return free_of(h.capacity).ram_mb

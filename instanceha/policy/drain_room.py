@@ -32,11 +32,19 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from instanceha.policy import capacity as cap
 from instanceha.policy.capacity_free import Free, free_of
 from instanceha.policy.capacity_need import Need, int_or_none
-from instanceha.policy.facts import HostFacts
+from instanceha.policy.facts import CapacityRecord, HostFacts
 
 #: resource -> (Need field, unit)
 _UNITS = ((cap.VCPUS, "vcpus", "vCPU"), (cap.RAM, "ram_mb", "MB RAM"),
           (cap.DISK, "disk_gb", "GB disk"))
+
+
+def _capacity(h: HostFacts) -> CapacityRecord:
+    """A destination's capacity: known (drain_hosts.host_why refuses a
+    host without one when capacities are counted, and room and admission
+    run only then)."""
+    assert h.capacity is not None, h.host
+    return h.capacity
 
 
 def where(zone: Optional[str]) -> str:
@@ -84,7 +92,7 @@ def room(ordered: Sequence[Tuple[str, Optional[str], Need]],
     and one for ``source_zone`` (the drained host's: what its zone has
     free, even with nothing to move; None when unknown: every
     destination); pinned zones by name first, then zone None."""
-    frees: Dict[str, Free] = {h.host: free_of(h.capacity)
+    frees: Dict[str, Free] = {h.host: free_of(_capacity(h))
                               for h in destinations}
     zone_of = {h.host: h.zone for h in destinations}
     zones = {z for _, z, _ in ordered if z is not None}
@@ -124,14 +132,14 @@ def room(ordered: Sequence[Tuple[str, Optional[str], Need]],
 
 # -- HA admission --------------------------------------------------------------
 
-def _n(value) -> int:
+def _n(value: object) -> int:
     n = int_or_none(value)
     return n if n is not None and n > 0 else 0
 
 
 def _totals(host: HostFacts) -> Tuple[Need, Need, bool]:
     """(usable, used, reports disk) of ``host``'s capacity."""
-    c = host.capacity
+    c = _capacity(host)
     disk = bool(_n(c.disk_gb) or _n(c.disk_gb_used))
     return (Need(_n(c.vcpus), _n(c.ram_mb), _n(c.disk_gb)),
             Need(_n(c.vcpus_used), _n(c.ram_mb_used), _n(c.disk_gb_used)),
@@ -167,7 +175,8 @@ class Admission:
     text: str
 
 
-def _check(zone, hosts: Sequence[HostFacts], brought: Need, n: int
+def _check(zone: Optional[str], hosts: Sequence[HostFacts], brought: Need,
+           n: int
            ) -> AdmissionCheck:
     names = tuple(sorted(h.host for h in hosts))
     totals = {h.host: _totals(h) for h in hosts}

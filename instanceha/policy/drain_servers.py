@@ -125,7 +125,7 @@ def blockers(server: ServerFacts, which: Tuple[str, ...]) -> List[str]:
         props = dict(server.image.properties or {})
         im = short("image", server.image.name, server.image.id)
 
-    def spec(key, what):
+    def spec(key: str, what: str) -> None:
         out.append("%s asks for %s (%s=%s)" % (fl, what, key, specs[key]))
 
     for key in sorted(specs):

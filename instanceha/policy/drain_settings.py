@@ -2,7 +2,7 @@
 words; pure."""
 
 import dataclasses
-from typing import Tuple
+from typing import Any, Tuple
 
 from instanceha.policy import order
 from instanceha.policy.capacity_need import int_or_none
@@ -38,7 +38,7 @@ BLOCKERS = (PCI, VGPU, ACCELERATOR, VTPM)
 DEFAULT_OPT_OUT_TAG = "instanceha:no-drain"
 
 
-def _positive(name, value, low):
+def _positive(name: str, value: object, low: int) -> None:
     n = int_or_none(value)
     if n is None or n < low:
         raise ValueError("%s must be an integer >= %d, not %r"
@@ -72,7 +72,7 @@ class Settings:
     #: seconds between two passes of a drain (the engine's)
     poll_interval: int = 5
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _positive("concurrency", self.concurrency, 1)
         _positive("max_concurrent", self.max_concurrent, 1)
         _positive("ha_reserve_hosts", self.ha_reserve_hosts, 0)
@@ -99,7 +99,7 @@ class Settings:
             b for b in BLOCKERS if b in self.live_blockers))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         """From ``[drain]``, with the priority of ``[recovery]``."""
         d = conf.drain
         return cls(concurrency=d.concurrency,

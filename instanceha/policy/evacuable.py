@@ -62,7 +62,7 @@ _EMPTY: Mapping[str, Any] = {}
 
 # -- values -------------------------------------------------------------------
 
-def parse_bool(value):
+def parse_bool(value: object) -> Optional[bool]:
     """True/False for 'true'/'false' (any case, blanks around), or a
     Python bool; None for anything else."""
     if isinstance(value, bool):
@@ -77,12 +77,12 @@ def parse_bool(value):
     return None
 
 
-def near_misses(key, names: Iterable[str]):
+def near_misses(key: str, names: Iterable[object]) -> List[str]:
     """Names that are not ``key`` but look meant as it: another case, or
     ``key`` with a prefix or value after ':' or '=' (``foo:evacuable``,
     ``evacuable=false``). Sorted."""
     low = key.lower()
-    out = []
+    out: List[str] = []
     for name in names:
         if not isinstance(name, str) or name == key:
             continue
@@ -103,7 +103,7 @@ class Settings:
     #: tagging on and no scope says anything: evacuable? (upstream: no)
     untagged: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key.strip() \
                 or self.key != self.key.strip():
             raise ValueError("evacuable key must be a non-empty name without "
@@ -119,7 +119,7 @@ class Settings:
             s for s in SCOPES if s in self.sources))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         r = conf.recovery
         return cls(enabled=r.evacuable_tagging, key=r.evacuable_key,
                    sources=tuple(r.evacuable_sources),
@@ -137,18 +137,21 @@ class Said:
     how: str                # 'evacuable=false', 'tag evacuable'
 
 
-def _read(scope, obj_id, obj_name, mapping, tags, key, what, tag_what):
+def _read(scope: str, obj_id: str, obj_name: str,
+          mapping: Optional[Mapping[str, Any]],
+          tags: Optional[Iterable[object]], key: str, what: str,
+          tag_what: Optional[str]) -> Tuple[Said, List[Problem]]:
     """(Said, [Problem]) for one object's mapping and tags."""
-    problems = []
+    problems: List[Problem] = []
     label = describe(scope, obj_name, obj_id)
     name = short(scope, obj_name, obj_id)
 
-    def problem(level, value, message):
+    def problem(level: str, value: object, message: str) -> None:
         problems.append(Problem(level, scope, obj_id, obj_name, key,
                                 None if value is None else str(value),
                                 message))
 
-    answers = []                        # (verdict, how)
+    answers: List[Tuple[bool, str]] = []    # (verdict, how)
     mapping = mapping or _EMPTY
     if key in mapping:
         raw = mapping[key]
@@ -182,9 +185,11 @@ def _read(scope, obj_id, obj_name, mapping, tags, key, what, tag_what):
     return Said(scope, name, answers[0][0], answers[0][1]), problems
 
 
-def _aggregates(aggregates, key):
+def _aggregates(aggregates: Iterable[AggregateFacts], key: str
+                ) -> Tuple[Optional[Said], List[Problem]]:
     """Said for the aggregates of one host together, and problems."""
-    saids, problems = [], []
+    saids: List[Said] = []
+    problems: List[Problem] = []
     for agg in sorted(aggregates, key=lambda a: (a.name, a.id)):
         said, probs = _read(AGGREGATE, agg.id, agg.name, agg.metadata, (),
                             key, "metadata", None)
@@ -206,10 +211,12 @@ def _aggregates(aggregates, key):
     return (falses or saids)[0], problems
 
 
-def _objects(server: ServerFacts, s: Settings):
+def _objects(server: ServerFacts, s: Settings
+             ) -> List[Tuple[str, Optional[Said], List[Problem]]]:
     """[(scope, Said or None, [Problem])] nearest first, for the scopes in
     s.sources."""
     out: List[Tuple[str, Optional[Said], List[Problem]]] = []
+    said: Optional[Said]
     for scope in s.sources:
         if scope == SERVER:
             said, probs = _read(SERVER, server.id, server.name,

@@ -12,7 +12,8 @@ nothing here does I/O.
 """
 
 import dataclasses
-from typing import Any, Iterable, List, Mapping, Optional, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Protocol,
+                    Set, Tuple)
 
 SERVER = "server"
 IMAGE = "image"
@@ -22,6 +23,70 @@ GLOBAL = "global"
 
 ERROR = "error"
 WARNING = "warning"
+
+
+class ServiceRecord(Protocol):
+    """A Nova service row as the policies read it: the compute driver's
+    ComputeService (the policies import no driver). Its ``binary`` is read
+    with ``getattr`` (``nova-compute`` when missing)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def forced_down(self) -> bool: ...
+
+    @property
+    def disabled_reason(self) -> Optional[str]: ...
+
+    @property
+    def zone(self) -> Optional[str]: ...
+
+
+class CapacityRecord(Protocol):
+    """What a compute host can still take, as the policies read it: the
+    compute driver's HostCapacity."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def vcpus(self) -> int: ...
+
+    @property
+    def vcpus_used(self) -> int: ...
+
+    @property
+    def ram_mb(self) -> int: ...
+
+    @property
+    def ram_mb_used(self) -> int: ...
+
+    @property
+    def disk_gb(self) -> int: ...
+
+    @property
+    def disk_gb_used(self) -> int: ...
+
+
+class AggregateRecord(Protocol):
+    """A host aggregate as the policies read it: the compute driver's
+    Aggregate or an :class:`AggregateFacts`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def hosts(self) -> Tuple[str, ...]: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +163,7 @@ class HostFacts:
     enabled: bool = True
     up: bool = True
     forced_down: bool = False
-    capacity: Any = None
+    capacity: Optional[CapacityRecord] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,14 +178,14 @@ class Problem:
     value: Optional[str]
     message: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 
 def flavor_body(flavor: FlavorFacts) -> Mapping[str, Any]:
     """``flavor`` as Nova embeds it in a server (microversion 2.47 or
     later): the sizes given, under Nova's names."""
-    body: dict = {"original_name": flavor.name,
+    body: Dict[str, Any] = {"original_name": flavor.name,
                   "extra_specs": dict(flavor.extra_specs or {})}
     for key, value in (("vcpus", flavor.vcpus), ("ram", flavor.ram_mb),
                        ("disk", flavor.disk_gb),
@@ -131,25 +196,26 @@ def flavor_body(flavor: FlavorFacts) -> Mapping[str, Any]:
     return body
 
 
-def _kind(scope):
+def _kind(scope: str) -> str:
     return "global aggregate" if scope == GLOBAL else scope
 
 
-def describe(scope, name, obj_id=""):
+def describe(scope: str, name: Optional[str], obj_id: str = "") -> str:
     """'flavor m1.pinned (42)', 'server web-1 (5f0c...)', 'image 8d3e...'."""
     if name and obj_id and name != obj_id:
         return "%s %s (%s)" % (_kind(scope), name, obj_id)
     return "%s %s" % (_kind(scope), name or obj_id or "?")
 
 
-def short(scope, name, obj_id=""):
+def short(scope: str, name: Optional[str], obj_id: str = "") -> str:
     """'flavor m1.pinned': the name only, for reasons."""
     return "%s %s" % (_kind(scope), name or obj_id or "?")
 
 
 def unique(problems: Iterable[Problem]) -> List[Problem]:
     """``problems`` without repeats, first-seen order kept."""
-    seen, out = set(), []
+    seen: Set[Problem] = set()
+    out: List[Problem] = []
     for p in problems:
         if p not in seen:
             seen.add(p)

@@ -1,9 +1,10 @@
 """Filling the policies' records from Nova's and Glance's answers; pure."""
 
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from instanceha.policy.facts import (AggregateFacts, FlavorFacts, HostFacts,
-                                     ImageFacts, ServerFacts)
+from instanceha.policy.facts import (AggregateFacts, CapacityRecord,
+                                     FlavorFacts, HostFacts, ImageFacts,
+                                     ServerFacts, ServiceRecord)
 from instanceha.util import timeparse
 
 #: Nova's '2026-01-31T04:31:45Z' / naive-UTC timestamps to epoch seconds;
@@ -12,7 +13,8 @@ from instanceha.util import timeparse
 parse_nova_time = timeparse.epoch_or_none
 
 
-def aggregates_of(host, aggregates: Iterable[AggregateFacts]):
+def aggregates_of(host: str, aggregates: Iterable[AggregateFacts]
+                  ) -> Tuple[AggregateFacts, ...]:
     """The aggregates that list ``host``, sorted by name."""
     return tuple(sorted((a for a in aggregates if host in a.hosts),
                         key=lambda a: (a.name, a.id)))
@@ -71,7 +73,7 @@ def server_from_nova(body: Mapping[str, Any],
         zone=server_zone(body))
 
 
-def _text_or_none(value) -> Optional[str]:
+def _text_or_none(value: object) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
@@ -85,7 +87,7 @@ def server_zone(body: Mapping[str, Any]) -> Optional[str]:
     return _text_or_none(body.get("OS-EXT-AZ:availability_zone"))
 
 
-def _aggregate_facts(agg) -> AggregateFacts:
+def _aggregate_facts(agg: object) -> AggregateFacts:
     if isinstance(agg, AggregateFacts):
         return agg
     return AggregateFacts(name=str(getattr(agg, "name", "") or ""),
@@ -94,8 +96,9 @@ def _aggregate_facts(agg) -> AggregateFacts:
                           hosts=tuple(getattr(agg, "hosts", None) or ()))
 
 
-def host_facts(capacities: Mapping[str, Any], services,
-               aggregates: Iterable[Any] = ()) -> Dict[str, HostFacts]:
+def host_facts(capacities: Optional[Mapping[str, CapacityRecord]],
+               services: Optional[Iterable[ServiceRecord]],
+               aggregates: Iterable[object] = ()) -> Dict[str, HostFacts]:
     """{host: HostFacts} for every host with a ``nova-compute`` service in
     ``services`` (ComputeService: other binaries ignored), sorted by host.
     A host with several records is enabled and up only if each says so,
@@ -104,7 +107,7 @@ def host_facts(capacities: Mapping[str, Any], services,
     there has capacity None); ``aggregates``: [Aggregate] or
     [AggregateFacts]."""
     aggs = [_aggregate_facts(a) for a in aggregates or ()]
-    records: Dict[str, list] = {}
+    records: Dict[str, List[ServiceRecord]] = {}
     for svc in services or ():
         if getattr(svc, "binary", "nova-compute") == "nova-compute":
             records.setdefault(svc.host, []).append(svc)
@@ -130,13 +133,13 @@ _SERVER_FIELDS = (("id", "id"), ("name", "name"), ("status", "status"),
                   ("vm_state", "OS-EXT-STS:vm_state"))
 
 
-def project_of(server) -> Optional[str]:
+def project_of(server: object) -> Optional[str]:
     """A driver's Server's project (Nova's ``tenant_id``), None when its
     answer does not say."""
     return (getattr(server, "raw", None) or {}).get("tenant_id") or None
 
 
-def server_from_record(server, image: Optional[ImageFacts] = None,
+def server_from_record(server: object, image: Optional[ImageFacts] = None,
                        aggregates: Iterable[AggregateFacts] = ()
                        ) -> ServerFacts:
     """:func:`server_from_nova` for a driver's Server (its ``raw``, Nova's

@@ -7,7 +7,7 @@ a :class:`Refusal` saying why none; :func:`judge` says how one
 """
 
 import dataclasses
-from typing import Iterable, List, Optional, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 from instanceha.policy.instance_repair_settings import (ACCEPTS, ACTIONS,
                                                         COLD_MIGRATE, DOES,
@@ -51,10 +51,14 @@ class Attempt:
     ended_at: Optional[float] = None
     outcome: str = RUNNING
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError("outcome %r is none of %s" % (
                 self.outcome, ", ".join(OUTCOMES)))
+
+
+#: how an attempt went, as the ladder counts it (see next_action)
+Outcome = Callable[[Attempt], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +182,7 @@ def next_action(history: Iterable[Attempt], settings: Settings,
         return Refusal(BUSY, "Nova has task %s in progress on the server"
                        % task_state, closes=closes)
 
-    def outcome(a):
+    def outcome(a: Attempt) -> str:
         return TIMEOUT if a is closes else a.outcome
 
     if len(recent) >= s.max_repairs:
@@ -210,7 +214,9 @@ def next_action(history: Iterable[Attempt], settings: Settings,
     return _step(fits[0], rank, s, failed, ahead, vm_state, outcome, closes)
 
 
-def _standing_refusal(s, level, marked_failed):
+def _standing_refusal(s: Settings,
+                      level: Union[AnyLevel, int, RepairDecision],
+                      marked_failed: bool) -> Optional[Refusal]:
     """Why no action at all, whatever the history says, or None."""
     if not s.enabled:
         return Refusal(DISABLED, "instance repair is off ([instance_repair] "
@@ -224,11 +230,13 @@ def _standing_refusal(s, level, marked_failed):
     return None
 
 
-def _tried(attempts, outcome):
+def _tried(attempts: Iterable[Attempt], outcome: Outcome) -> str:
     return ", ".join("%s: %s" % (a.action, outcome(a)) for a in attempts)
 
 
-def _step(name, rank, s, failed, ahead, vm_state, outcome, closes):
+def _step(name: str, rank: int, s: Settings, failed: Sequence[Attempt],
+          ahead: List[str], vm_state: Optional[str], outcome: Outcome,
+          closes: Optional[Attempt]) -> Union[Action, Refusal]:
     """The Action ``name``, the ladder's next step, or why the server's
     level or the settings do not permit it."""
     needs = NEEDS[name]

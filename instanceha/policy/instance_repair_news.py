@@ -204,7 +204,8 @@ def _fault(news: ServerNews) -> str:
     return " (%s)" % news.fault if news.fault else ""
 
 
-def _compute_task(news, method, phase):
+def _compute_task(news: ServerNews, method: str, phase: str
+                  ) -> Optional[Verdict]:
     if phase != "error" or method == "build_instances":
         return None
     left = _TASKS_LEFT_ALONE.get(method)
@@ -217,7 +218,7 @@ def _compute_task(news, method, phase):
     return None
 
 
-def _power_off(news, phase):
+def _power_off(news: ServerNews, phase: str) -> Optional[Verdict]:
     if news.initiator_user == UNKNOWN_INITIATOR:
         return None          # who stopped it is unknown: the sweep decides
     if not news.by_nova:
@@ -246,7 +247,7 @@ def _power_off(news, phase):
     return None
 
 
-def _update(news):
+def _update(news: ServerNews) -> Optional[Verdict]:
     state, task, old_task = news.state, news.task_state, news.old_task_state
     if (state in ("deleted", "soft-delete") or task in _DELETE_TASKS
             or (state == "error" and old_task in _DELETE_TASKS)):
@@ -277,7 +278,7 @@ def _update(news):
     return _update_by_nova(news)
 
 
-def _into_error(news):
+def _into_error(news: ServerNews) -> Optional[Verdict]:
     old_state, old_task = news.old_state, news.old_task_state
     if old_state == "building":
         return None          # a failed build never ran: not a repair
@@ -300,7 +301,7 @@ def _into_error(news):
                     % (old_state or "?", how, _fault(news)))
 
 
-def _update_by_nova(news):
+def _update_by_nova(news: ServerNews) -> Optional[Verdict]:
     state, task, power = news.state, news.task_state, news.power_state
     if state == "stopped" and news.old_state in ("active", "paused"):
         if power == "crashed":
@@ -365,7 +366,7 @@ def classify_actions(server_id: str, vm_state: Optional[str],
     task_state, power_state as the API gives them) and its instance
     actions, **newest first** as Nova lists them. None: nothing to do, or
     nothing certain (the next sweep looks again)."""
-    def verdict(kind, why, by_user):
+    def verdict(kind: str, why: str, by_user: bool) -> Verdict:
         return Verdict(kind, server_id, "sweep: " + why, by_user=by_user,
                        host=host)
 

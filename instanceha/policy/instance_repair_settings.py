@@ -7,7 +7,7 @@ the vm_states Nova accepts each in (:data:`ACCEPTS`). The rules are in
 """
 
 import dataclasses
-from typing import FrozenSet, Mapping, Tuple
+from typing import Any, FrozenSet, Iterable, Mapping, Tuple
 
 from instanceha.policy.repair_values import Ladder
 
@@ -70,7 +70,7 @@ class Settings:
     excluded_tags: FrozenSet[str] = frozenset()
     restart_group_key: str = "instanceha:restart_group"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         actions = tuple(self.actions)
         unknown = [a for a in actions if a not in ACTIONS]
         if unknown:
@@ -98,7 +98,7 @@ class Settings:
                            frozenset(self.excluded_tags))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         g = conf.instance_repair
         return cls(enabled=g.enabled, actions=tuple(g.actions),
                    max_repairs=g.max_repairs, window=float(g.window),
@@ -114,7 +114,7 @@ class Settings:
                    restart_group_key=g.restart_group_key)
 
     @classmethod
-    def host_path_from_conf(cls, conf):
+    def host_path_from_conf(cls, conf: Any) -> "Settings":
         """What the host path (evacuation) reads of ``[instance_repair]``
         whether instance repair is enabled or not: the exclusions and the
         restart group key. The ladder's options keep their defaults."""
@@ -124,6 +124,6 @@ class Settings:
                    restart_group_key=g.restart_group_key)
 
 
-def _names(values) -> FrozenSet[str]:
+def _names(values: Iterable[str]) -> FrozenSet[str]:
     """A list option's non-blank entries, stripped."""
     return frozenset(v.strip() for v in values if v.strip())

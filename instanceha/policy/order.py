@@ -18,7 +18,8 @@ server goes ahead of a waiting server of higher priority.
 
 import dataclasses
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from instanceha.policy.facts import (ERROR, FLAVOR, SERVER, Problem,
                                      ServerFacts, describe, short, unique)
@@ -29,7 +30,7 @@ SOURCES = (SERVER, FLAVOR)
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 
 
-def parse_priority(value) -> Optional[int]:
+def parse_priority(value: object) -> Optional[int]:
     """The integer in ``value`` ('10', ' -3 ', '+2'), or None. Python
     ints are taken as they are (not bools)."""
     if isinstance(value, bool):
@@ -51,7 +52,7 @@ class Settings:
     sources: Tuple[str, ...] = (SERVER,)
     default: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key.strip() \
                 or self.key != self.key.strip():
             raise ValueError("priority key must be a non-empty name without "
@@ -64,7 +65,7 @@ class Settings:
             x for x in SOURCES if x in self.sources))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         r = conf.recovery
         return cls(key=r.priority_key, sources=tuple(r.priority_sources))
 
@@ -79,7 +80,7 @@ class Priority:
 
 def priority_of(server: ServerFacts, s: Settings = Settings()) -> Priority:
     """The server's priority and where it comes from."""
-    problems = []
+    problems: List[Problem] = []
     for scope in s.sources:
         if scope == SERVER:
             obj_id, name, mapping = server.id, server.name, server.metadata
@@ -116,11 +117,11 @@ class Ranked:
     position: int                       # 1-based
 
     @property
-    def id(self):
+    def id(self) -> str:
         return self.server.id
 
     @property
-    def host(self):
+    def host(self) -> Optional[str]:
         return self.server.host
 
 
@@ -130,11 +131,15 @@ class Ranking:
     problems: Tuple[Problem, ...]       # each once
 
     @property
-    def ids(self):
+    def ids(self) -> List[str]:
         return [r.id for r in self.servers]
 
 
-def sort_key(server: ServerFacts, priority: int):
+#: higher priority, created (unknown last), created at, id
+SortKey = Tuple[int, bool, float, str]
+
+
+def sort_key(server: ServerFacts, priority: int) -> SortKey:
     """Higher priority first, then oldest, unknown creation time last,
     then id."""
     created = server.created_at
@@ -143,7 +148,7 @@ def sort_key(server: ServerFacts, priority: int):
 
 def rank(servers: Sequence[ServerFacts], s: Settings = Settings()) -> Ranking:
     """``servers`` in evacuation order."""
-    found: List[Tuple[Tuple[Any, ...], ServerFacts, Any]] = []
+    found: List[Tuple[SortKey, ServerFacts, Priority]] = []
     problems: List[Problem] = []
     for server in servers:
         p = priority_of(server, s)
@@ -166,7 +171,7 @@ class Limits:
     #: never send a server ahead of a waiting one of higher priority
     strict: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("per_host", "total"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool)
@@ -176,7 +181,7 @@ class Limits:
                                  "not %r" % (name, value))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Limits":  # conf: oslo.config
         return cls(per_host=conf.evacuation.concurrency,
                    total=conf.recovery.max_inflight or None,
                    strict=conf.recovery.strict_priority)
@@ -191,12 +196,13 @@ class Admission:
     inflight_total: int
 
 
-def _fields(item) -> Tuple[str, Optional[str], Optional[int]]:
+def _fields(item: Union[Ranked, ServerFacts]
+            ) -> Tuple[str, Optional[str], Optional[int]]:
     server = getattr(item, "server", item)
     return server.id, server.host, getattr(item, "priority", None)
 
 
-def admit(ordered: Sequence[Any], limits: Limits,
+def admit(ordered: Sequence[Union[Ranked, ServerFacts]], limits: Limits,
           inflight: Optional[Mapping[Optional[str], int]] = None,
           inflight_total: Optional[int] = None) -> Admission:
     """Which of ``ordered`` (Ranked, or ServerFacts already in order; not
@@ -245,7 +251,7 @@ def admit(ordered: Sequence[Any], limits: Limits,
 
 def plan(servers: Sequence[ServerFacts], s: Settings, limits: Limits,
          inflight: Optional[Mapping[Optional[str], int]] = None,
-         inflight_total: Optional[int] = None):
+         inflight_total: Optional[int] = None) -> Tuple[Ranking, Admission]:
     """rank() then admit(): (Ranking, Admission)."""
     ranking = rank(servers, s)
     return ranking, admit(ranking.servers, limits, inflight, inflight_total)

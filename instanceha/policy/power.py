@@ -34,7 +34,7 @@ ACTIVE with no task on its new host then, which ``os-stop`` needs).
 
 import dataclasses
 import re
-from typing import Optional, Tuple
+from typing import Optional, Protocol, Sequence, Tuple
 
 #: vm_states Nova's evacuate accepts (compute/api.py check_instance_state).
 EVACUABLE_VM_STATES = frozenset({"active", "stopped", "error"})
@@ -69,7 +69,11 @@ _NOT_EVACUABLE = {
 }
 
 
-def parse_microversion(text):
+#: a compute API microversion: (major, minor)
+Microversion = Tuple[int, int]
+
+
+def parse_microversion(text: object) -> Microversion:
     """'2.94' -> (2, 94); ValueError otherwise."""
     match = re.match(r"^\s*(\d+)\.(\d+)\s*$", str(text))
     if not match:
@@ -77,7 +81,7 @@ def parse_microversion(text):
     return int(match.group(1)), int(match.group(2))
 
 
-def _fmt(mv):
+def _fmt(mv: Tuple[int, ...]) -> str:
     return "%d.%d" % mv
 
 
@@ -86,7 +90,7 @@ class Plan:
     """What happens to one server of a lost host."""
     evacuate: bool
     #: the microversion of the evacuate request (None when not evacuated)
-    microversion: Optional[Tuple[int, int]]
+    microversion: Optional[Tuple[int, ...]]
     #: the vm_state Nova leaves it in on its destination: "active" or
     #: "stopped" (None when not evacuated)
     arrives: Optional[str]
@@ -97,15 +101,17 @@ class Plan:
     reason: str
 
 
-def vm_state_of(vm_state, status=None):
+def vm_state_of(vm_state: Optional[str], status: Optional[str] = None
+                ) -> Optional[str]:
     """The server's vm_state, from its API status when not shown."""
     if vm_state:
         return str(vm_state).lower()
     return _FROM_STATUS.get(str(status or "").upper())
 
 
-def plan(vm_state, power_state=None, microversion=DEFAULT_MICROVERSION,
-         status=None):
+def plan(vm_state: Optional[str], power_state: Optional[int] = None,
+         microversion: Sequence[int] = DEFAULT_MICROVERSION,
+         status: Optional[str] = None) -> Plan:
     """The :class:`Plan` for a server read before its evacuation.
 
     ``vm_state``/``status``/``power_state`` as Nova shows them (vm_state
@@ -148,7 +154,25 @@ def plan(vm_state, power_state=None, microversion=DEFAULT_MICROVERSION,
                 "active: it keeps running (microversion %s)" % _fmt(mv))
 
 
-def stop_reason(p, server, source):
+class ServerState(Protocol):
+    """What :func:`stop_reason` reads of a server: the compute driver's
+    Server or a ServerFacts."""
+
+    @property
+    def host(self) -> Optional[str]: ...
+
+    @property
+    def vm_state(self) -> Optional[str]: ...
+
+    @property
+    def status(self) -> Optional[str]: ...
+
+    @property
+    def task_state(self) -> Optional[str]: ...
+
+
+def stop_reason(p: Optional[Plan], server: Optional[ServerState],
+                source: str) -> Optional[str]:
     """After the evacuation: why ``server`` (the record read now) must be
     stopped, or None. Only a server that was powered off (``keep_off``)
     and that Nova has started on a host other than ``source``; os-stop

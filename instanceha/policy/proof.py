@@ -23,7 +23,7 @@ Two rules (doc/safety.md, issue 21):
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, TypeVar
 
 from instanceha.util import system_uuid as uuid_text
 
@@ -56,15 +56,15 @@ class Evidence:
     untrusted: Optional[str] = None
     #: what the BMC last said about the machine behind it: its system
     #: UUID(s) and host name (drivers' system_identity)
-    uuids: tuple = ()
+    uuids: Tuple[str, ...] = ()
     hostname: Optional[str] = None
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
         return d
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Evidence":
         d = dict(d or {})
         s = d.pop("suspicion", None)
         d["uuids"] = tuple(d.get("uuids") or ())
@@ -73,7 +73,16 @@ class Evidence:
                    **{k: v for k, v in d.items() if k in known})
 
 
-def read(ev, power, at, by, nova_up=False, after=None):
+#: an Evidence, or None (no evidence yet): what is given comes back
+MaybeEvidence = TypeVar("MaybeEvidence", Evidence, None)
+
+#: the service as Nova showed it: (updated_at, status, disabled_reason)
+ServiceSeen = Tuple[Optional[float], Optional[str], Optional[str]]
+
+
+def read(ev: Optional[Evidence], power: str, at: float, by: str,
+         nova_up: bool = False, after: Optional[ServiceSeen] = None
+         ) -> Evidence:
     """``ev`` after a read of ``power`` ("on"/"off") at ``at`` by ``by``
     (audit, power watch, heartbeat loss, fence). ``nova_up``: Nova
     reported the host up and heartbeating around the read; ``after``: the
@@ -92,17 +101,20 @@ def read(ev, power, at, by, nova_up=False, after=None):
     return ev
 
 
-def heartbeat(ev, updated_at, status=None, disabled_reason=None,
-              ours=None, label="its BMC"):
+def heartbeat(ev: MaybeEvidence, updated_at: Optional[float],
+              status: Optional[str] = None,
+              disabled_reason: Optional[str] = None,
+              ours: Optional[float] = None, label: str = "its BMC"
+              ) -> MaybeEvidence:
     """``ev`` after Nova showed the host's service with ``updated_at``
     (a HEARTBEAT_OK observation). ``ours``: the updated_at of instanceha's
     own last write to the service (not a heartbeat). A heartbeat newer
     than the one Nova showed after an Off read makes the method untrusted.
     A change of the service's status or reason (an operator's write also
     bumps updated_at) restarts the suspicion from this observation."""
-    s = ev.suspicion if ev else None
-    if s is None or updated_at is None:
+    if ev is None or ev.suspicion is None or updated_at is None:
         return ev
+    s = ev.suspicion
     if ours is not None and updated_at <= ours:
         return ev
     if (status, disabled_reason) != (s.status, s.disabled_reason):
@@ -117,9 +129,11 @@ def heartbeat(ev, updated_at, status=None, disabled_reason=None,
         "another machine; fix it (then SIGHUP)" % label))
 
 
-def identity(ev, found):
+def identity(ev: Optional[Evidence], found: Optional[Mapping[str, Any]]
+             ) -> Evidence:
     """``ev`` with what the BMC reported about its machine (``found``:
-    {"uuids": [...], "hostname": ...} or None); UUIDs in canonical form
+    {"uuids": [...], "hostname": ...} or None: a fencing driver's
+    system_identity, as the BMC answered); UUIDs in canonical form
     (placeholders such as all zeros dropped)."""
     ev = ev or Evidence()
     found = found or {}
@@ -137,7 +151,8 @@ NOT_VERIFIED = "not verified"
 MISMATCH = "mismatch"
 
 
-def machine(ev, host_uuid):
+def machine(ev: Optional[Evidence], host_uuid: Optional[str]
+            ) -> Tuple[str, str]:
     """(VERIFIED, NOT_VERIFIED or MISMATCH, text): is the machine behind
     this method's BMC the host? ``ev``: the method's Evidence (the system
     UUIDs its BMC reported: Redfish's System UUID, every byte-order
@@ -162,19 +177,20 @@ def machine(ev, host_uuid):
            else "(one of) " + ", ".join(reported), host_uuid))
 
 
-def short_name(name):
+def short_name(name: Optional[str]) -> str:
     """A host name without its domain, lower case (Redfish's HostName
     carries none; Nova's host may be a FQDN)."""
     return str(name or "").split(".")[0].strip().lower()
 
 
-def same_machine(mine, theirs):
+def same_machine(mine: Optional[Evidence], theirs: Optional[Evidence]
+                 ) -> bool:
     """Two methods' evidence name one machine: a system UUID in common."""
     return bool(set(mine.uuids if mine else ())
                 & set(theirs.uuids if theirs else ()))
 
 
-def lost(ev):
+def lost(ev: MaybeEvidence) -> MaybeEvidence:
     """The heartbeat is lost: an Off read is what it looked like (the host
     lost its power); the suspicion ends, nothing else changes."""
     if ev is None or ev.suspicion is None:
@@ -182,12 +198,13 @@ def lost(ev):
     return dataclasses.replace(ev, suspicion=None)
 
 
-def untrusted(evidences):
+def untrusted(evidences: Iterable[Optional[Evidence]]) -> Optional[str]:
     """The first reason among a host's methods' evidence, or None."""
     return next((e.untrusted for e in evidences if e and e.untrusted), None)
 
 
-def off_proves(ev, isolated=False):
+def off_proves(ev: Optional[Evidence], isolated: bool = False
+               ) -> Tuple[bool, str]:
     """(ok, why not): may an Off from this method prove the host dead?
     Yes when it was seen reporting On for the host, or when instanceha
     has already isolated the host in this recovery (the Off is its own
@@ -203,7 +220,9 @@ def off_proves(ev, isolated=False):
                    "power it on so that its BMC is seen On")
 
 
-def reproof(power, updated_at, floor, why_not_trusted=None):
+def reproof(power: Optional[str], updated_at: Optional[float],
+            floor: Optional[float], why_not_trusted: Optional[str] = None
+            ) -> Tuple[bool, str]:
     """(ok, reason): is the host proven dead *now*, right before an
     evacuation request? ``power``: a fresh BMC read ("on", "off", or the
     error text when no method answered); ``updated_at``: the service's

@@ -61,14 +61,14 @@ stay importable from here.
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from instanceha.policy.facts import (AGGREGATE, SERVER, WARNING,
                                      AggregateFacts, Problem, ServerFacts,
                                      describe, short, unique)
 from instanceha.policy.repair_scopes import (
     ACTIVE, DEFAULT, EXPIRED, MALFORMED, SCOPES, LevelSetting, Marker,
-    level_at, marker_at, note_misspelt, scopes)
+    Scoped, level_at, marker_at, note_misspelt, scopes)
 from instanceha.policy.repair_values import (AnyLevel, Level, Settings,
                                              format_time)
 # Re-exported: the engine, the API and tests use them as repair.<name>.
@@ -115,7 +115,9 @@ class Line:
     note: str                   # 'wins', 'overridden by ...', 'not set', ...
 
 
-def _evaluate(server, now, s, global_scope):
+def _evaluate(server: ServerFacts, now: float, s: Settings,
+              global_scope: Optional[AggregateFacts]
+              ) -> Tuple["RepairDecision", Tuple[Line, ...]]:
     problems: List[Problem] = []
     objs = scopes(server, s, global_scope)
     settings_by_scope, markers = _gather(objs, now, s, problems)
@@ -139,12 +141,14 @@ def _evaluate(server, now, s, global_scope):
     return decision, tuple(lines)
 
 
-def _gather(objs, now, s, problems):
+def _gather(objs: Sequence[Scoped], now: float, s: Settings,
+            problems: List[Problem]
+            ) -> Tuple[Dict[str, List[LevelSetting]], List[Marker]]:
     """({scope: [LevelSetting]}, [markers]) set on ``objs``; what is
     misspelt or malformed is added to ``problems``."""
     settings_by_scope: Dict[str, List[LevelSetting]] = {
         scope: [] for scope in SCOPES}
-    markers = []
+    markers: List[Marker] = []
     for obj in objs:
         note_misspelt(obj, s, problems)
         setting = level_at(obj, s, problems)
@@ -156,7 +160,11 @@ def _gather(objs, now, s, problems):
     return settings_by_scope, markers
 
 
-def _choose_level(server, s, settings_by_scope, problems):
+def _choose_level(server: ServerFacts, s: Settings,
+                  settings_by_scope: Mapping[str, Sequence[LevelSetting]],
+                  problems: List[Problem]
+                  ) -> Tuple[LevelSetting, Optional[LevelSetting],
+                             LevelSetting]:
     """(chosen, capped, default) LevelSettings: the nearest scope's, within
     a scope the lowest level; a server's own level above the next scope's
     is capped (``capped``: the server's, else None) unless
@@ -202,7 +210,10 @@ def _choose_level(server, s, settings_by_scope, problems):
     return chosen, capped, default
 
 
-def _explain(objs, s, settings_by_scope, markers, chosen, capped):
+def _explain(objs: Sequence[Scoped], s: Settings,
+             settings_by_scope: Mapping[str, Sequence[LevelSetting]],
+             markers: Sequence[Marker], chosen: LevelSetting,
+             capped: Optional[LevelSetting]) -> List[Line]:
     """[Line] for explain, object by object: its level setting's part in
     the decision, then its suspension marker's."""
     lines: List[Line] = []
@@ -219,7 +230,9 @@ def _explain(objs, s, settings_by_scope, markers, chosen, capped):
     return lines
 
 
-def _level_line(obj, where, s, setting, chosen, capped):
+def _level_line(obj: Scoped, where: str, s: Settings,
+                setting: Optional[LevelSetting], chosen: LevelSetting,
+                capped: Optional[LevelSetting]) -> Line:
     if setting is None:
         return Line(obj.scope, where, s.repair_key, None, "not set")
     if setting is chosen:
@@ -235,7 +248,8 @@ def _level_line(obj, where, s, setting, chosen, capped):
                 why + "overridden by %s" % chosen.where)
 
 
-def _marker_line(obj, where, s, marker):
+def _marker_line(obj: Scoped, where: str, s: Settings,
+                 marker: Optional[Marker]) -> Line:
     if marker is None:
         return Line(obj.scope, where, s.suspend_key, None, "not set")
     if marker.state == ACTIVE:
@@ -250,7 +264,8 @@ def _marker_line(obj, where, s, marker):
                 "malformed: suspends until fixed or removed")
 
 
-def _reason(chosen, suspending, until):
+def _reason(chosen: LevelSetting, suspending: Sequence[Marker],
+            until: Optional[float]) -> str:
     """The decision in one sentence: the level and where it comes from,
     after the suspension when one holds."""
     level_text = "repair level %s from %s" % (chosen.level.label,
@@ -303,7 +318,7 @@ class Explanation:
             out.append("  %s: %s" % (p.level, p.message))
         return "\n".join(out)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         """The same, for the JSON API."""
         d = self.decision
         return {

@@ -10,7 +10,7 @@ suspension key. Pure; the rules are in :mod:`instanceha.policy.repair`.
 
 import dataclasses
 import difflib
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 from instanceha.policy.facts import (AGGREGATE, ERROR, GLOBAL, SERVER,
                                      WARNING, AggregateFacts, Problem,
@@ -40,10 +40,10 @@ class Marker:
     state: str                  # ACTIVE | EXPIRED | MALFORMED
 
     @property
-    def where(self):
+    def where(self) -> str:
         return short(self.scope, self.object_name, self.object_id)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.state == MALFORMED:
             return ("%s: %s=%r is malformed, treated as suspended until "
                     "fixed or removed" % (self.where, self.key, self.value))
@@ -67,12 +67,12 @@ class LevelSetting:
     valid: bool = True          # False: malformed, counted as none
 
     @property
-    def where(self):
+    def where(self) -> str:
         if self.scope == DEFAULT:
             return "the default ([recovery] repair_level)"
         return short(self.scope, self.object_name, self.object_id)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.scope == DEFAULT:
             return "%s %s" % (self.where, self.level.label)
         if not self.valid:
@@ -90,7 +90,7 @@ class Scoped:
 
 
 def scopes(server: ServerFacts, s: Settings,
-           global_scope: Optional[AggregateFacts] = None):
+           global_scope: Optional[AggregateFacts] = None) -> List[Scoped]:
     """The objects consulted, nearest first: the server, its host's
     aggregates (by name, without the global one), the global aggregate."""
     out = [Scoped(SERVER, server.id, server.name, server.metadata or {})]
@@ -104,7 +104,8 @@ def scopes(server: ServerFacts, s: Settings,
     return out
 
 
-def note_misspelt(obj, s, problems):
+def note_misspelt(obj: Scoped, s: Settings, problems: List[Problem]
+                  ) -> None:
     wanted = {s.repair_key: s.repair_key.lower(),
               s.suspend_key: s.suspend_key.lower()}
     ignore = {s.repair_key, s.suspend_key} | set(s.known_keys)
@@ -124,7 +125,8 @@ def note_misspelt(obj, s, problems):
                 break
 
 
-def level_at(obj, s, problems) -> Optional[LevelSetting]:
+def level_at(obj: Scoped, s: Settings, problems: List[Problem]
+             ) -> Optional[LevelSetting]:
     if s.repair_key not in obj.metadata:
         return None
     raw = obj.metadata[s.repair_key]
@@ -141,7 +143,8 @@ def level_at(obj, s, problems) -> Optional[LevelSetting]:
                         raw.strip(), level)
 
 
-def marker_at(obj, s, now, problems) -> Optional[Marker]:
+def marker_at(obj: Scoped, s: Settings, now: float,
+              problems: List[Problem]) -> Optional[Marker]:
     if s.suspend_key not in obj.metadata:
         return None
     raw = obj.metadata[s.suspend_key]

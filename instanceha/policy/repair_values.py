@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import enum
 import re
-from typing import Optional, Tuple, Type, Union
+from typing import Any, Optional, Tuple, Type, Union
 
 from instanceha.util import timeparse
 
@@ -26,7 +26,7 @@ class Level(enum.IntEnum):
     EVACUATE = 20
 
     @property
-    def label(self):
+    def label(self) -> str:
         return self.name.lower()
 
 
@@ -51,7 +51,7 @@ class Ladder(enum.IntEnum):
     REBUILD = 30
 
     @property
-    def label(self):
+    def label(self) -> str:
         return self.name.lower()
 
 
@@ -64,7 +64,7 @@ AnyLevel = Union[Level, Ladder]
 Levels = Union[Type[Level], Type[Ladder]]
 
 
-def parse_level(value, levels: Levels = Level
+def parse_level(value: object, levels: Levels = Level
                 ) -> Tuple[Optional[AnyLevel], Optional[str]]:
     """(level, None) or (None, why not) for a metadata value. ``levels``:
     :class:`Level` (the default) or, with instance repair on,
@@ -88,7 +88,7 @@ _TIME = re.compile(
     r"\s*(Z|z|UTC|[+-]\d{2}:?\d{2})?$")
 
 
-def parse_until(value) -> Tuple[bool, Optional[float], Optional[str]]:
+def parse_until(value: object) -> Tuple[bool, Optional[float], Optional[str]]:
     """(ok, until, why not) for a suspension value: until is seconds
     since the epoch, None for ``forever``. A time without an offset is
     UTC; a date without a time is refused (which end of the day?)."""
@@ -150,7 +150,7 @@ class Settings:
     def levels(self) -> Levels:
         return Ladder if self.instance_levels else Level
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("repair_key", "suspend_key"):
             key = getattr(self, name)
             if not isinstance(key, str) or not key.strip() \
@@ -163,7 +163,7 @@ class Settings:
                            self.levels(int(self.default_level)))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         r = conf.recovery
         # [instance_repair] is registered with every other group; a conf
         # built without it (some tests) means instance repair off.

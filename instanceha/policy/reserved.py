@@ -44,9 +44,12 @@ instanceha"``. Servers that landed on it stay there.
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from instanceha.policy import capacity as cap
+from instanceha.policy.facts import (AggregateRecord, CapacityRecord,
+                                     ServiceRecord)
 from instanceha.util.marker import MARKER, is_ours
 
 ZONE = "zone"
@@ -77,7 +80,7 @@ class Settings:
     return_to_reserve: bool = False
     exclude_aggregates: Tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         p = self.reason_prefix
         if not isinstance(p, str) or not p or p != p.strip():
             raise ValueError("reason_prefix must be a non-empty word without "
@@ -112,7 +115,7 @@ class Settings:
             sorted(set(self.exclude_aggregates))))
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         """From ``[reserved_hosts]``; ``[recovery] global_aggregate``,
         when set, is excluded from aggregate matching too."""
         r = conf.reserved_hosts
@@ -142,7 +145,7 @@ def prefix_matches(reason: Optional[str], prefix: str) -> bool:
     return rest == "" or rest[0] == ":" or rest[0] in _BLANKS
 
 
-def reserved_because(service, settings: Settings = Settings()
+def reserved_because(service: ServiceRecord, settings: Settings = Settings()
                      ) -> Tuple[bool, str]:
     """(reserved?, why): the rule of the module docstring, with the reason
     for status and ``policy explain``."""
@@ -171,13 +174,15 @@ def reserved_because(service, settings: Settings = Settings()
         host, reason, settings.reason_prefix)
 
 
-def is_reserved(service, settings: Settings = Settings()) -> bool:
+def is_reserved(service: ServiceRecord,
+                settings: Settings = Settings()) -> bool:
     """Whether the compute service ``service`` (a ComputeService) is a
     reserved host: see the module docstring."""
     return reserved_because(service, settings)[0]
 
 
-def reserved_hosts(services, settings: Settings = Settings()
+def reserved_hosts(services: Iterable[ServiceRecord],
+                   settings: Settings = Settings()
                    ) -> Tuple[str, ...]:
     """Hosts of ``services`` that are reserved, sorted (a host with several
     records must be reserved in each)."""
@@ -211,7 +216,8 @@ class Choice:
         return tuple(h for h in self.hosts if h not in self.already)
 
 
-def _service_of(host, services):
+def _service_of(host: str, services: Iterable[ServiceRecord]
+                ) -> Optional[ServiceRecord]:
     for s in services:
         if s.host == host and getattr(s, "binary",
                                       "nova-compute") == "nova-compute":
@@ -219,10 +225,13 @@ def _service_of(host, services):
     return None
 
 
-def choose(failed, services, aggregates, in_use: Mapping[str, str],
+def choose(failed: ServiceRecord, services: Sequence[ServiceRecord],
+           aggregates: Optional[Sequence[AggregateRecord]],
+           in_use: Mapping[str, str],
            settings: Settings = Settings(),
            shortfall: Optional["cap.Need"] = None,
-           capacities: Optional[Mapping[str, Any]] = None) -> Choice:
+           capacities: Optional[Mapping[str, CapacityRecord]] = None
+           ) -> Choice:
     """Which reserved hosts to bring in for ``failed`` (the lost host's
     ComputeService). ``services``: [ComputeService]; ``aggregates``:
     [Aggregate] or [AggregateFacts]; ``in_use``: {reserved host: lost
@@ -249,7 +258,7 @@ def choose(failed, services, aggregates, in_use: Mapping[str, str],
             and zone is not None:
         agg_test, agg_where = test, where
 
-        def test(other, other_zone):
+        def test(other: str, other_zone: Optional[str]) -> Optional[str]:
             return agg_test(other, other_zone) or (
                 None if other_zone == zone else "in zone %s, not %s" % (
                     other_zone or "(none)", zone))
@@ -262,14 +271,15 @@ def choose(failed, services, aggregates, in_use: Mapping[str, str],
         if host in in_use:
             refused.append("%s is in use for %s" % (host, in_use[host]))
             continue
-        why = test(host, _service_of(host, services).zone)
+        svc = _service_of(host, services)
+        assert svc is not None      # reserved_hosts named a host of services
+        why = test(host, svc.zone)
         if why is not None:
             refused.append("%s %s" % (host, why))
             continue
         candidates.append(host)
     cap_n = settings.max_per_failed_host or None
-    sizing = shortfall is not None and capacities is not None
-    if sizing:
+    if shortfall is not None and capacities is not None:    # sizing
         return _by_shortfall(already, candidates, refused, shortfall,
                              capacities, cap_n, where)
     want = settings.per_failed_host
@@ -287,12 +297,18 @@ def choose(failed, services, aggregates, in_use: Mapping[str, str],
                   missing, already)
 
 
-def _by_shortfall(already, candidates, refused, shortfall, capacities,
-                  cap_n, where):
+def _by_shortfall(already: Tuple[str, ...], candidates: Sequence[str],
+                  refused: List[str], shortfall: "cap.Need",
+                  capacities: Mapping[str, CapacityRecord],
+                  cap_n: Optional[int], where: str) -> Choice:
     left = shortfall
     for host in already:
         if host in capacities:
-            left = left.minus(cap.free_of(capacities[host]))
+            # A Free whose disk is unchecked (disk_gb None, shared storage)
+            # is no Amounts: minus raises TypeError (a known defect, kept
+            # as it is: annotations only here).
+            left = left.minus(
+                cap.free_of(capacities[host]))  # type: ignore[arg-type]
     chosen: List[str] = []
     unknown: List[str] = []
     for host in candidates:
@@ -304,7 +320,7 @@ def _by_shortfall(already, candidates, refused, shortfall, capacities,
             unknown.append(host)
             continue
         f = cap.free_of(capacities[host])
-        gives = left.minus(f)
+        gives = left.minus(f)  # type: ignore[arg-type]  # see above
         if gives == left:
             refused.append("%s has none of what is missing free" % host)
             continue
@@ -326,7 +342,8 @@ def _by_shortfall(already, candidates, refused, shortfall, capacities,
                   missing, tuple(already))
 
 
-def _reason(why, hosts, already, refused, where):
+def _reason(why: str, hosts: Sequence[str], already: Sequence[str],
+            refused: Sequence[str], where: str) -> str:
     parts = [why + ", matching " + where]
     if hosts:
         new = [h for h in hosts if h not in already]

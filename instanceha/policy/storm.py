@@ -12,8 +12,10 @@ left out of both the count and the total.
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping,
+                    Optional, Tuple)
 
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import State
 
 _RECOVERING = {State.FENCING, State.FENCED, State.EVACUATING, State.PENDING}
@@ -25,7 +27,7 @@ GLOBAL = "global"
 AGGREGATE = "aggregate:"
 
 
-def scopes_of(rec, s):
+def scopes_of(rec: HostRecord, s: "Settings") -> List[str]:
     """The scope names ``rec`` counts in: global, its zone, its aggregates."""
     keys = [GLOBAL]
     if s.per_zone and rec.zone:
@@ -45,7 +47,7 @@ class Settings:
     recover_disabled: bool = False
 
     @classmethod
-    def from_conf(cls, conf):
+    def from_conf(cls, conf: Any) -> "Settings":  # conf: oslo.config
         p = conf.policy
         return cls(threshold=p.threshold, min_hosts=p.min_hosts_for_threshold,
                    window=p.storm_window, per_zone=p.threshold_per_zone,
@@ -53,14 +55,14 @@ class Settings:
                    recover_disabled=p.recover_disabled_hosts)
 
 
-def counted(rec, s):
+def counted(rec: HostRecord, s: Settings) -> bool:
     """The host is in the total (not in its operator's hands)."""
     if rec.state in _OPERATORS:
         return False
     return s.recover_disabled or rec.operator_disabled is None
 
 
-def lost(rec, now, s):
+def lost(rec: HostRecord, now: float, s: Settings) -> bool:
     """The host counts as lost at ``now``."""
     if rec.state in _RECOVERING:
         return True
@@ -84,14 +86,14 @@ class Scope:
     threshold: int
 
     @property
-    def pct(self):
+    def pct(self) -> float:
         return 100.0 * len(self.lost) / self.total if self.total else 0.0
 
-    def over(self, s):
+    def over(self, s: Settings) -> bool:
         return (self.total >= s.min_hosts and s.threshold < 100
                 and self.pct > s.threshold)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.name == GLOBAL:
             where = ""
         elif self.name.startswith(AGGREGATE):
@@ -108,7 +110,8 @@ class Scope:
                                 self.threshold, names))
 
 
-def assess(records, now, s):
+def assess(records: Iterable[HostRecord], now: float, s: Settings
+           ) -> Dict[str, Scope]:
     """{scope name: Scope} for the global scope and, with per_zone, every
     zone; with per_aggregate, every host aggregate."""
     #: scope -> (names of the lost hosts, hosts counted)
@@ -126,7 +129,7 @@ def assess(records, now, s):
             for key, (names, total) in groups.items()}
 
 
-def _maybe_lost(rec):
+def _maybe_lost(rec: HostRecord) -> bool:
     """Whether ``rec`` (counted) can count as lost at some moment: all
     but a quietly active host, most of a cloud."""
     return not (rec.state is State.ACTIVE and rec.heartbeat_ok
@@ -142,15 +145,18 @@ class Tally:
     decided one after another). Pure; not thread-safe (its owner locks).
     """
 
-    def __init__(self, s, records=()):
+    def __init__(self, s: Settings, records: Iterable[HostRecord] = ()
+                 ) -> None:
         self.s = s
-        self._scopes = {}               # id -> scopes it is counted in
-        self._totals = {GLOBAL: 0}      # scope -> hosts counted
-        self._maybe = {}                # id -> record that may be lost
+        #: id -> scopes it is counted in
+        self._scopes: Dict[str, Tuple[str, ...]] = {}
+        self._totals: Dict[str, int] = {GLOBAL: 0}  # scope -> hosts counted
+        #: id -> record that may be lost
+        self._maybe: Dict[str, HostRecord] = {}
         for rec in records:
             self.put(rec)
 
-    def put(self, rec):
+    def put(self, rec: HostRecord) -> None:
         """``rec`` is now its host's record."""
         self._drop(rec.id, self._totals, self._maybe)
         if counted(rec, self.s):
@@ -160,14 +166,16 @@ class Tally:
             if _maybe_lost(rec):
                 self._maybe[rec.id] = rec
 
-    def _drop(self, host_id, totals, maybe, forget=True):
+    def _drop(self, host_id: str, totals: Dict[str, int],
+              maybe: Dict[str, HostRecord], forget: bool = True) -> None:
         keys = (self._scopes.pop(host_id, None) if forget
                 else self._scopes.get(host_id))
         if keys:
             _add(totals, keys, -1)
         maybe.pop(host_id, None)
 
-    def assess(self, now, pending=None):
+    def assess(self, now: float, pending: Optional[HostRecord] = None
+               ) -> Dict[str, Scope]:
         """What :func:`assess` says of the records put, at ``now``
         (``pending``: a record as it will be, in place of its host's)."""
         totals, maybe = self._totals, self._maybe
@@ -189,7 +197,7 @@ class Tally:
                 if total or key == GLOBAL}
 
 
-def _add(totals, keys, n):
+def _add(totals: Dict[str, int], keys: Iterable[str], n: int) -> None:
     for key in keys:
         total = totals.get(key, 0) + n
         if total or key == GLOBAL:
@@ -198,7 +206,9 @@ def _add(totals, keys, n):
             del totals[key]
 
 
-def holding(scopes, rec, s, acknowledged=None):
+def holding(scopes: Mapping[str, Scope], rec: HostRecord, s: Settings,
+            acknowledged: Optional[Mapping[str, int]] = None
+            ) -> Optional[Scope]:
     """The Scope whose storm holds new fencing of ``rec``, or None.
 
     ``acknowledged`` ({scope: lost count}) is what an operator accepted
@@ -219,30 +229,31 @@ class TokenBucket:
     """At most ``capacity`` fencings at once, refilled at ``capacity`` per
     ``interval`` seconds. Pure: the caller passes ``now``."""
 
-    def __init__(self, capacity, interval, now):
+    def __init__(self, capacity: float, interval: float, now: float
+                 ) -> None:
         self.capacity = float(capacity)
         self.rate = float(capacity) / float(interval)
         self.tokens = float(capacity)
         self.at = now
 
-    def _refill(self, now):
+    def _refill(self, now: float) -> None:
         if now > self.at:
             self.tokens = min(self.capacity,
                               self.tokens + (now - self.at) * self.rate)
             self.at = now
 
-    def available(self, now):
+    def available(self, now: float) -> bool:
         self._refill(now)
         return self.tokens >= 1.0
 
-    def take(self, now):
+    def take(self, now: float) -> bool:
         self._refill(now)
         if self.tokens < 1.0:
             return False
         self.tokens -= 1.0
         return True
 
-    def next_at(self, now):
+    def next_at(self, now: float) -> float:
         """When the next token is there."""
         self._refill(now)
         if self.tokens >= 1.0:
@@ -250,7 +261,8 @@ class TokenBucket:
         return now + (1.0 - self.tokens) / self.rate
 
 
-def queue_position(waiting, host_id, key):
+def queue_position(waiting: Mapping[str, float], host_id: str, key: float
+                   ) -> int:
     """1-based position of ``host_id`` among ``waiting`` ({host_id: key},
     earliest detection first), counting itself with ``key``."""
     ahead = sum(1 for other, k in waiting.items()
@@ -258,10 +270,12 @@ def queue_position(waiting, host_id, key):
     return ahead + 1
 
 
-def summary(scopes, s, acknowledged=None) -> Dict[str, Optional[dict]]:
+def summary(scopes: Mapping[str, Scope], s: Settings,
+            acknowledged: Optional[Mapping[str, int]] = None
+            ) -> Dict[str, Optional[Dict[str, object]]]:
     """What status shows: every scope over the threshold."""
     acknowledged = acknowledged or {}
-    out: Dict[str, Optional[dict]] = {}
+    out: Dict[str, Optional[Dict[str, object]]] = {}
     for key, scope in sorted(scopes.items()):
         out[key] = {"lost": len(scope.lost), "total": scope.total,
                     "pct": round(scope.pct, 1), "hosts": list(scope.lost),
