@@ -14,6 +14,7 @@ them alike. A source is built with the sink it will use (a test builds one
 with a list's ``append``); a sink given to ``start`` replaces it.
 """
 
+import threading
 from typing import Any, Callable, Mapping, Optional, Protocol, \
     runtime_checkable
 
@@ -53,7 +54,7 @@ class PeriodicSource:
     _sink: Optional[Sink] = None
 
     @property
-    def thread(self):
+    def thread(self) -> Optional[threading.Thread]:
         """The loop's thread (None before start), for the watchdog's
         liveness check."""
         return self._periodic.thread
