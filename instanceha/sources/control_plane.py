@@ -38,7 +38,7 @@ import datetime
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, \
-    Sequence, Set, Tuple
+    Set, Tuple
 
 import structlog
 
