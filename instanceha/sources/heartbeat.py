@@ -116,7 +116,7 @@ Target = Tuple[Address, Optional[socket.socket], float, str]
 #: (host, address, socket, key id) a challenge goes to
 ChallengeTo = Tuple[str, Address, Optional[socket.socket], str]
 #: guest_sink(GuestEvent, now): the agents' guest events
-GuestSink = Callable[[guest.GuestEvent, float], None]
+GuestSink = Callable[[guest.GuestEvent, float], object]
 
 
 def bind_addresses(group: Any) -> List[Tuple[str, int]]:

@@ -67,7 +67,7 @@ class RepairSink(Protocol):
     clock's time; ``stale``: a newer one of the server came first."""
 
     def __call__(self, facts: np.InstanceFacts, at: float,
-                 stale: bool = False) -> None: ...
+                 stale: bool = False) -> object: ...
 
 
 def service_event(facts: np.ServiceFacts, now: float, fresh_for: float, *,

@@ -33,7 +33,8 @@ BROKEN = ("SHUTOFF", "ERROR")
 
 #: sink(server, its instance actions newest first, at): instance repair's
 #: news of a broken server
-SweepSink = Callable[[base.Server, List[base.InstanceAction], float], None]
+SweepSink = Callable[[base.Server, List[base.InstanceAction], float],
+                     object]
 #: (server, its instance actions) handed over
 Found = Tuple[base.Server, List[base.InstanceAction]]
 
@@ -52,7 +53,7 @@ class RepairSweep(PeriodicSource[SweepSink]):
 
     def __init__(self, conf: Any, compute: base.ComputeDriver,
                  sink: SweepSink, clock: Callable[[], float] = time.time,
-                 watched: Optional[Callable[[int], None]] = None,
+                 watched: Optional[Callable[[int], object]] = None,
                  skip: Optional[Callable[[base.Server], bool]] = None
                  ) -> None:
         """``watched(count)``: told the servers counted at each pass (the

@@ -20,7 +20,7 @@ TOP = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = TOP / "mypy.ini"
 MYPY = pathlib.Path(sys.executable).parent / "mypy"
 PACKAGES = ("instanceha.events", "instanceha.fsm", "instanceha.engine",
-            "instanceha.policy", "instanceha.sources")
+            "instanceha.policy", "instanceha.sources", "instanceha.service")
 # Outside the (shared) tree, one per user: a warm run takes a second or
 # two instead of several.
 CACHE = pathlib.Path(tempfile.gettempdir()) / (
