@@ -3,6 +3,8 @@
 import functools
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, \
+    Optional, Protocol, Tuple, TypeVar, cast
 
 import structlog
 import tenacity
@@ -11,8 +13,10 @@ from instanceha.api.server import OperatorAPI
 from instanceha import sdnotify
 from instanceha.log import mask_url
 from instanceha.drivers import fencing as fencing_pkg
-from instanceha.drivers.compute.base import ComputeError
+from instanceha.drivers.compute.base import ComputeDriver, ComputeError
+from instanceha.conf.reload import Outcome
 from instanceha.drivers.fencing import inventory as inventory_mod
+from instanceha.drivers.fencing.inventory import Reloaded
 from instanceha.engine.context import Context
 from instanceha.engine.engine import Engine
 from instanceha.engine.fencing_gate import Readiness
@@ -20,21 +24,41 @@ from instanceha.engine.progress import ProgressBoard
 from instanceha.engine import soft_fence
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
+from instanceha.events import Event
 from instanceha.service import sources as sources_mod
 from instanceha.service.group import (
-    Acting, Group, elected, guard_agent_requests)
+    Acting, Group, JournalPart, MembershipFactory, StartWait, elected,
+    guard_agent_requests)
 from instanceha.service.health import HealthView, StatusFile
 from instanceha.service.inventory import (  # noqa: F401 - re-exported
-    check_inventory, load_inventory, warn_shared)
+    Inventory, check_inventory, load_inventory, warn_shared)
 from instanceha.service.reloading import Reloader
 from instanceha.service.startup import (  # noqa: F401 - re-exported
     EXTEND_SLACK, Awaited, AwaitedNova, Awaiting, StartInterrupted,
     cannot_bind, check_shared_journal, error_text, journal_is_local, journal_unreachable,
     nova_unreachable)
 from instanceha.journal import Journal
+from instanceha.sources.audit import Fencer, FencingAudit
+from instanceha.sources.control_plane import ControlPlaneMonitor
+from instanceha.sources.heartbeat import HeartbeatSource
+from instanceha.sources.kdump import KdumpSource
+from instanceha.sources.reconciler import Reconciler
 from instanceha.watchdog import SystemdLink
 
+if TYPE_CHECKING:
+    # (oslo.messaging is loaded only when notifications are enabled)
+    from instanceha.sources.notifications import NotificationSource
+
 LOG = structlog.get_logger("instanceha.service")
+
+#: what a start step returns
+R = TypeVar("R")
+class _Stops(Protocol):
+    def stop(self) -> None: ...
+
+
+#: the parts the start bound or started, stopped if it is abandoned
+Started = List[_Stops]
 
 
 class Service:
@@ -54,9 +78,14 @@ class Service:
     hand their events to it exist: it is given this service's methods,
     which answer from :class:`~instanceha.service.sources.Sources`."""
 
-    def __init__(self, conf, compute=None, clock=time.time, on_progress=None,
-                 fencer=None, on_lost=None, notifier=None, sleep=None,
-                 membership=None):
+    def __init__(self, conf: Any, compute: Optional[ComputeDriver] = None,
+                 clock: Callable[[], float] = time.time,
+                 on_progress: Optional[Callable[..., object]] = None,
+                 fencer: Optional[Fencer] = None,
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 notifier: Optional[sdnotify.Notifier] = None,
+                 sleep: Optional[Callable[[float], bool]] = None,
+                 membership: Optional[MembershipFactory] = None) -> None:
         """``compute`` (a ComputeDriver) and ``fencer`` (driver name ->
         FencingDriver) replace the real drivers, for tests. ``on_lost``
         (reason) runs when a leadership this member held lapses; by default
@@ -70,7 +99,7 @@ class Service:
         self.conf = conf
         self.clock = clock
         self._stopped = threading.Event()
-        self._sleep = sleep or self._stopped.wait
+        self._sleep: Callable[[float], bool] = sleep or self._stopped.wait
         self.awaiting = Awaiting(clock)
         self.notifier = notifier if notifier is not None \
             else sdnotify.Notifier()
@@ -98,32 +127,35 @@ class Service:
                                  lambda: self.systemd.ready)
 
     # -- building, step by step ------------------------------------------------
-    def _load_inventory(self):
+    def _load_inventory(self) -> Inventory:
         check_shared_journal(self.conf)
         try:
             return load_inventory(self.conf)
         except inventory_mod.InventoryError as e:
             raise ConfigError(str(e))
 
-    def _open_backends(self, compute, fencer):
+    def _open_backends(self, compute: Optional[ComputeDriver],
+                       fencer: Optional[Fencer]
+                       ) -> Tuple[ComputeDriver, Fencer]:
         """Nova, the journal and the BMC drivers, or stand-ins the start
         fills once Nova and the journal's database answer. Returns
         (compute, fencer)."""
         if compute is None:
             compute = self._connect_nova()
         #: Nova's stand-in while the start waits for it, else None
-        self._nova_standin = compute if isinstance(compute, Awaited) \
-            else None
-        self.journal = self._open_journal()
+        self._nova_standin: Optional[Awaited] = \
+            compute if isinstance(compute, Awaited) else None
+        self.journal: JournalPart = self._open_journal()
         self.board = ProgressBoard()
         if fencer is None:
             conf = self.conf
 
-            def fencer(name):
+            def fencer(name: str) -> Any:
                 return fencing_pkg.load_driver(name, conf)
         return compute, fencer
 
-    def _group(self, on_lost, membership):
+    def _group(self, on_lost: Optional[Callable[[str], None]],
+               membership: Optional[MembershipFactory]) -> Optional[Group]:
         """Several replicas: the group this member joins at start (it acts
         only while elected); None for a single process."""
         if not self.conf.coordination.backend_url:
@@ -131,14 +163,18 @@ class Service:
         return Group(self.conf, self.clock, on_elected=self._on_elected,
                      on_lost=on_lost, membership=membership)
 
-    def _guarded(self, compute, fencer):
+    def _guarded(self, compute: ComputeDriver, fencer: Fencer
+                 ) -> Tuple[ComputeDriver, Fencer, JournalPart]:
         """(compute, fencer, journal), each write first asking whether this
         member's leadership is provably current (a coordinated member)."""
         if self.group is None:
             return compute, fencer, self.journal
         return self.group.guard(compute, fencer, self.journal)
 
-    def _build_engine(self, journal, inventory, fencer, on_progress):
+    def _build_engine(self, journal: JournalPart, inventory: Inventory,
+                      fencer: Fencer,
+                      on_progress: Optional[Callable[..., object]]
+                      ) -> Engine:
         # No fencing while the world was not seen since start, the control
         # plane a recovery needs is not ready, or the agents fell silent
         # at once.
@@ -159,7 +195,7 @@ class Service:
                                    else None),
                       status_extra=self._status_extra)
 
-    def _ports(self):
+    def _ports(self) -> sources_mod.Ports:
         """What the sources may do to the engine."""
         engine = self.engine
         return sources_mod.Ports(
@@ -173,7 +209,7 @@ class Service:
             bmc_for=engine.ctx.bmc_for, fencer=engine.ctx.fencer,
             board=self.board)
 
-    def _listen_to_engine(self, journal):
+    def _listen_to_engine(self, journal: JournalPart) -> None:
         """The status file rewritten after each change; soft fencing: a
         vetoed host's agent restarts nova-compute."""
         self.engine.add_listener(self.status_file.changed)
@@ -185,30 +221,30 @@ class Service:
                 self.clock))
 
     # -- what the engine reads of its sources ----------------------------------
-    def _world_seen(self):
+    def _world_seen(self) -> bool:
         return self.sources.world_seen()
 
-    def _control_plane(self):
+    def _control_plane(self) -> Tuple[bool, str]:
         return self.sources.control_plane.status()
 
-    def _agent_cliff(self):
+    def _agent_cliff(self) -> Optional[str]:
         return self.sources.agent_cliff()
 
-    def _unprotected(self):
+    def _unprotected(self) -> Dict[str, str]:
         return self.sources.unprotected()
 
-    def _events_healthy(self):
+    def _events_healthy(self) -> bool:
         return self.sources.events_healthy()
 
-    def _source_health(self, name):
+    def _source_health(self, name: str) -> Mapping[str, Any]:
         return self.sources.health(name)
 
     # -- what the sources do to the engine ---------------------------------------
-    def _capacity_appeared(self, hosts):
+    def _capacity_appeared(self, hosts: List[str]) -> object:
         self.engine.repair.capacity_appeared()
         return self.engine.capacity_appeared(hosts)
 
-    def _submit_if_acting(self, event):
+    def _submit_if_acting(self, event: Event) -> None:
         """The kdump and heartbeat listeners' sink on a coordinated member:
         a standby binds the port but acts on nothing it hears."""
         if self._acting_state.now:
@@ -216,92 +252,92 @@ class Service:
 
     # -- the parts, as callers name them -----------------------------------------
     @property
-    def reconciler(self):
+    def reconciler(self) -> Reconciler:
         return self.sources.reconciler
 
     @property
-    def control_plane(self):
+    def control_plane(self) -> ControlPlaneMonitor:
         return self.sources.control_plane
 
     @property
-    def audit(self):
+    def audit(self) -> Optional[FencingAudit]:
         return self.sources.audit
 
     @property
-    def notifications(self):
+    def notifications(self) -> Optional["NotificationSource"]:
         return self.sources.notifications
 
     @property
-    def kdump(self):
+    def kdump(self) -> Optional[KdumpSource]:
         return self.sources.kdump
 
     @property
-    def heartbeat(self):
+    def heartbeat(self) -> Optional[HeartbeatSource]:
         return self.sources.heartbeat
 
     @property
-    def inventory(self):
+    def inventory(self) -> Inventory:
         """The BMC inventory in use (read again on SIGHUP)."""
         return self.reloader.inventory
 
     @property
-    def acting(self):
+    def acting(self) -> bool:
         """True while this process acts (alone, or the group's elected
         member); a standby only watches."""
         return self.group is None or self._acting_state.now
 
     @property
-    def _acting(self):
+    def _acting(self) -> bool:
         """True once this process started acting."""
         return self._acting_state.now
 
     @property
-    def acting_since(self):
+    def acting_since(self) -> Optional[float]:
         """When this process started acting (the engine started), or None."""
         return self._acting_state.since
 
-    def role(self):
+    def role(self) -> str:
         """acting (alone, or elected and acting), elected (waiting one
         lease), standby, or lost."""
         if self.group is None:
             return "acting"
         return self.group.role(self._acting_state.now)
 
-    def liveness(self):
+    def liveness(self) -> Tuple[bool, str]:
         """(healthy, reason) for GET /healthz."""
         return self.health.liveness()
 
-    def readiness(self):
+    def readiness(self) -> Tuple[bool, str, str]:
         """(ready, role, reason) for GET /readyz."""
         return self.health.readiness()
 
-    def health_view(self):
+    def health_view(self) -> Dict[str, Any]:
         return self.health.view()
 
-    def write_status(self, final=False):
+    def write_status(self, final: bool = False) -> None:
         self.status_file.write(final=final)
 
-    def reload(self):
+    def reload(self) -> Tuple[Outcome, Reloaded]:
         """SIGHUP: the configuration files (mutable options) and the BMC
         inventory read again (Reloader.reload)."""
         return self.reloader.reload()
 
-    def reload_inventory(self):
+    def reload_inventory(self) -> Tuple[Outcome, Reloaded]:
         """What ``instanceha run`` calls on SIGHUP: :meth:`reload`."""
         return self.reload()
 
-    def reload_config(self):
+    def reload_config(self) -> Outcome:
         return self.reloader.reload_config()
 
-    def _api_url(self):
+    def _api_url(self) -> Optional[str]:
         if self.api is None or not self.api.port:
             return None
         return "http://%s:%d" % (self.conf.api.listen_address, self.api.port)
 
-    def _status_extra(self):
+    def _status_extra(self) -> Dict[str, Any]:
         """What the status file and GET /status show beside the engine's
         snapshot: the group and what the start waits for."""
-        data = {}
+        data: Dict[str, Any] = {}
         if self.membership is not None:
             data["coordination"] = self.membership.status()
         starting = self.awaiting.view()
@@ -310,7 +346,7 @@ class Service:
         return data
 
     # -- backends the start may wait for ----------------------------------------
-    def _open_journal(self):
+    def _open_journal(self) -> JournalPart:
         """The journal, or a stand-in the start fills once its database
         answers (see :meth:`_await`). A journal that cannot be opened for
         another reason (a bad URL, driver, password) is a ConfigError."""
@@ -328,7 +364,8 @@ class Service:
                                "back-off; nothing acts meanwhile")
             return Awaited("the journal database")
 
-    def _await(self, what, attempt, retry_on):
+    def _await(self, what: str, attempt: Callable[[], R],
+               retry_on: Callable[[BaseException], bool]) -> R:
         """``attempt()`` until it returns, again after each error
         ``retry_on(error)`` accepts (a backend that does not answer yet),
         with back-off doubling from 1 s up to ``[DEFAULT]
@@ -336,7 +373,7 @@ class Service:
         awaited, since when and why is in the status, /healthz and
         STATUS= meanwhile, and systemd's start timeout is extended. A stop
         signal ends the wait (StartInterrupted)."""
-        def before_sleep(state):
+        def before_sleep(state: Any) -> None:
             e = state.outcome.exception()
             delay = state.next_action.sleep
             error = error_text(e)
@@ -349,7 +386,7 @@ class Service:
             self.notifier.extend_timeout(delay + EXTEND_SLACK,
                                          self.awaiting.text())
 
-        def sleep(seconds):
+        def sleep(seconds: float) -> None:
             if self._sleep(seconds):
                 raise StartInterrupted("stopped while waiting for %s (%s)"
                                        % (what, self.awaiting.text()))
@@ -366,7 +403,7 @@ class Service:
                      reason="it answers: the start goes on")
         return result
 
-    def _connect_nova(self):
+    def _connect_nova(self) -> ComputeDriver:
         """The Nova driver, or a stand-in the start fills once Keystone
         and Nova answer. Any other ComputeError is raised (exit 2)."""
         # Imported here: openstacksdk costs ~0.3 s and a simulated or
@@ -381,9 +418,10 @@ class Service:
                         reason=error_text(e),
                         effect="the start waits for it, retried with "
                                "back-off; nothing acts meanwhile")
-            return AwaitedNova()
+            # forwards every call to the driver once bound
+            return cast(ComputeDriver, AwaitedNova())
 
-    def _await_nova(self):
+    def _await_nova(self) -> None:
         nova = self._nova_standin
         if nova is None or nova.bound:
             return
@@ -402,7 +440,7 @@ class Service:
             raise StartupError("Nova: %s" % error_text(e))
         nova.bind(driver)
 
-    def _await_journal(self):
+    def _await_journal(self) -> None:
         if not isinstance(self.journal, Awaited) or self.journal.bound:
             return
         url = self.conf.journal.connection
@@ -416,12 +454,12 @@ class Service:
                                "%s: %s" % (mask_url(url), error_text(e)))
         self.journal.bind(journal)
 
-    def _close_journal(self):
+    def _close_journal(self) -> None:
         if not isinstance(self.journal, Awaited) or self.journal.bound:
             self.journal.close()
 
     # -- start and stop --------------------------------------------------------
-    def start(self):
+    def start(self) -> None:
         """Bind and check everything first, act second.
 
         1. bind the operator API socket, create the notification transport
@@ -436,7 +474,7 @@ class Service:
         A failure in step 1 raises :class:`StartupError` naming the step,
         after closing whatever was bound; nothing was acted on.
         """
-        started = []
+        started: Started = []
         # The status file says what the start waits for, if anything.
         self.status_file.start()
         try:
@@ -458,11 +496,11 @@ class Service:
         else:
             # Hot standby: connected to the backend and the journal; the
             # engine and the sources start when this member is elected.
-            self.membership.start()
+            self.group.membership.start()
         # READY=1 after the first reconcile pass, then the watchdog.
         self.systemd.start()
 
-    def _prepare(self, started):
+    def _prepare(self, started: Started) -> Optional[int]:
         """Step 1 of :meth:`start`: every part that may fail bound or
         checked, each appended to ``started``; nothing acts. Returns the
         number of hosts resumed from the journal (None on a standby)."""
@@ -484,12 +522,12 @@ class Service:
         self._step("Nova", self._await_nova)
         resumed = self._resume()
         self._bind_listeners(started)
-        if self.group is not None:
-            self._step("coordination",
-                       lambda: self.group.join(self._await))
+        group = self.group
+        if group is not None:
+            self._step("coordination", lambda: group.join(self._await))
         return resumed
 
-    def _resume(self):
+    def _resume(self) -> Optional[int]:
         """A single process reads its journal now; a standby reads it when
         elected (the acting member is writing it meanwhile), and now only
         checks that it answers."""
@@ -502,7 +540,7 @@ class Service:
         self._step("journal", self.engine.repair.resume)
         return resumed
 
-    def _bind_listeners(self, started):
+    def _bind_listeners(self, started: Started) -> None:
         """The kdump and agent heartbeat sockets, bound on every member (a
         standby hears and acts on nothing)."""
         if self.kdump is not None:
@@ -515,7 +553,7 @@ class Service:
             self._step("agent heartbeat listener", self.heartbeat.start)
             started.append(self.heartbeat)
 
-    def _abandon_start(self, started):
+    def _abandon_start(self, started: Started) -> None:
         self.status_file.stop()
         for part in reversed(started):
             try:
@@ -524,13 +562,15 @@ class Service:
                 LOG.warning("start_cleanup_failed", reason=str(stop_error))
         self._close_journal()
 
-    def _on_elected(self):
+    def _on_elected(self) -> None:
         """This member was elected: resume from the shared journal and
         start acting."""
-        elected(self.engine, self.membership.member, self._start_acting,
-                self.group.lost)
+        # (called by the group's membership: there is a group)
+        group = cast(Group, self.group)
+        elected(self.engine, group.membership.member, self._start_acting,
+                group.lost)
 
-    def _start_acting(self):
+    def _start_acting(self) -> None:
         self._acting_state.begin()
         self.engine.start()
         bound = self.sources.bound_at_start()
@@ -540,7 +580,8 @@ class Service:
         self.status_file.changed()
 
     @staticmethod
-    def _step(what, fn, bind=None):
+    def _step(what: str, fn: Callable[[], R],
+              bind: Optional[Tuple[str, int]] = None) -> R:
         try:
             return fn()
         except (StartupError, StartInterrupted):
@@ -553,7 +594,7 @@ class Service:
             raise StartupError("%s: %s: %s" % (what, type(e).__name__, e))
 
 
-    def stop(self):
+    def stop(self) -> None:
         self._stopped.set()
         self.systemd.stop()
         self.status_file.stop()

@@ -5,27 +5,43 @@ whether this process acts now, alone or as the elected member."""
 import functools
 import os
 import sys
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 import structlog
 
 from instanceha import coordination
 from instanceha.errors import StartupError
+from instanceha.drivers.compute.base import ComputeDriver
+from instanceha.engine.engine import Engine
+from instanceha.journal import Journal
 from instanceha.log import mask_url
+from instanceha.service.startup import Awaited
+from instanceha.sources.audit import Fencer
 
 LOG = structlog.get_logger("instanceha.service")
+
+#: the journal, or its stand-in while the start waits for its database
+JournalPart = Union[Journal, Awaited]
+#: the sender of requests to the agents (the heartbeat source)
+T = TypeVar("T")
+#: membership(on_elected=, on_lost=): builds this member's Membership
+MembershipFactory = Callable[..., coordination.Membership]
+#: wait(what, attempt, retry_on): the service's start wait for a backend
+StartWait = Callable[[str, Callable[[], Any],
+                      Callable[[BaseException], bool]], Any]
 
 
 class Acting:
     """Whether this process acts now (its engine and sources started) and
     since when, on ``clock``."""
 
-    def __init__(self, clock):
+    def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self.now = False
         #: when this process started acting, or None
-        self.since = None
+        self.since: Optional[float] = None
 
-    def begin(self):
+    def begin(self) -> None:
         self.since = self._clock()
         self.now = True
 
@@ -37,8 +53,10 @@ class Group:
     and when a leadership it held lapses (:meth:`lost`: ``on_lost(reason)``
     when given, else the process exits at once)."""
 
-    def __init__(self, conf, clock, on_elected, on_lost=None,
-                 membership=None):
+    def __init__(self, conf: Any, clock: Callable[[], float],
+                 on_elected: Callable[[], None],
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 membership: Optional[MembershipFactory] = None) -> None:
         c = conf.coordination
         self._url = c.backend_url
         self._on_lost = on_lost
@@ -49,9 +67,11 @@ class Group:
                 clock=clock)
         self.membership = membership(on_elected=on_elected, on_lost=self.lost)
         #: None while this member may write, else why not
-        self.may_act = self.membership.may_act
+        self.may_act: Callable[[], Optional[str]] = self.membership.may_act
 
-    def guard(self, compute, fencer, journal):
+    def guard(self, compute: ComputeDriver, fencer: Fencer,
+              journal: JournalPart
+              ) -> Tuple[ComputeDriver, Fencer, JournalPart]:
         """(compute, fencer, journal) guarded: every write to Nova, a BMC
         or the journal first asks whether this member's leadership is
         provably current."""
@@ -63,7 +83,7 @@ class Group:
                 coordination.guard_fencer(fencer, self.may_act),
                 coordination.guard_journal(journal, self.may_act))
 
-    def lost(self, reason):
+    def lost(self, reason: str) -> None:
         if self._on_lost is not None:
             self._on_lost(reason)
             return
@@ -78,7 +98,7 @@ class Group:
                 pass
         os._exit(coordination.EXIT_LOST)
 
-    def join(self, wait):
+    def join(self, wait: StartWait) -> None:
         """Join the group; a backend that does not answer (yet) is waited
         for (``wait(what, attempt, retry_on)``: the service's start wait),
         one that refuses (a wrong password, an unknown driver) stops the
@@ -94,7 +114,7 @@ class Group:
                 "cannot use [coordination] backend_url %s: %s"
                 % (url, mask_url(e)))
 
-    def role(self, acting):
+    def role(self, acting: bool) -> str:
         """acting (elected and acting), elected (waiting one lease),
         standby, or lost; ``acting``: this process's engine started."""
         if acting:
@@ -104,7 +124,8 @@ class Group:
         return "elected" if role == "acting" else role
 
 
-def guard_agent_requests(membership, sender):
+def guard_agent_requests(membership: Optional[coordination.Membership],
+                         sender: Optional[T]) -> Optional[T]:
     """The sender of requests to the hosts' agents (soft fencing),
     guarded like every other write on a coordinated member (``membership``
     not None)."""
@@ -113,7 +134,8 @@ def guard_agent_requests(membership, sender):
     return coordination.guard_agent_requests(sender, membership.may_act)
 
 
-def elected(engine, member, start_acting, lost):
+def elected(engine: Engine, member: str, start_acting: Callable[[], None],
+            lost: Callable[[str], None]) -> None:
     """This member was elected: resume ``engine`` from the shared journal
     (what the previous acting member recorded) and ``start_acting()``;
     ``lost(reason)`` when the journal cannot be read."""

@@ -7,10 +7,14 @@ import socket
 import tempfile
 import threading
 import time
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import structlog
 
-from instanceha import runtime, watchdog
+from instanceha import coordination, runtime, watchdog
+from instanceha.service.group import Acting
+from instanceha.service.startup import Awaiting
+from instanceha.sources.reconciler import Reconciler
 from instanceha.util.process import pid_namespace
 
 LOG = structlog.get_logger("instanceha.service")
@@ -24,7 +28,7 @@ STATUS_MIN_GAP = 0.2
 STATUS_EVERY = 2.0
 
 
-def status_gap(took):
+def status_gap(took: float) -> float:
     """Seconds to wait after a status write that took ``took``: at least
     STATUS_MIN_GAP, and nine times the write (a tenth of the time)."""
     return max(STATUS_MIN_GAP, 9 * took)
@@ -38,12 +42,15 @@ class StatusFile:
     STATUS_EVERY s anyway. ``liveness()`` is /healthz's verdict;
     ``api_url()`` the operator API's address, or None."""
 
-    def __init__(self, conf, snapshot, liveness, api_url=None,
-                 wall=time.time):
+    def __init__(self, conf: Any, snapshot: Callable[[], Dict[str, Any]],
+                 liveness: Callable[[], Tuple[bool, str]],
+                 api_url: Optional[Callable[[], Optional[str]]] = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self._conf = conf
         self._snapshot = snapshot
         self._liveness = liveness
-        self._api_url = api_url or (lambda: None)
+        self._api_url: Callable[[], Optional[str]] = \
+            api_url or (lambda: None)
         #: The wall clock of written_at and stopped_at (the engine's own
         #: clock may be a simulation's or a test's).
         self._wall = wall
@@ -52,20 +59,20 @@ class StatusFile:
         self._stop = threading.Event()
         self._dirty = threading.Event()
 
-    def changed(self, *_):
+    def changed(self, *_: object) -> None:
         """Something the file shows changed: rewrite it soon (an engine
         listener's signature: any arguments)."""
         self._dirty.set()
 
-    def start(self):
+    def start(self) -> None:
         threading.Thread(target=self._loop, daemon=True,
                          name="instanceha-status").start()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         self._dirty.set()
 
-    def write(self, final=False):
+    def write(self, final: bool = False) -> None:
         """The engine's snapshot, and what ``instanceha status`` needs to
         tell a running engine's from a dead one's: when it was written,
         by which process, how often it is rewritten, /healthz's verdict,
@@ -96,7 +103,7 @@ class StatusFile:
             f.write(text)
         os.replace(tmp, path)
 
-    def _loop(self):
+    def _loop(self) -> None:
         """Rewrite the status file soon after a change and every 2 s
         anyway: at most every 0.2 s however many hosts change at once,
         and never more than a tenth of the time (a write of thousands of
@@ -123,8 +130,11 @@ class HealthView:
     ``membership`` (None: a single process), on ``clock``; stale after
     ``conf``'s [api] stale_after."""
 
-    def __init__(self, conf, clock, awaiting, reconciler, role, acting,
-                 membership=None):
+    def __init__(self, conf: Any, clock: Callable[[], float],
+                 awaiting: Awaiting, reconciler: Reconciler,
+                 role: Callable[[], str], acting: Acting,
+                 membership: Optional[coordination.Membership] = None
+                 ) -> None:
         self._conf = conf
         self._clock = clock
         self._awaiting = awaiting
@@ -133,7 +143,7 @@ class HealthView:
         self._acting = acting
         self._membership = membership
 
-    def view(self):
+    def view(self) -> Dict[str, Any]:
         rec = self._reconciler.health()
         view = {"starting": self._awaiting.text(), "role": self._role(),
                 "acting_since": self._acting.since,
@@ -150,11 +160,11 @@ class HealthView:
                         reason=st["reason"])
         return view
 
-    def liveness(self):
+    def liveness(self) -> Tuple[bool, str]:
         """(healthy, reason) for GET /healthz."""
         return watchdog.liveness(self.view(), self._clock(),
                                  self._conf.api.stale_after)
 
-    def readiness(self):
+    def readiness(self) -> Tuple[bool, str, str]:
         """(ready, role, reason) for GET /readyz."""
         return watchdog.readiness(self.view())

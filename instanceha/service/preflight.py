@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import os
 import socket
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 from instanceha.api import listeners
 from instanceha.conf import api as api_conf
@@ -25,7 +25,7 @@ from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.errors import ConfigError, StartupError
 from instanceha.heartbeat.keys import KeyFileError
 from instanceha.log import mask_url
-from instanceha.service.inventory import check_inventory
+from instanceha.service.inventory import Inventory, check_inventory
 from instanceha.service.startup import (
     cannot_bind, check_shared_journal, error_text)
 from instanceha.sources import heartbeat as heartbeat_src
@@ -43,7 +43,11 @@ class Outcome:
     value: Any = None
 
 
-def journal(conf):
+#: a check of ``conf``: what passed (None: nothing to say), or raises
+Check = Callable[[Any], object]
+
+
+def journal(conf: Any) -> None:
     """Replicas share one database; the URL's dialect and driver load; a
     SQLite file can be created where it is to be."""
     check_shared_journal(conf)
@@ -66,7 +70,7 @@ def journal(conf):
     return None
 
 
-def _sqlite_problem(path):
+def _sqlite_problem(path: str) -> Optional[str]:
     if os.path.isdir(path):
         return "%s is a directory: give a file's path" % path
     if os.path.exists(path):
@@ -87,7 +91,7 @@ def _sqlite_problem(path):
     return None
 
 
-def inventory(conf):
+def inventory(conf: Any) -> Tuple[Inventory, List[str]]:
     """The BMC inventory parsed, every error at once; (inventory,
     warnings) as its value."""
     inv, warnings = inventory_mod.read(conf.fencing.inventory,
@@ -96,7 +100,7 @@ def inventory(conf):
     return inv, warnings
 
 
-def operator_api(conf):
+def operator_api(conf: Any) -> Optional[str]:
     """The unix socket's directory and holder, the TCP address free."""
     api = conf.api
     if not api.enabled:
@@ -115,7 +119,7 @@ def operator_api(conf):
     return "can listen on %s" % (" and ".join(where) or "nothing")
 
 
-def _probe_tcp(host, port):
+def _probe_tcp(host: str, port: int) -> str:
     """Bind (host, port) and close it again, as the API's server binds
     it (SO_REUSEADDR); raises StartupError like the start's step."""
     try:
@@ -132,7 +136,7 @@ def _probe_tcp(host, port):
     return ("[%s]:%s" if ":" in str(host) else "%s:%s") % (host, port)
 
 
-def kdump(conf):
+def kdump(conf: Any) -> None:
     """The kdump listener's UDP address is free (bound and closed)."""
     group = conf.kdump
     if not group.enabled:
@@ -145,7 +149,7 @@ def kdump(conf):
     return None
 
 
-def notifications(conf):
+def notifications(conf: Any) -> None:
     """The notification transport builds (URL syntax, driver); the broker
     is not connected to here."""
     group = conf.notifications
@@ -171,7 +175,7 @@ def notifications(conf):
     return None
 
 
-def agent_heartbeat(conf):
+def agent_heartbeat(conf: Any) -> Optional[str]:
     """The heartbeat listener's addresses parse and its key files load."""
     group = conf.agent
     if not group.listen_addresses:
@@ -187,7 +191,7 @@ def agent_heartbeat(conf):
         "%s:%s" % a for a in addresses)
 
 
-def nova(conf):
+def nova(conf: Any) -> None:
     """clouds.yaml ([DEFAULT] clouds_file) names [DEFAULT] cloud."""
     problem = clouds_file_problem(conf)
     if problem is not None:
@@ -196,15 +200,16 @@ def nova(conf):
 
 
 #: (what, check): in the order ``run`` makes them
-CHECKS = [("journal", journal), ("inventory", inventory),
-          ("operator API", operator_api), ("notifications", notifications),
-          ("kdump", kdump), ("agent heartbeat", agent_heartbeat),
-          ("nova", nova)]
+CHECKS: List[Tuple[str, Check]] = [
+    ("journal", journal), ("inventory", inventory),
+    ("operator API", operator_api), ("notifications", notifications),
+    ("kdump", kdump), ("agent heartbeat", agent_heartbeat), ("nova", nova)]
 
 
-def run(conf, checks=None):
+def run(conf: Any, checks: Optional[Sequence[Tuple[str, Check]]] = None
+        ) -> List[Outcome]:
     """Every check of :data:`CHECKS`: [Outcome], in order."""
-    outcomes = []
+    outcomes: List[Outcome] = []
     for what, check in checks or CHECKS:
         try:
             result = check(conf)
@@ -216,10 +221,12 @@ def run(conf, checks=None):
             if what == "inventory":
                 outcomes.append(Outcome(what, [], value=result))
             else:
-                outcomes.append(Outcome(what, [], ok=result))
+                # (every check but the inventory's says what passed)
+                outcomes.append(Outcome(what, [], ok=cast(Optional[str],
+                                                          result)))
     return outcomes
 
 
-def refusals(outcomes):
+def refusals(outcomes: Sequence[Outcome]) -> List[str]:
     """Every error line of ``outcomes``."""
     return [line for o in outcomes for line in o.errors]

@@ -2,13 +2,18 @@
 cannot change while running is named, and a broken file changes
 nothing."""
 
+from typing import Any, Callable, Tuple
+
 import structlog
 
 from instanceha import conf as conf_pkg
 from instanceha.conf import reload as conf_reload
 from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.fencing import inventory as inventory_mod
-from instanceha.service.inventory import check_inventory, warn_shared
+from instanceha.engine.engine import Engine
+from instanceha.sdnotify import Notifier
+from instanceha.service.inventory import Inventory, check_inventory, \
+    warn_shared
 
 LOG = structlog.get_logger("instanceha.service")
 
@@ -18,7 +23,8 @@ class Reloader:
     starting from ``inventory`` (the one in use), and tells systemd
     through ``notifier`` (``ready()``: READY=1 was sent)."""
 
-    def __init__(self, conf, engine, inventory, notifier, ready):
+    def __init__(self, conf: Any, engine: Engine, inventory: Inventory,
+                 notifier: Notifier, ready: Callable[[], bool]) -> None:
         self.conf = conf
         self._engine = engine
         #: the BMC inventory in use
@@ -26,7 +32,7 @@ class Reloader:
         self._notifier = notifier
         self._ready = ready
 
-    def reload(self):
+    def reload(self) -> Tuple[conf_reload.Outcome, inventory_mod.Reloaded]:
         """SIGHUP: re-read the configuration files (mutable options) and
         the BMC inventory, telling systemd (RELOADING=1, then READY=1).
         Returns (config Outcome, inventory reload result)."""
@@ -43,7 +49,7 @@ class Reloader:
                 self._notifier.status("reloaded the configuration; starting")
         return config, inventory
 
-    def reload_config(self):
+    def reload_config(self) -> conf_reload.Outcome:
         """Apply the mutable options changed in the configuration files;
         a changed immutable option keeps its value and is named in a
         warning; a file that would not start the service changes
@@ -72,7 +78,7 @@ class Reloader:
                      reason="SIGHUP: no option changed")
         return r
 
-    def _reload_inventory(self):
+    def _reload_inventory(self) -> inventory_mod.Reloaded:
         """Read the BMC inventory again. A broken file (or one this
         service must refuse) keeps the inventory in use, and says why."""
         path = self.conf.fencing.inventory

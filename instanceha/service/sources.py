@@ -2,13 +2,25 @@
 port it hands its events to (its sink and the few engine reads it needs),
 started, stopped and asked alike (sources.base.Source)."""
 
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, \
+    Mapping, NamedTuple, Optional, Protocol, Set, Union, cast
 
-from instanceha.sources.audit import FencingAudit
+from instanceha.drivers.compute.base import ComputeDriver, Server
+from instanceha.drivers.fencing.inventory_entry import BMC
+from instanceha.heartbeat.guest import GuestEvent
+from instanceha.sources.audit import Fencer, FencingAudit
+from instanceha.sources.base import Sink
 from instanceha.sources.control_plane import ControlPlaneMonitor
-from instanceha.sources.heartbeat import HeartbeatSource
-from instanceha.sources.kdump import KdumpSource
-from instanceha.sources.reconciler import Reconciler
+from instanceha.sources.heartbeat import GuestSink, HeartbeatSource
+from instanceha.sources.kdump import KdumpSource, KnownHosts
+from instanceha.sources.reconciler import Reconciler, Watched
+from instanceha.sources.repair_sweep import SweepSink
+
+if TYPE_CHECKING:
+    # (oslo.messaging is loaded only when notifications are enabled)
+    from instanceha.sources.notifications import NotificationSource, \
+        ProgressPort, RepairSink
+    from instanceha.sources.repair_sweep import RepairSweep
 
 #: The sources' names, as the status shows their health.
 RECONCILER = "reconciler"
@@ -20,12 +32,39 @@ KDUMP = "kdump"
 HEARTBEAT = "agent_heartbeat"
 
 
-def _on(conf, group):
+class Part(Protocol):
+    """What the service does with each source: start it (with the sink it
+    was built with), stop it, ask how it is doing."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def health(self) -> Mapping[str, Any]: ...
+
+
+class RepairPort(Protocol):
+    """Instance repair (the engine's), as the sources hand it news."""
+
+    @property
+    def from_notification(self) -> "RepairSink": ...
+
+    @property
+    def from_sweep(self) -> SweepSink: ...
+
+    def from_agent(self, event: GuestEvent, at: float) -> object: ...
+
+    def set_watched(self, count: int) -> object: ...
+
+    def sweep_skips(self, server: Server) -> bool: ...
+
+
+def _on(conf: Any, group: str) -> bool:
     options = getattr(conf, group, None)
     return options is not None and options.enabled
 
 
-def enabled(conf):
+def enabled(conf: Any) -> List[str]:
     """The names of the sources ``conf`` turns on, in the order they are
     built and started."""
     on = {RECONCILER: True, CONTROL_PLANE: True,
@@ -41,27 +80,27 @@ def enabled(conf):
 class Ports(NamedTuple):
     """What the sources may do to the engine, each one call."""
     #: hand an event to the engine's inboxes
-    submit: Callable[..., None]
+    submit: Sink
     #: the same for the listeners a standby binds too (kdump, the agents'
     #: beats): dropped while this process does not act
-    submit_acting: Callable[..., None]
+    submit_acting: Sink
     #: does this process act now?
     acting: Callable[[], bool]
-    known_hosts: Callable[[], Any]
-    wants_every_report: Callable[[], Any]
+    known_hosts: KnownHosts
+    wants_every_report: Callable[[], Watched]
     #: hosts became schedulable: capacity may have appeared
-    capacity_appeared: Callable[[Any], Any]
-    #: the audit gives way while hosts are being proven dead
-    urgent: Callable[[], bool]
+    capacity_appeared: Callable[[List[str]], object]
+    #: the audit gives way while hosts are being proven dead (why, or None)
+    urgent: Callable[[], Optional[str]]
     #: the audit leaves alone a host the engine handles
     handled: Callable[[str], bool]
     #: instance repair (engine.repair): news of broken servers
-    repair: Any
+    repair: RepairPort
     #: the BMC of a host, and the fencing drivers (engine.ctx)
-    bmc_for: Callable[..., Any]
-    fencer: Callable[..., Any]
+    bmc_for: Callable[[str], Optional[BMC]]
+    fencer: Fencer
     #: the "wake these hosts" signal notifications give
-    board: Any
+    board: "ProgressPort"
 
 
 class Sources:
@@ -69,10 +108,14 @@ class Sources:
     on ``clock`` and handing what they observe to ``ports``. Each is an
     attribute (None when off), and iterating gives them all in order."""
 
-    def __init__(self, conf, compute, clock, ports):
+    def __init__(self, conf: Any, compute: ComputeDriver,
+                 clock: Callable[[], float], ports: Ports) -> None:
         names = enabled(conf)
-        self.audit = self.notifications = self.repair_sweep = None
-        self.kdump = self.heartbeat = None
+        self.audit: Optional[FencingAudit] = None
+        self.notifications: Optional["NotificationSource"] = None
+        self.repair_sweep: Optional["RepairSweep"] = None
+        self.kdump: Optional[KdumpSource] = None
+        self.heartbeat: Optional[HeartbeatSource] = None
         self.reconciler = Reconciler(
             conf, compute, ports.submit, clock,
             on_capacity=ports.capacity_appeared,
@@ -92,24 +135,25 @@ class Sources:
                                      ports.known_hosts)
         if HEARTBEAT in names:
             self.heartbeat = _heartbeat(conf, clock, ports)
-        self._by_name = {
+        self._by_name: Dict[str, Optional[Part]] = {
             RECONCILER: self.reconciler, CONTROL_PLANE: self.control_plane,
             AUDIT: self.audit, NOTIFICATIONS: self.notifications,
             REPAIR_SWEEP: self.repair_sweep, KDUMP: self.kdump,
             HEARTBEAT: self.heartbeat}
-        self._list = [self._by_name[name] for name in names]
+        # (an enabled source is built: never None)
+        self._list = [cast(Part, self._by_name[name]) for name in names]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Part]:
         return iter(list(self._list))
 
-    def __contains__(self, source):
+    def __contains__(self, source: object) -> bool:
         return source in self._list
 
-    def health(self, name):
-        """The health of source ``name``."""
-        return self._by_name[name].health()
+    def health(self, name: str) -> Mapping[str, Any]:
+        """The health of source ``name`` (an enabled one)."""
+        return cast(Part, self._by_name[name]).health()
 
-    def bound_at_start(self):
+    def bound_at_start(self) -> List[Union[KdumpSource, HeartbeatSource]]:
         """The sources started (their sockets bound) by the service's
         start itself, on every member: the kdump and agent heartbeat
         listeners."""
@@ -117,22 +161,22 @@ class Sources:
                 if src is not None]
 
     # -- what the engine reads of them ---------------------------------------
-    def world_seen(self):
+    def world_seen(self) -> bool:
         """The reconciler completed a pass since start."""
         return self.reconciler.passes > 0
 
-    def agent_cliff(self):
+    def agent_cliff(self) -> Optional[str]:
         return self.heartbeat.cliff() if self.heartbeat is not None else None
 
-    def powered_off(self):
+    def powered_off(self) -> Set[str]:
         """Hosts the audit's power watch saw go Off (none without it)."""
         return self.audit.powered_off() if self.audit is not None else set()
 
-    def unprotected(self):
+    def unprotected(self) -> Dict[str, str]:
         """{host: why it could not be fenced now} (the audit's)."""
         return self.audit.unprotected() if self.audit is not None else {}
 
-    def events_healthy(self):
+    def events_healthy(self) -> bool:
         """True while the notification stream reliably reports evacuation
         progress (connected and not quiet)."""
         if self.notifications is None:
@@ -141,7 +185,8 @@ class Sources:
         return bool(h.get("connected")) and not h.get("quiet")
 
 
-def _audit(conf, compute, clock, ports):
+def _audit(conf: Any, compute: ComputeDriver, clock: Callable[[], float],
+           ports: Ports) -> FencingAudit:
     """Could each host be fenced now? Checked before any recovery could be
     needed, then every [audit] interval."""
     return FencingAudit(conf, compute, ports.bmc_for, ports.fencer, clock,
@@ -149,18 +194,20 @@ def _audit(conf, compute, clock, ports):
                         handled=ports.handled)
 
 
-def _notifications(conf, clock, ports):
+def _notifications(conf: Any, clock: Callable[[], float],
+                   ports: Ports) -> "NotificationSource":
     # Imported here: oslo.messaging is loaded only when notifications are
     # enabled.
     from instanceha.sources.notifications import NotificationSource
-    repair_sink = None
+    repair_sink: Optional["RepairSink"] = None
     if conf.instance_repair.enabled:
         repair_sink = ports.repair.from_notification
     return NotificationSource(conf, ports.submit, clock, ports.board,
                               repair_sink=repair_sink)
 
 
-def _repair_sweep(conf, compute, clock, ports):
+def _repair_sweep(conf: Any, compute: ComputeDriver,
+                  clock: Callable[[], float], ports: Ports) -> "RepairSweep":
     """Instance repair's fallback: Nova's broken servers, read."""
     from instanceha.sources.repair_sweep import RepairSweep
     return RepairSweep(conf, compute, ports.repair.from_sweep, clock,
@@ -168,12 +215,13 @@ def _repair_sweep(conf, compute, clock, ports):
                        skip=ports.repair.sweep_skips)
 
 
-def _heartbeat(conf, clock, ports):
+def _heartbeat(conf: Any, clock: Callable[[], float],
+               ports: Ports) -> HeartbeatSource:
     """Bound at start like kdump's socket; a standby hears the beats and
     acts on none of them."""
-    guest_sink = None
+    guest_sink: Optional[GuestSink] = None
     if conf.instance_repair.enabled:
-        def guest_sink(event, at):
+        def guest_sink(event: GuestEvent, at: float) -> None:
             # The agents' guest events: news for instance repair (a
             # standby hears them and acts on none).
             if ports.acting():

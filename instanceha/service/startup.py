@@ -4,6 +4,7 @@ cure, and the stand-ins the service is built with until they answer."""
 
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, cast
 
 from instanceha.errors import ConfigError, StartupError
 from instanceha.log import mask_url
@@ -22,19 +23,19 @@ class StartInterrupted(Exception):
 EXTEND_SLACK = 60.0
 
 
-def journal_is_local(url):
+def journal_is_local(url: str) -> bool:
     """A SQLite journal: a file on this node."""
     return url.strip().lower().startswith("sqlite")
 
 
-def cannot_bind(what, bind, e):
+def cannot_bind(what: str, bind: Sequence[Any], e: OSError) -> StartupError:
     """The StartupError of a start step (``what``) whose (host, port)
     ``bind`` cannot be bound (``e``, an OSError)."""
     where = ("[%s]:%s" if ":" in str(bind[0]) else "%s:%s") % tuple(bind)
     return StartupError("%s: cannot bind %s: %s" % (what, where, e))
 
 
-def check_shared_journal(conf):
+def check_shared_journal(conf: Any) -> None:
     """Refuse replicas that would each keep their own history."""
     if conf.coordination.backend_url \
             and journal_is_local(conf.journal.connection):
@@ -55,7 +56,7 @@ _PG_REFUSED = ("password authentication failed", "no pg_hba.conf entry",
                "does not exist", "authentication failed")
 
 
-def journal_unreachable(e):
+def journal_unreachable(e: BaseException) -> bool:
     """True when opening the journal failed because its database does not
     answer (yet): refused, timed out, starting up, too many connections.
     False for what waiting cannot cure: a bad URL or driver, a wrong
@@ -84,13 +85,13 @@ _NOVA_NO_ANSWER = frozenset({
     "BadGateway", "InternalServerError", "HttpServerError"})
 
 
-def nova_unreachable(e):
+def nova_unreachable(e: BaseException) -> bool:
     """True when connecting to Nova at start failed because Keystone or
     Nova did not answer (yet): refused, timed out, a 5xx, no version
     document. False for what waiting cannot cure: an unknown cloud in
     clouds.yaml, rejected credentials (401/403), a Nova too old."""
-    chain = []
-    x = e
+    chain: List[BaseException] = []
+    x: Optional[BaseException] = e
     while x is not None and len(chain) < 8 and x not in chain:
         chain.append(x)
         x = x.__cause__ or x.__context__
@@ -110,7 +111,7 @@ def nova_unreachable(e):
     return False
 
 
-def error_text(e):
+def error_text(e: BaseException) -> str:
     """One line for an error, a URL's password masked; SQLAlchemy's
     wrapper (its SQL and link) left out."""
     orig = getattr(e, "orig", None)
@@ -122,7 +123,7 @@ def error_text(e):
     return mask_url("%s: %s" % (type(e).__name__, text))
 
 
-def iso(t):
+def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
@@ -131,18 +132,20 @@ class Awaited:
     when the service was built): forwards to it once :meth:`bind` gave
     it; before that, any use raises."""
 
-    def __init__(self, what):
+    def __init__(self, what: str) -> None:
         self._what = what
-        self._target = None
+        # What it stands for (a compute driver, the journal), reached
+        # through __getattr__ by name: any object.
+        self._target: Any = None
 
-    def bind(self, target):
+    def bind(self, target: Any) -> None:
         self._target = target
 
     @property
-    def bound(self):
+    def bound(self) -> bool:
         return self._target is not None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         target = self.__dict__.get("_target")
         if target is None:
             raise RuntimeError("%s not reached yet"
@@ -155,12 +158,12 @@ class AwaitedNova(Awaited):
     record when they are built: the stand-in has them from the start and
     hands them to the driver it is bound to, so all share one of each."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("Nova")
         self.nova_clock = NovaClock()
         self.api_record = CallRecord()
 
-    def bind(self, target):
+    def bind(self, target: Any) -> None:
         # ComputeDriver keeps them per object, made on first use.
         target.__dict__["_nova_clock"] = self.nova_clock
         target.__dict__["_call_record"] = self.api_record
@@ -175,13 +178,16 @@ class Awaiting:
     """What the start waits for, since when and why: shown by the status
     file, GET /status, /healthz and systemd's STATUS=."""
 
-    def __init__(self, clock):
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self._mu = threading.Lock()
-        self._what = self._error = self._since = self._retry_in = None
+        self._what: Optional[str] = None
+        self._error: Optional[str] = None
+        self._since: Optional[float] = None
+        self._retry_in: Optional[float] = None
         self._attempts = 0
 
-    def failed(self, what, error, retry_in):
+    def failed(self, what: str, error: str, retry_in: float) -> bool:
         with self._mu:
             changed = what != self._what or error != self._error
             if what != self._what:
@@ -191,24 +197,25 @@ class Awaiting:
             self._error, self._retry_in = error, retry_in
         return changed
 
-    def reached(self, what):
+    def reached(self, what: str) -> Optional[float]:
         """The awaited backend answered: seconds waited (None when it was
         not awaited)."""
         with self._mu:
             if self._what != what:
                 return None
-            waited = self.clock() - self._since
+            # (_since is set with _what)
+            waited = self.clock() - cast(float, self._since)
             self._what = self._error = self._since = None
             return waited
 
-    def text(self):
+    def text(self) -> Optional[str]:
         with self._mu:
             if self._what is None:
                 return None
             return "starting: waiting for %s (%s) since %s" % (
-                self._what, self._error, iso(self._since))
+                self._what, self._error, iso(cast(float, self._since)))
 
-    def view(self):
+    def view(self) -> Optional[Dict[str, Any]]:
         text = self.text()
         with self._mu:
             if self._what is None:

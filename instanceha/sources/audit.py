@@ -39,15 +39,20 @@ import dataclasses
 import random
 import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, \
+    Optional, Sequence, Set, Tuple, Union, cast
 
 import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
+from instanceha.drivers.compute.base import ComputeDriver, ComputeService
+from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.events import Event, EventKind as E
 from instanceha.events import PowerReading
 from instanceha.log import mask_known
+from instanceha.sources.base import Sink
 from instanceha.util import periodic
 from instanceha.util.pool import bounded_map, window_for
 
@@ -60,8 +65,15 @@ PAUSE_POLL = 1.0
 #: What a read does, once recoveries have been given way to.
 READ, SKIP, STOP = "read", "skip", "stop"
 
+#: fencer(driver name): the fencing driver of that name
+Fencer = Callable[[str], fencing_base.FencingDriver]
+#: a method's power state, or why it could not be read
+Reading = Union[fencing_base.PowerState, str]
+#: what a BMC says about its machine (FencingDriver.system_identity)
+Identity = Mapping[str, Any]
 
-def read_power(fencer, method):
+
+def read_power(fencer: Fencer, method: BMC) -> Reading:
     """One method's power state (a read, never an action), or why it
     could not be read; a driver's error never carries the password."""
     try:
@@ -73,7 +85,8 @@ def read_power(fencer, method):
     return mask_known(text, [method.password])
 
 
-def read_machine(fencer, method):
+def read_machine(fencer: Fencer,
+                 method: BMC) -> Tuple[Reading, Optional[Identity]]:
     """(power state or why it could not be read, identity or None): one
     method's read_power and read_identity in one look at its BMC (the
     driver's read_machine); the identity only of a BMC whose power state
@@ -93,7 +106,7 @@ def read_machine(fencer, method):
     return state, found
 
 
-def read_identity(fencer, method):
+def read_identity(fencer: Fencer, method: BMC) -> Optional[Identity]:
     """What one method's BMC says about its machine (drivers'
     system_identity), or None (not supported, or an error: logged)."""
     try:
@@ -105,7 +118,8 @@ def read_identity(fencer, method):
         return None
 
 
-def readings(bmc, fencer):
+def readings(bmc: Optional[BMC],
+             fencer: Fencer) -> List[Tuple[str, Reading]]:
     """[(label, PowerState or why not)] for each fencing method of a
     host's entry (the noop driver reads nothing)."""
     if bmc is None:
@@ -114,19 +128,21 @@ def readings(bmc, fencer):
             if m.driver != "noop"]
 
 
-def label(method):
+def label(method: BMC) -> str:
     return "%s %s" % (method.driver, method.address) if method.address \
         else method.driver
 
 
-def reports_up(service):
+def reports_up(service: Optional[ComputeService]) -> bool:
     """Nova reports the compute up and not forced down (None: not
     listed)."""
     return service is not None and service.state == "up" \
         and not service.forced_down
 
 
-def judge(service, bmc, readings):
+def judge(service: Optional[ComputeService], bmc: Optional[BMC],
+          readings: Sequence[Tuple[str, Reading]]
+          ) -> Tuple[Optional[str], List[str]]:
     """``(reason, degraded)``: reason is None when the host can be fenced.
 
     ``service``: the host's ComputeService; ``bmc``: its inventory entry or
@@ -135,7 +151,7 @@ def judge(service, bmc, readings):
     return verdict(reports_up(service), bmc, readings)
 
 
-def all_off(readings):
+def all_off(readings: Iterable[Tuple[Optional[str], Reading]]) -> bool:
     """Every method that answered reports Off (and one did)."""
     answered = [r for _, r in readings
                 if isinstance(r, fencing_base.PowerState)]
@@ -143,7 +159,9 @@ def all_off(readings):
                                   for r in answered)
 
 
-def verdict(nova_up, bmc, readings):
+def verdict(nova_up: bool, bmc: Optional[BMC],
+            readings: Sequence[Tuple[str, Reading]]
+            ) -> Tuple[Optional[str], List[str]]:
     """As :func:`judge`; ``nova_up``: Nova reported the compute up (and
     not forced down) and instanceha leaves it running untouched."""
     if bmc is None:
@@ -168,34 +186,46 @@ def verdict(nova_up, bmc, readings):
 class HostRead:
     """What the audit read of one host's BMC, before it is judged."""
 
-    bmc: object                     # the inventory entry, or None
-    methods: tuple                  # its methods read (not noop)
-    reads: tuple                    # PowerState or error text, per method
+    bmc: Optional[BMC]              # the inventory entry, or None
+    methods: Tuple[BMC, ...]        # its methods read (not noop)
+    reads: Tuple[Reading, ...]      # PowerState or error text, per method
     #: the engine named the host handled right after an Off read
     handled: bool = False
     #: (method key, what its BMC reported about its machine)
-    identities: tuple = ()
+    identities: Tuple[Tuple[str, Identity], ...] = ()
 
-    def labelled(self):
+    def labelled(self) -> List[Tuple[str, Reading]]:
         return [(label(m), r) for m, r in zip(self.methods, self.reads)]
 
-    def all_off(self):
+    def all_off(self) -> bool:
         return all_off(self.labelled())
 
-    def powers(self):
-        return [(inventory.method_key(m), r.value)
+    def powers(self) -> List[Tuple[str, str]]:
+        # (a read in ON, OFF is a PowerState: cast, no check)
+        return [(inventory.method_key(m),
+                 cast(fencing_base.PowerState, r).value)
                 for m, r in zip(self.methods, self.reads)
                 if r in (fencing_base.PowerState.ON,
                          fencing_base.PowerState.OFF)]
+
+
+#: (host, what was read, Nova reports it up, its row read after the reads)
+Evidence = Tuple[str, HostRead, bool, Optional[ComputeService]]
 
 
 class FencingAudit:
     """Runs the audit in its own thread; ``unprotected()`` and
     ``health()`` answer from the last audit without I/O."""
 
-    def __init__(self, conf, compute, bmc_for, fencer, clock=time.time,
-                 rng=None, sink=None, host_ids=None, give_way=None,
-                 wait=None, handled=None):
+    def __init__(self, conf: Any, compute: ComputeDriver,
+                 bmc_for: Callable[[str], Optional[BMC]], fencer: Fencer,
+                 clock: Callable[[], float] = time.time,
+                 rng: Optional[random.Random] = None,
+                 sink: Optional[Sink] = None,
+                 host_ids: Optional[Mapping[str, str]] = None,
+                 give_way: Optional[Callable[[], Optional[str]]] = None,
+                 wait: Optional[Callable[[float], bool]] = None,
+                 handled: Optional[Callable[[str], bool]] = None) -> None:
         """``sink``: where the power watch sends POWER_OFF / POWER_ON
         events (the engine's submit); ``host_ids``: {host name: service
         id}, refreshed by each audit when not given; ``give_way()``: why
@@ -213,32 +243,35 @@ class FencingAudit:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._stop = threading.Event()      # ends both loops
-        self._loops = []
-        self._unprotected = {}
-        self._degraded = {}
+        self._loops: List[periodic.Periodic] = []
+        self._unprotected: Dict[str, str] = {}
+        self._degraded: Dict[str, List[str]] = {}
         self.audits = 0
-        self.last_at = None
-        self.last_seconds = None
-        self.last_error = None
+        self.last_at: Optional[float] = None
+        self.last_seconds: Optional[float] = None
+        self.last_error: Optional[str] = None
         self.checked = 0
         #: hosts the last audit skipped (handled, after the bound)
         self.skipped = 0
         self._sink = sink
-        self._give_way = give_way or (lambda: None)
-        self._handled = handled or (lambda host: False)
-        self._wait = wait or self._stop.wait
+        self._give_way: Callable[[], Optional[str]] = \
+            give_way or (lambda: None)
+        self._handled: Callable[[str], bool] = \
+            handled or (lambda host: False)
+        self._wait: Callable[[float], bool] = wait or self._stop.wait
         #: when the reads began to wait for recoveries (None: they do not)
-        self._paused_since = None
+        self._paused_since: Optional[float] = None
         self._bounded = False       # ... and that wait reached max_pause
         self._next_slot = float("-inf")     # the next read's earliest time
         #: reads that waited for a recovery (status)
         self.gave_way = 0
         self._ids = dict(host_ids or {})
-        self._power = {}            # host -> last PowerState the watch read
-        self._lost_power = set()    # read On, then Off
+        # host -> last PowerState the watch read
+        self._power: Dict[str, fencing_base.PowerState] = {}
+        self._lost_power: Set[str] = set()    # read On, then Off
 
     # -- giving way to recoveries ----------------------------------------------
-    def _gate(self, host):
+    def _gate(self, host: str) -> str:
         """READ, SKIP or STOP for a read of ``host``'s BMC now. While
         hosts are being proven dead or evacuated, reading thousands of BMCs
         competes with them for the process and the network: the reads wait
@@ -257,14 +290,15 @@ class FencingAudit:
             if self._wait(min(PAUSE_POLL, left)):
                 return STOP
 
-    def _pause_left(self, why):
+    def _pause_left(self, why: str) -> float:
         """Seconds the reads may still wait for the recoveries ``why``
         names (the pause starts now if it had not)."""
         limit = self._conf.max_pause
         with self._lock:
             now = self._clock()
-            first = self._paused_since is None
-            if first or now < self._paused_since:
+            since = self._paused_since
+            first = since is None
+            if since is None or now < since:
                 # A clock stepped back counts the pause from now: it then
                 # lasts at most twice max_pause, never for ever.
                 self._paused_since = now
@@ -288,14 +322,14 @@ class FencingAudit:
                                "recovery")
         return left
 
-    def _resume(self):
+    def _resume(self) -> None:
         with self._lock:
             paused, self._paused_since = self._paused_since, None
             self._bounded = False
         if paused is not None:
             LOG.info("audit_resumed", reason="no host in recovery")
 
-    def _paced(self):
+    def _paced(self) -> bool:
         """Wait for this read's slot: at most ``hosts_per_second`` hosts
         audited per second. Returns False when the audit is stopping."""
         rate = self._conf.hosts_per_second
@@ -308,7 +342,7 @@ class FencingAudit:
         return slot <= now or not self._wait(slot - now)
 
     # -- one audit ------------------------------------------------------------
-    def _check(self, service):
+    def _check(self, service: ComputeService) -> Union[HostRead, str]:
         """A HostRead, or SKIP (handled, after the bound) or STOP."""
         if not self._paced():
             return STOP
@@ -326,9 +360,11 @@ class FencingAudit:
         found = [(inventory.method_key(m), ident)
                  for m, (_, ident) in zip(methods, looks)]
         return HostRead(bmc, methods, reads, handled,
-                        tuple(f for f in found if f[1]))
+                        tuple((key, ident) for key, ident in found if ident))
 
-    def _nova_after(self, services, reads):
+    def _nova_after(self, services: List[ComputeService],
+                    reads: Mapping[str, Union[HostRead, str]]
+                    ) -> Optional[Dict[str, ComputeService]]:
         """Nova's services listed again *after* the BMC reads, when a host
         read Off whose row listed before the reads says up: {host:
         ComputeService}; {} when none needs it; None when Nova cannot be
@@ -346,7 +382,7 @@ class FencingAudit:
                                "up is not judged this audit")
             return None
 
-    def run_once(self):
+    def run_once(self) -> Dict[str, str]:
         """Audit every compute host; returns {host: reason} unprotected."""
         started = time.monotonic()
         try:
@@ -369,7 +405,9 @@ class FencingAudit:
         after = self._nova_after(services, reads)
         with self._lock:
             before, was_degraded = self._unprotected, self._degraded
-        unprotected, degraded, evidence = {}, {}, []
+        unprotected: Dict[str, str] = {}
+        degraded: Dict[str, List[str]] = {}
+        evidence: List[Evidence] = []
         listed_up = {s.host for s in services if reports_up(s)}
         for host, read in reads.items():
             judged = isinstance(read, HostRead)
@@ -410,7 +448,8 @@ class FencingAudit:
             self.last_error = None
         return dict(unprotected)
 
-    def _send_evidence(self, services, evidence):
+    def _send_evidence(self, services: List[ComputeService],
+                       evidence: List[Evidence]) -> None:
         """Hand every power read to the engine (engine.evidence): a BMC
         seen On for the host, or Off while Nova reports the host up. For
         the latter, ``row`` is the host's service as Nova listed it again
@@ -435,11 +474,13 @@ class FencingAudit:
                 payload=PowerReading(
                     readings=tuple(powers), by="audit",
                     nova_up=bool(nova_up),
+                    # (nova_up: Nova listed the row, up)
                     after=(row.updated_at, row.status, row.disabled_reason)
-                    if nova_up else None,
+                    if nova_up and row is not None else None,
                     identities=read.identities)))
 
-    def _log_changes(self, unprotected, degraded):
+    def _log_changes(self, unprotected: Dict[str, str],
+                     degraded: Dict[str, List[str]]) -> None:
         with self._lock:
             before, was_degraded = self._unprotected, self._degraded
         for host, reason in sorted(unprotected.items()):
@@ -455,12 +496,13 @@ class FencingAudit:
                                    "answers: " + "; ".join(failures))
 
     # -- the power watch ---------------------------------------------------------
-    def _first_reading(self, host):
+    def _first_reading(self, host: str) -> Tuple[
+            Optional[BMC], Optional[fencing_base.PowerState]]:
         if self._gate(host) != READ:
             return None, None
         return chain.first_reading(self._bmc_for(host), self._fencer)
 
-    def watch_once(self):
+    def watch_once(self) -> Dict[str, Optional[fencing_base.PowerState]]:
         """Read every known host's power state; send an event for each
         change. Returns {host: PowerState} read."""
         with self._lock:
@@ -502,7 +544,7 @@ class FencingAudit:
                                      by="power watch")))
         return states
 
-    def powered_off(self):
+    def powered_off(self) -> Set[str]:
         """Hosts whose BMC the watch last read Off after reading On (a
         host Off since the first read may be an entry pointing at another
         machine: the audit reports it; it gets no shorter delta)."""
@@ -510,15 +552,15 @@ class FencingAudit:
             return set(self._lost_power)
 
     # -- answers ---------------------------------------------------------------
-    def unprotected(self):
+    def unprotected(self) -> Dict[str, str]:
         with self._lock:
             return dict(self._unprotected)
 
-    def degraded(self):
+    def degraded(self) -> Dict[str, List[str]]:
         with self._lock:
             return {h: list(d) for h, d in self._degraded.items()}
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         with self._lock:
             return {"audits": self.audits, "checked": self.checked,
                     "paused_for_recovery": self._paused_since is not None
@@ -533,11 +575,11 @@ class FencingAudit:
                     "last_error": self.last_error}
 
     # -- thread ----------------------------------------------------------------
-    def next_wait(self):
+    def next_wait(self) -> float:
         j = self._conf.jitter
         return self._conf.interval * (1 + self._rng.uniform(-j, j))
 
-    def start(self, sink=None):
+    def start(self, sink: Optional[Sink] = None) -> None:
         """The audit at once, then every next_wait(); the power watch
         (when on) every power_watch_interval, its first read one interval
         after the start. An exception is logged and the loop goes on.
@@ -557,7 +599,7 @@ class FencingAudit:
         for loop in self._loops:
             loop.start()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         for loop in self._loops:
             loop.join(5)

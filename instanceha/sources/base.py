@@ -14,8 +14,9 @@ them alike. A source is built with the sink it will use (a test builds one
 with a list's ``append``); a sink given to ``start`` replaces it.
 """
 
-from typing import Any, Callable, Mapping, Optional, Protocol, \
-    runtime_checkable
+import threading
+from typing import Any, Callable, Generic, Mapping, Optional, Protocol, \
+    TypeVar, runtime_checkable
 
 from instanceha.events import Event
 from instanceha.util import periodic
@@ -24,6 +25,8 @@ from instanceha.util import periodic
 #: block for long and must not raise (a source logs and drops what its sink
 #: refuses).
 Sink = Callable[[Event], None]
+#: the sink a PeriodicSource hands its findings to
+S = TypeVar("S")
 
 
 @runtime_checkable
@@ -44,21 +47,22 @@ class Source(Protocol):
         memory: no I/O."""
 
 
-class PeriodicSource:
+class PeriodicSource(Generic[S]):
     """A source whose work is one :class:`~instanceha.util.periodic.Periodic`
-    loop, built by the subclass as ``self._periodic``: started with the
-    sink to use, stopped within 5 s."""
+    loop, built by the subclass as ``self._periodic``, with its sink
+    (``S``: an event :data:`Sink`, or a narrower port) as ``self._sink``:
+    started with the sink to use, stopped within 5 s."""
 
     _periodic: periodic.Periodic
-    _sink: Optional[Sink] = None
+    _sink: S
 
     @property
-    def thread(self):
+    def thread(self) -> Optional[threading.Thread]:
         """The loop's thread (None before start), for the watchdog's
         liveness check."""
         return self._periodic.thread
 
-    def start(self, sink: Optional[Sink] = None) -> None:
+    def start(self, sink: Optional[S] = None) -> None:
         if sink is not None:
             self._sink = sink
         self._periodic.start()

@@ -37,6 +37,8 @@ line is logged each time the set of problems changes.
 import datetime
 import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, \
+    Set, Tuple
 
 import structlog
 
@@ -44,6 +46,7 @@ from instanceha.drivers.compute import base as cb
 from instanceha.events import EventKind as E
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.fsm.nova_row import classify
+from instanceha.sources.base import Sink
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.control_plane")
@@ -51,18 +54,26 @@ LOG = structlog.get_logger("instanceha.control_plane")
 #: Rows named in a reason, at most (the count says the rest).
 SHOWN = 3
 
+#: binary -> (up, total, [why each down one is])
+Verdict = Dict[str, Tuple[int, int, List[str]]]
+#: (key, reason) of something not ready
+Problem = Tuple[str, str]
 
-def judge_services(services, binaries, now, delta):
+
+def judge_services(services: Iterable[cb.ComputeService],
+                   binaries: Iterable[str], now: float,
+                   delta: float) -> Verdict:
     """{binary: (up, total, [why each down one is])} for each of
     ``binaries`` Nova lists at least one row of; ``now`` is on Nova's clock
     (like the reconciler's)."""
-    verdict = {}
+    verdict: Verdict = {}
     for binary in binaries:
         rows = sorted((s for s in services if s.binary == binary),
                       key=lambda s: s.host)
         if not rows:
             continue
-        up, down = 0, []
+        up = 0
+        down: List[str] = []
         for svc in rows:
             kind, why = classify(svc, now, delta)
             if kind is E.HEARTBEAT_OK:
@@ -75,8 +86,11 @@ def judge_services(services, binaries, now, delta):
 
 class ControlPlaneMonitor:
 
-    def __init__(self, conf, compute, clock=time.time, monotonic=None,
-                 reconciler_health=None):
+    def __init__(self, conf: Any, compute: cb.ComputeDriver,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Optional[Callable[[], float]] = None,
+                 reconciler_health: Optional[
+                     Callable[[], Mapping[str, Any]]] = None) -> None:
         """``reconciler_health``: the reconciler's ``health`` (passes,
         errors, last_error), or None."""
         self._conf = conf
@@ -99,29 +113,31 @@ class ControlPlaneMonitor:
             lambda: self._opts.poll_interval,
             error_event="control_plane_check_error", log=LOG)
         self.checks = 0
-        self.last_check_at = None       # local clock
-        self._checked_mono = None       # monotonic, when the last check ended
+        self.last_check_at: Optional[float] = None       # local clock
+        # monotonic, when the last check ended
+        self._checked_mono: Optional[float] = None
         # Nova services: the verdict of the last answer (None: none yet)
         # and the calls failed since.
-        self._services = None
-        self._services_skip = None      # why they are not judged at all
+        self._services: Optional[Verdict] = None
+        # why they are not judged at all
+        self._services_skip: Optional[str] = None
         self._api_failures = 0
-        self._api_error = None
+        self._api_error: Optional[str] = None
         # Placement: answered once at least; failures in a row since.
         self._placement_answered = False
         self._placement_failures = 0
-        self._placement_error = None
-        self._placement_skip = None     # why it is not checked
+        self._placement_error: Optional[str] = None
+        self._placement_skip: Optional[str] = None   # why it is not checked
         # Reconciler: (passes, errors) at its last success seen.
         self._rec_base = (0, 0)
         self._rec_failures = 0
-        self._rec_error = None
+        self._rec_error: Optional[str] = None
         # What was last logged: no line for the initial "not checked yet".
-        self._reported = (False, ("unchecked",))
-        self._warned = set()
+        self._reported: Tuple[bool, Tuple[str, ...]] = (False, ("unchecked",))
+        self._warned: Set[str] = set()
 
     # -- checking ------------------------------------------------------------
-    def check_once(self):
+    def check_once(self) -> Tuple[bool, str]:
         """One check (the I/O); returns status()."""
         now = self._clock()
         self._check_services(now)
@@ -133,7 +149,7 @@ class ControlPlaneMonitor:
             self._checked_mono = self._monotonic()
         return self.status()
 
-    def _check_services(self, now):
+    def _check_services(self, now: float) -> None:
         if not self._opts.services:
             with self._lock:
                 self._services, self._services_skip = {}, "none configured"
@@ -178,8 +194,8 @@ class ControlPlaneMonitor:
             self._services, self._services_skip = verdict, None
             self._api_failures, self._api_error = 0, None
 
-    def _check_placement(self):
-        skip = None
+    def _check_placement(self) -> None:
+        skip: Optional[str] = None
         if not self._opts.check_placement:
             skip = "disabled ([control_plane] check_placement = false)"
         else:
@@ -205,7 +221,7 @@ class ControlPlaneMonitor:
                 self._placement_answered = True
             self._placement_failures, self._placement_error = 0, None
 
-    def _check_reconciler(self):
+    def _check_reconciler(self) -> None:
         if self._reconciler_health is None:
             return
         h = self._reconciler_health()
@@ -223,13 +239,13 @@ class ControlPlaneMonitor:
             self._rec_failures = errors - self._rec_base[1]
             self._rec_error = error
 
-    def _warn_once(self, key, reason):
+    def _warn_once(self, key: str, reason: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             LOG.warning("control_plane_not_checked", reason=reason)
 
     # -- verdict -------------------------------------------------------------
-    def stale_after(self):
+    def stale_after(self) -> float:
         """Seconds without a finished check after which the last verdict
         is no longer trusted: a check plus its retries, with every call
         (one per service, one to Placement) taking its full timeout."""
@@ -237,13 +253,13 @@ class ControlPlaneMonitor:
         return (self._opts.poll_interval * (self._opts.failures + 1)
                 + calls * self._conf.api_timeout)
 
-    def view_max_age(self):
+    def view_max_age(self) -> float:
         """Seconds after which the last successful os-services read is
         not a fresh view of Nova any more."""
         return (self._opts.view_max_age
                 or 1.5 * self._conf.detection.poll_interval)
 
-    def _view_problem(self, mono):
+    def _view_problem(self, mono: float) -> Optional[Problem]:
         """(key, reason) when no fresh, whole view of Nova backs a
         power-off now, else None."""
         # The reason names *when* (UTC, whole seconds), never how long
@@ -264,18 +280,18 @@ class ControlPlaneMonitor:
                     % (self._utc(mono, answered_at), self.view_max_age()))
         return None
 
-    def _utc(self, mono, then):
+    def _utc(self, mono: float, then: float) -> str:
         """The monotonic instant ``then`` on this node's wall clock."""
         at = self._clock() - max(0.0, mono - then)
         return datetime.datetime.fromtimestamp(
             int(at), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def _problems(self, mono):
+    def _problems(self, mono: float) -> List[Problem]:
         """[(key, reason)] of everything not ready now."""
         if self._checked_mono is None:
             return [("unchecked", "not checked yet")]
         limit = self._opts.failures
-        problems = []
+        problems: List[Problem] = []
         age = mono - self._checked_mono
         if age > self.stale_after():
             problems.append(("stale", "no check finished for %.0fs: the "
@@ -309,7 +325,7 @@ class ControlPlaneMonitor:
                                  % (self._placement_error or "no answer")))
         return problems
 
-    def status(self):
+    def status(self) -> Tuple[bool, str]:
         """(ok, reason) for the engine's gate: no I/O."""
         if not self._opts.enabled:
             return True, ""
@@ -330,12 +346,12 @@ class ControlPlaneMonitor:
                                 reason="no fencing: " + reason)
         return ok, reason
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         if not self._opts.enabled:
             return {"enabled": False}
         ok, reason = self.status()
         with self._lock:
-            h = {"ok": ok, "reason": reason, "checks": self.checks,
+            h: Dict[str, Any] = {"ok": ok, "reason": reason, "checks": self.checks,
                  "last_check_at": self.last_check_at,
                  "api_failures": self._api_failures,
                  "last_error": self._api_error}
@@ -362,16 +378,16 @@ class ControlPlaneMonitor:
 
     # -- thread ---------------------------------------------------------------
     # An exception from check_once is a bug: logged, and checking goes on.
-    def start(self, sink=None):
+    def start(self, sink: Optional[Sink] = None) -> None:
         """``sink`` is accepted (sources.base.Source) and unused: this
         watch sends no events; the engine's gate asks its status()."""
         if not self._opts.enabled:
             return
         self._periodic.start()
 
-    def stop(self):
+    def stop(self) -> None:
         self._periodic.stop(5)
 
 
-def _text(error):
+def _text(error: BaseException) -> str:
     return str(error) or type(error).__name__

@@ -52,7 +52,8 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, \
+    Set, Tuple, Union, cast
 
 import structlog
 
@@ -64,9 +65,11 @@ from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
+from instanceha.events import AgentReport
 from instanceha.sources import heartbeat_table
 from instanceha.sources import udp
-from instanceha.sources.heartbeat_table import HostTable
+from instanceha.sources.base import Sink
+from instanceha.sources.heartbeat_table import Address, HostTable
 from instanceha.util import datagrams
 from instanceha.util import periodic
 from instanceha.util.writes import write
@@ -101,8 +104,22 @@ _BURST = 256
 #: Receive buffer asked for each socket (bytes).
 _RCVBUF = 4 * 1024 * 1024
 
+#: what a datagram that decoded says: a beat or a guest event
+Message = Union[protocol.Beat, guest.GuestEvent]
+#: (message, the id of the key that signed it, sender)
+Item = Tuple[Message, str, Address]
+#: (reason, sender, detail) of a datagram refused
+Drop = Tuple[str, Address, str]
+#: a challenge's target: (sender, socket the beat came on, engine time
+#: of the beat, key id)
+Target = Tuple[Address, Optional[socket.socket], float, str]
+#: (host, address, socket, key id) a challenge goes to
+ChallengeTo = Tuple[str, Address, Optional[socket.socket], str]
+#: guest_sink(GuestEvent, now): the agents' guest events
+GuestSink = Callable[[guest.GuestEvent, float], object]
 
-def bind_addresses(group):
+
+def bind_addresses(group: Any) -> List[Tuple[str, int]]:
     """[(address, port)] the listener binds (``[agent]``); raises
     ConfigError."""
     try:
@@ -111,14 +128,14 @@ def bind_addresses(group):
         raise ConfigError("[agent] listen_addresses: %s" % e)
 
 
-def cannot_bind(address, port, e):
+def cannot_bind(address: str, port: int, e: OSError) -> StartupError:
     """The StartupError of an address that cannot be bound (``e``)."""
     where = ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
     return StartupError("agent heartbeat listener: cannot bind %s ([agent] "
                         "listen_addresses): %s" % (where, e.strerror or e))
 
 
-def load_keyring(group):
+def load_keyring(group: Any) -> keys.HostKeyring:
     """The engine's keyring from the ``[agent]`` key files; raises
     ConfigError (KeyFileError) naming the option or the file."""
     if not group.key_file and not group.master_key_file:
@@ -135,9 +152,16 @@ class HeartbeatSource:
     [(service id, host name)]; ``keyring`` replaces the key files (tests,
     benchmarks)."""
 
-    def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
-                 *, keyring=None, guest_sink=None, sendto=None,
-                 random=None):
+    def __init__(self, conf: Any, sink: Sink,
+                 clock: Callable[[], float] = time.time,
+                 known_hosts: Callable[[], Iterable[Tuple[str, str]]]
+                 = lambda: [],
+                 *, keyring: Union[keys.HostKeyring, keys.Keyring, None]
+                 = None,
+                 guest_sink: Optional[GuestSink] = None,
+                 sendto: Optional[Callable[
+                     [Optional[socket.socket], bytes, Address], Any]] = None,
+                 random: Optional[Callable[[int], bytes]] = None) -> None:
         group = self._group = conf.agent
         self._bind_to = bind_addresses(group)
         if keyring is None:
@@ -165,40 +189,42 @@ class HeartbeatSource:
             group.challenge_window,
             max_age=group.challenge_interval * (group.challenge_window + 1),
             **({} if random is None else {"random": random}))
-        self._targets = {}
-        self._unproven = {}
+        self._targets: Dict[Tuple[str, str], Target] = {}
+        self._unproven: Dict[str, Tuple[float, str, Address]] = {}
         # (host, path) sent a challenge at once since the last round (an
         # unproven beat asks for one: a restarted agent or engine proves
         # at its next beat, not a round later).
-        self._prompted = set()
+        self._prompted: Set[Tuple[str, str]] = set()
         self._sendto = sendto
         self._unproven_beats = 0
         self._challenges_sent = self._challenge_errors = 0
-        self._challenge_failure_logged = None
-        self._challenge_loop = None
+        self._challenge_failure_logged: Optional[float] = None
+        self._challenge_loop: Optional[periodic.Periodic] = None
         self._lock = threading.Lock()
         self._emit = threading.Lock()
-        self._ids = {}                   # host name -> Nova service id
-        self._ids_at = None
-        self._unknown = {}               # name -> beats, reported once
+        self._ids: Dict[str, str] = {}   # host name -> Nova service id
+        self._ids_at: Optional[float] = None
+        self._unknown: Dict[str, int] = {}   # name -> beats, reported once
         self._refreshing = threading.Lock()
         # Hosts heard signing with the shared key while hosts have keys
         # of their own: each logged once.
-        self._shared_hosts = set()
+        self._shared_hosts: Set[str] = set()
         self._shared_beats = 0
         # Plain integers (not a dict): counted at every beat.
         self._received = self._accepted = self._errors = 0
         self._drops = dict.fromkeys(DROP_REASONS, 0)
-        self._drop_logged = {}           # reason -> when last logged
-        self._requests = collections.defaultdict(collections.deque)
-        self._socks = []
-        self._threads = []
-        self._wake = None
-        self._check_loop = None
-        self.bound = []                  # [(address, port)] once started
+        self._drop_logged: Dict[str, float] = {}   # reason -> last logged
+        self._requests: Dict[str, Deque[float]] = \
+            collections.defaultdict(collections.deque)
+        self._socks: List[socket.socket] = []
+        self._threads: List[threading.Thread] = []
+        self._wake: Optional[Tuple[socket.socket, socket.socket]] = None
+        self._check_loop: Optional[periodic.Periodic] = None
+        # [(address, port)] once started
+        self.bound: List[Tuple[str, int]] = []
 
     # -- lifecycle -----------------------------------------------------------
-    def start(self, sink=None):
+    def start(self, sink: Optional[Sink] = None) -> None:
         """Bind every configured address (a failure closes what was bound
         and raises StartupError naming the address), then start the
         receivers and the periodic check."""
@@ -222,10 +248,10 @@ class HeartbeatSource:
                 pass
             self._socks.append(sock)
             self.bound.append((address, sock.getsockname()[1]))
-        self._wake = socket.socketpair()
+        self._wake = wake = socket.socketpair()
         self.refresh(self._clock())
-        thread = threading.Thread(target=self._receive, daemon=True,
-                                  name="agent-beats")
+        thread = threading.Thread(target=self._receive, args=(wake[0],),
+                                  daemon=True, name="agent-beats")
         thread.start()
         self._threads.append(thread)
         self._check_loop = periodic.Periodic(
@@ -259,7 +285,7 @@ class HeartbeatSource:
                                "host; set it false once hosts_on_shared_key "
                                "is 0")
 
-    def stop(self):
+    def stop(self) -> None:
         if self._check_loop is None and not self._socks:
             return
         if self._check_loop is not None:
@@ -276,20 +302,20 @@ class HeartbeatSource:
         self._close()
         LOG.info("agent_listener_stopped", **self._snapshot())
 
-    def _close(self):
+    def _close(self) -> None:
         for sock in self._socks + list(self._wake or ()):
             sock.close()
         self._socks = []
         self._wake = None
 
     # -- Nova's hosts --------------------------------------------------------
-    def refresh(self, now):
+    def refresh(self, now: float) -> None:
         """Read Nova's hosts (``known_hosts()``) again; forget hosts it no
         longer knows."""
         with self._refreshing:
             self._refresh(now)
 
-    def _refresh(self, now):
+    def _refresh(self, now: float) -> None:
         try:
             ids = {name: host_id for host_id, name in self._known_hosts()}
         except Exception as e:   # noqa: BLE001 - keep the old list
@@ -321,18 +347,19 @@ class HeartbeatSource:
             LOG.info("agent_hosts_forgotten", hosts=sorted(gone)[:20],
                      count=len(gone), reason="Nova no longer knows them")
 
-    def _refresh_due(self, now):
+    def _refresh_due(self, now: float) -> bool:
         return (self._ids_at is None
                 or now - self._ids_at >= MIN_REFRESH_INTERVAL)
 
     # -- datagrams -----------------------------------------------------------
-    def _receive(self):
+    def _receive(self, wake: socket.socket) -> None:
         """The receiver thread: wait for any socket to be readable, read
         what waits on it (up to _BURST datagrams: one select per burst,
-        not per datagram) and handle it as one batch."""
+        not per datagram) and handle it as one batch. A byte on ``wake``
+        ends it."""
         size = protocol.MAX_SIZE + 1
         with selectors.DefaultSelector() as selector:
-            selector.register(self._wake[0], selectors.EVENT_READ, None)
+            selector.register(wake, selectors.EVENT_READ, None)
             for sock in self._socks:
                 selector.register(sock, selectors.EVENT_READ, sock)
             while True:
@@ -346,23 +373,28 @@ class HeartbeatSource:
                     except Exception as e:   # noqa: BLE001 - lives on
                         self._error("agent_datagram_failed", e)
 
-    def _receive_failed(self, stage, exc):
+    def _receive_failed(self, stage: str, exc: BaseException) -> None:
         self._error("agent_receive_failed", exc)
 
-    def _error(self, event, exc):
+    def _error(self, event: str, exc: BaseException) -> None:
         with self._lock:
             self._errors += 1
         LOG.error(event, reason=str(exc) or type(exc).__name__,
                   exc_info=exc)
 
-    def handle_datagram(self, data, sender, now=None, via=None):
+    def handle_datagram(self, data: bytes, sender: Address,
+                        now: Optional[float] = None,
+                        via: Optional[socket.socket] = None
+                        ) -> Optional[Event]:
         """One datagram from ``sender`` (address, port, ...), received at
         ``now`` (default: the clock) on socket ``via``. Returns the event
         it made, or None. Never raises for any ``data``."""
         events = self.handle_batch(((data, sender),), now, via)
         return events[0] if events else None
 
-    def handle_batch(self, batch, now=None, via=None):
+    def handle_batch(self, batch: Iterable[Tuple[bytes, Address]],
+                     now: Optional[float] = None,
+                     via: Optional[socket.socket] = None) -> List[Event]:
         """Datagrams [(data, sender)] received together at ``now``
         (default: the clock) on socket ``via`` (where challenges to their
         senders leave from): verified one by one, then recorded under
@@ -379,8 +411,8 @@ class HeartbeatSource:
         decode = guest.decode_signed
         keyring = self.keyring
         beat_type = protocol.Beat
-        beats = []
-        drops = []
+        beats: List[Item] = []
+        drops: List[Drop] = []
         for data, sender in batch:
             try:
                 message, kid = decode(data, keyring)
@@ -423,18 +455,25 @@ class HeartbeatSource:
             self._drop(reason, sender, detail, now)
         return events
 
-    def _guest(self, message, sender, now):
+    def _guest(self, message: guest.GuestEvent, sender: Address,
+               now: float) -> None:
         LOG.info("agent_guest_event", host=message.host,
                  server=message.server, lifecycle=message.event,
                  detail=message.detail, address=sender[0],
                  reason="the host's agent saw the guest break by itself: "
                         "handed to instance repair")
+        # Guest events come only with a sink (handle_batch drops them
+        # without one).
+        guest_sink = cast(GuestSink, self._guest_sink)
         try:
-            self._guest_sink(message, now)
+            guest_sink(message, now)
         except Exception as e:   # noqa: BLE001 - lives on
             self._error("agent_guest_event_failed", e)
 
-    def _record(self, beats, now, events, guests, drops, via=None):
+    def _record(self, beats: List[Item], now: float, events: List[Event],
+                guests: List[Tuple[guest.GuestEvent, Address]],
+                drops: List[Drop],
+                via: Optional[socket.socket] = None) -> List[Item]:
         """Under ``_lock``: each beat or guest event (message, kid,
         sender) of a host Nova knows through the replay guard (a guest
         event on a sequence of its own, guest.REPLAY_PATH); a beat's
@@ -442,21 +481,21 @@ class HeartbeatSource:
         the table (its event appended to ``events``), an unproven one is
         only noted; a guest event to ``guests``; a refusal to ``drops``.
         Returns those of hosts Nova does not know (as far as read)."""
-        unknown = []
-        failures = []
+        unknown: List[Item] = []
+        failures: List[Exception] = []
         accepted = unproven = 0
-        last_unproven = None
+        last_unproven: Optional[protocol.Beat] = None
         check = self._guard.check
         record = self._table.beat
         last_kid = self._table.kid
         shared_kids = self.keyring.shared_kids if self.keyring.per_host \
             else ()
-        first_shared = []
+        first_shared: List[Tuple[str, str, Address]] = []
         proves = self.challenges.proves
         targets = self._targets
         heard_unproven = self._unproven
         prompted = self._prompted
-        prompt = []
+        prompt: List[ChallengeTo] = []
         with self._lock:
             ids = self._ids
             for item in beats:
@@ -477,13 +516,17 @@ class HeartbeatSource:
                                       % (message.host, own)))
                         continue
                 try:
+                    # (is_guest tells the message's type: casts, no check)
                     why = check(message.host, guest.REPLAY_PATH if is_guest
-                                else message.path, message.boot_id,
-                                message.seq, message.sent_at, now)
+                                else cast(protocol.Beat, message).path,
+                                message.boot_id, message.seq,
+                                message.sent_at, now)
                     if why is not None:
                         drops.append((why, sender, "host %s %s" % (
-                            message.host, "guest event of " + message.server
-                            if is_guest else "path %s" % message.path)))
+                            message.host, "guest event of "
+                            + cast(guest.GuestEvent, message).server
+                            if is_guest else "path %s"
+                            % cast(protocol.Beat, message).path)))
                         continue
                     if kid in shared_kids:
                         self._shared_beats += 1
@@ -492,8 +535,10 @@ class HeartbeatSource:
                             first_shared.append((message.host, kid, sender))
                     if is_guest:
                         accepted += 1
-                        guests.append((message, sender))
+                        guests.append((cast(guest.GuestEvent, message),
+                                       sender))
                         continue
+                    message = cast(protocol.Beat, message)
                     where = (message.host, message.path)
                     targets[where] = (sender, via, now, kid)
                     if not proves(message.echoes, now):
@@ -548,7 +593,8 @@ class HeartbeatSource:
                                "HOST); logged once per host")
         return unknown
 
-    def _drop(self, reason, sender, detail, now):
+    def _drop(self, reason: str, sender: Address, detail: str,
+              now: float) -> None:
         with self._lock:
             self._received += 1
             self._drops[reason] += 1
@@ -562,7 +608,7 @@ class HeartbeatSource:
                     note="logged at most once a minute per reason")
         return None
 
-    def _unknown_host(self, name, sender):
+    def _unknown_host(self, name: str, sender: Address) -> None:
         """Counted always; reported once per name, and only once Nova's
         hosts are known (before the first poll every name is unknown)."""
         with self._lock:
@@ -583,7 +629,7 @@ class HeartbeatSource:
         return None
 
     # -- challenges -----------------------------------------------------------
-    def challenge(self, now=None):
+    def challenge(self, now: Optional[float] = None) -> int:
         """Draw a new nonce and send it, signed, to every path of every
         host heard within CHALLENGE_TARGET_TTL: to the address and port
         its last beat came from, through the socket that beat arrived on.
@@ -602,7 +648,8 @@ class HeartbeatSource:
             self._prompted.clear()
         return self._send_challenges(items, nonce, now)
 
-    def _send_challenges(self, items, nonce, now):
+    def _send_challenges(self, items: List[ChallengeTo],
+                         nonce: Optional[bytes], now: float) -> int:
         """Challenge ``nonce`` to each (host, address, socket, key id) of
         ``items``, signed with the key that host's agent signed that beat
         with (it holds it: its own key, or the shared one while that is
@@ -612,7 +659,7 @@ class HeartbeatSource:
             return 0
         issuer = self.challenges.issuer
         sent = failed = 0
-        failure = None
+        failure: Optional[str] = None
         signing_key = self.keyring.signing_key
         for host, address, via, kid in items:
             try:
@@ -640,7 +687,8 @@ class HeartbeatSource:
                         note="logged at most once a minute")
         return sent
 
-    def _send(self, via, data, address):
+    def _send(self, via: Optional[socket.socket], data: bytes,
+              address: Address) -> Any:
         if self._sendto is not None:
             return self._sendto(via, data, address)
         if via is None:
@@ -653,7 +701,7 @@ class HeartbeatSource:
         return via.sendto(data, address)
 
     # -- the periodic check --------------------------------------------------
-    def check(self, now=None):
+    def check(self, now: Optional[float] = None) -> List[Event]:
         """Report hosts whose paths fell silent (AGENT_SILENT when all did,
         AGENT_BEATING when some did); re-read Nova's hosts."""
         if now is None:
@@ -668,21 +716,23 @@ class HeartbeatSource:
         return events
 
     # -- questions (any thread) ----------------------------------------------
-    def heard(self, host_name, now=None):
+    def heard(self, host_name: str,
+              now: Optional[float] = None) -> Optional[AgentReport]:
         """The host's current view (AgentReport: heard paths, boot id,
         facts) while its agent beats; None when silent or never heard."""
         now = self._clock() if now is None else now
         with self._lock:
             return self._table.report(host_name, now)
 
-    def silent_since(self, host_name, now=None):
+    def silent_since(self, host_name: str,
+                     now: Optional[float] = None) -> Optional[float]:
         """The engine's time of the last beat of a host whose agent is now
         silent on every path; None while it beats or if it never did."""
         now = self._clock() if now is None else now
         with self._lock:
             return self._table.silent_since(host_name, now)
 
-    def cliff(self, now=None):
+    def cliff(self, now: Optional[float] = None) -> Optional[str]:
         """Why this engine looks cut off from the agents (a large share of
         them fell silent together: fencing on silence should be held), or
         None."""
@@ -693,7 +743,7 @@ class HeartbeatSource:
                                      group.cliff_window,
                                      group.cliff_min_hosts)
 
-    def view(self, now=None):
+    def view(self, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
         """{host name: {state, paths (age, address, heard), compute,
         libvirt, guests, key_id, previous_key, boot_id, ...}}."""
         now = self._clock() if now is None else now
@@ -713,7 +763,7 @@ class HeartbeatSource:
                 entry["unproven_path"] = path
             return out
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         now = self._clock()
         with self._lock:
             counts = self._table.counts(now, self.keyring.kind)
@@ -749,18 +799,19 @@ class HeartbeatSource:
                 "challenge_interval": self._group.challenge_interval,
                 "challenge_window": self._group.challenge_window}
 
-    def _count_fields(self):
+    def _count_fields(self) -> Dict[str, int]:
         return {"received": self._received, "accepted": self._accepted,
                 "errors": self._errors}
 
-    def _snapshot(self):
+    def _snapshot(self) -> Dict[str, int]:
         with self._lock:
             return dict(self._count_fields(),
                         dropped=sum(self._drops.values()))
 
     # -- requests to agents --------------------------------------------------
     @write
-    def send_request(self, host_name, reason, now=None):
+    def send_request(self, host_name: str, reason: str,
+                     now: Optional[float] = None) -> str:
         """Ask the host's agent to restart nova-compute: a signed
         :class:`~instanceha.heartbeat.protocol.Request` sent to the
         address of the host's last beat, port ``[agent] request_port``.
@@ -778,7 +829,8 @@ class HeartbeatSource:
                         kind=protocol.RESTART_COMPUTE, reason=why_not,
                         asked_because=reason)
             return "not sent: %s" % why_not
-        address, path = where
+        # _refusal refused a host with no address
+        address, path = cast(Tuple[str, str], where)
         request = protocol.Request(
             kind=protocol.RESTART_COMPUTE, host=host_name,
             seq=protocol.request_seq(now), sent_at=now,
@@ -805,7 +857,8 @@ class HeartbeatSource:
         return "sent %s to %s:%d (path %s)" % (
             request.kind, address, group.request_port, path)
 
-    def _refusal(self, host_name, where, now):
+    def _refusal(self, host_name: str, where: Optional[Tuple[str, str]],
+                 now: float) -> Optional[str]:
         group = self._group
         if not group.restart_compute:
             return "[agent] restart_compute is off"

@@ -21,20 +21,26 @@ Events are made on changes only, never for every beat:
 * AGENT_SILENT once, at the first check that finds every path silent.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from instanceha.events import AgentReport, AgentSilence, Event, EventKind
+from instanceha.heartbeat.protocol import Beat, Facts
 from instanceha.sources import udp
 
 SOURCE = "agent"
 BEATING = "beating"
 SILENT = "silent"
 
+#: a sender's address as recvfrom gives it: (ip, port, ...)
+Address = Tuple[Any, ...]
+#: classify(host name, key id) -> "current", "previous" or "shared"
+Classify = Callable[[str, Optional[str]], Optional[str]]
+
 
 class _Path:
     __slots__ = ("at", "address")
 
-    def __init__(self, at, address):
+    def __init__(self, at: float, address: Address) -> None:
         self.at = at              # engine's clock at the last beat
         self.address = address    # (ip, port, ...) as received
 
@@ -43,20 +49,23 @@ class _Host:
     __slots__ = ("name", "host_id", "boot_id", "kid", "facts", "paths",
                  "heard", "state", "last_at", "last_path")
 
-    def __init__(self, name, host_id):
+    def __init__(self, name: str, host_id: str, beat: Beat,
+                 kid: Optional[str], now: float) -> None:
+        # Made at a host's first beat, which HostTable.beat records in
+        # full: its boot id, key, facts and time, read as the last ones.
         self.name = name
         self.host_id = host_id
-        self.boot_id = None
-        self.kid = None
-        self.facts = None
+        self.boot_id = beat.boot_id
+        self.kid = kid
+        self.facts: Facts = beat.facts
         self.paths: Dict[str, _Path] = {}
         self.heard: Tuple[str, ...] = ()   # as last reported
-        self.state = None                 # None: nothing reported yet
-        self.last_at = None
-        self.last_path = None
+        self.state: Optional[str] = None  # None: nothing reported yet
+        self.last_at = now
+        self.last_path: Optional[str] = None
 
 
-def _ip(sender):
+def _ip(sender: Address) -> str:
     """The sender's IP address in canonical form (read when asked, not
     at every beat: parsing costs more than the rest of a beat's
     bookkeeping)."""
@@ -66,27 +75,28 @@ def _ip(sender):
         return sender[0]
 
 
-def _flag(value):
+def _flag(value: Optional[bool]) -> str:
     return {True: "running", False: "stopped", None: "unknown"}[value]
 
 
 class HostTable:
     """Every host heard from, by name; see the module's text."""
 
-    def __init__(self, silence_timeout):
+    def __init__(self, silence_timeout: float) -> None:
         if silence_timeout <= 0:
             raise ValueError("silence_timeout must be positive")
         self.timeout = float(silence_timeout)
         self._hosts: Dict[str, _Host] = {}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._hosts)
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return name in self._hosts
 
     # -- changes -------------------------------------------------------------
-    def beat(self, beat, kid, host_id, sender, now) -> Optional[Event]:
+    def beat(self, beat: Beat, kid: Optional[str], host_id: str,
+             sender: Address, now: float) -> Optional[Event]:
         """Record one accepted beat (``protocol.Beat``, signed with key
         ``kid``) of the host Nova knows as ``host_id``, received from
         ``sender`` (recvfrom's address: ip, port, ...) at ``now``.
@@ -94,7 +104,8 @@ class HostTable:
         None."""
         host = self._hosts.get(beat.host)
         if host is None:
-            host = self._hosts[beat.host] = _Host(beat.host, host_id)
+            host = self._hosts[beat.host] = _Host(beat.host, host_id, beat,
+                                                  kid, now)
         why = []
         if host.state != BEATING or host.host_id != host_id:
             if host.state == SILENT:
@@ -138,7 +149,7 @@ class HostTable:
         host.heard = self._heard(host, now)
         return self._beating(host, "; ".join(why), now)
 
-    def check(self, now) -> List[Event]:
+    def check(self, now: float) -> List[Event]:
         """The periodic check at ``now``: AGENT_SILENT for each host whose
         every path just fell silent, AGENT_BEATING for each host that
         lost a path but still beats on another."""
@@ -168,7 +179,7 @@ class HostTable:
                                      paths=before)))
         return events
 
-    def renamed(self, ids):
+    def renamed(self, ids: Dict[str, str]) -> List[str]:
         """Nova's hosts changed: ``ids`` maps every known name to its
         service id. A host Nova no longer knows is forgotten; one whose id
         changed is reported afresh on its next beat. Returns the names
@@ -182,7 +193,7 @@ class HostTable:
         return gone
 
     # -- questions -----------------------------------------------------------
-    def report(self, name, now) -> Optional[AgentReport]:
+    def report(self, name: str, now: float) -> Optional[AgentReport]:
         """The host's current view while it beats (a path heard at
         ``now``), else None (never heard, or silent)."""
         host = self._hosts.get(name)
@@ -191,7 +202,7 @@ class HostTable:
         heard = self._heard(host, now)
         return self._report(host, heard) if heard else None
 
-    def silent_since(self, name, now) -> Optional[float]:
+    def silent_since(self, name: str, now: float) -> Optional[float]:
         """When the last beat of a host now silent on every path arrived;
         None while it beats or when it never did."""
         host = self._hosts.get(name)
@@ -199,19 +210,20 @@ class HostTable:
             return None
         return host.last_at
 
-    def kid(self, name) -> Optional[str]:
+    def kid(self, name: str) -> Optional[str]:
         """The key id the host's last beat was signed with, or None."""
         host = self._hosts.get(name)
         return None if host is None else host.kid
 
-    def address(self, name) -> Optional[Tuple[str, str]]:
+    def address(self, name: str) -> Optional[Tuple[str, str]]:
         """(ip, path) the host's most recent beat came from, or None."""
         host = self._hosts.get(name)
         if host is None or host.last_path is None:
             return None
         return _ip(host.paths[host.last_path].address), host.last_path
 
-    def cliff(self, now, share, window, min_hosts) -> Optional[str]:
+    def cliff(self, now: float, share: float, window: float,
+              min_hosts: int) -> Optional[str]:
         """Why this engine looks cut off, or None: of the hosts whose
         agents were beating, at least ``share`` (and ``min_hosts``) fell
         silent within the last ``window`` seconds (a host falls silent at
@@ -233,7 +245,8 @@ class HostTable:
                                           100.0 * fallen / total,
                                           100.0 * share))
 
-    def counts(self, now, classify=None):
+    def counts(self, now: float,
+               classify: Optional[Classify] = None) -> Dict[str, Any]:
         """{beating, silent, previous_key, shared_key, paths}: hosts by
         state at ``now``; those whose last beat was signed with a previous
         key, and with the shared key, by ``classify(name, kid)``
@@ -261,11 +274,12 @@ class HostTable:
                 "previous_key": old_key, "shared_key": shared,
                 "paths": {name: paths[name] for name in sorted(paths)}}
 
-    def view(self, now, classify=None):
+    def view(self, now: float,
+             classify: Optional[Classify] = None) -> Dict[str, Dict[str, Any]]:
         """{host name: dict} for status: state, paths with ages and
         addresses, facts, key id (and whether it is a previous or the
         shared key, by ``classify`` as in :meth:`counts`), boot id."""
-        out = {}
+        out: Dict[str, Dict[str, Any]] = {}
         for name, host in self._hosts.items():
             heard = self._heard(host, now)
             facts = host.facts
@@ -287,13 +301,13 @@ class HostTable:
         return out
 
     # -- helpers -------------------------------------------------------------
-    def _heard(self, host, now):
+    def _heard(self, host: _Host, now: float) -> Tuple[str, ...]:
         timeout = self.timeout
         return tuple(sorted(p for p, path in host.paths.items()
                             if now - path.at < timeout))
 
     @staticmethod
-    def _report(host, heard):
+    def _report(host: _Host, heard: Tuple[str, ...]) -> AgentReport:
         facts = host.facts
         return AgentReport(paths=heard, boot_id=host.boot_id,
                            last_beat_at=host.last_at,
@@ -301,7 +315,7 @@ class HostTable:
                            guests=facts.guests,
                            system_uuid=facts.system_uuid)
 
-    def _beating(self, host, why, now):
+    def _beating(self, host: _Host, why: str, now: float) -> Event:
         return Event(EventKind.AGENT_BEATING, host.host_id, now,
                      name=host.name, source=SOURCE, reason=why,
                      payload=self._report(host, host.heard))

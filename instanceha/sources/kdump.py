@@ -20,6 +20,8 @@ import socket
 import struct
 import threading
 import time
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, \
+    Mapping, Optional, Set, Tuple, cast
 
 import structlog
 
@@ -28,6 +30,8 @@ from instanceha.events import Event
 from instanceha.events import EventKind
 from instanceha.events import KdumpMessage
 from instanceha.sources import udp
+from instanceha.sources.base import Sink
+from instanceha.sources.heartbeat_table import Address
 from instanceha.sources.udp import normalise_address
 from instanceha.util import datagrams
 
@@ -39,8 +43,13 @@ VERSION = 1
 MESSAGE_SIZE = 8
 _RECV_SIZE = 64      # anything longer than a message is bad anyway
 
+#: Nova's hosts as the engine knows them: [(service uuid, host name)]
+KnownHosts = Callable[[], Iterable[Tuple[str, str]]]
+#: address -> (service uuid, host name)
+AddressMap = Dict[str, Tuple[str, str]]
 
-def parse_message(data):
+
+def parse_message(data: bytes) -> Optional[str]:
     """Return the sender's byte order ("little"/"big") of a valid
     fence_kdump message, or None."""
     if len(data) != MESSAGE_SIZE:
@@ -52,13 +61,18 @@ def parse_message(data):
     return None
 
 
-def resolve_name(name):
+def resolve_name(name: str) -> Set[str]:
     """Every address a host name resolves to (system resolver)."""
     infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_UDP)
-    return {normalise_address(info[4][0]) for info in infos}
+    # (an IP family's address is text: typeshed allows int for others)
+    return {normalise_address(cast(str, info[4][0])) for info in infos}
 
 
-def build_address_map(known_hosts, host_map, resolver=None):
+def build_address_map(
+        known_hosts: Iterable[Tuple[str, str]],
+        host_map: Optional[Mapping[str, str]],
+        resolver: Optional[Callable[[str], Iterable[str]]] = None
+) -> Tuple[AddressMap, List[Tuple[str, str]]]:
     """Map source address -> (service_uuid, host_name).
 
     ``host_map`` (name -> address) wins for the hosts it names; the other
@@ -67,8 +81,8 @@ def build_address_map(known_hosts, host_map, resolver=None):
     Returns (address_map, problems) where problems lists what was skipped.
     """
     by_name = {name: uuid for uuid, name in known_hosts}
-    claims = {}
-    problems = []
+    claims: Dict[str, Set[str]] = {}
+    problems: List[Tuple[str, str]] = []
     for name, address in (host_map or {}).items():
         try:
             claims.setdefault(normalise_address(address), set()).add(name)
@@ -82,7 +96,7 @@ def build_address_map(known_hosts, host_map, resolver=None):
                 claims.setdefault(normalise_address(address), set()).add(name)
         except (OSError, ValueError) as exc:
             problems.append((name, "not resolved: %s" % exc))
-    address_map = {}
+    address_map: AddressMap = {}
     for address, names in claims.items():
         if len(names) > 1:
             problems.append((",".join(sorted(names)),
@@ -98,8 +112,11 @@ def build_address_map(known_hosts, host_map, resolver=None):
 
 class KdumpSource:
 
-    def __init__(self, conf, sink, clock=time.time, known_hosts=lambda: [],
-                 *, resolver=resolve_name):
+    def __init__(self, conf: Any, sink: Sink,
+                 clock: Callable[[], float] = time.time,
+                 known_hosts: KnownHosts = lambda: [],
+                 *, resolver: Callable[[str], Iterable[str]]
+                 = resolve_name) -> None:
         self._group = conf.kdump
         self._sink = sink
         self._clock = clock
@@ -113,18 +130,21 @@ class KdumpSource:
         self._lock = threading.Lock()
         self._counts = {"received": 0, "accepted": 0, "dropped_bad": 0,
                         "dropped_unknown": 0, "errors": 0}
-        self._addresses = {}
-        self._resolved_at = None
-        self._known = frozenset()   # the hosts the map was built from
-        self._episodes = {}     # service uuid -> (first_at, last_at, count)
-        self._last_message_at = None
-        self._sock = None
-        self._wake_r = self._wake_w = None
-        self._thread = None
-        self.port = None
+        self._addresses: AddressMap = {}
+        self._resolved_at: Optional[float] = None
+        # the hosts the map was built from
+        self._known: FrozenSet[Tuple[str, str]] = frozenset()
+        # service uuid -> (first_at, last_at, count)
+        self._episodes: Dict[str, Tuple[float, float, int]] = {}
+        self._last_message_at: Optional[float] = None
+        self._sock: Optional[socket.socket] = None
+        self._wake_r: Optional[socket.socket] = None
+        self._wake_w: Optional[socket.socket] = None
+        self._thread: Optional[threading.Thread] = None
+        self.port: Optional[int] = None
 
     # -- lifecycle -----------------------------------------------------
-    def start(self, sink=None):
+    def start(self, sink: Optional[Sink] = None) -> None:
         if sink is not None:
             self._sink = sink
         address = self._group.listen_address
@@ -132,38 +152,43 @@ class KdumpSource:
         sock.setblocking(False)     # drained at each wake-up
         self._sock = sock
         self.port = sock.getsockname()[1]
-        self._wake_r, self._wake_w = socket.socketpair()
+        wake_r, wake_w = socket.socketpair()
+        self._wake_r, self._wake_w = wake_r, wake_w
         self.refresh()
-        self._thread = threading.Thread(target=self._run, daemon=True,
+        self._thread = threading.Thread(target=self._run,
+                                        args=(sock, wake_r), daemon=True,
                                         name="kdump-listener")
         self._thread.start()
         LOG.info("kdump_listener_started", address=address, port=self.port,
                  hosts=len(self._addresses),
                  reason="listening for fence_kdump messages")
 
-    def stop(self):
+    def stop(self) -> None:
         if self._thread is None:
             return
-        self._wake_w.send(b"x")
+        # start set the sockets with the thread
+        socks = cast(Tuple[socket.socket, socket.socket, socket.socket],
+                     (self._sock, self._wake_r, self._wake_w))
+        socks[2].send(b"x")
         self._thread.join(timeout=5)
-        for sock in (self._sock, self._wake_r, self._wake_w):
+        for sock in socks:
             sock.close()
         self._thread = None
         LOG.info("kdump_listener_stopped", **self._snapshot())
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         return {"listening": self._thread is not None, "port": self.port,
                 "addresses": len(self._addresses),
                 "resolved_at": self._resolved_at,
                 "last_message_at": self._last_message_at,
                 **self._snapshot()}
 
-    def _snapshot(self):
+    def _snapshot(self) -> Dict[str, int]:
         with self._lock:
             return dict(self._counts)
 
     # -- address map ---------------------------------------------------
-    def refresh(self):
+    def refresh(self) -> None:
         """Rebuild the address -> host map from config and known hosts."""
         now = self._clock()
         try:
@@ -181,7 +206,7 @@ class KdumpSource:
         LOG.info("kdump_addresses_refreshed", hosts=len(known),
                  addresses=len(address_map), reason="refresh")
 
-    def _hosts_changed(self):
+    def _hosts_changed(self) -> bool:
         """The engine knows other hosts than the map was built from (at
         start the map is built before the first poll of Nova)."""
         try:
@@ -189,7 +214,7 @@ class KdumpSource:
         except Exception:   # noqa: BLE001 - keep the old map
             return False
 
-    def _refresh_due(self, now, unknown_sender):
+    def _refresh_due(self, now: float, unknown_sender: bool) -> bool:
         if self._resolved_at is None:
             return True
         age = now - self._resolved_at
@@ -198,17 +223,17 @@ class KdumpSource:
         return age >= self._group.resolve_interval
 
     # -- packets -------------------------------------------------------
-    def _run(self):
+    def _run(self, sock: socket.socket, wake_r: socket.socket) -> None:
         selector = selectors.DefaultSelector()
-        selector.register(self._sock, selectors.EVENT_READ, "packet")
-        selector.register(self._wake_r, selectors.EVENT_READ, "stop")
+        selector.register(sock, selectors.EVENT_READ, "packet")
+        selector.register(wake_r, selectors.EVENT_READ, "stop")
         while True:
             ready = selector.select(timeout=self._group.resolve_interval)
             if any(key.data == "stop" for key, _ in ready):
                 break
             try:
                 if ready:
-                    datagrams.drain(self._sock, _RECV_SIZE,
+                    datagrams.drain(sock, _RECV_SIZE,
                                     self.handle_packet, self._failed)
                 elif self._refresh_due(self._clock(), False):
                     self.refresh()
@@ -216,14 +241,14 @@ class KdumpSource:
                 self._failed(datagrams.HANDLE, exc)
         selector.close()
 
-    def _failed(self, stage, exc):
+    def _failed(self, stage: str, exc: BaseException) -> None:
         """A datagram not received or not handled, or a failed refresh:
         counted in ``errors``, logged with its traceback."""
         with self._lock:
             self._counts["errors"] += 1
         LOG.exception("kdump_packet_failed", reason=str(exc))
 
-    def handle_packet(self, data, sender):
+    def handle_packet(self, data: bytes, sender: Address) -> Optional[Event]:
         """One datagram from ``sender`` (address, port, ...)."""
         now = self._clock()
         with self._lock:
@@ -266,7 +291,8 @@ class KdumpSource:
         self._sink(event)
         return event
 
-    def _drop(self, counter, address, reason, **fields):
+    def _drop(self, counter: str, address: str, reason: str,
+              **fields: Any) -> None:
         with self._lock:
             self._counts[counter] += 1
         LOG.warning("kdump_packet_dropped", address=address, reason=reason,

@@ -10,6 +10,8 @@ process and :meth:`NotificationSource.apply` applies.
 """
 
 import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, \
+    Union
 
 import oslo_messaging
 import structlog
@@ -22,7 +24,7 @@ LOG = structlog.get_logger("instanceha.sources.notifications")
 PRIORITIES = ("audit", "debug", "info", "warn", "error", "critical", "sample")
 
 
-def event_filter(patterns):
+def event_filter(patterns: Sequence[str]) -> Any:
     """oslo.messaging's filter for the event types matching one of
     ``patterns`` (regular expressions); a bad one raises here, at start,
     not per message."""
@@ -35,15 +37,25 @@ def event_filter(patterns):
 # (kind, event_type, publisher_id, emitted, body) so that a listener worker
 # process can parse and the engine's process apply (see listener_workers).
 SERVICE, INSTANCE, DROP, ERROR = "service", "instance", "drop", "error"
+#: a DROP record's body: (reason, error, the payload described)
+DropBody = Tuple[str, Optional[str], Optional[str]]
+#: a record's body, by its kind: SERVICE a ServiceFacts, INSTANCE an
+#: InstanceFacts, DROP a DropBody, ERROR the error's text
+Body = Union[np.ServiceFacts, np.InstanceFacts, DropBody, str]
+Record = Tuple[str, str, Optional[str], Optional[str], Body]
+#: handle_batch(priority, messages): each message a dict (publisher_id,
+#: event_type, payload, metadata) as oslo.messaging decoded it
+BatchHandler = Callable[[str, List[Dict[str, Any]]], None]
 
 
-def _is_instance(event_type):
+def _is_instance(event_type: str) -> bool:
     if event_type.startswith(np.LEGACY_PREFIX):
         event_type = event_type[len(np.LEGACY_PREFIX):]
     return event_type in np.INSTANCE_EVENTS or np.is_repair_event(event_type)
 
 
-def parse_message(priority, publisher_id, event_type, payload, metadata):
+def parse_message(priority: str, publisher_id: Any, event_type: Any,
+                  payload: Any, metadata: Any) -> Record:
     """One notification -> a record. Pure, never raises.
 
     ``emitted`` is the notifier's own timestamp from the message metadata
@@ -75,7 +87,7 @@ def parse_message(priority, publisher_id, event_type, payload, metadata):
                 "%s: %s" % (type(exc).__name__, exc))
 
 
-def listener_connected(server):
+def listener_connected(server: Any) -> bool:
     """Whether an oslo.messaging server's broker connection is up. Reads
     the driver's kombu connection where there is one (rabbit); a driver
     without one (fake) counts as connected while the server exists."""
@@ -96,7 +108,7 @@ def listener_connected(server):
     return True
 
 
-def event_types(conf):
+def event_types(conf: Any) -> List[str]:
     """[notifications] event_types, plus instance repair's power-off and
     error notifications while [instance_repair] enabled is on."""
     patterns = list(conf.notifications.event_types)
@@ -107,7 +119,8 @@ def event_types(conf):
     return patterns
 
 
-def make_batch_listener(conf, transport, handle_batch):
+def make_batch_listener(conf: Any, transport: Any,
+                        handle_batch: BatchHandler) -> Tuple[Any, List[str]]:
     """An oslo.messaging batch notification listener (threading executor)
     on ``[notifications]``'s exchange, topics and pool that calls
     ``handle_batch(priority, messages)`` with the notifications whose type
@@ -131,14 +144,15 @@ class _Endpoint:
     which costs far less per message than one dispatch per notification.
     Every batch is acknowledged: a bad message is never redelivered."""
 
-    def __init__(self, handle_batch, filter_rule):
+    def __init__(self, handle_batch: BatchHandler, filter_rule: Any) -> None:
         self.filter_rule = filter_rule
         for priority in PRIORITIES:
             setattr(self, priority, self._make(handle_batch, priority))
 
     @staticmethod
-    def _make(handle_batch, priority):
-        def handle(messages):
+    def _make(handle_batch: BatchHandler,
+              priority: str) -> Callable[[List[Dict[str, Any]]], None]:
+        def handle(messages: List[Dict[str, Any]]) -> None:
             try:
                 handle_batch(priority, messages)
             except Exception:   # noqa: BLE001 - nothing reaches oslo.messaging

@@ -26,6 +26,10 @@ import os
 import signal
 import threading
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, \
+    Tuple, cast
 
 import oslo_messaging
 import oslo_messaging.opts
@@ -47,15 +51,19 @@ STOP_TIMEOUT = 10.0
 
 # -- configuration handed to a child ------------------------------------------
 
-def _messaging_groups():
+#: {group: {option: value}}, as a child receives its configuration
+ConfValues = Dict[str, Dict[str, Any]]
+
+
+def _messaging_groups() -> List[Tuple[str, Any]]:
     return [(group or "DEFAULT", opts)
             for group, opts in oslo_messaging.opts.list_opts()]
 
 
-def conf_values(conf):
+def conf_values(conf: Any) -> ConfValues:
     """{group: {option: value}} of ``[notifications]`` and oslo.messaging's
     groups (registered here if the transport has not done so yet)."""
-    values = {}
+    values: ConfValues = {}
     for group, opts in _messaging_groups():
         conf.register_opts(opts, group=None if group == "DEFAULT" else group)
         section = conf if group == "DEFAULT" else conf[group]
@@ -66,7 +74,7 @@ def conf_values(conf):
     return values
 
 
-def conf_from_values(values):
+def conf_from_values(values: ConfValues) -> Any:
     conf = ha_conf.new_conf()
     for group, opts in _messaging_groups():
         conf.register_opts(opts, group=None if group == "DEFAULT" else group)
@@ -83,7 +91,7 @@ def conf_from_values(values):
 STOP = "stop"                  # what the parent sends down the control pipe
 
 
-def _parent_gone(logger, why):
+def _parent_gone(logger: Any, why: str) -> NoReturn:
     """Exit at once, before oslo.messaging acknowledges anything more: what
     this worker holds unacknowledged is redelivered to the other consumers
     of the pool instead of being acked and lost."""
@@ -97,12 +105,12 @@ class _Sender:
     the parent cannot be written to, the batch must not be acknowledged:
     the worker exits on the spot."""
 
-    def __init__(self, conn, logger):
+    def __init__(self, conn: Connection, logger: Any) -> None:
         self._conn = conn
         self._logger = logger
         self._lock = threading.Lock()
 
-    def send(self, records):
+    def send(self, records: List[Tuple[Any, ...]]) -> None:
         with self._lock:
             try:
                 self._conn.send(records)
@@ -111,7 +119,8 @@ class _Sender:
                              "process (%s)" % type(exc).__name__)
 
 
-def _watch_control(control, stop, logger):
+def _watch_control(control: Connection, stop: threading.Event,
+                   logger: Any) -> None:
     """A STOP message asks for a clean stop; end of file without one means
     the parent died (even while the broker connection is still being
     retried, which can take for ever)."""
@@ -125,7 +134,8 @@ def _watch_control(control, stop, logger):
         _parent_gone(logger, "unexpected control message %r" % (message,))
 
 
-def child_main(values, conn, control, index, log_format, debug):
+def child_main(values: ConfValues, conn: Connection, control: Connection,
+               index: int, log_format: str, debug: bool) -> None:
     """Entry point of a listener worker process. ``conn`` carries records
     to the parent; ``control`` brings STOP, or end of file if the parent
     dies. SIGTERM and SIGINT are ignored: a service manager signals the
@@ -141,7 +151,7 @@ def child_main(values, conn, control, index, log_format, debug):
     group = conf.notifications
     sender = _Sender(conn, logger)
 
-    def handle_batch(priority, messages):
+    def handle_batch(priority: str, messages: List[Dict[str, Any]]) -> None:
         sender.send([listener.parse_message(
             priority, m.get("publisher_id"), m.get("event_type"),
             m.get("payload"), m.get("metadata")) for m in messages])
@@ -169,16 +179,16 @@ def child_main(values, conn, control, index, log_format, debug):
 # -- the parent ---------------------------------------------------------------
 
 class _Worker:
-    def __init__(self, index):
+    def __init__(self, index: int) -> None:
         self.index = index
-        self.process = None
-        self.conn = None
-        self.control = None
+        self.process: Optional[BaseProcess] = None
+        self.conn: Optional[Connection] = None
+        self.control: Optional[Connection] = None
         self.connected = False
-        self.started_at = None
-        self.restart_at = None
+        self.started_at: Optional[float] = None
+        self.restart_at: Optional[float] = None
         self.restarts = 0
-        self.last_exit = None
+        self.last_exit: Optional[int] = None
 
 
 class ListenerWorkers:
@@ -188,19 +198,21 @@ class ListenerWorkers:
     again; on stop it reads on until every worker has exited, so what a
     worker handled before stopping is applied."""
 
-    def __init__(self, conf, apply, *, workers=None, clock=time.monotonic):
+    def __init__(self, conf: Any, apply: Callable[[listener.Record], None],
+                 *, workers: Optional[int] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._conf = conf
         self._apply = apply
         self._count = workers or conf.notifications.workers
         self._clock = clock
         self._ctx = multiprocessing.get_context("spawn")
         self._workers = [_Worker(i) for i in range(self._count)]
-        self._values = None
-        self._thread = None
+        self._values: Optional[ConfValues] = None
+        self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self._lock = threading.Lock()
 
-    def start(self):
+    def start(self) -> None:
         listener.event_filter(self._conf.notifications.event_types)
         self._values = conf_values(self._conf)
         for worker in self._workers:
@@ -209,7 +221,7 @@ class ListenerWorkers:
                                         name="instanceha-listener-workers")
         self._thread.start()
 
-    def _spawn(self, worker):
+    def _spawn(self, worker: _Worker) -> None:
         reader, writer = self._ctx.Pipe(duplex=False)
         control_r, control_w = self._ctx.Pipe(duplex=False)
         process = self._ctx.Process(
@@ -239,8 +251,8 @@ class ListenerWorkers:
                  pid=process.pid, reason="restart after exit %s"
                  % worker.last_exit if worker.restarts else "start")
 
-    def _loop(self):
-        deadline = None
+    def _loop(self) -> None:
+        deadline: Optional[float] = None
         while True:
             if self._stopping:
                 deadline = deadline or time.monotonic() + STOP_TIMEOUT
@@ -255,9 +267,11 @@ class ListenerWorkers:
                                      "read; the reconciler covers a loss")
                 time.sleep(0.1)   # a persistent fault must not spin
 
-    def _once(self):
+    def _once(self) -> None:
         conns = {w.conn: w for w in self._workers if w.conn is not None}
-        ready = multiprocessing.connection.wait(list(conns), timeout=0.2)
+        # wait() answers with some of the connections it was given
+        ready = cast(List[Connection], multiprocessing.connection.wait(
+            list(conns), timeout=0.2))
         for conn in ready:
             worker = conns[conn]
             try:
@@ -269,7 +283,7 @@ class ListenerWorkers:
         if not self._stopping:
             self._restart_due()
 
-    def _deliver(self, worker, records):
+    def _deliver(self, worker: _Worker, records: Iterable[object]) -> None:
         for record in records:
             if not isinstance(record, tuple) or len(record) != 5:
                 LOG.error("listener_worker_record_invalid",
@@ -278,10 +292,10 @@ class ListenerWorkers:
             elif record[0] == STATUS:
                 worker.connected = bool(record[4])
             else:
-                self._apply(record)
+                self._apply(cast(listener.Record, record))
 
-    def _exited(self, worker):
-        process = worker.process
+    def _exited(self, worker: _Worker) -> None:
+        process = cast(BaseProcess, worker.process)   # a worker that ran
         process.join(1.0)     # its pipe is closed: it has exited or is
         if process.is_alive():   # about to; never wait on a hung one here
             process.kill()
@@ -293,7 +307,7 @@ class ListenerWorkers:
             return
         self._schedule_restart(worker, "exited with %s" % process.exitcode)
 
-    def _close(self, worker):
+    def _close(self, worker: _Worker) -> None:
         with self._lock:
             conn, control = worker.conn, worker.control
             worker.conn = worker.control = None
@@ -302,7 +316,7 @@ class ListenerWorkers:
             if end is not None:
                 end.close()
 
-    def _schedule_restart(self, worker, why):
+    def _schedule_restart(self, worker: _Worker, why: str) -> None:
         now = self._clock()
         lived = now - (worker.started_at or now)
         first, longest = RESTART_BACKOFF
@@ -317,14 +331,14 @@ class ListenerWorkers:
                   "unacknowledged notifications go to the other workers and "
                   "it is started again")
 
-    def _restart_due(self):
+    def _restart_due(self) -> None:
         now = self._clock()
         for worker in self._workers:
             if worker.conn is None and worker.restart_at is not None \
                     and now >= worker.restart_at:
                 self._spawn(worker)
 
-    def stop(self):
+    def stop(self) -> None:
         """Ask every worker to stop, apply what they still send, and kill
         the ones that have not exited within ``STOP_TIMEOUT`` seconds."""
         self._stopping = True
@@ -348,12 +362,12 @@ class ListenerWorkers:
             self._close(worker)
 
     # -- health ------------------------------------------------------------
-    def connected(self):
+    def connected(self) -> bool:
         """Whether any worker is connected: the broker redelivers what a
         disconnected one held to the connected ones."""
         return any(w.connected for w in self._workers)
 
-    def health(self):
+    def health(self) -> List[Dict[str, Any]]:
         with self._lock:
             return [{"worker": w.index,
                      "pid": w.process.pid if w.process else None,
@@ -363,6 +377,6 @@ class ListenerWorkers:
                      "last_exit": w.last_exit}
                     for w in self._workers]
 
-    def pids(self):
+    def pids(self) -> List[Optional[int]]:
         return [w.process.pid for w in self._workers
                 if w.process is not None and w.conn is not None]

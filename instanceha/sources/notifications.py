@@ -24,6 +24,8 @@ The reconciler keeps polling; :meth:`health` tells it whether events flow.
 import collections
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, \
+    Union, cast
 
 import oslo_messaging
 import structlog
@@ -35,19 +37,43 @@ from instanceha.sources import nova_payloads as np
 # The listener and its records (parse_message, the record kinds,
 # PRIORITIES) live in sources.listener, shared with the worker processes;
 # they stay reachable here under their old names.
+from instanceha.sources.base import Sink
 from instanceha.sources.listener import (  # noqa: F401
-    DROP, ERROR, INSTANCE, PRIORITIES, SERVICE, event_filter,
-    listener_connected, make_batch_listener, parse_message)
+    DROP, ERROR, INSTANCE, PRIORITIES, SERVICE, DropBody, Record,
+    event_filter, listener_connected, make_batch_listener, parse_message)
 from instanceha.sources.listener_workers import ListenerWorkers
 from instanceha.util import marker
 
 LOG = structlog.get_logger("instanceha.sources.notifications")
 
 SOURCE = "notification"
+#: a SERVICE or an INSTANCE record's body
+Facts = Union[np.ServiceFacts, np.InstanceFacts]
 
 
-def service_event(facts, now, fresh_for, *, publisher_id=None,
-                  event_type="service.update"):
+class ProgressPort(Protocol):
+    """What notifications tell evacuations and drains (the engine's
+    progress board)."""
+
+    def record(self, server_id: str, **facts: Any) -> None: ...
+
+    def nudge(self, server_id: str) -> None: ...
+
+    def facts(self, server_id: str) -> Dict[str, Any]: ...
+
+
+class RepairSink(Protocol):
+    """Instance repair's news: an instance notification's facts, at our
+    clock's time; ``stale``: a newer one of the server came first."""
+
+    def __call__(self, facts: np.InstanceFacts, at: float,
+                 stale: bool = False) -> object: ...
+
+
+def service_event(facts: np.ServiceFacts, now: float, fresh_for: float, *,
+                  publisher_id: Optional[str] = None,
+                  event_type: str = "service.update"
+                  ) -> Tuple[Optional[Event], str]:
     """Decide which host event a service.update is, if any.
 
     Returns (Event or None, reason). Pure: ``now`` is the caller's clock.
@@ -56,7 +82,8 @@ def service_event(facts, now, fresh_for, *, publisher_id=None,
         return None, "not_compute"
     if marker.is_ours(facts.disabled_reason):
         return None, "own_write"
-    age = updated_at = None
+    age: Optional[float] = None
+    updated_at: Optional[float] = None
     if facts.forced_down:
         kind, reason = EventKind.FORCED_DOWN, "forced down by another actor"
     elif facts.last_seen_up is None:
@@ -96,12 +123,16 @@ class LatestSeen:
     must not be ignored for long. Bounded: the least recently updated keys
     are forgotten first."""
 
-    def __init__(self, window=60.0, limit=100000):
+    def __init__(self, window: float = 60.0, limit: int = 100000) -> None:
         self._window = window
         self._limit = limit
-        self._seen = collections.OrderedDict()   # key -> (emitted, noted at)
+        # key -> (emitted, noted at)
+        self._seen: collections.OrderedDict[
+            Tuple[str, str, Optional[str]], Tuple[str, float]] = \
+            collections.OrderedDict()
 
-    def is_older(self, key, emitted, now):
+    def is_older(self, key: Tuple[str, str, Optional[str]],
+                 emitted: Optional[str], now: float) -> bool:
         if emitted is None:
             return False
         last = self._seen.get(key)
@@ -115,7 +146,7 @@ class LatestSeen:
         return False
 
 
-def _time_key(emitted):
+def _time_key(emitted: str) -> str:
     # "2026-11-22 03:58:41" and "2026-11-22 03:58:41.000123": str(datetime)
     # drops a zero fraction; padding makes the strings compare as times.
     return emitted if "." in emitted[-7:] else emitted + ".000000"
@@ -123,8 +154,11 @@ def _time_key(emitted):
 
 class NotificationSource:
 
-    def __init__(self, conf, sink, clock=time.time, progress_board=None, *,
-                 transport=None, repair_sink=None):
+    def __init__(self, conf: Any, sink: Sink,
+                 clock: Callable[[], float] = time.time,
+                 progress_board: Optional[ProgressPort] = None, *,
+                 transport: Any = None,
+                 repair_sink: Optional[RepairSink] = None) -> None:
         """``repair_sink(facts, at)``: instance repair's news (issue 25):
         every instance notification's InstanceFacts; None: not handed
         over."""
@@ -136,22 +170,23 @@ class NotificationSource:
         self._board = progress_board
         self._transport = transport
         self._own_transport = transport is None
-        self._server = None
-        self._workers = None
+        self._server: Any = None
+        self._workers: Optional[ListenerWorkers] = None
         self._lock = threading.Lock()
         self._latest = LatestSeen()
-        self._own_writes = {}     # service uuid -> (expires_at, expected)
+        # service uuid -> (expires_at, expected)
+        self._own_writes: Dict[str, Tuple[float, Dict[str, Any]]] = {}
         self._counts = {"received": 0, "dropped": 0, "errors": 0,
                         "events": 0, "progress": 0, "reordered": 0,
                         "repair": 0}
-        self._last_message_at = None
-        self._started_at = None
-        self._last_error = None
+        self._last_message_at: Optional[float] = None
+        self._started_at: Optional[float] = None
+        self._last_error: Optional[str] = None
         self._fresh_for = float(getattr(getattr(conf, "detection", None),
                                         "delta", 30.0))
 
     # -- lifecycle -----------------------------------------------------
-    def prepare(self):
+    def prepare(self) -> None:
         """Check what can be checked without a broker: the event type
         filter, and the transport (URL syntax, driver) - a mistake there
         raises now, before anything starts. Connecting is left to
@@ -168,7 +203,7 @@ class NotificationSource:
             else:
                 self._transport = transport
 
-    def start(self, sink=None):
+    def start(self, sink: Optional[Sink] = None) -> None:
         if sink is not None:
             self._sink = sink
         group = self._group
@@ -191,7 +226,7 @@ class NotificationSource:
                         + (" in %d worker processes" % group.workers
                            if group.workers > 1 else ""))
 
-    def stop(self):
+    def stop(self) -> None:
         server, self._server = self._server, None
         workers, self._workers = self._workers, None
         if server is not None:
@@ -205,18 +240,18 @@ class NotificationSource:
         LOG.info("notification_listener_stopped", **self._snapshot())
 
     # -- health --------------------------------------------------------
-    def _snapshot(self):
+    def _snapshot(self) -> Dict[str, int]:
         with self._lock:
             counts = dict(self._counts)
         return counts
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         now = self._clock()
         counts = self._snapshot()
         last = self._last_message_at
         quiet_since = last if last is not None else self._started_at
         workers = self._workers
-        report = {
+        report: Dict[str, Any] = {
             "connected": (workers.connected() if workers is not None
                           else listener_connected(self._server)),
             "running": self._server is not None or workers is not None,
@@ -235,14 +270,14 @@ class NotificationSource:
         return report
 
     # -- own writes ----------------------------------------------------
-    def note_own_write(self, service_uuid, **expected):
+    def note_own_write(self, service_uuid: str, **expected: Any) -> None:
         """The engine is about to write these service fields (e.g.
         ``forced_down=True``): the matching service.update is ours."""
         until = self._clock() + self._group.own_write_window
         with self._lock:
             self._own_writes[service_uuid] = (until, expected)
 
-    def _is_announced(self, facts, now):
+    def _is_announced(self, facts: np.ServiceFacts, now: float) -> bool:
         with self._lock:
             entry = self._own_writes.get(facts.uuid)
             if entry is None:
@@ -257,22 +292,24 @@ class NotificationSource:
             return False
 
     # -- messages ------------------------------------------------------
-    def _count(self, key):
+    def _count(self, key: str) -> None:
         with self._lock:
             self._counts[key] += 1
 
-    def _handle_batch(self, priority, messages):
+    def _handle_batch(self, priority: str,
+                      messages: List[Dict[str, Any]]) -> None:
         for message in messages:
             self.handle(priority, message.get("publisher_id"),
                         message.get("event_type"), message.get("payload"),
                         message.get("metadata"))
 
-    def handle(self, priority, publisher_id, event_type, payload, metadata):
+    def handle(self, priority: str, publisher_id: Any, event_type: Any,
+               payload: Any, metadata: Any) -> None:
         """One notification, parsed and applied here. Never raises."""
         self.apply(parse_message(priority, publisher_id, event_type,
                                  payload, metadata))
 
-    def apply(self, record):
+    def apply(self, record: Record) -> None:
         """One :func:`parse_message` record, from this process's listener
         or from a listener worker process. Never raises."""
         kind, event_type, publisher_id, emitted, body = record
@@ -280,12 +317,14 @@ class NotificationSource:
         self._last_message_at = now
         self._count("received")
         try:
+            # The body's type follows the record's kind (listener.Body).
             if kind == DROP:
-                reason, error, described = body
+                reason, error, described = cast(DropBody, body)
                 self._drop(event_type, reason, error=error, payload=described)
             elif kind == ERROR:
-                self._fail(event_type, body)
-            elif self._is_older(kind, body, publisher_id, emitted, now):
+                self._fail(event_type, cast(str, body))
+            elif self._is_older(kind, cast(Facts, body), publisher_id,
+                                emitted, now):
                 self._count("reordered")
                 LOG.info("notification_ignored", event_type=event_type,
                          emitted=emitted, publisher_id=publisher_id,
@@ -298,33 +337,39 @@ class NotificationSource:
                     # must not hide the earlier ones that tell. Marked
                     # stale: it may open a case, never close one.
                     self._count("repair")
-                    self._repair_sink(body, now, stale=True)
+                    self._repair_sink(cast(np.InstanceFacts, body), now,
+                                      stale=True)
             elif kind == SERVICE:
-                self._on_service(now, publisher_id, event_type, body)
+                self._on_service(now, publisher_id, event_type,
+                                 cast(np.ServiceFacts, body))
             else:
-                self._on_instance(now, event_type, body)
+                self._on_instance(now, event_type,
+                                  cast(np.InstanceFacts, body))
         except Exception as exc:   # noqa: BLE001 - the listener must live
             self._fail(event_type, "%s: %s" % (type(exc).__name__, exc),
                        exc_info=True)
 
-    def _fail(self, event_type, error, exc_info=False):
+    def _fail(self, event_type: str, error: str,
+              exc_info: bool = False) -> None:
         self._count("errors")
         self._last_error = error
         LOG.error("notification_handling_failed", event_type=event_type,
                   reason=error, exc_info=exc_info)
 
-    def _is_older(self, kind, facts, publisher_id, emitted, now):
-        key = (kind, facts.uuid if kind == SERVICE else facts.server_id,
-               publisher_id)
+    def _is_older(self, kind: str, facts: Facts, publisher_id: Optional[str],
+                  emitted: Optional[str], now: float) -> bool:
+        key = (kind, cast(np.ServiceFacts, facts).uuid if kind == SERVICE
+               else cast(np.InstanceFacts, facts).server_id, publisher_id)
         with self._lock:
             return self._latest.is_older(key, emitted, now)
 
-    def _drop(self, event_type, reason, **fields):
+    def _drop(self, event_type: str, reason: str, **fields: Any) -> None:
         self._count("dropped")
         LOG.warning("notification_dropped", event_type=event_type,
                     reason=reason, **fields)
 
-    def _on_service(self, now, publisher_id, event_type, facts):
+    def _on_service(self, now: float, publisher_id: Optional[str],
+                    event_type: str, facts: np.ServiceFacts) -> None:
         if facts.binary == "nova-compute" and self._is_announced(facts, now):
             LOG.debug("notification_ignored", event_type=event_type,
                       host=facts.host, reason="own_write_announced")
@@ -340,9 +385,10 @@ class NotificationSource:
         self._count("events")
         self._sink(event)
 
-    def _on_instance(self, now, event_type, facts):
+    def _on_instance(self, now: float, event_type: str,
+                     facts: np.InstanceFacts) -> None:
         if self._repair_sink is not None:
-            self._on_repair_news(now, facts)
+            self._on_repair_news(self._repair_sink, now, facts)
         if self._board is None or facts.event not in np.INSTANCE_EVENTS:
             return                      # (instance repair's news only)
         if np.is_move(facts):
@@ -360,9 +406,10 @@ class NotificationSource:
                   event_type=facts.event, host=facts.host,
                   task_state=facts.task_state, reason="recorded")
 
-    def _on_repair_news(self, now, facts):
+    def _on_repair_news(self, repair_sink: RepairSink, now: float,
+                        facts: np.InstanceFacts) -> None:
         """Hand the instance notification to instance repair, which
         classifies it (policy.instance_repair) and decides; nothing here
         acts."""
         self._count("repair")
-        self._repair_sink(facts, now)
+        repair_sink(facts, now)

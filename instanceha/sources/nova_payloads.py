@@ -17,7 +17,7 @@ used for instance progress only.
 """
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Literal, Mapping, Optional, Tuple, overload
 
 from instanceha.util import timeparse
 
@@ -60,7 +60,7 @@ class InstanceFacts:
     initiator_project: Optional[str] = None
     has_initiator: bool = False
 
-    def progress_facts(self):
+    def progress_facts(self) -> Dict[str, Optional[str]]:
         """Keyword arguments for ``ProgressBoard.record``."""
         facts = {"host": self.host, "state": self.state,
                  "task_state": self.task_state, "event": self.event}
@@ -106,7 +106,7 @@ REBUILD_TASK_STATES = frozenset([
 ])
 
 
-def unwrap(payload):
+def unwrap(payload: Any) -> Tuple[str, str, Mapping[str, Any]]:
     """Return (name, version, data) of a versioned payload."""
     # type() is dict for everything oslo.messaging decodes; the typing
     # Mapping check (several microseconds) is left for other mappings.
@@ -126,7 +126,7 @@ def unwrap(payload):
     return str(name), version, data
 
 
-def parse_time(value):
+def parse_time(value: Any) -> Optional[float]:
     """ISO 8601 as Nova writes it (naive means UTC) -> epoch seconds."""
     if value is None:
         return None
@@ -138,7 +138,18 @@ def parse_time(value):
         raise PayloadError("bad time %r" % (value,)) from None
 
 
-def _str(data, key, required=True):
+@overload
+def _str(data: Mapping[str, Any], key: str,
+         required: Literal[True] = ...) -> str: ...
+
+
+@overload
+def _str(data: Mapping[str, Any], key: str,
+         required: bool) -> Optional[str]: ...
+
+
+def _str(data: Mapping[str, Any], key: str,
+         required: bool = True) -> Optional[str]:
     value = data.get(key)
     if value is None:
         if required:
@@ -150,14 +161,14 @@ def _str(data, key, required=True):
     return value
 
 
-def _bool(data, key):
+def _bool(data: Mapping[str, Any], key: str) -> bool:
     value = data.get(key)
     if not isinstance(value, bool):
         raise PayloadError("%s is %r, not a boolean" % (key, value))
     return value
 
 
-def parse_service(payload):
+def parse_service(payload: Any) -> ServiceFacts:
     name, version, data = unwrap(payload)
     if name != "ServiceStatusPayload":
         raise PayloadError("service.update carries %s" % name)
@@ -175,13 +186,14 @@ def parse_service(payload):
         schema="%s %s" % (name, version))
 
 
-def _publisher_host(publisher_id):
+def _publisher_host(publisher_id: Any) -> Optional[str]:
     if isinstance(publisher_id, str) and ":" in publisher_id:
         return publisher_id.split(":", 1)[1] or None
     return None
 
 
-def parse_instance(event_type, publisher_id, payload):
+def parse_instance(event_type: str, publisher_id: Any,
+                   payload: Any) -> InstanceFacts:
     if event_type.startswith(LEGACY_PREFIX):
         return _parse_legacy_instance(event_type[len(LEGACY_PREFIX):],
                                       publisher_id, payload)
@@ -219,7 +231,8 @@ def parse_instance(event_type, publisher_id, payload):
                        or "action_initiator_project" in data))
 
 
-def _parse_legacy_instance(event_type, publisher_id, payload):
+def _parse_legacy_instance(event_type: str, publisher_id: Any,
+                           payload: Any) -> InstanceFacts:
     if not isinstance(payload, Mapping):
         raise PayloadError("payload is %s, not an object"
                            % type(payload).__name__)
@@ -239,7 +252,7 @@ def _parse_legacy_instance(event_type, publisher_id, payload):
         publisher_host=_publisher_host(publisher_id), schema="legacy")
 
 
-def is_repair_event(event_type):
+def is_repair_event(event_type: str) -> bool:
     """Instance repair's news besides instance.update: a power-off
     (Nova's sync stopping a guest that went off by itself) and an
     action's ``.error`` (issue 25)."""
@@ -247,7 +260,7 @@ def is_repair_event(event_type):
         event_type.startswith("instance.") and event_type.endswith(".error"))
 
 
-def is_rebuild_related(facts):
+def is_rebuild_related(facts: InstanceFacts) -> bool:
     """instance.update is sent for every state change of every server;
     only those of a rebuild are evacuation progress."""
     if facts.event in MOVE_EVENTS:
@@ -257,12 +270,12 @@ def is_rebuild_related(facts):
             or facts.old_task_state in REBUILD_TASK_STATES)
 
 
-def is_move(facts):
+def is_move(facts: InstanceFacts) -> bool:
     """A live or cold migration step ended (a drain's progress)."""
     return facts.event in MOVE_EVENTS
 
 
-def describe(value: Any, limit=200):
+def describe(value: Any, limit: int = 200) -> str:
     """Short repr of a bad payload for a log line."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."

@@ -16,27 +16,39 @@ control-plane monitor). The skew between writers is reported in health().
 
 import random
 import time
+from typing import Any, Callable, Collection, Dict, List, Optional, Set, \
+    Tuple
 
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.drivers.compute.nova_clock import NovaClock
+from instanceha.drivers.compute.nova_clock import Estimate, NovaClock
 from instanceha.events import Event, EventKind as E
 from instanceha.events import ServiceReport
 from instanceha import runtime
 from instanceha.fsm.nova_row import classify
-from instanceha.sources.base import PeriodicSource
+from instanceha.sources.base import PeriodicSource, Sink
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
 #: Passes start between DITHER and 1 times [detection] poll_interval apart.
 DITHER = 0.8
 
+#: (host ids, host names) whose row is handed over at every pass
+Watched = Tuple[Collection[str], Collection[str]]
+#: {host: (aggregate name, ...)}
+HostAggregates = Dict[str, Tuple[str, ...]]
 
-class Reconciler(PeriodicSource):
 
-    def __init__(self, conf, compute, sink, clock, monotonic=None,
-                 on_capacity=None, powered_off=None, wants_every_report=None):
+class Reconciler(PeriodicSource[Sink]):
+
+    def __init__(self, conf: Any, compute: base.ComputeDriver, sink: Sink,
+                 clock: Callable[[], float],
+                 monotonic: Optional[Callable[[], float]] = None,
+                 on_capacity: Optional[Callable[[List[str]], object]] = None,
+                 powered_off: Optional[Callable[[], Collection[str]]] = None,
+                 wants_every_report: Optional[Callable[[], Watched]] = None
+                 ) -> None:
         """``on_capacity(hosts)``: called with the hosts that became
         schedulable (enabled, up, heartbeating) since the last pass:
         capacity may have appeared; ``powered_off()``: the hosts whose
@@ -57,31 +69,40 @@ class Reconciler(PeriodicSource):
         # control-plane monitor's reads too; a test double may have none.
         self._nova_clock = getattr(compute, "nova_clock", None) \
             or NovaClock()
-        self._api_record = getattr(compute, "api_record", None)
+        self._api_record: Optional[base.CallRecord] = getattr(
+            compute, "api_record", None)
         self._periodic = periodic.Periodic(
             "instanceha-reconciler", self._pass, self._next_wait,
             on_error=self._failed, log=LOG)
         self._rng = random.Random()
         self.passes = 0
         self.errors = 0
-        self.last_pass_at = None
-        self.last_pass_cpu = None
-        self.last_pass_sent = None  # rows handed over at the last pass
-        self.last_error = None
-        self.clock_skew = None      # local minus Nova's estimated now, s
-        self._skew_warned = None    # skew last warned about, None: within
-        self.writer_skew = None     # nova_clock.Estimate of the last pass
-        self._writer_warned = None  # writer skew last warned about
-        self._host_aggregates = None  # {host: aggregate names}, last read
-        self.powered_off = powered_off or set
-        self.on_capacity = on_capacity or (lambda hosts: None)
+        self.last_pass_at: Optional[float] = None
+        self.last_pass_cpu: Optional[float] = None
+        # rows handed over at the last pass
+        self.last_pass_sent: Optional[int] = None
+        self.last_error: Optional[str] = None
+        # local minus Nova's estimated now, s
+        self.clock_skew: Optional[float] = None
+        # skew last warned about, None: within
+        self._skew_warned: Optional[float] = None
+        # nova_clock.Estimate of the last pass
+        self.writer_skew: Optional[Estimate] = None
+        # writer skew last warned about
+        self._writer_warned: Optional[float] = None
+        # {host: aggregate names}, last read
+        self._host_aggregates: Optional[HostAggregates] = None
+        self.powered_off: Callable[[], Collection[str]] = powered_off or set
+        self.on_capacity: Callable[[List[str]], object] = \
+            on_capacity or (lambda hosts: None)
         self._wants_every = wants_every_report
         #: host id -> what its last handed-over row said (the verdict)
-        self._said = {}
-        self._full_at = None        # when every row was last handed over
-        self._schedulable = None
+        self._said: Dict[str, Tuple[Any, ...]] = {}
+        # when every row was last handed over
+        self._full_at: Optional[float] = None
+        self._schedulable: Optional[Set[str]] = None
 
-    def run_once(self):
+    def run_once(self) -> int:
         """One pass: one API call, one event per compute host."""
         cpu = time.thread_time()
         started = self._monotonic()
@@ -105,14 +126,14 @@ class Reconciler(PeriodicSource):
             self.writer_skew = estimate
             self._check_writers(estimate)
         aggregates = self._aggregates()
-        counts = {}
+        counts: Dict[E, int] = {}
         # Ages are judged at the read's start, on Nova's clock: the rows
         # are Nova's snapshot from some moment during the read, never
         # before it started. Judged at its end, a slow read (a large
         # cloud, a loaded control plane) would count its own duration as
         # heartbeat age and call live hosts lost. With no updated_at
         # anywhere, every age is unknown anyway.
-        if nova_now is not None:
+        if estimate is not None:
             ref = started + estimate.offset
         else:
             ref = now - (ended - started)
@@ -124,7 +145,7 @@ class Reconciler(PeriodicSource):
         # Read once a pass: an option read costs more than judging a row.
         conf_delta = self._conf.detection.delta
         off_delta = min(conf_delta, self._conf.audit.power_off_delta)
-        schedulable = set()
+        schedulable: Set[str] = set()
         for svc in services:
             # A host whose BMC went from On to Off has a second witness,
             # so a shorter silence (still above Nova's report interval)
@@ -173,7 +194,8 @@ class Reconciler(PeriodicSource):
                   **{k.value: n for k, n in counts.items()})
         return len(services)
 
-    def _watch(self, now):
+    def _watch(self, now: float) -> Tuple[bool, Collection[str],
+                                          Collection[str]]:
         """(hand over every row?, host ids and names whose row is handed
         over anyway) for a pass at ``now``."""
         interval = self._conf.detection.full_report_interval
@@ -185,7 +207,7 @@ class Reconciler(PeriodicSource):
         ids, names = self._wants_every()
         return False, ids, names
 
-    def _note_schedulable(self, now):
+    def _note_schedulable(self, now: Set[str]) -> None:
         """``now``: the hosts enabled, up and heartbeating at this pass.
         Those that were not at the last pass (none at the first pass): the
         scheduler can place servers there, so hosts waiting for capacity
@@ -197,7 +219,7 @@ class Reconciler(PeriodicSource):
             except Exception:           # never stops a reconcile pass
                 LOG.exception("capacity_notice_failed")
 
-    def _aggregates(self):
+    def _aggregates(self) -> Optional[HostAggregates]:
         """{host: (aggregate name, ...)} when the threshold applies per
         aggregate, else None. A failed read keeps the last one known (the
         pass goes on: services matter more than aggregates)."""
@@ -211,7 +233,7 @@ class Reconciler(PeriodicSource):
             if self._host_aggregates is None:
                 self._host_aggregates = {}
             return self._host_aggregates
-        mapping = {}
+        mapping: Dict[str, List[str]] = {}
         for agg in found:
             for host in agg.hosts:
                 mapping.setdefault(host, []).append(agg.name)
@@ -219,7 +241,7 @@ class Reconciler(PeriodicSource):
                                  for h, n in mapping.items()}
         return self._host_aggregates
 
-    def _check_skew(self, skew, nova_now):
+    def _check_skew(self, skew: float, nova_now: float) -> None:
         """Warn once when the skew passes the margin, again when it moves by
         more than the margin, and say when it is back within (a quarter of
         the margin below it, so a skew hovering at the margin does not
@@ -247,7 +269,7 @@ class Reconciler(PeriodicSource):
                             % (margin, self._skew_warned))
             self._skew_warned = None
 
-    def _check_writers(self, est):
+    def _check_writers(self, est: Estimate) -> None:
         """Warn once when some service rows are stamped by a clock more
         than [detection] writer_skew_warning off the others' (a
         nova-conductor without NTP), again when it moves by more than
@@ -279,18 +301,18 @@ class Reconciler(PeriodicSource):
                             "the others' clock again" % margin)
             self._writer_warned = None
 
-    def _pass(self):
+    def _pass(self) -> None:
         with runtime.collection_paused():
             self.run_once()
         self.last_error = None
 
-    def _failed(self, e):
+    def _failed(self, e: BaseException) -> None:
         self.errors += 1
         self.last_error = str(e)
         LOG.warning("reconcile_failed", reason=str(e),
                     retry_in=self._conf.detection.poll_interval)
 
-    def _next_wait(self):
+    def _next_wait(self) -> float:
         """Seconds to the next pass: poll_interval times a random factor
         from DITHER to 1. Nova's computes often report in step, and reads
         at a fixed period would fall at the same time after each
@@ -299,7 +321,7 @@ class Reconciler(PeriodicSource):
         return self._conf.detection.poll_interval * self._rng.uniform(
             DITHER, 1.0)
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         w = self.writer_skew
         return {"passes": self.passes, "errors": self.errors,
                 "last_pass_at": self.last_pass_at,
@@ -320,5 +342,5 @@ class Reconciler(PeriodicSource):
                 "writer_skew_services": None if w is None else w.rows_off}
 
 
-def _rounded(skew):
+def _rounded(skew: Optional[float]) -> Optional[float]:
     return None if skew is None else round(skew, 2)

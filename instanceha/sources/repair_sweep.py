@@ -17,6 +17,7 @@ base).
 """
 
 import time
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import structlog
 
@@ -30,7 +31,15 @@ SOURCE = "sweep"
 BROKEN = ("SHUTOFF", "ERROR")
 
 
-def _changed_at(server):
+#: sink(server, its instance actions newest first, at): instance repair's
+#: news of a broken server
+SweepSink = Callable[[base.Server, List[base.InstanceAction], float],
+                     object]
+#: (server, its instance actions) handed over
+Found = Tuple[base.Server, List[base.InstanceAction]]
+
+
+def _changed_at(server: base.Server) -> Optional[str]:
     return (server.raw or {}).get("updated")
 
 
@@ -40,10 +49,13 @@ def _changed_at(server):
 #: rather than only after sweep_interval
 FIRST = 5.0
 
-class RepairSweep(PeriodicSource):
+class RepairSweep(PeriodicSource[SweepSink]):
 
-    def __init__(self, conf, compute, sink, clock=time.time, watched=None,
-                 skip=None):
+    def __init__(self, conf: Any, compute: base.ComputeDriver,
+                 sink: SweepSink, clock: Callable[[], float] = time.time,
+                 watched: Optional[Callable[[int], object]] = None,
+                 skip: Optional[Callable[[base.Server], bool]] = None
+                 ) -> None:
         """``watched(count)``: told the servers counted at each pass (the
         hold's base), when hold_percent needs it; ``skip(server)``: True
         for a server not to read (marked failed, a case already open)."""
@@ -55,40 +67,41 @@ class RepairSweep(PeriodicSource):
         self._watched = watched
         #: server id -> its record's ``updated`` when last judged: a
         #: server unchanged since is not read again
-        self._judged = {}
+        self._judged: Dict[str, Optional[str]] = {}
         self.passes = self.errors = 0
-        self.last_pass_at = self.last_error = None
+        self.last_pass_at: Optional[float] = None
+        self.last_error: Optional[str] = None
         self.found = 0
         self._periodic = periodic.Periodic(
             "instanceha-repair-sweep", self.run_once, self._interval,
             first=min(FIRST, self._interval()), on_error=self._failed,
             log=LOG)
 
-    def _interval(self):
+    def _interval(self) -> float:
         return float(self._conf.instance_repair.sweep_interval)
 
-    def _failed(self, e):
+    def _failed(self, e: BaseException) -> None:
         self.errors += 1
         self.last_error = "%s: %s" % (type(e).__name__, e)
         LOG.warning("repair_sweep_failed", reason=self.last_error)
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         return {"passes": self.passes, "errors": self.errors,
                 "last_pass_at": self.last_pass_at,
                 "last_error": self.last_error, "found": self.found}
 
-    def run_once(self):
+    def run_once(self) -> List[Found]:
         """One sweep; returns the verdicts handed over."""
         now = self._clock()
-        servers = []
+        servers: List[base.Server] = []
         for status in BROKEN:
             servers += self._compute.list_servers_by_status(status)
         if self._watched is not None \
                 and self._conf.instance_repair.hold_percent > 0:
             active = self._compute.list_servers_by_status("ACTIVE")
             self._watched(len(active) + len(servers))
-        seen = set()
-        out = []
+        seen: Set[str] = set()
+        out: List[Found] = []
         for server in servers:
             seen.add(server.id)
             changed = _changed_at(server)
@@ -110,11 +123,12 @@ class RepairSweep(PeriodicSource):
         LOG.debug("repair_sweep_pass", broken=len(servers), read=len(out))
         return out
 
-    def forget(self, server_id):
+    def forget(self, server_id: str) -> None:
         """Judge the server again at the next pass even if unchanged."""
         self._judged.pop(server_id, None)
 
-    def _actions(self, server):
+    def _actions(self, server: base.Server
+                 ) -> Optional[List[base.InstanceAction]]:
         try:
             return self._compute.instance_actions(server.id)
         except base.NotFound:

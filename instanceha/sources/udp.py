@@ -6,7 +6,7 @@ import ipaddress
 import socket
 
 
-def normalise_address(address):
+def normalise_address(address: str) -> str:
     """Canonical text of an IP address; IPv4-mapped IPv6 becomes IPv4, a
     zone (``%eth0``) is left out. Raises ValueError for a non-address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -15,7 +15,7 @@ def normalise_address(address):
     return str(ip)
 
 
-def bind(address, port):
+def bind(address: str, port: int) -> socket.socket:
     """A UDP socket bound to ``address`` (an IPv4 or IPv6 address or a
     host name the system resolves) and ``port`` (0: a free one). An IPv6
     socket also takes IPv4-mapped traffic. Raises OSError (the caller

@@ -7,7 +7,7 @@ its subclasses; callers never see openstacksdk or keystoneauth exceptions.
 import abc
 import dataclasses
 import threading
-from typing import Any, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from instanceha.drivers.compute.nova_clock import NovaClock
 from instanceha.util.writes import write
@@ -205,7 +205,7 @@ class ComputeDriver(abc.ABC):
     #: at a write method's entry (instanceha.coordination) does not cover
     #: the later requests of a write made of several (a marker's DELETE
     #: then its POST) when the process froze between them.
-    write_gate = None
+    write_gate: Optional[Callable[[], Optional[str]]] = None
 
     # One per driver object, shared by every source that reads services
     # through it (the reconciler, the control-plane monitor), created on
