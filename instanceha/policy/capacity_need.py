@@ -48,8 +48,8 @@ def _spec_int(value: object) -> Optional[int]:
 
 class Amounts(Protocol):
     """vCPUs, RAM in MB and disk in GB: a :class:`Need`, or a
-    :class:`~instanceha.policy.capacity_free.Free` whose disk is
-    counted."""
+    :class:`~instanceha.policy.capacity_free.Free` (whose disk is None on
+    a host reporting none: shared storage, disk not counted)."""
 
     @property
     def vcpus(self) -> int: ...
@@ -58,7 +58,7 @@ class Amounts(Protocol):
     def ram_mb(self) -> int: ...
 
     @property
-    def disk_gb(self) -> int: ...
+    def disk_gb(self) -> Optional[int]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +81,12 @@ class Need:
 
     def minus(self, other: "Amounts") -> "Need":
         """What is left of ``self`` once ``other`` (a Need or a Free) is
-        taken away, each resource floored at 0."""
+        taken away, each resource floored at 0. A Free whose disk is not
+        counted (None: shared storage) covers any disk."""
         return Need(max(0, self.vcpus - other.vcpus),
                     max(0, self.ram_mb - other.ram_mb),
-                    max(0, self.disk_gb - other.disk_gb))
+                    0 if other.disk_gb is None
+                    else max(0, self.disk_gb - other.disk_gb))
 
     def only(self, resources: Iterable[str]) -> "Need":
         """This need with the resources not in ``resources`` set to 0."""

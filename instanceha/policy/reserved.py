@@ -304,11 +304,7 @@ def _by_shortfall(already: Tuple[str, ...], candidates: Sequence[str],
     left = shortfall
     for host in already:
         if host in capacities:
-            # A Free whose disk is unchecked (disk_gb None, shared storage)
-            # is no Amounts: minus raises TypeError (a known defect, kept
-            # as it is: annotations only here).
-            left = left.minus(
-                cap.free_of(capacities[host]))  # type: ignore[arg-type]
+            left = left.minus(cap.free_of(capacities[host]))
     chosen: List[str] = []
     unknown: List[str] = []
     for host in candidates:
@@ -320,7 +316,7 @@ def _by_shortfall(already: Tuple[str, ...], candidates: Sequence[str],
             unknown.append(host)
             continue
         f = cap.free_of(capacities[host])
-        gives = left.minus(f)  # type: ignore[arg-type]  # see above
+        gives = left.minus(f)
         if gives == left:
             refused.append("%s has none of what is missing free" % host)
             continue

@@ -444,3 +444,17 @@ def test_returned_reason_is_recognised_as_reserved():
 def test_release_works_with_the_feature_off():
     s = rs.Settings(return_to_reserve=True)
     assert rs.release("lost", {"r1": "lost"}, s).hosts == ("r1",)
+
+
+def test_a_reserved_host_on_shared_storage_covers_the_disk_it_does_not_count():
+    """A host reporting no disk (shared storage: disk_gb 0, none used) has
+    disk not checked: it covers any disk shortfall instead of making the
+    choice raise (TypeError: int - None)."""
+    caps = {"r1": _cap("r1", 8, 16384, disk=0), "r2": CAPS["r2"]}
+    c = rs.choose(_lost(), SERVICES, [], {}, ON, Need(4, 1024, 500), caps)
+    assert c.hosts == ("r1",) and c.missing is None
+    services = [s for s in SERVICES if s.host != "r1"] + [
+        _svc("r1", status="enabled", reason=None)]
+    c = rs.choose(_lost(), services, [], {"r1": "lost"}, ON,
+                  Need(4, 1024, 500), caps)
+    assert c.hosts == ("r1",) and c.missing is None
