@@ -8,32 +8,51 @@ admission gate, the BMC evidence).
 
 import collections
 import threading
-from typing import Counter, Deque, Dict, Set
+from typing import Any, Callable, Collection, Counter, Deque, Dict, \
+    List, Mapping, Optional, Set, Tuple, TypeVar
 
 import structlog
 
 from instanceha import runtime
 from instanceha.drivers import fencing as fencing_pkg
+from instanceha.drivers.compute.base import ComputeDriver
+from instanceha.drivers.fencing.base import FencingDriver
+from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.drivers.fencing import inventory as inventory_mod
 from instanceha.engine import admission
 from instanceha.engine.evidence import EvidenceStore
 from instanceha.engine.fencing_gate import Readiness
+from instanceha.engine.progress import ProgressBoard
+from instanceha.fsm.record import HostRecord
+from instanceha.journal import Journal
 from instanceha.policy import order
 from instanceha.util.single_flight import SingleFlight
 
 LOG = structlog.get_logger("instanceha.engine")
 
+T = TypeVar("T")
+#: the BMC entries of the fencing inventory, by host name
+Inventory = Mapping[str, BMC]
+#: on_progress(record, servers done, total)
+OnProgress = Callable[[HostRecord, int, int], object]
 
-def _paused(read):
+
+def _paused(read: Callable[[], T]) -> T:
     with runtime.collection_paused():
         return read()
 
 
 class Context:
 
-    def __init__(self, conf, compute, journal, inventory, fencer_factory,
-                 clock, board, on_progress=None, readiness=None,
-                 may_act=None, events_healthy=None):
+    def __init__(self, conf: Any, compute: ComputeDriver, journal: Journal,
+                 inventory: Inventory,
+                 fencer_factory: Callable[[str], FencingDriver],
+                 clock: Callable[[], float], board: ProgressBoard,
+                 on_progress: Optional[OnProgress] = None,
+                 readiness: Optional[Readiness] = None,
+                 may_act: Optional[Callable[[], Optional[str]]] = None,
+                 events_healthy: Optional[Callable[[], bool]] = None
+                 ) -> None:
         """``readiness``: may fencing decisions be taken at all now
         (fencing_gate.Readiness; default always); ``may_act()``: None when
         this process may run actions now, else why not (a coordinated
@@ -46,17 +65,19 @@ class Context:
         self._fencers = fencing_pkg.Fencers(fencer_factory)
         self.clock = clock
         self.board = board
-        self._on_progress = on_progress or (lambda *a: None)
+        self._on_progress: OnProgress = on_progress or (lambda *a: None)
         self.readiness = readiness or Readiness()
-        self.may_act = may_act or (lambda: None)
-        self.events_healthy = events_healthy or (lambda: False)
+        self.may_act: Callable[[], Optional[str]] = may_act or (
+            lambda: None)
+        self.events_healthy: Callable[[], bool] = events_healthy or (
+            lambda: False)
         #: evacuate request row id -> when this process wrote it or first
         #: read it open, on this process's clock: the wait for an
         #: unanswered request never trusts another replica's clock
-        self.rows_seen = {}
+        self.rows_seen: Dict[int, float] = {}
         #: host_id -> its evacuation run (engine.evacuator), while one is
         #: under way: what status shows of its progress
-        self.runs = {}
+        self.runs: Dict[str, object] = {}
         #: drains: servers sent, moved, stuck, aborted, given up (counts
         #: by event), and each moved server's seconds from request to
         #: leaving the host, taken by /metrics at each scrape
@@ -72,7 +93,8 @@ class Context:
         self.evidence.load()
         #: ({host: entry} indexed, {host: hosts whose entries reach one of
         #: its BMCs})
-        self._mates = None
+        self._mates: Optional[
+            Tuple[Dict[str, BMC], Dict[str, Set[str]]]] = None
         self._mates_lock = threading.Lock()
         #: Nova's compute services and the cloud's capacities, as the
         #: evacuations of several hosts at once read them to choose and
@@ -88,16 +110,16 @@ class Context:
             lambda: _paused(self.compute.host_capacities),
             copy=lambda caps: None if caps is None else dict(caps))
 
-    def fence_gate(self):
+    def fence_gate(self) -> Optional[str]:
         """None when a power-off may go out now, else why not (checked by
         the fence action right before each power-off)."""
         return self.readiness.closed()
 
-    def bmc_for(self, host):
+    def bmc_for(self, host: str) -> Optional[BMC]:
         return inventory_mod.entry_for(self.inventory, host,
                                        self.conf.fencing.default_driver)
 
-    def bmc_mates(self, host, bmc):
+    def bmc_mates(self, host: str, bmc: BMC) -> Set[str]:
         """The hosts whose inventory entry may reach a BMC that ``bmc``
         (the entry of ``host``) reaches: every one that does
         (inventory.same_bmc, an address and a DNS name of it being one),
@@ -115,7 +137,7 @@ class Context:
                                                inventory_mod.resolve)}
         return self._mates_index(inv).get(host, set()) - {host}
 
-    def mates_of(self, hosts):
+    def mates_of(self, hosts: Collection[str]) -> Set[str]:
         """The hosts (other than ``hosts``) whose inventory entry may reach
         a BMC that the entry of one of ``hosts`` reaches (as bmc_mates,
         the index checked once for them all; hosts without an entry of
@@ -128,7 +150,7 @@ class Context:
                 out |= index.get(host, set())
         return out - set(hosts)
 
-    def _mates_index(self, inv):
+    def _mates_index(self, inv: Inventory) -> Dict[str, Set[str]]:
         """{host: hosts whose entries reach one of its BMCs} of ``inv``,
         made once per inventory. One thread makes it while the others
         wait: when many hosts die at once their fences all ask at the
@@ -151,19 +173,19 @@ class Context:
                 cached = self._mates = (dict(inv), mates)
             return cached[1]
 
-    def index_bmcs(self):
+    def index_bmcs(self) -> None:
         """Make the index of BMCs shared between entries now (at start,
         after a reload), not at the first fence."""
         self._mates_index(self.inventory)
 
-    def fencer(self, name):
+    def fencer(self, name: str) -> FencingDriver:
         return self._fencers.get(name)
 
-    def close_fencers(self):
+    def close_fencers(self) -> None:
         """Release what drivers hold open (Redfish sessions) at stop."""
         self._fencers.close()
 
-    def progress(self, record, done, total):
+    def progress(self, record: HostRecord, done: int, total: int) -> None:
         LOG.info("evacuation_progress", host=record.name, done=done,
                  total=total)
         self._on_progress(record, done, total)

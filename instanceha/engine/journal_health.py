@@ -3,6 +3,7 @@ is degraded (and since when), and every decision waits for it; the first
 write that succeeds clears it."""
 
 import threading
+from typing import Callable, Dict, Optional, Tuple
 
 import structlog
 
@@ -11,12 +12,13 @@ LOG = structlog.get_logger("instanceha.engine")
 
 class JournalHealth:
 
-    def __init__(self, clock):
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._down = None            # (since, error) while writes fail
+        #: (since, error) while writes fail
+        self._down: Optional[Tuple[float, str]] = None
 
-    def note(self, error):
+    def note(self, error: Optional[BaseException]) -> None:
         """A journal write's outcome: None when it succeeded, else the
         exception it raised."""
         with self._lock:
@@ -31,7 +33,7 @@ class JournalHealth:
                 self._down = (self.clock(), "%s: %s" % (
                     type(error).__name__, error))
 
-    def degraded(self):
+    def degraded(self) -> Dict[str, str]:
         """{what: why} for what does not work now."""
         with self._lock:
             down = self._down

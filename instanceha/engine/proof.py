@@ -2,11 +2,16 @@
 and the re-proof before an evacuation pass sends anything. The decisions
 are instanceha.policy.proof's; this module reads the BMC and Nova."""
 
+from typing import Callable, Optional, Tuple
+
 import structlog
 
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
+from instanceha.drivers.fencing.inventory_entry import BMC
+from instanceha.engine.context import Context
+from instanceha.fsm.record import HostRecord
 from instanceha.policy import proof
 
 LOG = structlog.get_logger("instanceha.proof")
@@ -14,13 +19,14 @@ LOG = structlog.get_logger("instanceha.proof")
 UNFENCED = "noop"
 
 
-def fence_check(ctx, record):
+def fence_check(ctx: Context, record: HostRecord
+                ) -> Callable[[BMC], Optional[str]]:
     """The ``check`` for chain.fence: a method whose Off would prove
     nothing (never seen On for this host, and the host is not one
     instanceha already isolated) is read first; On is what a live machine
     reports (seen On: the power-off may prove it), anything else fails
     the method without a power-off."""
-    def check(method):
+    def check(method: BMC) -> Optional[str]:
         if method.driver == UNFENCED:
             return None          # allow_unfenced: the operator's choice
         why = machine_check(ctx, record, method) or \
@@ -43,7 +49,8 @@ def fence_check(ctx, record):
     return check
 
 
-def machine_check(ctx, record, method):
+def machine_check(ctx: Context, record: HostRecord, method: BMC
+                  ) -> Optional[str]:
     """None when ``method`` may power the host off as far as the machine
     behind its BMC goes, else why not. The BMC's system identity is read
     again first (a read, no action; the audit's may be old: a BMC
@@ -75,7 +82,7 @@ def machine_check(ctx, record, method):
     return text
 
 
-def reprove(ctx, record):
+def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
     """(ok, reason): is the host dead *now*? A fresh BMC read says Off
     (from an entry that may prove it), and Nova has recorded no heartbeat
     since instanceha's own last write. A host proven dead by a kdump

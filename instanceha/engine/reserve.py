@@ -7,15 +7,23 @@ same lost host (it is enabled then if it is still disabled) and never
 hands it to another one.
 """
 
+from typing import Mapping, Optional, Sequence, Tuple
+
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.engine.context import Context
+from instanceha.fsm.record import HostRecord
 from instanceha.policy import reserved
+from instanceha.policy.capacity_need import Need
+from instanceha.policy.facts import CapacityRecord
 
 LOG = structlog.get_logger("instanceha.reserve")
 
 
-def _failed_service(record, services):
+def _failed_service(record: HostRecord,
+                    services: Sequence[base.ComputeService]
+                    ) -> base.ComputeService:
     svc = next((s for s in services if s.id == record.id), None)
     if svc is None:
         svc = base.ComputeService(id=record.id, host=record.name,
@@ -25,7 +33,11 @@ def _failed_service(record, services):
     return svc
 
 
-def bring_in(ctx, record, services, aggregates, capacities=None, need=None):
+def bring_in(ctx: Context, record: HostRecord,
+             services: Sequence[base.ComputeService],
+             aggregates: Optional[Sequence[base.Aggregate]],
+             capacities: Optional[Mapping[str, CapacityRecord]] = None,
+             need: Optional[Need] = None) -> Tuple[Tuple[str, ...], str]:
     """Enable the reserved hosts chosen for ``record``'s host (sized by
     ``need``, a capacity.Need, when ``capacities`` are known). Returns
     (the reserved hosts in service for it, a line for its reason or
@@ -76,7 +88,7 @@ def bring_in(ctx, record, services, aggregates, capacities=None, need=None):
     return tuple(brought), text
 
 
-def give_back(ctx, record):
+def give_back(ctx: Context, record: HostRecord) -> str:
     """``record``'s host is back in service: return the reserved hosts
     brought in for it to the reserve ([reserved_hosts]
     return_to_reserve), or close their journal rows as kept in service.

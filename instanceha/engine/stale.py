@@ -10,23 +10,25 @@ runs from the returning host's cleanup check, before the host is put back
 in service. The decisions are ``failures.stale_rebuild`` (pure).
 """
 
-from typing import Dict, Set
+from typing import Dict, List, Optional, Set
 
 import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
+from instanceha.engine.context import Context
+from instanceha.fsm.record import HostRecord
 
 LOG = structlog.get_logger("instanceha.stale")
 
 
 class Summary:
-    def __init__(self):
-        self.waiting = []
-        self.repaired = []
-        self.conflicts = []
+    def __init__(self) -> None:
+        self.waiting: List[str] = []
+        self.repaired: List[str] = []
+        self.conflicts: List[str] = []
 
-    def text(self):
+    def text(self) -> str:
         parts = []
         if self.repaired:
             parts.append("%d server(s) an old rebuild set to error reset to "
@@ -38,7 +40,7 @@ class Summary:
         return "; ".join(parts)
 
 
-def settle(ctx, record):
+def settle(ctx: Context, record: HostRecord) -> Summary:
     """Check the old rebuilds that may wait in ``record``'s host's queue.
     Returns a Summary; ``waiting`` lists the servers whose old rebuild has
     not run yet (the caller checks again later)."""

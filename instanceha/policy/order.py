@@ -18,8 +18,8 @@ server goes ahead of a waiting server of higher priority.
 
 import dataclasses
 import re
-from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Dict, List, Mapping, Optional, Protocol, Sequence,
+                    Tuple, Union)
 
 from instanceha.policy.facts import (ERROR, FLAVOR, SERVER, Problem,
                                      ServerFacts, describe, short, unique)
@@ -196,13 +196,24 @@ class Admission:
     inflight_total: int
 
 
-def _fields(item: Union[Ranked, ServerFacts]
+class Admissible(Protocol):
+    """What :func:`admit` reads of a server waiting to be sent: a
+    Ranked, a ServerFacts, or the engine's own item (admission.Item);
+    its priority, when it has one, is read by getattr."""
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def host(self) -> Optional[str]: ...
+
+
+def _fields(item: Admissible
             ) -> Tuple[str, Optional[str], Optional[int]]:
     server = getattr(item, "server", item)
     return server.id, server.host, getattr(item, "priority", None)
 
 
-def admit(ordered: Sequence[Union[Ranked, ServerFacts]], limits: Limits,
+def admit(ordered: Sequence[Admissible], limits: Limits,
           inflight: Optional[Mapping[Optional[str], int]] = None,
           inflight_total: Optional[int] = None) -> Admission:
     """Which of ``ordered`` (Ranked, or ServerFacts already in order; not

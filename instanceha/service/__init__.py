@@ -181,7 +181,9 @@ class Service:
         readiness = Readiness(world_seen=self._world_seen,
                               control_plane=self._control_plane,
                               agent_cliff=self._agent_cliff)
-        ctx = Context(self.conf, self.compute, journal, inventory, fencer,
+        # (the journal's stand-in forwards every call once bound)
+        ctx = Context(self.conf, self.compute, cast(Journal, journal),
+                      inventory, fencer,
                       self.clock, self.board, on_progress=on_progress,
                       readiness=readiness,
                       may_act=self.group.may_act if self.group else None,
