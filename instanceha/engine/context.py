@@ -9,7 +9,7 @@ admission gate, the BMC evidence).
 import collections
 import threading
 from typing import Any, Callable, Collection, Counter, Deque, Dict, \
-    List, Mapping, Optional, Set, Tuple, TypeVar
+    Mapping, Optional, Protocol, Set, Tuple, TypeVar
 
 import structlog
 
@@ -35,6 +35,13 @@ T = TypeVar("T")
 Inventory = Mapping[str, BMC]
 #: on_progress(record, servers done, total)
 OnProgress = Callable[[HostRecord, int, int], object]
+
+
+class Running(Protocol):
+    """The work under way for a host, as status shows it: an
+    evacuation's run (engine.evac_run), a drain's or fail-back's carry
+    (engine.drain)."""
+    def status_text(self) -> str: ...
 
 
 def _paused(read: Callable[[], T]) -> T:
@@ -77,7 +84,7 @@ class Context:
         self.rows_seen: Dict[int, float] = {}
         #: host_id -> its evacuation run (engine.evacuator), while one is
         #: under way: what status shows of its progress
-        self.runs: Dict[str, object] = {}
+        self.runs: Dict[str, Running] = {}
         #: drains: servers sent, moved, stuck, aborted, given up (counts
         #: by event), and each moved server's seconds from request to
         #: leaving the host, taken by /metrics at each scrape

@@ -9,7 +9,10 @@ rebuilt on two hosts at once.
 """
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import (Any, Collection, Mapping, Optional, Sequence, Tuple)
+
+from instanceha.drivers.compute.base import (ActionEvent, ComputeService,
+                                             Migration, Server)
 
 NO_CAPACITY_MARKERS = ("no valid host",)
 #: The conductor's instance action event for an evacuation (Nova 34).
@@ -32,16 +35,16 @@ class Verdict:
     suspects: Tuple[str, ...] = ()
 
     @property
-    def retryable(self):
+    def retryable(self) -> bool:
         return self.status == "retry"
 
 
-def alive(service):
+def alive(service: ComputeService) -> bool:
     """Nova would schedule onto it: up and not forced down."""
     return service.state == "up" and not service.forced_down
 
 
-def request_error(error):
+def request_error(error: BaseException) -> Verdict:
     """The evacuate request itself failed (a ComputeError from the
     driver): Nova 5xx or unreachable may pass; a refusal will not."""
     status = getattr(error, "status", None)
@@ -55,7 +58,9 @@ def request_error(error):
     return Verdict("refused", "Nova refused the evacuation: %s" % error)
 
 
-def rebuild_failed(fault, dest=None, dest_service=None):
+def rebuild_failed(fault: Optional[str], dest: Optional[str] = None,
+                   dest_service: Optional[ComputeService] = None
+                   ) -> Verdict:
     """Nova ended the rebuild in error (migration error/failed, the server
     no longer rebuilding). ``fault`` is the server's fault message."""
     text = fault or "the rebuild failed without a fault message"
@@ -71,8 +76,12 @@ def rebuild_failed(fault, dest=None, dest_service=None):
     return Verdict("failed", text)
 
 
-def in_flight(source, dest, via, services, unschedulable, events, age,
-              stall_timeout):
+def in_flight(source: str, dest: Optional[str], via: Optional[str],
+              services: Mapping[str, ComputeService],
+              unschedulable: Optional[Collection[str]],
+              events: Optional[Sequence[ActionEvent]], age: float,
+              stall_timeout: float
+              ) -> Tuple[Optional[Verdict], Optional[str]]:
     """An evacuation Nova still shows in progress. Returns
     ``(verdict, waiting)``: a retry verdict once it provably cannot
     progress, else None and why it is being waited for (None: nothing
@@ -129,7 +138,8 @@ def in_flight(source, dest, via, services, unschedulable, events, age,
                    % (waited, ", ".join(suspects)), tuple(suspects)), None
 
 
-def destination_from_notification(facts, since) -> Optional[str]:
+def destination_from_notification(facts: Mapping[str, Any], since: float
+                                  ) -> Optional[str]:
     """The host the conductor chose, from the publisher of an
     ``instance.rebuild_scheduled`` notification recorded since ``since``
     (Nova publishes it as nova-conductor:<destination>)."""
@@ -146,8 +156,10 @@ STALE_REPAIR, STALE_WAIT, STALE_CLEAR, STALE_CONFLICT = (
 _FAILED = ("failed", "error")
 
 
-def stale_rebuild(server, migrations, suspect, done_host, waited, wait_limit,
-                  other_suspects=()):
+def stale_rebuild(server: Optional[Server], migrations: Sequence[Migration],
+                  suspect: str, done_host: Optional[str], waited: float,
+                  wait_limit: float, other_suspects: Collection[str] = ()
+                  ) -> Tuple[str, str]:
     """A host that was sent a rebuild while dying has come back; its compute
     runs what waited in its queue. Decide about one server sent again
     elsewhere meanwhile. Returns ``(decision, reason)``:

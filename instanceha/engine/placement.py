@@ -3,17 +3,25 @@ in (engine.reserve), then the capacity preflight (policy.capacity) on
 Placement's counts."""
 
 import dataclasses
+from typing import (Dict, List, Mapping, Optional, Sequence, Tuple)
 
 import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.engine import reserve
+from instanceha.engine.context import Context
+from instanceha.engine.evac_state import Outcome
+from instanceha.fsm.record import HostRecord
 from instanceha.policy import capacity, reserved
+from instanceha.policy.capacity_need import Need
+from instanceha.policy.facts import CapacityRecord
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 
-def place(ctx, record, servers, ordered, outcome):
+def place(ctx: Context, record: HostRecord, servers: Mapping[str, base.Server],
+          ordered: Sequence[str], outcome: Outcome
+          ) -> Tuple[List[str], Dict[str, str], Dict[str, str]]:
     """Where the servers may go, before any is sent: reserved hosts
     brought in (engine.reserve), then the capacity preflight
     (policy.capacity) on Placement's counts. Returns (server ids to send,
@@ -43,10 +51,10 @@ def place(ctx, record, servers, ordered, outcome):
         needs.append((sid, need))
     preflight = cs.enabled and capacities is not None
     pre = None
-    if preflight:
+    if preflight and capacities is not None:
         _, pre = capacity.check(host, needs, services, capacities,
                                 aggregates, cs)
-    targets = {}
+    targets: Dict[str, str] = {}
     if rs.enabled:
         if rs.target:
             # Aimed at the reserved hosts: size them for every server.
@@ -60,7 +68,7 @@ def place(ctx, record, servers, ordered, outcome):
         if brought:
             services = [s._replace(status="enabled", disabled_reason=None)
                         if s.host in brought else s for s in services]
-            if preflight:
+            if preflight and capacities is not None:
                 _, pre = capacity.check(host, needs, services, capacities,
                                         aggregates, cs)
             if rs.target:
@@ -78,7 +86,9 @@ def place(ctx, record, servers, ordered, outcome):
     return list(pre.fits), dict(pre.pending), targets
 
 
-def _capacities(ctx, host, cs):
+def _capacities(ctx: Context, host: str, cs: capacity.Settings
+                ) -> Tuple[Optional[Mapping[str, CapacityRecord]],
+                           capacity.Settings]:
     """(Placement's counts, or None when they cannot be read; the capacity
     settings, without vCPU when the counts come from os-hypervisors)."""
     try:
@@ -104,7 +114,9 @@ def _capacities(ctx, host, cs):
     return capacities, cs
 
 
-def aim(needs, hosts, capacities, settings):
+def aim(needs: Sequence[Tuple[str, Optional[Need]]], hosts: Sequence[str],
+        capacities: Optional[Mapping[str, CapacityRecord]],
+        settings: capacity.Settings) -> Dict[str, str]:
     """{server id: reserved host} for evacuations aimed at the reserved
     hosts: each server where the preflight's simulation on those hosts
     alone puts it (sizes unknown: in turn). A server with no room there

@@ -12,17 +12,20 @@ first poll of Nova (fencing_gate.Readiness).
 """
 
 import dataclasses
+from typing import Any, Mapping, Optional
 
 from instanceha import fsm
-from instanceha.events import EventKind as E
+from instanceha.events import Event, EventKind as E
 from instanceha.events import ServiceReport
+from instanceha.fsm.record import HostRecord
+from instanceha.fsm.settings import Policy
 from instanceha.fsm.states import State
 from instanceha.util import marker
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(fsm.HostRecord))
 
 
-def from_journal(data):
+def from_journal(data: Mapping[str, Any]) -> HostRecord:
     """The HostRecord a journal row holds (no action in flight)."""
     data = {k: v for k, v in data.items() if k in _FIELDS}
     data["state"] = State(data["state"])
@@ -36,19 +39,21 @@ def from_journal(data):
     return fsm.HostRecord(**data)
 
 
-def observe_afresh(rec, now, policy):
+def observe_afresh(rec: HostRecord, now: float, policy: Policy
+                   ) -> HostRecord:
     """The record to resume with (``rec`` itself when unchanged)."""
-    reset = dict(heartbeat_ok=True, lost_at=None, since=now)
+    # (watched afresh: heartbeat_ok=True, lost_at=None, since=now)
     if rec.state is State.SUSPECT:
         return dataclasses.replace(
             rec, reason="instanceha restarted: watching the host afresh "
                         "(full grace period from its next loss)",
-            **reset)
+            heartbeat_ok=True, lost_at=None, since=now)
     if rec.state is State.FENCING and not rec.isolated:
         return dataclasses.replace(
             rec, state=State.SUSPECT,
             reason="instanceha restarted while fencing: watching the "
-                   "host afresh before fencing it", **reset)
+                   "host afresh before fencing it",
+            heartbeat_ok=True, lost_at=None, since=now)
     if rec.state is State.FENCING:
         return dataclasses.replace(
             rec, state=State.PENDING, since=now,
@@ -65,7 +70,7 @@ def observe_afresh(rec, now, policy):
     return rec
 
 
-def isolated_by_us(event):
+def isolated_by_us(event: Event) -> Optional[str]:
     """Does Nova's word ``event`` say instanceha isolated this host (its
     marker in disabled_reason, forced down)? Returns that reason or None."""
     report = event.payload
@@ -77,7 +82,8 @@ def isolated_by_us(event):
     return None
 
 
-def adopted_from_nova(rec, event, reason, policy):
+def adopted_from_nova(rec: HostRecord, event: Event, reason: str,
+                      policy: Policy) -> HostRecord:
     """Nova says instanceha isolated this host, but the journal does not
     know it (lost, wiped, a new machine). Its real state is unknown: it
     may be dead, or back, or booting (nova-compute cleans up before its

@@ -10,7 +10,7 @@ runs from the returning host's cleanup check, before the host is put back
 in service. The decisions are ``failures.stale_rebuild`` (pure).
 """
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Set
 
 import structlog
 

@@ -3,11 +3,48 @@ sources' health, unprotected hosts, degraded parts, and the progress of
 the work running for a host. Read-only; built from the engine's records
 under its lock and from its collaborators."""
 
+from typing import (Callable, Dict, Mapping, Optional, Protocol, Sequence,
+                    Tuple)
+
 from instanceha.drivers.fencing import inventory
+from instanceha.engine.context import Context
+from instanceha.engine.fencing_gate import FencingGate
+from instanceha.engine.journal_health import JournalHealth
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import ENTRY_ACTION
 
 
-def snapshot(engine, hosts, errors):
+class EngineView(Protocol):
+    """What status reads of the engine (engine.Engine)."""
+    @property
+    def ctx(self) -> Context: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def health(self) -> Mapping[str, Callable[[], object]]: ...
+
+    @property
+    def fencing(self) -> FencingGate: ...
+
+    @property
+    def journal_health(self) -> JournalHealth: ...
+
+    @property
+    def unprotected(self) -> Callable[[], Mapping[str, str]]: ...
+
+    @property
+    def status_extra(self) -> Callable[[], Mapping[str, object]]: ...
+
+    def cluster_status(self) -> Tuple[bool, str]: ...
+
+
+def snapshot(engine: EngineView, hosts: Sequence[HostRecord],
+             errors: Mapping[str, Optional[str]]) -> Dict[str, object]:
     """``hosts``: the records sorted by name; ``errors``: host id -> the
     retrying action's last error."""
     ok, why = engine.cluster_status()
@@ -37,7 +74,7 @@ def snapshot(engine, hosts, errors):
     }
 
 
-def _repair(engine):
+def _repair(engine: EngineView) -> Dict[str, object]:
     """Instance repair's cases and hold, while it is on."""
     repair = getattr(engine, "repair", None)
     if repair is None or not repair.enabled:
@@ -45,7 +82,7 @@ def _repair(engine):
     return {"instance_repair": repair.snapshot()}
 
 
-def _work(engine, rec):
+def _work(engine: EngineView, rec: HostRecord) -> Dict[str, object]:
     """A drain's or fail-back's progress, server by server, while one
     runs (nothing otherwise)."""
     run = getattr(engine.ctx, "runs", {}).get(rec.id) if rec.busy else None
@@ -55,7 +92,7 @@ def _work(engine, rec):
     return {"work": running_work(engine.ctx, rec), "servers": view()}
 
 
-def agent_text(rec):
+def agent_text(rec: HostRecord) -> Optional[str]:
     """What the host's heartbeat agent says, in a few words (None: no
     agent heard since start)."""
     if not rec.agent:
@@ -70,7 +107,8 @@ def agent_text(rec):
     return "agent beating"
 
 
-def fencing_identity(engine, hosts):
+def fencing_identity(engine: EngineView, hosts: Sequence[HostRecord]
+                     ) -> Tuple[Dict[str, str], Dict[str, int]]:
     """({host name: text}, {verdict: methods}): is the machine behind each
     fencing method the host (its BMC's system UUID the one the host's
     agent reports)? The text is the verdict ("verified", "not verified",
@@ -96,7 +134,7 @@ def fencing_identity(engine, hosts):
     return out, counts
 
 
-def unprotected(engine):
+def unprotected(engine: EngineView) -> Dict[str, str]:
     """{host: why it could not be fenced now}: the readiness audit's
     verdicts, and every entry whose BMC reported Off while its host was
     up (never fenced through it until the inventory is fixed)."""
@@ -107,7 +145,7 @@ def unprotected(engine):
     return out
 
 
-def running_work(ctx, rec):
+def running_work(ctx: Context, rec: Optional[HostRecord]) -> Optional[str]:
     """What is still running for ``rec``'s host, in a few words, or None."""
     if rec is None or not rec.busy:
         return None

@@ -19,7 +19,7 @@ server goes ahead of a waiting server of higher priority.
 import dataclasses
 import re
 from typing import (Any, Dict, List, Mapping, Optional, Protocol, Sequence,
-                    Tuple, Union)
+                    Tuple)
 
 from instanceha.policy.facts import (ERROR, FLAVOR, SERVER, Problem,
                                      ServerFacts, describe, short, unique)
