@@ -12,44 +12,62 @@ recovered through a BMC seen On before.
 
 import dataclasses
 import threading
+from typing import (Callable, Dict, Iterable, List, Mapping, Optional,
+                    Protocol, Set, Tuple)
 
 import structlog
 
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.base import PowerState
+from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.events import EventKind as E
-from instanceha.events import AgentReport, PowerReading, ServiceReport
+from instanceha.events import (AgentReport, Event, PowerReading,
+                               ServiceReport)
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import RUNNING_STATES
+from instanceha.journal import Journal
 from instanceha.policy import proof
+from instanceha.policy.proof import Evidence
 
 LOG = structlog.get_logger("instanceha.evidence")
 
 #: The journal row (in place of a method key) holding what the host's
 #: agent reported about its machine: {"system_uuid": ...}.
 AGENT_KEY = "agent"
+#: (method label, verdict, text) of one method: see identities
+Identity = Tuple[str, str, str]
 
 
-def _label(method):
+class _Ports(Protocol):
+    """What :func:`note` uses of the context (engine.context.Context)."""
+    @property
+    def evidence(self) -> "EvidenceStore": ...
+
+    def bmc_for(self, host: str) -> Optional[BMC]: ...
+
+
+def _label(method: BMC) -> str:
     return "BMC %s (%s)" % (method.address or method.host, method.driver) \
         if method.address else "BMC of driver %s" % method.driver
 
 
 class EvidenceStore:
 
-    def __init__(self, journal, clock):
+    def __init__(self, journal: Journal, clock: Callable[[], float]) -> None:
         self._journal = journal
         self._clock = clock
         self._lock = threading.Lock()
-        self._ev = {}               # host name -> {method key: Evidence}
+        #: host name -> {method key: Evidence}
+        self._ev: Dict[str, Dict[str, Evidence]] = {}
         #: system UUID -> {host name: methods whose evidence names it}
-        self._by_uuid = {}
+        self._by_uuid: Dict[str, Dict[str, int]] = {}
         #: hosts a BMC reported Off while Nova said they were up
-        self._suspected = set()
+        self._suspected: Set[str] = set()
         #: host name -> the system UUID its agent reported (kept in the
         #: journal under AGENT_KEY: a dead host's agent says nothing)
-        self._host_uuid = {}
+        self._host_uuid: Dict[str, str] = {}
 
-    def load(self):
+    def load(self) -> int:
         """Merge what the journal kept (at start, and when elected)."""
         try:
             kept = self._journal.evidence()
@@ -67,7 +85,7 @@ class EvidenceStore:
                 self._store(host, key, proof.Evidence.from_dict(data))
         return len(kept)
 
-    def _store(self, host, key, new):
+    def _store(self, host: str, key: str, new: Evidence) -> None:
         """Keep ``new`` for (host, key), and the UUID index with it.
         Called under the lock."""
         old = self._ev.setdefault(host, {}).get(key)
@@ -88,14 +106,15 @@ class EvidenceStore:
         else:
             self._suspected.discard(host)
 
-    def get(self, host, method):
+    def get(self, host: str, method: BMC) -> Optional[Evidence]:
         return self._get(host, inventory.method_key(method))
 
-    def _get(self, host, key):
+    def _get(self, host: str, key: str) -> Optional[Evidence]:
         with self._lock:
             return self._ev.get(host, {}).get(key)
 
-    def _put(self, host, key, old, new):
+    def _put(self, host: str, key: str, old: Optional[Evidence],
+             new: Evidence) -> None:
         if new == old:
             return
         with self._lock:
@@ -107,23 +126,28 @@ class EvidenceStore:
             LOG.error("evidence_not_journalled", host=host, method=key,
                       reason=str(e))
 
-    def _host_keys(self, host):
+    def _host_keys(self, host: str) -> List[Tuple[str, Evidence]]:
         with self._lock:
             return list(self._ev.get(host, {}).items())
 
-    def suspected(self):
+    def suspected(self) -> Set[str]:
         """Hosts a BMC reported Off while Nova said they were up: the next
         heartbeat Nova records decides whether that BMC is truthful."""
         with self._lock:
             return set(self._suspected)
 
     # -- observations -----------------------------------------------------------
-    def read(self, host, method, power, by, nova_up=False, after=None):
+    def read(self, host: str, method: BMC, power: str, by: str,
+             nova_up: bool = False,
+             after: Optional[proof.ServiceSeen] = None) -> None:
         """A read of ``power`` ("on"/"off") from ``method`` of ``host``."""
         self.read_key(host, inventory.method_key(method), power, by, nova_up,
                       after)
 
-    def read_key(self, host, key, power, by, nova_up=False, after=None):
+    def read_key(self, host: str, key: str, power: str, by: str,
+                 nova_up: bool = False,
+             after: Optional[proof.ServiceSeen] = None
+                 ) -> None:
         """As :meth:`read`, for a method named by its key
         (inventory.method_key). ``nova_up`` and ``after``: see
         proof.read."""
@@ -137,8 +161,10 @@ class EvidenceStore:
                                "records another heartbeat")
         self._put(host, key, old, new)
 
-    def heartbeat(self, host, updated_at, status=None, disabled_reason=None,
-                  ours=None):
+    def heartbeat(self, host: str, updated_at: Optional[float],
+                  status: Optional[str] = None,
+                  disabled_reason: Optional[str] = None,
+                  ours: Optional[float] = None) -> None:
         for key, old in self._host_keys(host):
             new = proof.heartbeat(old, updated_at, status, disabled_reason,
                                   ours, label="BMC %s" % key)
@@ -149,16 +175,17 @@ class EvidenceStore:
                                  "evacuated through this entry")
             self._put(host, key, old, new)
 
-    def lost(self, host):
+    def lost(self, host: str) -> None:
         for key, old in self._host_keys(host):
             self._put(host, key, old, proof.lost(old))
 
-    def identity_key(self, host, key, found):
+    def identity_key(self, host: str, key: str,
+                     found: Optional[Mapping[str, object]]) -> None:
         """What the BMC of method ``key`` reported about its machine."""
         old = self._get(host, key)
         self._put(host, key, old, proof.identity(old, found))
 
-    def agent_uuid(self, host, system_uuid):
+    def agent_uuid(self, host: str, system_uuid: Optional[str]) -> None:
         """The host's agent reported its machine's ``system_uuid``
         (canonical; None says nothing: an older agent, an unreadable
         file; the last one reported stands). Kept in the journal, so
@@ -181,13 +208,13 @@ class EvidenceStore:
             LOG.error("evidence_not_journalled", host=host,
                       method=AGENT_KEY, reason=str(e))
 
-    def host_uuid(self, host):
+    def host_uuid(self, host: str) -> Optional[str]:
         """The system UUID the host's agent reported, or None."""
         with self._lock:
             return self._host_uuid.get(host)
 
     # -- answers ----------------------------------------------------------------
-    def same_machine(self, a, b):
+    def same_machine(self, a: Optional[BMC], b: Optional[BMC]) -> bool:
         """Entries ``a`` and ``b`` (of different hosts) reach one machine
         by the system identity their BMCs reported (a UUID in common):
         e.g. one by its Redfish, the other by its IPMI address."""
@@ -197,7 +224,7 @@ class EvidenceStore:
         theirs = [self.get(b.host, m) for m in b.methods]
         return any(proof.same_machine(x, y) for x in mine for y in theirs)
 
-    def same_machine_hosts(self, bmc):
+    def same_machine_hosts(self, bmc: Optional[BMC]) -> Set[str]:
         """Hosts (other than ``bmc``'s) that :meth:`same_machine` may
         find on one machine with ``bmc``: those whose BMCs reported a
         system UUID that ``bmc``'s reported (from an index, not by
@@ -211,7 +238,7 @@ class EvidenceStore:
         found.discard(bmc.host)
         return found
 
-    def hostnames(self, bmc):
+    def hostnames(self, bmc: Optional[BMC]) -> Set[str]:
         """The host names ``bmc``'s methods reported for their machine."""
         if bmc is None:
             return set()
@@ -222,18 +249,21 @@ class EvidenceStore:
                 out.add(proof.short_name(ev.hostname))
         return out
 
-    def machine(self, host, method):
+    def machine(self, host: str, method: BMC) -> Tuple[str, str]:
         """(proof.VERIFIED / NOT_VERIFIED / MISMATCH, text): is the
         machine behind ``method``'s BMC the host (its system UUID the one
         the host's agent reports)? See proof.machine."""
         return proof.machine(self.get(host, method), self.host_uuid(host))
 
-    def identities(self, bmc):
+    def identities(self, bmc: Optional[BMC]) -> List[Identity]:
         """[(method label, verdict, text)] for each method of ``bmc`` that
         reaches a BMC (for status and ``instanceha check``)."""
-        return self.identities_of([bmc]).get(getattr(bmc, "host", None), [])
+        if bmc is None:
+            return []
+        return self.identities_of([bmc]).get(bmc.host, [])
 
-    def identities_of(self, bmcs):
+    def identities_of(self, bmcs: Iterable[Optional[BMC]]
+                      ) -> Dict[str, List[Identity]]:
         """{host: identities(bmc)} for the entries ``bmcs`` (None skipped),
         under one hold of the lock: status asks for every host's at each
         write, thousands of them."""
@@ -251,7 +281,7 @@ class EvidenceStore:
                     for m in bmc.methods if m.driver != "noop"]
         return out
 
-    def untrusted(self, bmc):
+    def untrusted(self, bmc: Optional[BMC]) -> Optional[str]:
         """Why ``bmc`` (an inventory entry) may not prove its host dead, or
         None: a method whose BMC reported Off while the host was up, or
         whose machine is not the host's (its system UUID is not the one
@@ -261,7 +291,7 @@ class EvidenceStore:
         with self._lock:
             return self._untrusted(bmc)
 
-    def _untrusted(self, bmc):
+    def _untrusted(self, bmc: BMC) -> Optional[str]:
         """:meth:`untrusted`, under the lock."""
         held = self._ev.get(bmc.host, {})
         found = [(method, held.get(inventory.method_key(method)))
@@ -277,7 +307,9 @@ class EvidenceStore:
                     return "%s: %s" % (_label(method), text)
         return None
 
-    def untrusted_hosts(self, inventory_map):
+    def untrusted_hosts(
+            self, inventory_map: Optional[Mapping[str, Optional[BMC]]]
+    ) -> Dict[str, str]:
         """{host: reason} for every entry of ``inventory_map`` that may not
         prove its host dead (for status and metrics: UNPROTECTED)."""
         out = {}
@@ -290,11 +322,12 @@ class EvidenceStore:
                 out[host] = "BMC untrusted: " + why
         return out
 
-    def off_proves(self, host, method, isolated=False):
+    def off_proves(self, host: str, method: BMC, isolated: bool = False
+                   ) -> Tuple[bool, str]:
         return proof.off_proves(self.get(host, method), isolated)
 
 
-def note(ctx, rec, event):
+def note(ctx: _Ports, rec: HostRecord, event: Event) -> Event:
     """Keep what a BMC read or a heartbeat says about the host's BMC
     (the context's EvidenceStore); returns the event to step, a POWER_OFF saying
     whether that Off may count as the second witness of death."""
