@@ -11,8 +11,11 @@ engine calls it under its lock.
 """
 
 import collections
+from typing import (DefaultDict, Deque, Dict, FrozenSet, Hashable, List,
+                    NamedTuple, Optional, Set, Tuple, Union)
 
 from instanceha.events import Event, EventKind as E
+from instanceha.fsm.states import Action
 
 #: Operator commands applied before a host's next queued action.
 PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
@@ -21,32 +24,51 @@ PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
 COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
 
 
+#: the journal update that finishes an action's attempt: (action_id, at,
+#: outcome, detail), as Journal.record takes it
+Finish = Tuple[Optional[int], float, str, str]
+
+
 class Pending(collections.namedtuple("Pending", "action action_id carry",
                                      defaults=(None,))):
-    """An action to run; action_id is its journal row (None: write one);
-    carry: what its previous pass handed over (None: a first pass)."""
+    """An action to run (an Action); action_id is its journal row (None:
+    write one); carry: what its previous pass handed over (a
+    passes.Carry; None: a first pass)."""
+    # Its fields stay untyped for now (issue 36 part 6): a waiting pass
+    # always has a carry, and engine.py (being reshaped) closes it
+    # without a check; typed as Optional[Carry] once engine.py says so.
 
 
-class Pass(collections.namedtuple("Pass", "pending due waits_for",
-                                  defaults=(None,))):
+class Pass(NamedTuple):
     """The next pass of an unfinished action, not before ``due`` (sooner
     when news of a server in ``waits_for`` comes; None: of any server)."""
+    pending: Pending
+    due: float
+    waits_for: Optional[FrozenSet[str]] = None
 
 
-class Result(collections.namedtuple("Result", "event finish")):
+class Result(NamedTuple):
     """An action's result event and the journal update that finishes it."""
+    event: Event
+    finish: Optional[Finish]
+
+
+#: what waits in a host's inbox
+Item = Union[Event, Pending, Result]
 
 
 class Inboxes:
 
-    def __init__(self):
-        self._boxes = collections.defaultdict(collections.deque)
-        self._passes = {}            # key -> Pass
+    def __init__(self) -> None:
+        self._boxes: DefaultDict[str, Deque[Item]] = \
+            collections.defaultdict(collections.deque)
+        self._passes: Dict[Hashable, Pass] = {}
         #: keys woken while their pass ran: its next pass is due at once
-        self._woken = set()
-        self._errors = {}            # host_id -> "action: error" (retrying)
+        self._woken: Set[Hashable] = set()
+        #: host_id -> "action: error" (retrying)
+        self._errors: Dict[str, str] = {}
 
-    def put(self, event):
+    def put(self, event: Event) -> None:
         """An event at the back; a newer observation of the same kind
         replaces one still waiting at the back."""
         box = self._boxes[event.host]
@@ -57,13 +79,13 @@ class Inboxes:
         else:
             box.append(event)
 
-    def put_front(self, host_id, item):
+    def put_front(self, host_id: str, item: Item) -> None:
         self._boxes[host_id].appendleft(item)
 
-    def append(self, host_id, item):
+    def append(self, host_id: str, item: Item) -> None:
         self._boxes[host_id].append(item)
 
-    def take(self, host_id, now):
+    def take(self, host_id: str, now: float) -> Optional[Item]:
         """The next item to handle for the host, or None (nothing, or it
         only a pass not due yet). An operator's hands-off comes before the next
         action, which the state check then drops; the next pass of
@@ -87,7 +109,8 @@ class Inboxes:
         return item
 
     # -- passes of unfinished work ---------------------------------------------
-    def set_pass(self, key, pending, due, waits_for=None):
+    def set_pass(self, key: Hashable, pending: Pending, due: float,
+                 waits_for: Optional[FrozenSet[str]] = None) -> None:
         """The next pass of ``key``'s work; due at once if news woke it
         while the last pass ran."""
         if key in self._woken:
@@ -96,7 +119,8 @@ class Inboxes:
                 if key in self._passes else float("-inf")
         self._passes[key] = Pass(pending, due, waits_for)
 
-    def start_or_wake(self, key, pending, now):
+    def start_or_wake(self, key: Hashable, pending: Pending, now: float
+                      ) -> None:
         """Work news asks for: its waiting pass is due now, or ``pending``
         is its first pass (and should a pass of it be running, its next
         one is due at once)."""
@@ -107,7 +131,8 @@ class Inboxes:
             self._passes[key] = Pass(pending, now)
             self._woken.add(key)
 
-    def wake_passes(self, now, server_id=None):
+    def wake_passes(self, now: float, server_id: Optional[str] = None
+                    ) -> List[Hashable]:
         """Every pass waiting for news of ``server_id`` (None: every pass
         waiting) is due now; returns their keys."""
         keys = [k for k, p in self._passes.items() if p.due > now and (
@@ -117,7 +142,7 @@ class Inboxes:
             self._passes[k] = self._passes[k]._replace(due=now)
         return keys
 
-    def pop_pass(self, host_id, action):
+    def pop_pass(self, host_id: Hashable, action: Action) -> Optional[Pass]:
         """The waiting pass of ``action`` for the host, removed, or None."""
         old = self._passes.get(host_id)
         if old is None or old.pending.action is not action:
@@ -125,18 +150,18 @@ class Inboxes:
         del self._passes[host_id]
         return old
 
-    def pop_all_passes(self):
+    def pop_all_passes(self) -> List[Pass]:
         passes, self._passes = list(self._passes.values()), {}
         self._woken.clear()
         return passes
 
     # -- errors of actions being retried -----------------------------------------
-    def note_error(self, host_id, error):
+    def note_error(self, host_id: str, error: str) -> None:
         self._errors[host_id] = error
 
-    def clear_error(self, host_id):
+    def clear_error(self, host_id: str) -> None:
         self._errors.pop(host_id, None)
 
-    def errors(self):
+    def errors(self) -> Dict[str, str]:
         """host_id -> the retrying action's last error."""
         return dict(self._errors)

@@ -8,6 +8,7 @@ None). Pure."""
 
 from typing import Optional, Sequence
 
+from instanceha.drivers.compute.base import InstanceAction, Server
 from instanceha.policy import instance_repair as ir
 from instanceha.sources import nova_payloads as np
 
@@ -33,7 +34,8 @@ def notification_verdict(facts: np.InstanceFacts) -> Optional[ir.Verdict]:
     return ir.classify_notification(from_facts(facts))
 
 
-def sweep_verdict(server, actions: Sequence) -> Optional[ir.Verdict]:
+def sweep_verdict(server: Server, actions: Sequence[InstanceAction]
+                  ) -> Optional[ir.Verdict]:
     """``server``: the driver's Server; ``actions``: its InstanceAction
     list, newest first."""
     records = [ir.ActionRecord(a.action, a.user_id, a.project_id,

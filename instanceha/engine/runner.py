@@ -6,45 +6,56 @@ BMC read after a heartbeat loss runs on the engine's small probe pool."""
 
 import threading
 import time
+from typing import Any, Callable, Hashable, List, Protocol
 
 import structlog
 
-from instanceha.engine.workqueue import ShutDown
+from instanceha.engine.workqueue import ShutDown, WorkQueue
 
 LOG = structlog.get_logger("instanceha.engine")
 
 
+class Engine(Protocol):
+    """What the threads run of the engine (engine.Engine)."""
+    @property
+    def queue(self) -> WorkQueue: ...
+
+    def work(self, key: Hashable) -> None: ...
+
+    def tick(self) -> None: ...
+
+
 class Runner:
 
-    def __init__(self, engine, conf):
+    def __init__(self, engine: Engine, conf: Any) -> None:
         self._engine = engine
         self._conf = conf
-        self._threads = []
+        self._threads: List[threading.Thread] = []
         self._stop = threading.Event()
 
-    def start(self):
+    def start(self) -> None:
         engine = self._engine
         for i in range(self._conf.workers):
             self._spawn(self._worker, "worker-%d" % i)
         self._spawn(engine.queue.run_delayer, "delayer")
         self._spawn(self._ticker, "ticker")
 
-    def stop(self, timeout=5.0):
+    def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._engine.queue.shut_down()
         for t in self._threads:
             t.join(timeout)
 
-    def threads(self):
+    def threads(self) -> List[threading.Thread]:
         return list(self._threads)
 
-    def _spawn(self, fn, name):
+    def _spawn(self, fn: Callable[[], object], name: str) -> None:
         t = threading.Thread(target=fn, name="instanceha-" + name,
                              daemon=True)
         t.start()
         self._threads.append(t)
 
-    def _worker(self):
+    def _worker(self) -> None:
         queue = self._engine.queue
         while True:
             try:
@@ -53,7 +64,7 @@ class Runner:
                 return
             self._engine.work(key)
 
-    def _ticker(self):
+    def _ticker(self) -> None:
         interval = self._conf.detection.tick_interval
         last = time.monotonic()
         while not self._stop.wait(interval):

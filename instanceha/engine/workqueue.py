@@ -25,7 +25,8 @@ import collections
 import heapq
 import itertools
 import threading
-from typing import Counter, Deque, Dict, Hashable
+from typing import (Callable, Counter, Deque, Dict, Hashable, List, Optional,
+                    Set, Tuple)
 
 from instanceha.util import backoff
 
@@ -36,8 +37,9 @@ class ShutDown(Exception):
 
 class WorkQueue:
 
-    def __init__(self, clock, base_delay=0.5, max_delay=60.0,
-                 ordinary_limit=None):
+    def __init__(self, clock: Callable[[], float], base_delay: float = 0.5,
+                 max_delay: float = 60.0,
+                 ordinary_limit: Optional[int] = None) -> None:
         self._clock = clock
         self._base = base_delay
         self._max = max_delay
@@ -45,11 +47,14 @@ class WorkQueue:
         self._queue: Deque[Hashable] = collections.deque()
         self._urgent: Deque[Hashable] = collections.deque()
         self._ordinary_limit = ordinary_limit
-        self._dirty = set()
-        self._dirty_urgent = set()          # dirty keys added urgent
-        self._processing = set()
-        self._ordinary = set()              # processing, taken as ordinary
-        self._delayed = []                 # heap of (due, seq, key)
+        self._dirty: Set[Hashable] = set()
+        #: dirty keys added urgent
+        self._dirty_urgent: Set[Hashable] = set()
+        self._processing: Set[Hashable] = set()
+        #: processing, taken as ordinary
+        self._ordinary: Set[Hashable] = set()
+        #: heap of (due, seq, key)
+        self._delayed: List[Tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self._failures: Counter[Hashable] = collections.Counter()
         #: key -> the time before which it is handed to no worker
@@ -57,11 +62,11 @@ class WorkQueue:
         self._shutdown = False
 
     # -- adding -------------------------------------------------------------
-    def add(self, key, urgent=False):
+    def add(self, key: Hashable, urgent: bool = False) -> None:
         with self._cond:
             self._add_locked(key, urgent)
 
-    def _add_locked(self, key, urgent=False):
+    def _add_locked(self, key: Hashable, urgent: bool = False) -> None:
         if self._shutdown or self._held_locked(key):
             # Held back: the delayed entry of its hold adds it then.
             return
@@ -84,7 +89,7 @@ class WorkQueue:
             # with every worker asleep.
             self._cond.notify_all()
 
-    def add_after(self, key, delay):
+    def add_after(self, key: Hashable, delay: float) -> None:
         if delay <= 0:
             return self.add(key)
         with self._cond:
@@ -92,7 +97,7 @@ class WorkQueue:
                            (self._clock() + delay, next(self._seq), key))
             self._cond.notify_all()
 
-    def add_rate_limited(self, key):
+    def add_rate_limited(self, key: Hashable) -> float:
         """Hold ``key`` back for its back-off, then queue it again;
         returns the delay used."""
         with self._cond:
@@ -102,7 +107,7 @@ class WorkQueue:
         self.hold(key, delay)
         return delay
 
-    def hold(self, key, delay):
+    def hold(self, key: Hashable, delay: float) -> None:
         """Hand ``key`` to no worker for ``delay`` seconds, then queue it
         again (a failure's back-off is :meth:`add_rate_limited`)."""
         with self._cond:
@@ -112,12 +117,12 @@ class WorkQueue:
                                            next(self._seq), key))
             self._cond.notify_all()
 
-    def holding(self, key):
+    def holding(self, key: Hashable) -> bool:
         """Whether ``key`` is held back now."""
         with self._cond:
             return self._held_locked(key)
 
-    def _held_locked(self, key):
+    def _held_locked(self, key: Hashable) -> bool:
         until = self._hold_until.get(key)
         if until is None:
             return False
@@ -126,19 +131,19 @@ class WorkQueue:
         del self._hold_until[key]
         return False
 
-    def forget(self, key):
+    def forget(self, key: Hashable) -> None:
         """``key``'s work went well: its back-off starts afresh, and it
         is no longer held back."""
         with self._cond:
             self._failures.pop(key, None)
             self._hold_until.pop(key, None)
 
-    def failures(self, key):
+    def failures(self, key: Hashable) -> int:
         with self._cond:
             return self._failures[key]
 
     # -- delayed keys -------------------------------------------------------
-    def pump(self):
+    def pump(self) -> Optional[float]:
         """Move due delayed keys to the queue; return seconds to the next."""
         with self._cond:
             now = self._clock()
@@ -147,7 +152,7 @@ class WorkQueue:
                 self._add_locked(key)
             return self._delayed[0][0] - now if self._delayed else None
 
-    def run_delayer(self, wait=None):
+    def run_delayer(self, wait: object = None) -> None:
         """Loop of the background thread that releases delayed keys."""
         while True:
             with self._cond:
@@ -160,7 +165,7 @@ class WorkQueue:
                 self._cond.wait(timeout=min(nxt, 1.0) if nxt else 1.0)
 
     # -- processing ---------------------------------------------------------
-    def get(self, timeout=None):
+    def get(self, timeout: Optional[float] = None) -> Optional[Hashable]:
         """Next key to process (marks it processing); ShutDown when closed.
 
         Returns None if ``timeout`` passes with nothing to do."""
@@ -181,16 +186,16 @@ class WorkQueue:
             self._dirty_urgent.discard(key)
             return key
 
-    def taken_urgent(self, key):
+    def taken_urgent(self, key: Hashable) -> bool:
         """``key`` is being processed, taken from the urgent lane."""
         with self._cond:
             return key in self._processing and key not in self._ordinary
 
-    def _ordinary_free(self):
+    def _ordinary_free(self) -> bool:
         return (self._ordinary_limit is None
                 or len(self._ordinary) < self._ordinary_limit)
 
-    def done(self, key):
+    def done(self, key: Hashable) -> None:
         with self._cond:
             self._processing.discard(key)
             if key in self._ordinary:
@@ -206,22 +211,22 @@ class WorkQueue:
                  else self._queue).append(key)
                 self._cond.notify_all()
 
-    def shut_down(self):
+    def shut_down(self) -> None:
         with self._cond:
             self._shutdown = True
             self._cond.notify_all()
 
-    def __len__(self):
+    def __len__(self) -> int:
         with self._cond:
             return len(self._queue) + len(self._urgent)
 
-    def settled(self):
+    def settled(self) -> bool:
         """True while no key is waiting or being processed (keys held back
         until a later time aside)."""
         with self._cond:
             return not (self._queue or self._urgent or self._processing)
 
-    def busy(self):
+    def busy(self) -> bool:
         """True while any key is waiting, processing or delayed."""
         with self._cond:
             return bool(self._queue or self._urgent or self._processing
