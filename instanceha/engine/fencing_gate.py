@@ -14,30 +14,37 @@ Two objects, both asked only after the state machine's step says FENCE
 """
 
 import threading
+from typing import (Any, Callable, Dict, Mapping, Optional, Tuple)
 
 from instanceha.fsm import agent
+from instanceha.fsm.record import HostRecord
 from instanceha.policy import storm
 
 
 class Readiness:
 
-    def __init__(self, world_seen=None, control_plane=None,
-                 agent_cliff=None):
+    def __init__(self, world_seen: Optional[Callable[[], bool]] = None,
+                 control_plane: Optional[
+                     Callable[[], Tuple[bool, str]]] = None,
+                 agent_cliff: Optional[Callable[[], Optional[str]]] = None
+                 ) -> None:
         #: True once the world has been observed since start (the service
         #: passes the reconciler's first completed pass): until then no
         #: fencing decision is taken on remembered observations.
-        self.world_seen = world_seen or (lambda: True)
+        self.world_seen: Callable[[], bool] = world_seen or (lambda: True)
         #: (ok, reason) of the control plane a recovery needs (scheduler,
         #: conductor, Placement, Nova API): no fencing while not ok, since
         #: a fenced host whose servers cannot be rebuilt is the worst
         #: outcome.
-        self.control_plane = control_plane or (lambda: (True, ""))
+        self.control_plane: Callable[[], Tuple[bool, str]] = \
+            control_plane or (lambda: (True, ""))
         #: Why this engine looks cut off from the hosts' agents (a large
         #: share fell silent within seconds), else None: a host suspect on
         #: its agent's silence alone is not fenced meanwhile.
-        self.agent_cliff = agent_cliff or (lambda: None)
+        self.agent_cliff: Callable[[], Optional[str]] = \
+            agent_cliff or (lambda: None)
 
-    def closed(self):
+    def closed(self) -> Optional[str]:
         """Why no fencing decision may be taken at all now, or None."""
         if not self.world_seen():
             return ("waiting for the first poll of Nova since start: no "
@@ -48,9 +55,14 @@ class Readiness:
         return None
 
 
+#: view(): (version, {host id: record}) of the engine's records
+View = Callable[[], Tuple[int, Mapping[str, HostRecord]]]
+
+
 class FencingGate:
 
-    def __init__(self, conf, clock, readiness, view):
+    def __init__(self, conf: Any, clock: Callable[[], float],
+                 readiness: Readiness, view: View) -> None:
         """``view()``: (version, {host id: record}) of the engine's records,
         the version bumped on every change; the engine also tells every
         record it stores (:meth:`note`)."""
@@ -62,20 +74,24 @@ class FencingGate:
         self._settings = storm.Settings.from_conf(conf)
         self._tally = storm.Tally(self._settings)
         self._notes = 0              # bumped on every record noted
-        self._ack = {}               # scope -> lost count an operator took
+        #: scope -> lost count an operator took
+        self._ack: Dict[str, int] = {}
         self._acks = 0               # bumped on every acknowledgement
-        self._cache = None           # (notes, acks, second, scopes)
+        #: (notes, acks, second, scopes)
+        self._cache: Optional[
+            Tuple[int, int, int, Dict[str, storm.Scope]]] = None
         self._bucket = storm.TokenBucket(conf.policy.fence_rate_hosts,
                                          conf.policy.fence_rate_interval,
                                          clock())
-        self._waiting = {}           # host_id -> (detected at, last asked)
+        #: host_id -> (detected at, last asked)
+        self._waiting: Dict[str, Tuple[float, float]] = {}
 
     @property
-    def settings(self):
+    def settings(self) -> storm.Settings:
         return self._settings
 
     @settings.setter
-    def settings(self, settings):
+    def settings(self, settings: storm.Settings) -> None:
         """New storm settings (SIGHUP): the tally is counted again."""
         _, records = self._view()
         with self._lock:
@@ -83,14 +99,15 @@ class FencingGate:
             self._tally = storm.Tally(settings, records.values())
             self._notes += 1
 
-    def note(self, rec):
+    def note(self, rec: HostRecord) -> None:
         """``rec`` is now its host's record (called by the engine as it
         stores one, under its lock)."""
         with self._lock:
             self._tally.put(rec)
             self._notes += 1
 
-    def scopes(self, at, pending=None):
+    def scopes(self, at: float, pending: Optional[HostRecord] = None
+               ) -> Dict[str, storm.Scope]:
         """storm.assess of every record (``pending`` as it will be)."""
         with self._lock:
             key = (self._notes, self._acks, int(at))
@@ -107,7 +124,8 @@ class FencingGate:
                 self._cache = key + (scopes,)
         return scopes
 
-    def hold_for(self, rec, at, pending=None):
+    def hold_for(self, rec: HostRecord, at: float,
+                 pending: Optional[HostRecord] = None) -> Tuple[bool, str]:
         """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
         concerned (start-up, control plane, storm threshold)?"""
         closed = self.readiness.closed()
@@ -125,7 +143,7 @@ class FencingGate:
             return False, scope.describe()
         return True, ""
 
-    def take_token(self, rec, at):
+    def take_token(self, rec: HostRecord, at: float) -> Tuple[bool, str]:
         """(ok, reason): a fencing token for ``rec``, earliest detection
         first; hosts beyond the rate wait."""
         key = rec.lost_at if rec.lost_at is not None else rec.since
@@ -150,7 +168,7 @@ class FencingGate:
                        % (p.fence_rate_hosts, p.fence_rate_interval,
                           position, waiting, max(0.0, next_at - at)))
 
-    def acknowledge(self):
+    def acknowledge(self) -> Dict[str, int]:
         """Operator ``resume --storm``: the storm hold is lifted for the
         hosts lost now; more losses in a scope bring it back. Returns
         {scope: hosts lost}."""
@@ -162,7 +180,7 @@ class FencingGate:
             self._acks += 1
         return held
 
-    def cluster_status(self):
+    def cluster_status(self) -> Tuple[bool, str]:
         """(ok, reason) of the whole cloud for status and metrics: False
         while readiness or the global storm hold stops new fencing."""
         closed = self.readiness.closed()
@@ -178,7 +196,7 @@ class FencingGate:
             return False, "; ".join(scope.describe() for scope in over)
         return True, ""
 
-    def summary(self, names):
+    def summary(self, names: Mapping[str, str]) -> Dict[str, object]:
         """The storm and rate-limit parts of status (``names``: host id ->
         name)."""
         scopes = self.scopes(self.clock())

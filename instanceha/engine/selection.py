@@ -20,14 +20,17 @@ a marker an operator renewed in the meantime is left alone.
 """
 
 import dataclasses
-from typing import Dict, List
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import structlog
 
 from instanceha.drivers.compute import base
+from instanceha.engine.context import Context
 from instanceha.policy import evacuable, facts_nova, order, power, repair
 from instanceha.policy import instance_repair_groups as service
-from instanceha.policy.facts import Problem
+from instanceha.policy.facts import (AggregateFacts, ImageFacts, Problem,
+                                     ServerFacts)
 from instanceha.policy.instance_repair_settings import Settings as IRSettings
 
 LOG = structlog.get_logger("instanceha.selection")
@@ -39,10 +42,11 @@ class Selection:
     skipped: Dict[str, str]             # server id -> why not evacuated
     #: server id -> order.sort_key (its priority first; the global order
     #: across hosts)
-    keys: Dict[str, tuple] = dataclasses.field(default_factory=dict)
+    keys: Dict[str, order.SortKey] = dataclasses.field(default_factory=dict)
 
 
-def _aggregates(compute, host):
+def _aggregates(compute: base.ComputeDriver, host: Optional[str]
+                ) -> Tuple[AggregateFacts, ...]:
     found = base.aggregates_or_none(
         compute, LOG, "aggregate-scope recovery policies are not consulted "
         "for this evacuation", host=host) or ()
@@ -51,14 +55,16 @@ def _aggregates(compute, host):
         hosts=tuple(a.hosts)) for a in found)
 
 
-def _image_id(server):
+def _image_id(server: base.Server) -> Optional[str]:
     ref = (server.raw or {}).get("image")
     if isinstance(ref, dict) and ref.get("id"):
         return str(ref["id"])
     return None
 
 
-def _images(compute, host, servers, settings, tags=False):
+def _images(compute: base.ComputeDriver, host: Optional[str],
+            servers: Iterable[base.Server], settings: evacuable.Settings,
+            tags: bool = False) -> Dict[str, ImageFacts]:
     """{image id: ImageFacts} of the servers' images, read from Glance
     only when evacuable tagging consults the image scope, or when
     ``tags`` (image tags exclude service-owned servers). A deleted image
@@ -69,7 +75,7 @@ def _images(compute, host, servers, settings, tags=False):
     if not tags and (not settings.enabled
                      or evacuable.IMAGE not in settings.sources):
         return {}
-    found = {}
+    found: Dict[str, ImageFacts] = {}
     for iid in sorted({i for i in map(_image_id, servers) if i}):
         try:
             found[iid] = evacuable.image_from_glance(compute.get_image(iid))
@@ -89,17 +95,20 @@ def _images(compute, host, servers, settings, tags=False):
     return found
 
 
-def _facts(server, aggregates, images=None):
+def _facts(server: base.Server, aggregates: Iterable[AggregateFacts],
+           images: Optional[Mapping[str, ImageFacts]] = None) -> ServerFacts:
     body = dict(server.raw or {})
     body.setdefault("id", server.id)
     body.setdefault("name", server.name)
     body.setdefault("OS-EXT-SRV-ATTR:host", server.host)
-    image = (images or {}).get(_image_id(server))
+    iid = _image_id(server)
+    image = (images or {}).get(iid) if iid is not None else None
     return evacuable.server_from_nova(body, image=image,
                                       aggregates=aggregates)
 
 
-def remove_expired(compute, host, markers):
+def remove_expired(compute: base.ComputeDriver, host: str,
+                   markers: Iterable[repair.Marker]) -> None:
     """Remove each expired suspension marker (repair.Marker) once, after
     reading its object again: only a value still equal to the expired one
     is removed. Failures are logged; nothing depends on the removal (an
@@ -141,14 +150,15 @@ def remove_expired(compute, host, markers):
                  % repair.format_time(m.until))
 
 
-def _log_problems(host, problems):
+def _log_problems(host: str, problems: Iterable[Problem]) -> None:
     for p in problems:
         LOG.warning("recovery_policy_problem", host=host, level=p.level,
                     scope=p.scope, object=p.object_name or p.object_id,
                     key=p.key, reason=p.message)
 
 
-def select(ctx, host, servers, now) -> Selection:
+def select(ctx: Context, host: str, servers: Sequence[base.Server],
+           now: float) -> Selection:
     """``servers``: the host's servers Nova would evacuate (Server). The
     aggregates are read only when a policy may need them."""
     conf = ctx.conf
@@ -200,10 +210,12 @@ def select(ctx, host, servers, now) -> Selection:
                       for r in ranking.servers})
 
 
-def _service_owned(host, servers, facts, settings):
+def _service_owned(host: str, servers: Sequence[base.Server],
+                   facts: Sequence[ServerFacts], settings: IRSettings
+                   ) -> Dict[str, str]:
     """{server id: why} of the servers a service owns (excluded by
     project or tag): left on the host, whatever the other policies say."""
-    owned = {}
+    owned: Dict[str, str] = {}
     for server, f in zip(servers, facts):
         why = service.excluded(f, settings, facts_nova.project_of(server))
         if why is not None:
@@ -219,7 +231,8 @@ def _service_owned(host, servers, facts, settings):
     return owned
 
 
-def explain(ctx_conf, compute, server_id, now):
+def explain(ctx_conf: Any, compute: base.ComputeDriver, server_id: str,
+            now: float) -> List[str]:
     """``instanceha policy explain SERVER``: every recovery policy's
     decision for one server and where it came from, as text lines. Reads
     Nova (the server, the host aggregates); changes nothing."""
