@@ -10,9 +10,10 @@ notification about one of the servers the pass waits for wakes it. No
 pass waits; its progress lives in the carry and in journal rows.
 """
 
-from typing import Any, FrozenSet, Optional, Protocol
+from typing import Callable, FrozenSet, Optional, Protocol
 
-from instanceha.events import Event, EventKind
+from instanceha.events import Event, EventKind, Payload
+from instanceha.fsm.record import HostRecord
 
 
 class Carry(Protocol):
@@ -30,7 +31,7 @@ class Requeue:
 
     __slots__ = ("after", "carry", "waits_for")
 
-    def __init__(self, after: float, carry: Any,
+    def __init__(self, after: float, carry: Optional[Carry],
                  waits_for: Optional[FrozenSet[str]] = None) -> None:
         self.after = after
         self.carry = carry
@@ -42,8 +43,14 @@ class Requeue:
             self.carry.close()
 
 
-def answer(ctx: Any, record: Any, kind: EventKind, reason: str,
-           payload: Any = None) -> Event:
+class Clocked(Protocol):
+    """What :func:`answer` reads of the context: its clock."""
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+def answer(ctx: Clocked, record: HostRecord, kind: EventKind, reason: str,
+           payload: Optional[Payload] = None) -> Event:
     """An action's result for the host of ``record``: the event the
     state machine steps with next."""
     return Event(kind, record.id, ctx.clock(), name=record.name,

@@ -35,15 +35,21 @@ restart.
 import collections
 import dataclasses
 import threading
-from typing import Counter, Dict, List, NamedTuple, Optional
+from typing import (Any, Callable, Counter, Dict, List, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple)
 
 import structlog
 
+from instanceha.drivers.compute.base import InstanceAction, Server
 from instanceha.engine import repair_markers, repair_news, repair_pass
+from instanceha.engine.context import Context
 from instanceha.engine.inbox import Pending
 from instanceha.engine.passes import Requeue
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import Action
+from instanceha.heartbeat.guest import GuestEvent
 from instanceha.policy import instance_repair as ir
+from instanceha.sources.nova_payloads import InstanceFacts
 
 LOG = structlog.get_logger("instanceha.instance_repair")
 
@@ -77,7 +83,8 @@ class CaseWork:
         """Nothing to close: a new pass reads the case afresh."""
 
 
-def run_case(ctx, subject, carry):
+def run_case(ctx: Context, subject: object, carry: CaseWork
+             ) -> Optional[Requeue]:
     """One pass of a case (Action.REPAIR's runner): a Requeue while the
     case is open, woken sooner by news of its server; None once it is
     closed. ``ctx`` is the repair's own (carry.repair.ctx)."""
@@ -121,7 +128,7 @@ class Case:
     #: from the journal): whether it reached Nova is asked once
     inherited: bool = False
 
-    def view(self) -> dict:
+    def view(self) -> Dict[str, object]:
         return {"server": self.server_id, "state": self.state,
                 "why": self.why, "verdict": self.verdict,
                 "reason": self.reason, "source": self.source,
@@ -136,7 +143,11 @@ class Case:
 class InstanceRepair:
     """The cases and their passes; the engine's workers run them."""
 
-    def __init__(self, conf, ctx, start_work, host_record, cluster_ok=None):
+    def __init__(self, conf: Any, ctx: Context,
+                 start_work: Callable[[RepairKey, Pending], object],
+                 host_record: Callable[[str], Optional[HostRecord]],
+                 cluster_ok: Optional[Callable[[], Tuple[bool, str]]] = None
+                 ) -> None:
         """``start_work(key, pending)``: the engine runs a case's first
         pass now (or its waiting pass at once); ``host_record(name)``:
         the engine's record of a host (None: unknown); ``cluster_ok()``:
@@ -146,7 +157,8 @@ class InstanceRepair:
         self._start_work = start_work
         self.clock = ctx.clock
         self.host_record = host_record
-        self.cluster_ok = cluster_ok or (lambda: (True, ""))
+        self.cluster_ok: Callable[[], Tuple[bool, str]] = \
+            cluster_ok or (lambda: (True, ""))
         self.settings = ir.Settings.from_conf(conf)
         self._lock = threading.RLock()
         self.cases: Dict[str, Case] = {}
@@ -157,18 +169,18 @@ class InstanceRepair:
         #: an operator accepted this many breakages (hold lifted)
         self.acknowledged: Optional[int] = None
         self.stats: Counter = collections.Counter()
-        self._last_hold = None
+        self._last_hold: Optional[ir.Hold] = None
 
-    def _wake(self, server_id):
+    def _wake(self, server_id: str) -> None:
         """The case's passes run now."""
         self._start_work(RepairKey(server_id), Pending(
             Action.REPAIR, None, CaseWork(self, server_id)))
 
     @property
-    def enabled(self):
+    def enabled(self) -> bool:
         return self.settings.enabled
 
-    def reload_settings(self):
+    def reload_settings(self) -> None:
         self.settings = ir.Settings.from_conf(self.conf)
 
     # -- sources' news ------------------------------------------------------------
@@ -214,7 +226,8 @@ class InstanceRepair:
         self._wake(sid)
         return True
 
-    def from_notification(self, facts, at, stale=False):
+    def from_notification(self, facts: InstanceFacts, at: float,
+                          stale: bool = False) -> bool:
         """A source's instance notification (sources.nova_payloads
         InstanceFacts), classified. ``stale``: it arrived after a newer
         one of the same server: it may open a case (the pass reads Nova
@@ -231,7 +244,7 @@ class InstanceRepair:
                  verdict=verdict.kind, reason=verdict.reason)
         return self.news(verdict, at, "notification")
 
-    def from_agent(self, event, at):
+    def from_agent(self, event: GuestEvent, at: float) -> bool:
         """A host agent's guest event (heartbeat.guest.GuestEvent, from
         the heartbeat source). A crash opens a case as a crash
         notification does; its pass then reads Nova and waits for Nova's
@@ -248,7 +261,8 @@ class InstanceRepair:
                  source=repair_pass.AGENT, reason=verdict.reason)
         return self.news(verdict, at, repair_pass.AGENT)
 
-    def from_sweep(self, server, actions, at):
+    def from_sweep(self, server: Server, actions: Sequence[InstanceAction],
+                   at: float) -> bool:
         """The sweep's server (SHUTOFF or ERROR) and its instance
         actions, classified."""
         if not self.enabled:
@@ -262,7 +276,7 @@ class InstanceRepair:
                      source="sweep", reason=verdict.reason)
         return self.news(verdict, at, "sweep")
 
-    def sweep_skips(self, server):
+    def sweep_skips(self, server: Server) -> bool:
         """The sweep need not read a server marked failed or with a
         case open."""
         meta = (server.raw or {}).get("metadata") or {}
@@ -270,10 +284,10 @@ class InstanceRepair:
             return (repair_markers.FAILED in meta
                     or server.id in self.cases)
 
-    def set_watched(self, count):
+    def set_watched(self, count: int) -> None:
         self.watched = int(count)
 
-    def _drop(self, case, kind, why, at):
+    def _drop(self, case: Case, kind: str, why: str, at: float) -> None:
         """Close a case left to its owner (a user's stop, a delete, a
         shelve...): the attempt in flight, if any, is recorded as
         interrupted."""
@@ -286,7 +300,8 @@ class InstanceRepair:
                  reason=why)
 
     # -- operator -----------------------------------------------------------------
-    def request(self, server_id, level=None, reason=""):
+    def request(self, server_id: str, level: Optional[int] = None,
+                reason: str = "") -> Dict[str, object]:
         """An operator's one-off repair of ``server_id`` (``level``: the
         highest repair level it may use, a Ladder rank; None: the
         server's own). Not held by the cloud-wide hold."""
@@ -304,7 +319,7 @@ class InstanceRepair:
         self._wake(server_id)
         return case.view()
 
-    def clear(self, server_id, reason=""):
+    def clear(self, server_id: str, reason: str = "") -> None:
         """Clear a server's failure: its ladder starts again."""
         now = self.clock()
         self.ctx.journal.repair_started(
@@ -320,7 +335,7 @@ class InstanceRepair:
         LOG.info("repair_cleared", server=server_id,
                  reason=reason or "operator: repair --clear")
 
-    def capacity_appeared(self):
+    def capacity_appeared(self) -> int:
         """Compute hosts became schedulable: moves waiting for room try
         now."""
         with self._lock:
@@ -330,14 +345,14 @@ class InstanceRepair:
             self._wake(sid)
         return len(waiting)
 
-    def acknowledge_hold(self):
+    def acknowledge_hold(self) -> int:
         """Lift the cloud-wide hold for the servers broken now."""
         h = self.hold_now(self.clock())
         self.acknowledged = len(h.failing)
         return self.acknowledged
 
     # -- the hold -----------------------------------------------------------------
-    def hold_now(self, now):
+    def hold_now(self, now: float) -> ir.Hold:
         s = self.settings
         with self._lock:
             since = now - max(s.hold_window, 1.0)
@@ -358,7 +373,7 @@ class InstanceRepair:
         return h
 
     # -- passes -------------------------------------------------------------------
-    def process(self, server_id):
+    def process(self, server_id: str) -> Optional[float]:
         """One pass of the server's case; seconds to the next pass, or
         None when the case is closed."""
         with self._lock:
@@ -371,13 +386,13 @@ class InstanceRepair:
             return None
         return repair_pass.run(self, case)
 
-    def members(self):
+    def members(self) -> List[ir.Member]:
         """The open cases as restart-group members."""
         with self._lock:
             return [ir.Member(c.server_id, c.project_id, c.group)
                     for c in self.cases.values()]
 
-    def unread(self):
+    def unread(self) -> List[str]:
         """Open cases whose server no pass has read yet: their restart
         group is not known."""
         with self._lock:
@@ -389,7 +404,7 @@ class InstanceRepair:
             if self.cases.get(sid) is case:
                 del self.cases[sid]
 
-    def resume(self):
+    def resume(self) -> int:
         """After a restart: a case for every server whose attempt row was
         left running (the attempt is followed, or timed out)."""
         if not self.enabled:
@@ -412,12 +427,12 @@ class InstanceRepair:
         return len(rows)
 
     # -- status -------------------------------------------------------------------
-    def snapshot(self):
+    def snapshot(self) -> Dict[str, object]:
         now = self.clock()
         h = self.hold_now(now) if self.enabled else None
         with self._lock:
-            cases = sorted((c.view() for c in self.cases.values()),
-                           key=lambda v: v["broke_at"])
+            cases = [c.view() for c in sorted(self.cases.values(),
+                                              key=lambda c: c.broke_at)]
         counts = collections.Counter(v["state"] for v in cases)
         return {"enabled": self.enabled,
                 "hold": h.as_dict() if h is not None else None,
@@ -425,11 +440,11 @@ class InstanceRepair:
                 "by_state": dict(counts), "counts": dict(self.stats)}
 
     @staticmethod
-    def markers_view(metadata):
+    def markers_view(metadata: Mapping[str, str]) -> Dict[str, str]:
         """The repair markers of a server's metadata, by short name."""
         return repair_markers.view(metadata)
 
-    def describe(self, server_id):
+    def describe(self, server_id: str) -> Dict[str, object]:
         """What the operator sees of one server: its case, its markers,
         its journal rows."""
         with self._lock:
