@@ -25,21 +25,32 @@ migrations in flight (their stuck clocks) starts afresh.
 
 import dataclasses
 import datetime
-from typing import Dict, List, Optional, Set, Tuple
+from typing import (Any, Callable, Collection, Dict, Iterable, List, Mapping,
+                    Optional, Sequence, Set, Tuple, Union)
 
 import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base as compute_base
+from instanceha.engine.context import Context
 from instanceha.engine.passes import Requeue
-from instanceha.events import DrainSummary, Event, EventKind as E
+from instanceha.events import DrainSummary, Event, EventKind, EventKind as E
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import State
 from instanceha.policy import drain as drain_policy
 from instanceha.policy import drain_hosts
 from instanceha.policy import facts_nova
+from instanceha.policy.drain import DrainPlan
+from instanceha.policy.drain_settings import Settings
+from instanceha.policy.facts import HostFacts
 from instanceha.util.marker import MARKER
 
 LOG = structlog.get_logger("instanceha.drain")
+
+Server = compute_base.Server
+Service = compute_base.ComputeService
+#: a move's request to Nova: call(server id)
+Request = Callable[[str], object]
 
 #: The start of the disabled_reason a drain writes.
 DRAIN_REASON = MARKER + " draining"
@@ -56,7 +67,7 @@ MIN_WAIT = 0.05
 class Carry:
     """What the passes of one drain remember (in memory)."""
 
-    ctx: object = None
+    ctx: Optional[Context] = None
     host: str = ""
     host_id: str = ""
     #: when the host entered draining: the drain's name in the journal
@@ -67,8 +78,8 @@ class Carry:
     started_at: Optional[float] = None
     failed_at: Optional[float] = None
     #: the plan's view of the other hosts, read at the first pass
-    capacities: object = None
-    services: object = None
+    capacities: Optional[Dict[str, HostFacts]] = None
+    services: Optional[List[Service]] = None
     #: servers on the host at the first pass
     initial: Tuple[str, ...] = ()
     #: migrations in flight from the host at the last pass
@@ -95,13 +106,13 @@ class Carry:
     #: journalled): one that leaves needs no confirmation
     live_moving: Set[str] = dataclasses.field(default_factory=set)
 
-    def close(self):
+    def close(self) -> None:
         self.moving = 0
         runs = getattr(self.ctx, "runs", None)
         if runs is not None and runs.get(self.host_id) is self:
             del runs[self.host_id]
 
-    def durable(self):
+    def durable(self) -> Dict[str, object]:
         """What the journal keeps of this drain (JSON-able)."""
         return {"initial": list(self.initial),
                 "attempts": dict(self.attempts),
@@ -111,7 +122,7 @@ class Carry:
                 "cold": sorted(self.cold),
                 "sent_at": dict(self.sent_at)}
 
-    def restore(self, state):
+    def restore(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`durable` kept."""
         self.initial = tuple(state.get("initial", ()))
         self.attempts = dict(state.get("attempts", {}))
@@ -121,7 +132,7 @@ class Carry:
         self.cold = set(state.get("cold", ()))
         self.sent_at = dict(state.get("sent_at", {}))
 
-    def servers_view(self):
+    def servers_view(self) -> Dict[str, str]:
         """{server id: where it stands} for status, server by server."""
         view = {}
         for sid in self.initial:
@@ -135,7 +146,7 @@ class Carry:
             view[sid] = "moved"
         return view
 
-    def status_text(self):
+    def status_text(self) -> str:
         """Where the drain stands, in a few words (status)."""
         text = "%d of %d servers moved, %d moving" % (
             len(self.moved), len(self.initial), self.moving)
@@ -144,7 +155,7 @@ class Carry:
         return text
 
 
-def others_inflight(ctx, host):
+def others_inflight(ctx: Context, host: str) -> int:
     """Servers migrating now from the other hosts being drained or failed
     back (their runs' last count): the cap across hosts ([drain]
     max_concurrent)."""
@@ -152,17 +163,19 @@ def others_inflight(ctx, host):
                if isinstance(run, Carry) and run.host != host)
 
 
-def _now_text(ctx):
+def _now_text(ctx: Context) -> str:
     return datetime.datetime.fromtimestamp(
         ctx.clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def result(ctx, record, kind, reason):
+def result(ctx: Context, record: HostRecord, kind: EventKind, reason: str
+           ) -> Event:
     return Event(kind, record.id, ctx.clock(), name=record.name,
                  reason=reason, source="action")
 
 
-def read(ctx, host):
+def read(ctx: Context, host: str
+         ) -> Tuple[List[Server], Dict[str, HostFacts], List[Service]]:
     """(servers, {host: HostFacts}, services) of Nova now, as the plan
     takes them: the host's servers, every compute host's capacity, zone
     and aggregates, and the compute and control services."""
@@ -187,7 +200,8 @@ def read(ctx, host):
     return servers, hosts, services
 
 
-def settings_for(ctx, concurrency=None):
+def settings_for(ctx: Context, concurrency: Optional[int] = None
+                 ) -> Settings:
     """[drain]'s settings, with an operator's concurrency for one host."""
     settings = drain_policy.Settings.from_conf(ctx.conf)
     if concurrency:
@@ -195,20 +209,24 @@ def settings_for(ctx, concurrency=None):
     return settings
 
 
-def _plan(ctx, host, servers, hosts, services, force, concurrency):
+def _plan(ctx: Context, host: str, servers: Sequence[Server],
+          hosts: Mapping[str, HostFacts], services: Sequence[Service],
+          force: bool, concurrency: Optional[int]) -> DrainPlan:
     return drain_policy.plan(host, drain_policy.server_facts(servers),
                              hosts, services,
                              settings_for(ctx, concurrency), force=force)
 
 
-def preflight(ctx, host, force=False, concurrency=None):
+def preflight(ctx: Context, host: str, force: bool = False,
+              concurrency: Optional[int] = None) -> DrainPlan:
     """The drain's plan for ``host``, read from Nova now; nothing is
     changed."""
     servers, hosts, services = read(ctx, host)
     return _plan(ctx, host, servers, hosts, services, force, concurrency)
 
 
-def drain(ctx, record, carry=None):
+def drain(ctx: Context, record: HostRecord, carry: Optional[Carry] = None
+          ) -> Union[Event, Requeue]:
     """One pass of the host's drain: a Requeue while servers are moving
     or still to send, the result event once what can move has moved."""
     if record.state is not State.DRAINING:
@@ -270,7 +288,7 @@ def drain(ctx, record, carry=None):
     return _step(ctx, record, carry, servers, settings, concurrency)
 
 
-def resumed(ctx, record):
+def resumed(ctx: Context, record: HostRecord) -> Optional[Carry]:
     """The carry of a drain that a restarted engine continues, rebuilt
     from the journal (with Nova's view of the other hosts read now), or
     None: no drain of this host since it entered draining was journalled
@@ -297,7 +315,8 @@ def resumed(ctx, record):
     return carry
 
 
-def _ended_unreported(ctx, record):
+def _ended_unreported(ctx: Context, record: HostRecord
+                      ) -> Optional[Mapping[str, Any]]:
     """The row of this drain (the host still draining since the same
     moment) marked ended: the process ended the drain and was stopped
     before its result was journalled. The drain's last pass is run again
@@ -307,7 +326,8 @@ def _ended_unreported(ctx, record):
     return rows[-1] if rows else None
 
 
-def journalled(ctx, record, carry, now):
+def journalled(ctx: Context, record: HostRecord, carry: Carry, now: float
+               ) -> bool:
     """Journal what the drain knows; False (logged) when the journal did
     not take it: then nothing more is sent this pass."""
     try:
@@ -323,7 +343,7 @@ def journalled(ctx, record, carry, now):
     return True
 
 
-def _ended(ctx, record):
+def _ended(ctx: Context, record: HostRecord) -> None:
     try:
         ctx.journal.drain_ended(record.id, ctx.clock())
     except Exception as e:   # noqa: BLE001 - an open row names an old drain
@@ -331,7 +351,7 @@ def _ended(ctx, record):
                     reason="%s: %s" % (type(e).__name__, e))
 
 
-def source_down(ctx, record):
+def source_down(ctx: Context, record: HostRecord) -> Optional[str]:
     """Why the host's own nova-compute cannot migrate anything now (Nova
     says it is down, or it is forced down), or None."""
     svc = ctx.compute.service_of(record.name)
@@ -344,7 +364,9 @@ def source_down(ctx, record):
     return None
 
 
-def _step(ctx, record, carry, servers, settings, concurrency):
+def _step(ctx: Context, record: HostRecord, carry: Carry,
+          servers: Sequence[Server], settings: Settings, concurrency: int
+          ) -> Union[Event, Requeue]:
     now = ctx.clock()
     plan = drain_policy.plan(record.name,
                              drain_policy.server_facts(servers),
@@ -391,7 +413,8 @@ def _step(ctx, record, carry, servers, settings, concurrency):
     return _finished(ctx, record, carry, by_id, left, deferred)
 
 
-def _observe(ctx, carry, servers, now):
+def _observe(ctx: Context, carry: Carry, servers: Sequence[Server],
+             now: float) -> Tuple[Dict[str, Server], bool]:
     """({server id: server} on the host now, did a server leave it since
     the last pass other than by a live migration seen under way?), with
     the carry's view of moves brought up to date."""
@@ -414,7 +437,9 @@ def _observe(ctx, carry, servers, now):
     return by_id, left_now
 
 
-def _send_moves(ctx, record, carry, plan, settings, room, now):
+def _send_moves(ctx: Context, record: HostRecord, carry: Carry,
+                plan: DrainPlan, settings: Settings, room: int, now: float
+                ) -> Tuple[Set[str], List[str], List[str]]:
     """Send this pass's requests: every confirmation due, and up to
     ``room`` migrations, each counted in the journal before it is asked.
     Returns (the servers asked to move, [left: text], [deferred: name])."""
@@ -476,7 +501,9 @@ def _send_moves(ctx, record, carry, plan, settings, room, now):
     return sent_now, left, deferred
 
 
-def _finished(ctx, record, carry, by_id, left, deferred):
+def _finished(ctx: Context, record: HostRecord, carry: Carry,
+              by_id: Mapping[str, Server], left: List[str],
+              deferred: List[str]) -> Event:
     """The drain is over: its DRAIN_OK, saying what moved and where, what
     could not be moved and what was left."""
     carry.close()
@@ -501,7 +528,8 @@ def _finished(ctx, record, carry, by_id, left, deferred):
                  payload=DrainSummary(moved=tuple(gone)))
 
 
-def _again(ctx, record, carry, now, after, anyone=False):
+def _again(ctx: Context, record: HostRecord, carry: Carry, now: float,
+           after: float, anyone: bool = False) -> Requeue:
     """Come back in ``after`` seconds, journalled with what the pass
     learnt; sooner on news of one of the host's servers (a migration's
     end), or of any server (``anyone``: other hosts' moves hold it)."""
@@ -518,11 +546,12 @@ NAMED = 100
 SINCE_MARGIN = 600.0
 
 
-def _where(ctx, record, carry, gone):
+def _where(ctx: Context, record: HostRecord, carry: Carry,
+           gone: Sequence[str]) -> str:
     """'id to host, ...' for the servers the drain moved, from Nova's
     migration records of the host since the drain began (one read); a
     server with none is named alone."""
-    dest = {}
+    dest: Dict[str, str] = {}
     try:
         # Nova's changes-since is on Nova's clock: a margin for skew
         # (an older migration of a server is replaced by its newer one).
@@ -543,7 +572,7 @@ def _where(ctx, record, carry, gone):
     return text
 
 
-def _unasked(carry, sid, first_ask):
+def _unasked(carry: Carry, sid: str, first_ask: bool) -> None:
     """A move not asked after all (the journal or Nova refused it): the
     server waits on the host, its next try is a new move."""
     carry.cold.discard(sid)
@@ -556,7 +585,8 @@ def _unasked(carry, sid, first_ask):
 TO_CONFIRM, CONFIRMING = "finished", "confirming"
 
 
-def _cold_records(ctx, record, carry):
+def _cold_records(ctx: Context, record: HostRecord, carry: Carry
+                  ) -> Optional[Dict[str, str]]:
     """{server: status of its newest cold migration from the host} for
     the drain's servers, from Nova's migration records of the host since
     the drain began (one read); None when they cannot be read."""
@@ -580,7 +610,9 @@ def _cold_records(ctx, record, carry):
     return out
 
 
-def _confirm_moved(ctx, record, carry, on_host, sent_now=(), look=False):
+def _confirm_moved(ctx: Context, record: HostRecord, carry: Carry,
+                   on_host: Mapping[str, Server],
+                   sent_now: Collection[str] = (), look: bool = False) -> int:
     """Confirm the cold migrations that reached their destination (the
     server waits in VERIFY_RESIZE there); returns how many are still
     to confirm or to arrive.
@@ -640,7 +672,8 @@ def _confirm_moved(ctx, record, carry, on_host, sent_now=(), look=False):
     return sum(1 for sid in carry.cold if sid not in on_host)
 
 
-def _elsewhere(ctx, record, carry, sid, request):
+def _elsewhere(ctx: Context, record: HostRecord, carry: Carry, sid: str,
+              request: Request) -> Request:
     """The live migration of a server whose last one got stuck, aimed at
     another destination (drain_hosts.retry_destination) when one is
     left; else ``request`` (the scheduler chooses)."""
@@ -657,7 +690,8 @@ def _elsewhere(ctx, record, carry, sid, request):
     return lambda s: ctx.compute.live_migrate(s, host=dest)
 
 
-def send(ctx, record, carry, sid, what, call):
+def send(ctx: Context, record: HostRecord, carry: Carry, sid: str, what: str,
+         call: Request) -> bool:
     """Send one request; a refusal is logged and the server tried again
     at a later pass (its attempts counted)."""
     try:
@@ -673,7 +707,8 @@ def send(ctx, record, carry, sid, what, call):
     return True
 
 
-def next_pass(settings, now, wake):
+def next_pass(settings: Settings, now: float,
+              wake: Iterable[Optional[float]]) -> float:
     """Seconds to the next pass: [drain] poll_interval, sooner when a
     migration in flight needs a look (``wake``: moments on the engine's
     clock, None for "at the poll"), so that a stuck one is handled at its
@@ -684,7 +719,8 @@ def next_pass(settings, now, wake):
     return max(MIN_WAIT, min(float(settings.poll_interval), min(due) - now))
 
 
-def watch(ctx, record, carry, sid, settings, now):
+def watch(ctx: Context, record: HostRecord, carry: Carry, sid: str,
+          settings: Settings, now: float) -> Optional[float]:
     """A migration in flight: note its progress; one that copied nothing
     for [drain] stuck_timeout is aborted or forced to complete. Returns
     when a pass should look at it again (the engine's clock), or None

@@ -4,14 +4,16 @@ decommissioning it. Passes of the engine like the drain itself
 (engine.drain), the same stuck handling for the migrations back."""
 
 import dataclasses
-from typing import Optional
+from typing import Any, List, Optional, Union
 
 import structlog
 
 from instanceha.drivers.compute import base as compute_base
 from instanceha.engine import drain
+from instanceha.engine.context import Context
 from instanceha.engine.passes import Requeue
-from instanceha.events import EventKind as E
+from instanceha.events import Event, EventKind as E
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import State
 
 LOG = structlog.get_logger("instanceha.drain")
@@ -30,11 +32,11 @@ class Smoke:
     #: the service id the test enabled (to disable again on failure)
     enabled: Optional[str] = None
 
-    def close(self):
+    def close(self) -> None:
         pass
 
 
-def _abort_inflight(ctx, record):
+def _abort_inflight(ctx: Context, record: HostRecord) -> int:
     """Abort the live migrations still in flight from the host, where
     Nova allows; returns how many."""
     aborted = 0
@@ -56,7 +58,8 @@ def _abort_inflight(ctx, record):
     return aborted
 
 
-def undrain(ctx, record, carry=None):
+def undrain(ctx: Context, record: HostRecord, carry: Optional[Smoke] = None
+            ) -> Union[Event, Requeue]:
     """Put a drained (or draining) host back: abort the live migrations
     still in flight from it, where Nova allows; for a host resumed from
     maintenance, run the smoke test when configured; then enable its
@@ -79,7 +82,8 @@ def undrain(ctx, record, carry=None):
     return _smoke(ctx, record, carry, m)
 
 
-def _enable(ctx, record, carry, tested):
+def _enable(ctx: Context, record: HostRecord, carry: Smoke, tested: str
+            ) -> Event:
     svc = ctx.compute.service_of(record.name)
     enabled = "; compute service enabled" if carry.enabled else ""
     if svc is not None and svc.status == "disabled" \
@@ -94,7 +98,8 @@ def _enable(ctx, record, carry, tested):
                         % (carry.aborted, tested, enabled))
 
 
-def _smoke(ctx, record, carry, m):
+def _smoke(ctx: Context, record: HostRecord, carry: Smoke, m: Any
+           ) -> Union[Event, Requeue]:
     """One look at the smoke test: its server booted forced onto the host
     must become ACTIVE within smoke_timeout.
 
@@ -159,7 +164,7 @@ def _smoke(ctx, record, carry, m):
     return Requeue(SMOKE_POLL, carry)
 
 
-def _delete(ctx, record, carry):
+def _delete(ctx: Context, record: HostRecord, carry: Smoke) -> None:
     try:
         ctx.compute.delete_server(carry.server_id)
     except compute_base.ComputeError as e:
@@ -168,7 +173,8 @@ def _delete(ctx, record, carry):
                     effect="delete it by hand")
 
 
-def fail_back(ctx, record, carry=None):
+def fail_back(ctx: Context, record: HostRecord,
+              carry: Optional[drain.Carry] = None) -> Union[Event, Requeue]:
     """One pass of moving the drained servers back onto the host (live
     migrations aimed at it, by the drain's concurrency and stuck
     handling); the result once each is back or cannot come."""
@@ -184,9 +190,9 @@ def fail_back(ctx, record, carry=None):
                             initial=tuple(record.drain_moved))
         ctx.runs[record.id] = carry
     carry.moved = set()
-    moving = []
-    todo = []
-    gone = []
+    moving: List[str] = []
+    todo: List[str] = []
+    gone: List[str] = []
     for sid in carry.initial:
         if sid in carry.given_up:
             continue
@@ -244,7 +250,7 @@ def fail_back(ctx, record, carry=None):
     return drain.result(ctx, record, kind, "; ".join(parts))
 
 
-def decommission(ctx, record):
+def decommission(ctx: Context, record: HostRecord) -> Event:
     """A drained host leaves the cloud: out of its aggregates, its compute
     service deleted. Only with no server left on it and the service
     disabled; otherwise a refusal naming what stops it."""
