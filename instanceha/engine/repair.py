@@ -33,7 +33,6 @@ restart.
 """
 
 import collections
-import dataclasses
 import threading
 from typing import (Any, Callable, Counter, Dict, List, Mapping, NamedTuple,
                     Optional, Sequence, Tuple)
@@ -45,6 +44,9 @@ from instanceha.engine import repair_markers, repair_news, repair_pass
 from instanceha.engine.context import Context
 from instanceha.engine.inbox import Pending
 from instanceha.engine.passes import Requeue
+# Case lives with its pass (repair_pass reads and changes it); named
+# here too, as before.
+from instanceha.engine.repair_pass import Case
 from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import Action
 from instanceha.heartbeat.guest import GuestEvent
@@ -92,52 +94,6 @@ def run_case(ctx: Context, subject: object, carry: CaseWork
     if after is None:
         return None
     return Requeue(after, carry, waits_for=frozenset((carry.server_id,)))
-
-
-@dataclasses.dataclass
-class Case:
-    """One broken server being repaired (in memory)."""
-    server_id: str
-    verdict: str
-    reason: str
-    source: str
-    broke_at: float
-    host: Optional[str] = None
-    #: pending | paused | held | waiting | running | uptime
-    state: str = "pending"
-    why: str = ""
-    #: the action in flight: its Attempt and journal row
-    attempt: Optional[ir.Attempt] = None
-    row: Optional[int] = None
-    step: Optional[int] = None
-    #: when the server was first seen ACTIVE since the attempt began
-    active_since: Optional[float] = None
-    #: cold migration: where it was, confirm and start sent
-    moved_from: Optional[str] = None
-    confirmed: bool = False
-    started_after_move: bool = False
-    #: an operator's one-off repair, and the level it may go to
-    operator: bool = False
-    level: Optional[int] = None
-    #: project and restart group, read at the last pass
-    project_id: Optional[str] = None
-    group: Optional[int] = None
-    #: a pass has read the server (its project and group are known)
-    read: bool = False
-    #: the attempt in flight was journalled by another process (resumed
-    #: from the journal): whether it reached Nova is asked once
-    inherited: bool = False
-
-    def view(self) -> Dict[str, object]:
-        return {"server": self.server_id, "state": self.state,
-                "why": self.why, "verdict": self.verdict,
-                "reason": self.reason, "source": self.source,
-                "broke_at": self.broke_at, "host": self.host,
-                "action": self.attempt.action if self.attempt else None,
-                "action_started_at": self.attempt.started_at
-                if self.attempt else None,
-                "active_since": self.active_since,
-                "operator": self.operator}
 
 
 class InstanceRepair:

@@ -6,17 +6,29 @@ the journal; every decision is the policy's
 pass from the engine's clock.
 """
 
-from typing import List, Optional
+import dataclasses
+import enum
+from typing import (Any, Callable, Counter, Dict, List, Mapping, Optional,
+                    Protocol, Sequence, Tuple, Union)
 
 import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import repair_markers as markers
+from instanceha.engine.context import Context
+from instanceha.fsm.record import HostRecord
 from instanceha.fsm.states import State
 from instanceha.policy import facts_nova
 from instanceha.policy import instance_repair as ir
 from instanceha.policy import repair as repair_policy
+from instanceha.policy.facts import ServerFacts
+
+Server = base.Server
+#: a pass's answer: seconds to the next pass, or None (the case closed)
+After = Optional[float]
+#: a server's repair rows, as the journal gives them
+Row = Dict[str, Any]
 
 LOG = structlog.get_logger("instanceha.instance_repair")
 
@@ -51,9 +63,92 @@ NOVA_ACTION = {ir.START: "start", ir.HARD_REBOOT: "reboot",
 SENT_SKEW = 300.0
 
 
+@dataclasses.dataclass
+class Case:
+    """One broken server being repaired (in memory)."""
+    server_id: str
+    verdict: str
+    reason: str
+    source: str
+    broke_at: float
+    host: Optional[str] = None
+    #: pending | paused | held | waiting | running | uptime
+    state: str = "pending"
+    why: str = ""
+    #: the action in flight: its Attempt and journal row
+    attempt: Optional[ir.Attempt] = None
+    row: Optional[int] = None
+    step: Optional[int] = None
+    #: when the server was first seen ACTIVE since the attempt began
+    active_since: Optional[float] = None
+    #: cold migration: where it was, confirm and start sent
+    moved_from: Optional[str] = None
+    confirmed: bool = False
+    started_after_move: bool = False
+    #: an operator's one-off repair, and the level it may go to
+    operator: bool = False
+    level: Optional[int] = None
+    #: project and restart group, read at the last pass
+    project_id: Optional[str] = None
+    group: Optional[int] = None
+    #: a pass has read the server (its project and group are known)
+    read: bool = False
+    #: the attempt in flight was journalled by another process (resumed
+    #: from the journal): whether it reached Nova is asked once
+    inherited: bool = False
+
+    def view(self) -> Dict[str, object]:
+        return {"server": self.server_id, "state": self.state,
+                "why": self.why, "verdict": self.verdict,
+                "reason": self.reason, "source": self.source,
+                "broke_at": self.broke_at, "host": self.host,
+                "action": self.attempt.action if self.attempt else None,
+                "action_started_at": self.attempt.started_at
+                if self.attempt else None,
+                "active_since": self.active_since,
+                "operator": self.operator}
+
+
+class RepairPort(Protocol):
+    """What a pass uses of its InstanceRepair (engine.repair, which
+    imports this module)."""
+    @property
+    def ctx(self) -> Context: ...
+
+    @property
+    def conf(self) -> Any: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def settings(self) -> ir.Settings: ...
+
+    @property
+    def stats(self) -> Counter[str]: ...
+
+    @property
+    def host_record(self) -> Callable[[str], Optional[HostRecord]]: ...
+
+    @property
+    def cluster_ok(self) -> Callable[[], Tuple[bool, str]]: ...
+
+    def hold_now(self, now: float) -> ir.Hold: ...
+
+    def members(self) -> List[ir.Member]: ...
+
+    def unread(self) -> List[str]: ...
+
+    def close(self, case: Case) -> None: ...
+
+    def _drop(self, case: Case, kind: str, why: str, at: float) -> None: ...
+
+
 # -- side effects ----------------------------------------------------------------
 
-def set_markers(repair, server_id, wanted, current=None):
+def set_markers(repair: RepairPort, server_id: str,
+                wanted: Mapping[str, Optional[str]],
+                current: Optional[Mapping[str, str]] = None) -> None:
     """Write the markers that changed; a failure is logged, never
     raised (a marker is information, not state)."""
     try:
@@ -68,7 +163,8 @@ def set_markers(repair, server_id, wanted, current=None):
                     reason=str(e) or type(e).__name__)
 
 
-def finish_row(repair, case, at, outcome, detail=""):
+def finish_row(repair: RepairPort, case: Case, at: float, outcome: str,
+               detail: str = "") -> None:
     try:
         repair.ctx.journal.repair_finished(case.row, at, outcome, detail)
     except Exception as e:   # noqa: BLE001 - logged; the sweep re-finds it
@@ -77,7 +173,8 @@ def finish_row(repair, case, at, outcome, detail=""):
     case.row = None
 
 
-def _row(repair, case, action, now, outcome, detail, step=None):
+def _row(repair: RepairPort, case: Case, action: str, now: float, outcome: str,
+         detail: str, step: Optional[int] = None) -> None:
     """A journal row closing a case without an action (failed, not
     permitted, excluded)."""
     repair.ctx.journal.repair_started(
@@ -88,25 +185,25 @@ def _row(repair, case, action, now, outcome, detail, step=None):
 
 # -- reading ------------------------------------------------------------------
 
-def _metadata(server):
+def _metadata(server: Server) -> Dict[str, str]:
     return (server.raw or {}).get("metadata") or {}
 
 
-def is_up(server) -> bool:
+def is_up(server: Server) -> bool:
     """ACTIVE, no task, the guest running (as far as Nova says)."""
     return ((server.status or "").upper() == "ACTIVE"
             and server.task_state is None
             and server.power_state in (None, RUNNING))
 
 
-def _history(rows):
+def _history(rows: Sequence[Row]) -> Tuple[List[ir.Attempt], bool]:
     """(attempts since the last clear, marked failed) of a server's
     repair rows (rows never sent are no attempt)."""
     rows = [r for r in rows if r["outcome"] != NOT_SENT]
     last_clear = max((i for i, r in enumerate(rows)
                       if r["action"] == "cleared"), default=-1)
     rows = rows[last_clear + 1:]
-    attempts = []
+    attempts: List[ir.Attempt] = []
     failed = False
     for r in rows:
         if r["action"] in ir.ACTIONS:
@@ -119,7 +216,8 @@ def _history(rows):
     return attempts, failed
 
 
-def _level(repair, case, server, now):
+def _level(repair: RepairPort, case: Case, server: Server, now: float
+           ) -> Tuple[Union[int, repair_policy.RepairDecision], ServerFacts]:
     """The server's RepairDecision (nearest scope wins), or the
     operator's level for a one-off repair."""
     rs = repair_policy.Settings.from_conf(repair.conf)
@@ -142,10 +240,16 @@ def _level(repair, case, server, now):
 # -- the pass -------------------------------------------------------------------
 
 #: A step's answer when the pass goes on to the next step.
-_GO = object()
+class _Step(enum.Enum):
+    GO = "go"
 
 
-def run(repair, case) -> Optional[float]:
+_GO = _Step.GO
+#: a step's answer: the pass's (After), or _GO
+Step = Union[After, _Step]
+
+
+def run(repair: RepairPort, case: Case) -> After:
     """One pass of a repair case: seconds until its next pass, or None
     when the case is closed."""
     now = repair.clock()
@@ -154,13 +258,14 @@ def run(repair, case) -> Optional[float]:
         return result
     facts = _note(repair, case, server)
     for step in (_in_flight, _healthy, _gates):
-        result = step(repair, case, server, facts, now)
-        if result is not _GO:
-            return result
+        answer = step(repair, case, server, facts, now)
+        if answer is not _GO:
+            return answer
     return _ladder(repair, case, server, now)
 
 
-def _read(repair, case, now):
+def _read(repair: RepairPort, case: Case, now: float
+          ) -> Tuple[Optional[Server], After]:
     """(the server as Nova shows it, None) or (None, the pass's answer:
     the case dropped, the server gone; or a wait, Nova unreadable). A
     journalled attempt inherited from another process is first asked
@@ -187,7 +292,7 @@ def _read(repair, case, now):
     return server, None
 
 
-def _note(repair, case, server):
+def _note(repair: RepairPort, case: Case, server: Server) -> ServerFacts:
     """Keep what the case needs of the server (host, project, restart
     group: read before any gate, a case paused or held still holds the
     higher groups of its project); returns the server's policy facts."""
@@ -199,7 +304,8 @@ def _note(repair, case, server):
     return facts
 
 
-def _in_flight(repair, case, server, facts, now):
+def _in_flight(repair: RepairPort, case: Case, server: Server,
+               facts: ServerFacts, now: float) -> Step:
     """1. The action in flight: followed until it ends."""
     if case.attempt is None:
         return _GO
@@ -218,7 +324,8 @@ def _in_flight(repair, case, server, facts, now):
     return _GO
 
 
-def _healthy(repair, case, server, facts, now):
+def _healthy(repair: RepairPort, case: Case, server: Server,
+             facts: ServerFacts, now: float) -> Step:
     """2. Healthy again (by itself, or by someone else): nothing to do,
     unless an operator asked for a repair anyway."""
     if is_up(server) and not case.operator and case.source == AGENT \
@@ -234,7 +341,8 @@ def _healthy(repair, case, server, facts, now):
     return _GO
 
 
-def _gates(repair, case, server, facts, now):
+def _gates(repair: RepairPort, case: Case, server: Server, facts: ServerFacts,
+           now: float) -> Step:
     """3-7. What holds the case back before the ladder is asked."""
     s = repair.settings
     # 3. The host gate: the host path or planned work owns it.
@@ -288,7 +396,8 @@ def _gates(repair, case, server, facts, now):
     return _GO
 
 
-def _ladder(repair, case, server, now):
+def _ladder(repair: RepairPort, case: Case, server: Server, now: float
+            ) -> After:
     """8. The ladder: the next action, sent, or why none."""
     s = repair.settings
     rows = _unsent_closed(repair, server,
@@ -306,7 +415,8 @@ def _ladder(repair, case, server, now):
     return _send(repair, case, server, decision, now)
 
 
-def went_out(repair, server, action, started_at, host) -> bool:
+def went_out(repair: RepairPort, server: Server, action: str,
+             started_at: float, host: Optional[str]) -> bool:
     """Whether the repair ``action`` journalled at ``started_at`` for the
     server on ``host`` by another process (a member whose lease lapsed or
     that was killed, this one before a restart) may have reached Nova.
@@ -331,7 +441,8 @@ def went_out(repair, server, action, started_at, host) -> bool:
                for a in actions)
 
 
-def _not_sent(repair, server_id, row, attempt, now) -> bool:
+def _not_sent(repair: RepairPort, server_id: str, row: Optional[int],
+              attempt: ir.Attempt, now: float) -> bool:
     """Close the row of an attempt never sent (NOT_SENT); False when the
     journal refused."""
     why = ("no %s in Nova's instance actions of the server since the row "
@@ -352,7 +463,8 @@ def _not_sent(repair, server_id, row, attempt, now) -> bool:
     return True
 
 
-def _unsent_closed(repair, server, rows, now):
+def _unsent_closed(repair: RepairPort, server: Server, rows: List[Row],
+                   now: float) -> List[Row]:
     """The server's repair rows, those left running by another process
     (this case follows none) and never sent closed as NOT_SENT: a row
     that would hold the server until its deadline is asked of Nova."""
@@ -370,7 +482,8 @@ def _unsent_closed(repair, server, rows, now):
     return rows
 
 
-def _wait(repair, case, state, why, now, server):
+def _wait(repair: RepairPort, case: Case, state: str, why: str, now: float,
+          server: Server) -> float:
     if case.state != state or case.why != why:
         LOG.info("repair_waits", server=case.server_id, state=state,
                  reason=why)
@@ -381,7 +494,8 @@ def _wait(repair, case, state, why, now, server):
     return WAIT
 
 
-def _refused(repair, case, server, refusal, now):
+def _refused(repair: RepairPort, case: Case, server: Server,
+             refusal: ir.Refusal, now: float) -> After:
     kind = refusal.kind
     if kind in (ir.IN_PROGRESS, ir.BUSY):
         case.state, case.why = "waiting", refusal.reason
@@ -416,7 +530,7 @@ def _refused(repair, case, server, refusal, now):
     return None
 
 
-def _room_elsewhere(repair, server) -> Optional[str]:
+def _room_elsewhere(repair: RepairPort, server: Server) -> Optional[str]:
     """A host other than the server's with room for it, or None."""
     raw = server.raw or {}
     flavor = raw.get("flavor") or {}
@@ -442,7 +556,8 @@ def _room_elsewhere(repair, server) -> Optional[str]:
     return None
 
 
-def _send(repair, case, server, action, now):
+def _send(repair: RepairPort, case: Case, server: Server, action: ir.Action,
+          now: float) -> float:
     ctx = repair.ctx
     if action.moves and _room_elsewhere(repair, server) is None:
         _wait(repair, case, "pending", "%s needs room on another host: "
@@ -499,12 +614,14 @@ def _send(repair, case, server, action, now):
     return FOLLOW
 
 
-def _follow(repair, case, server, now) -> str:
+def _follow(repair: RepairPort, case: Case, server: Server, now: float) -> str:
     """How the action in flight stands (a policy outcome), sending what a
     cold migration needs on its way (confirm, start)."""
     s = repair.settings
     status = (server.status or "").upper()
     attempt = case.attempt
+    # (only _in_flight asks, for a case with an attempt in flight)
+    assert attempt is not None
     if attempt.action == ir.COLD_MIGRATE and not case.started_after_move:
         if status == "VERIFY_RESIZE" and not case.confirmed:
             try:
@@ -536,7 +653,7 @@ def _follow(repair, case, server, now) -> str:
     return ir.judge(attempt, status, case.active_since, now, s)
 
 
-def host_gate(repair, host):
+def host_gate(repair: RepairPort, host: Optional[str]) -> Optional[str]:
     """Why no repair may act on a server of ``host`` now, or None."""
     if not host:
         return "the server has no host"
@@ -563,8 +680,11 @@ def host_gate(repair, host):
 
 
 
-def _finished(repair, case, server, outcome, now, detail=""):
+def _finished(repair: RepairPort, case: Case, server: Server, outcome: str,
+              now: float, detail: str = "") -> None:
     attempt = case.attempt
+    # (asked for the attempt in flight: followed, or just refused)
+    assert attempt is not None
     detail = detail or {
         ir.SUCCESS: "ACTIVE for %.0f s" % repair.settings.min_uptime,
         ir.FAILURE: "the server is %s" % server.status,
