@@ -469,7 +469,7 @@ class Engine(Hosts):
 
     def start(self):
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
-        self._probes.started = True
+        self._probes.start()
         self._runner.start()
 
     def stop(self, timeout=5.0):
