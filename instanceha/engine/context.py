@@ -33,12 +33,15 @@ class Context:
 
     def __init__(self, conf, compute, journal, inventory, fencer_factory,
                  clock, board, on_progress=None, readiness=None,
-                 may_act=None, events_healthy=None):
+                 may_act=None, events_healthy=None, agent_request=None):
         """``readiness``: may fencing decisions be taken at all now
         (fencing_gate.Readiness; default always); ``may_act()``: None when
         this process may run actions now, else why not (a coordinated
         member that is not the acting one); ``events_healthy()``: True
-        while an event source reliably reports evacuation progress."""
+        while an event source reliably reports evacuation progress;
+        ``agent_request(host, reason)``: ask the host's agent to restart
+        nova-compute (soft fencing), returning one line saying what was
+        sent or why nothing was."""
         self.conf = conf
         self.compute = compute
         self.journal = journal
@@ -50,6 +53,7 @@ class Context:
         self.readiness = readiness or Readiness()
         self.may_act = may_act or (lambda: None)
         self.events_healthy = events_healthy or (lambda: False)
+        self.agent_request = agent_request or _no_agents
         #: evacuate request row id -> when this process wrote it or first
         #: read it open, on this process's clock: the wait for an
         #: unanswered request never trusts another replica's clock
@@ -167,3 +171,7 @@ class Context:
         LOG.info("evacuation_progress", host=record.name, done=done,
                  total=total)
         self._on_progress(record, done, total)
+
+
+def _no_agents(host, reason):
+    return "not sent: no heartbeat source to reach the hosts' agents"

@@ -36,7 +36,8 @@ from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ACTION_ROWS, ENTRY_ACTION,
                                    ISOLATED_STATES, ORDINARY_ACTIONS,
-                                   PASS_ACTIONS, Action, State, urgent)
+                                   PASS_ACTIONS, Action, State, urgent,
+                                   wanted)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -208,7 +209,8 @@ class Engine:
             LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
                       trigger=event.kind.value, source=event.source)
         due = None
-        if event.kind is not E.TICK and not actions:
+        if event.kind is not E.TICK and not [
+                a for a in actions if registry.spec(a).within is None]:
             # A deadline already passed (grace_period 0, a kdump proof):
             # decide now instead of at the next tick. Never after a TICK,
             # so a held decision (threshold) cannot spin.
@@ -280,8 +282,8 @@ class Engine:
     def _run(self, host_id, pending):
         action = pending.action
         spec = registry.spec(action)
-        if spec.started_by is None:
-            # Work no host state starts: its subject is its carry.
+        if not spec.of_host:
+            # Work no host starts: its subject is its carry.
             rec = pending.carry
         else:
             rec = self.hosts.get(host_id)
@@ -289,7 +291,7 @@ class Engine:
                      and action in PASS_ACTIONS)
         if pending.carry is None:
             self._replace_pass(host_id, rec, action)
-        if not following and ENTRY_ACTION.get(rec.state) is not action:
+        if not following and not wanted(action, rec):
             LOG.info("action_dropped", host=rec.name, action=action.value,
                      state=rec.state.value,
                      reason="state changed before the action started")
@@ -372,7 +374,7 @@ class Engine:
             return
         # Retry or Held: a new attempt later, the key held back. Work no
         # host state starts goes on with its carry (its subject).
-        again = carry if registry.spec(action).started_by is None else None
+        again = None if registry.spec(action).of_host else carry
         with self._lock:
             self._inbox.put_front(host_id, Pending(action, None, again))
         if isinstance(out, executor.Held):

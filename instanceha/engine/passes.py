@@ -42,6 +42,18 @@ class Requeue:
             self.carry.close()
 
 
+class Done:
+    """An action that ends with nothing for the state machine to step
+    (soft fencing's request): its outcome and detail, which the executor
+    writes on the attempt's journal row."""
+
+    __slots__ = ("outcome", "detail")
+
+    def __init__(self, outcome: str, detail: str) -> None:
+        self.outcome = outcome
+        self.detail = detail
+
+
 def answer(ctx: Any, record: Any, kind: EventKind, reason: str,
            payload: Any = None) -> Event:
     """An action's result for the host of ``record``: the event the
@@ -50,4 +62,4 @@ def answer(ctx: Any, record: Any, kind: EventKind, reason: str,
                  reason=reason, source="action", payload=payload)
 
 
-__all__ = ["Carry", "Requeue", "answer"]
+__all__ = ["Carry", "Done", "Requeue", "answer"]
