@@ -18,10 +18,16 @@ from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
-                                          Attempt, unschedulable)
+                                          Attempt)
 from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.evacuator")
+
+
+def unschedulable(services):
+    """The hosts of ``services`` Nova would not schedule onto."""
+    return frozenset(s.host for s in services
+                     if not (failures.alive(s) and s.status == "enabled"))
 
 
 def _services_read(run):
