@@ -58,13 +58,17 @@ class Context:
                  on_progress: Optional[OnProgress] = None,
                  readiness: Optional[Readiness] = None,
                  may_act: Optional[Callable[[], Optional[str]]] = None,
-                 events_healthy: Optional[Callable[[], bool]] = None
+                 events_healthy: Optional[Callable[[], bool]] = None,
+                 agent_request: Optional[Callable[[str, str], str]] = None
                  ) -> None:
         """``readiness``: may fencing decisions be taken at all now
         (fencing_gate.Readiness; default always); ``may_act()``: None when
         this process may run actions now, else why not (a coordinated
         member that is not the acting one); ``events_healthy()``: True
-        while an event source reliably reports evacuation progress."""
+        while an event source reliably reports evacuation progress;
+        ``agent_request(host, reason)``: ask the host's agent to restart
+        nova-compute (soft fencing), returning one line saying what was
+        sent or why nothing was."""
         self.conf = conf
         self.compute = compute
         self.journal = journal
@@ -78,6 +82,8 @@ class Context:
             lambda: None)
         self.events_healthy: Callable[[], bool] = events_healthy or (
             lambda: False)
+        self.agent_request: Callable[[str, str], str] = (
+            agent_request or _no_agents)
         #: evacuate request row id -> when this process wrote it or first
         #: read it open, on this process's clock: the wait for an
         #: unanswered request never trusts another replica's clock
@@ -196,3 +202,7 @@ class Context:
         LOG.info("evacuation_progress", host=record.name, done=done,
                  total=total)
         self._on_progress(record, done, total)
+
+
+def _no_agents(host: str, reason: str) -> str:
+    return "not sent: no heartbeat source to reach the hosts' agents"

@@ -19,9 +19,9 @@ import structlog
 
 from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
-from instanceha.engine import evidence, executor, registry, status
+from instanceha.engine import evidence, executor, registry, resume, status
 from instanceha.engine import drain as drain_mod
-from instanceha.engine.hosts import Hosts
+from instanceha.engine.hosts import HostTable
 from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.probes import Probes
@@ -36,7 +36,8 @@ from instanceha.fsm import agent as fsm_agent
 from instanceha.policy import storm
 from instanceha.fsm.states import (ACTION_ROWS, ENTRY_ACTION,
                                    ISOLATED_STATES, ORDINARY_ACTIONS,
-                                   PASS_ACTIONS, Action, State, urgent)
+                                   PASS_ACTIONS, Action, State, urgent,
+                                   wanted)
 
 LOG = structlog.get_logger("instanceha.engine")
 
@@ -44,7 +45,7 @@ class _Retry(Exception):
     pass
 
 
-class Engine(Hosts):
+class Engine:
 
     def __init__(self, conf, context, journal, clock=time.time,
                  health=None, unprotected=None, status_extra=None):
@@ -65,11 +66,9 @@ class Engine(Hosts):
                                ordinary_limit=max(1, conf.workers - max(
                                    1, conf.workers // 4)))
         self._lock = threading.RLock()
-        self._records = {}
-        #: names of the hosts whose record is not in RUNNING_STATES
-        self._not_running = set()
-        self._watched = set()
-        self._timed = set()
+        #: each host's record (engine.hosts), under the engine's lock: a
+        #: record and its inbox change together
+        self.hosts = HostTable(self._lock, context)
         #: what waits for each host (engine.inbox)
         self._inbox = Inboxes()
         #: are journal writes failing (status: degraded)?
@@ -83,10 +82,9 @@ class Engine(Hosts):
         self.health = dict(health or {})   # name -> callable -> dict
         #: (what, ...) -> count, read by /metrics
         self.stats: Counter[Tuple[str, ...]] = collections.Counter()
-        self._version = 0            # bumped on every record change
         #: storm threshold, acknowledgements and fencing rate
         self.fencing = FencingGate(conf, clock, context.readiness,
-                                   self._view)
+                                   self.hosts.view)
         self.started_at = clock()
         #: instance repair (issue 25): each case is work of its own on
         #: this queue (Action.REPAIR passes), run like the hosts' actions
@@ -111,9 +109,7 @@ class Engine(Hosts):
 
     def running_work(self, host_id):
         """What is still running for a host, in a few words, or None."""
-        with self._lock:
-            rec = self._records.get(host_id)
-        return status.running_work(self.ctx, rec)
+        return status.running_work(self.ctx, self.hosts.get(host_id))
 
     def _wake_passes(self, server_id=None):
         """The passes waiting for news of ``server_id`` take their next
@@ -141,7 +137,7 @@ class Engine(Hosts):
         """Hand an event to the host's inbox. Thread-safe, never blocks long."""
         with self._lock:
             self._inbox.put(event)
-            rec = self._records.get(event.host)
+            rec = self.hosts.get(event.host)
         self.queue.add(event.host, urgent=urgent(
             None if rec is None else rec.state, event.kind))
 
@@ -176,7 +172,7 @@ class Engine(Hosts):
         event (``finish``), the transition and the actions it starts in one
         transaction, before any of those actions runs."""
         with self._lock:
-            known = self._records.get(event.host)
+            known = self.hosts.get(event.host)
             if known is None and event.kind in (E.POWER_ON, E.POWER_OFF):
                 # A BMC read (the audit's, at start) for a host Nova's
                 # first word has not reached yet: kept as evidence only;
@@ -213,7 +209,8 @@ class Engine(Hosts):
             LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
                       trigger=event.kind.value, source=event.source)
         due = None
-        if event.kind is not E.TICK and not actions:
+        if event.kind is not E.TICK and not [
+                a for a in actions if registry.spec(a).within is None]:
             # A deadline already passed (grace_period 0, a kdump proof):
             # decide now instead of at the next tick. Never after a TICK,
             # so a held decision (threshold) cannot spin.
@@ -225,8 +222,6 @@ class Engine(Hosts):
         with self._lock:
             if changed:
                 self.stats[("transition", new.state.value)] += 1
-            if new != rec:
-                self._version += 1
             self._keep(new)
             for action, action_id in reversed(list(zip(actions, ids))):
                 self._inbox.put_front(new.id, Pending(action, action_id))
@@ -287,17 +282,16 @@ class Engine(Hosts):
     def _run(self, host_id, pending):
         action = pending.action
         spec = registry.spec(action)
-        if spec.started_by is None:
-            # Work no host state starts: its subject is its carry.
+        if not spec.of_host:
+            # Work no host starts: its subject is its carry.
             rec = pending.carry
         else:
-            with self._lock:
-                rec = self._records[host_id]
+            rec = self.hosts.get(host_id)
         following = (pending.carry is not None
                      and action in PASS_ACTIONS)
         if pending.carry is None:
             self._replace_pass(host_id, rec, action)
-        if not following and ENTRY_ACTION.get(rec.state) is not action:
+        if not following and not wanted(action, rec):
             LOG.info("action_dropped", host=rec.name, action=action.value,
                      state=rec.state.value,
                      reason="state changed before the action started")
@@ -380,7 +374,7 @@ class Engine(Hosts):
             return
         # Retry or Held: a new attempt later, the key held back. Work no
         # host state starts goes on with its carry (its subject).
-        again = carry if registry.spec(action).started_by is None else None
+        again = None if registry.spec(action).of_host else carry
         with self._lock:
             self._inbox.put_front(host_id, Pending(action, None, again))
         if isinstance(out, executor.Held):
@@ -415,11 +409,130 @@ class Engine(Hosts):
         floor = max((r["id"] for r in rows), default=0)
         return dataclasses.replace(new, evac_floor=floor)
 
-    # -- the fencing gate ---------------------------------------------------
-    def _view(self):
-        with self._lock:
-            return self._version, dict(self._records)
+    # -- the host records (engine.hosts) -----------------------------------
+    def records(self):
+        return self.hosts.records()
 
+    def find(self, name_or_id):
+        """The record whose host name or service UUID is ``name_or_id``."""
+        return self.hosts.find(name_or_id)
+
+    def known_hosts(self):
+        return self.hosts.known_hosts()
+
+    def urgent(self):
+        """Why background reads of every BMC should wait now, or None
+        (HostTable.urgent)."""
+        return self.hosts.urgent()
+
+    def handled(self, name):
+        """Is host ``name`` (or a BMC mate) not left running untouched
+        (HostTable.handled)?"""
+        return self.hosts.handled(name)
+
+    def wants_every_report(self):
+        """(host ids, host names) whose every row of Nova the reconciler
+        hands over, changed or not: hosts not quietly active, and hosts a
+        BMC reported Off while Nova said they were up."""
+        return self.hosts.watched(), self.ctx.evidence.suspected()
+
+    def _keep(self, rec):
+        """Store ``rec`` as its host's record; the fencing gate counts it."""
+        with self._lock:
+            self.hosts.keep(rec)
+            self.fencing.note(rec)
+
+    def resume_from_journal(self):
+        """Load each host's last journalled record; restart in-flight work
+        (engine.resume says how each state is resumed)."""
+        resumed = 0
+        now = self.clock()
+        self.ctx.evidence.load()
+        # Actions a stopped process left unfinished: each runs again (as a
+        # new attempt row) where its state still asks for it.
+        closed = self.journal.close_open_actions(
+            now, "interrupted: the process stopped before it finished; run "
+                 "again as a new attempt where still needed")
+        if closed:
+            LOG.warning("actions_interrupted", count=closed,
+                        reason="left unfinished by a stopped process")
+        for host_id, data in self.journal.latest().items():
+            rec = resume.from_journal(data)
+            # In memory only: start-up writes nothing before it finished
+            # (the next change of the host is journalled as usual).
+            self._adopt(resume.observe_afresh(rec, now, self.policy),
+                        "journal")
+            resumed += 1
+        return resumed
+
+    def _adopt(self, rec, origin):
+        action = ENTRY_ACTION.get(rec.state)
+        with self._lock:
+            if action is not None:
+                rec = dataclasses.replace(rec, busy=True)
+                self._inbox.append(rec.id, Pending(action, None))
+            self._keep(rec)
+        LOG.info("host_resumed", host=rec.name, host_id=rec.id,
+                 state=rec.state.value, origin=origin,
+                 action=action.value if action else None,
+                 reason="resuming %s found in %s: %s" % (
+                     rec.state.value, origin, rec.reason))
+        if action is not None:
+            self.queue.add(rec.id)
+
+    def _record_for(self, event):
+        """The host's record, made for a host first seen (None: a host
+        Nova shows instanceha isolated, adopted with its action)."""
+        rec = self.hosts.get(event.host)
+        if rec is not None:
+            return rec
+        rec = fsm.HostRecord(id=event.host, name=event.name,
+                             since=event.at, reason="first seen")
+        ours = resume.isolated_by_us(event)
+        if ours is not None:
+            rec = resume.adopted_from_nova(rec, event, ours, self.policy)
+            self.journal.record_transition(
+                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
+            self._adopt(rec, "nova")
+            return None
+        self._keep(rec)
+        return rec
+
+    def capacity_appeared(self, hosts):
+        """Compute hosts became schedulable: each host waiting for capacity
+        retries at the next tick instead of after its back-off."""
+        now = self.clock()
+        waiting = self.hosts.waiting_for_capacity()
+        if not waiting:
+            return 0
+        text = "compute host(s) %s enabled and up" % ", ".join(hosts[:5])
+        if len(hosts) > 5:
+            text += " and %d more" % (len(hosts) - 5)
+        LOG.info("capacity_appeared", hosts=list(hosts),
+                 waiting=[r.name for r in waiting],
+                 reason="hosts waiting for capacity try again now")
+        for rec in waiting:
+            self.submit(Event(E.CAPACITY, rec.id, now, name=rec.name,
+                              source="reconciler", reason=text))
+        return len(waiting)
+
+    def tick(self):
+        """Send TICK to every host whose timer is due. Returns count."""
+        now = self.clock()
+        ok, why = self.cluster_status()
+        due = []
+        # Only records that may have a timer: a few of a large cloud
+        # (all 20,000 were looked at every tick_interval).
+        for rec in self.hosts.timed():
+            when = fsm.machine.next_wakeup(rec, self.policy)
+            if when is not None and now >= when:
+                due.append(rec)
+        for rec in due:
+            self.submit(Event(E.TICK, rec.id, now, name=rec.name,
+                              source="timer", cluster_ok=ok, reason=why))
+        return len(due)
+
+    # -- the fencing gate ---------------------------------------------------
     @property
     def storm(self):
         """The storm settings in use."""
@@ -469,7 +582,7 @@ class Engine(Hosts):
 
     def start(self):
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
-        self._probes.started = True
+        self._probes.start()
         self._runner.start()
 
     def stop(self, timeout=5.0):
@@ -484,7 +597,7 @@ class Engine(Hosts):
     def snapshot(self):
         """Everything status shows (engine.status)."""
         with self._lock:
-            hosts = sorted(self._records.values(), key=lambda r: r.name)
+            hosts = self.hosts.sorted()
             errors = self._inbox.errors()
         return status.snapshot(self, hosts, errors)
 

@@ -13,7 +13,7 @@ newest one.
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.engine import failures
+from instanceha.engine import evac_send, failures
 from instanceha.engine.evac_state import (FAILED, IN_FLIGHT,
                                           REBUILD_TASK_STATES, SUCCEEDED,
                                           Attempt)
@@ -52,14 +52,14 @@ def judge(run, attempt, now):
             LOG.warning("rebuild_events_unavailable", server=sid,
                         reason=str(e))
     verdict, waiting = failures.in_flight(
-        run.host, dest, via, run.services_by_host(),
+        run.host, dest, via, evac_send.services_by_host(run),
         attempt.unschedulable, events, age, run.conf.stall_timeout)
     if waiting != attempt.waiting and waiting:
         LOG.warning("evacuation_stalled", host=run.host, server=sid,
                     reason=waiting)
     attempt.waiting = waiting
     if verdict is not None:
-        run.settle(attempt, verdict)
+        evac_send.settle(run, attempt, verdict)
     elif age > run.conf.server_timeout:
         status = ", ".join(sorted({m.status for m in changed})) or "none"
         reason = "migration still %s after %.0fs" % (
@@ -78,7 +78,8 @@ def _failed(run, attempt, bad):
     try:
         server = run.ctx.compute.get_server(sid)
     except base.NotFound:
-        run.settle(attempt, failures.Verdict("gone", "server deleted"))
+        evac_send.settle(run, attempt,
+                         failures.Verdict("gone", "server deleted"))
         return True
     except base.ComputeError:
         return False
@@ -92,10 +93,10 @@ def _failed(run, attempt, bad):
                                         "failed")
         return True
     dest = next((m.dest_host for m in bad if m.dest_host), None)
-    svc = run.services_by_host().get(dest)
+    svc = evac_send.services_by_host(run).get(dest)
     fault = server.fault or "migration %s, server %s" % (
         bad[-1].status, server.status)
-    run.settle(attempt, failures.rebuild_failed(fault, dest, svc))
+    evac_send.settle(run, attempt, failures.rebuild_failed(fault, dest, svc))
     return True
 
 

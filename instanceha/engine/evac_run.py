@@ -3,31 +3,32 @@ the per-server retry budget, and their journal rows (this recovery's rows
 are those above the record's evac_floor; retries spent and requests left
 open by a stopped process are read back from them).
 
-Run by the EVACUATE action's passes (engine.evacuator); sending is
-engine.evac_send's half of the run, judging engine.evac_judge's. Idempotent:
-a server already rebuilt elsewhere is not on the host any more; one whose
-evacuation is still in flight (task state rebuilding, or an unfinished
-migration) is waited for, not evacuated again. Completion is a migration
+Run by the EVACUATE action's passes (engine.evacuator); sending it is
+engine.evac_send's job, judging engine.evac_judge's: both take the run.
+Idempotent: a server already rebuilt elsewhere is not on the host any
+more; one whose evacuation is still in flight (task state rebuilding, or
+an unfinished migration) is waited for, not evacuated again. Completion is a migration
 of the server reaching ``done`` (Nova has rebuilt it on its destination),
 not the server's task state, which can read ACTIVE on the old host right
 after the request.
 """
 
 import collections
+from typing import Counter, Deque, Dict, Optional, Tuple
 
 import structlog
 
 from instanceha.drivers.compute import base
-from instanceha.engine.evac_send import Sending
-from instanceha.engine.evac_state import Outcome
+from instanceha.engine.evac_state import Attempt, Outcome
 from instanceha.policy import power
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
-class Run(Sending):
+class Run:
     """The evacuation of one host: servers waiting to be sent, attempts in
     flight, and the per-server retry budget (kept across restarts through
-    the journal)."""
+    the journal). The state the evacuator's passes, the sender
+    (engine.evac_send) and the judge (engine.evac_judge) take."""
 
     def __init__(self, ctx, record, outcome, migrations):
         self.ctx = ctx
@@ -36,15 +37,23 @@ class Run(Sending):
         self.record = record
         self.host = record.name
         self.outcome = outcome
-        #: (server_id, not_before, a retry expecting it rebuilding)
-        self.todo = collections.deque()
-        self.inflight = {}                  # server_id -> _Attempt
-        self.retries = collections.Counter()
+        #: (server id, not before, the failed attempt to check or None)
+        self.todo: Deque[Tuple[str, float, Optional[Attempt]]] = \
+            collections.deque()
+        self.inflight: Dict[str, Attempt] = {}
+        #: server id -> failed rebuilds sent again in this recovery
+        self.retries: Counter[str] = collections.Counter()
         #: server_id -> evacuate requests Nova's API failed, in a row
-        self.request_failures = collections.Counter()
-        self.open_rows = {}                 # server_id -> (row id, at)
+        self.request_failures: Counter[str] = collections.Counter()
+        #: server id -> (row id, at) of a request left open
+        self.open_rows: Dict[str, Tuple[int, float]] = {}
         self.sent = 0
         self.services = []
+        #: (the services read, {host: its service}, unschedulable() of
+        #: them): made once per read by the sender and shared by every
+        #: request sent and judged on it (per request, at 20,000 hosts,
+        #: they cost a large cloud's worth of memory and CPU each)
+        self.services_memo = None
         #: server_id -> power.Plan, from the listing (its power state)
         self.plans = {}
         self.skips_recorded = set()

@@ -1,7 +1,8 @@
 """Sending one host's servers: a request, its failure (Nova may have taken
 it all the same), the per-server back-off and retry budget, and a
-request a previous process left unanswered. A part of the evacuation run
-(engine.evac_run.Run), kept apart so each module has one job.
+request a previous process left unanswered. Functions that take the
+run (engine.evac_run.Run: the run's state and its journal rows) and act
+on it; the run's judging is engine.evac_judge's.
 
 A server whose destination died during the rebuild is sent again, with
 back-off and at most ``[evacuation] server_retries`` times, but only once
@@ -11,284 +12,267 @@ would accept a second evacuation of a server still rebuilding; this rule
 is what keeps a server from running on two hosts.
 """
 
-from typing import Any, Callable, Counter, Deque, Dict, List, Optional, Tuple
-
 import structlog
 
 from instanceha import failpoints
 from instanceha.drivers.compute import base
 from instanceha.engine import failures
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
-                                          Attempt, Outcome, unschedulable)
+                                          Attempt)
 from instanceha.util import backoff
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 
-class Sending:
-    """Run's sending half; the run holds the state (engine.evac_run)."""
+def unschedulable(services):
+    """The hosts of ``services`` Nova would not schedule onto."""
+    return frozenset(s.host for s in services
+                     if not (failures.alive(s) and s.status == "enabled"))
 
-    # What this half uses of the run, declared for the type checker (set
-    # by Run.__init__; the three callables are Run's methods).
-    ctx: Any                            # engine.context.Context
-    conf: Any                           # the [evacuation] options
-    record: Any                         # fsm.HostRecord
-    host: str
-    outcome: Outcome
-    migs: Dict[str, List[Any]]          # server id -> [Migration]
-    #: (server id, not before, the failed attempt to check or None)
-    todo: Deque[Tuple[str, float, Optional[Attempt]]]
-    inflight: Dict[str, Attempt]
-    retries: Counter[str]
-    request_failures: Counter[str]
-    open_rows: Dict[str, Tuple[int, float]]     # server id -> (row, at)
-    sent: int
-    services: List[Any]                 # [ComputeService]
-    targets: Dict[str, str]             # server id -> reserved host
-    finish: Callable[..., None]
-    done: Callable[..., None]
-    close_unanswered: Callable[..., None]
 
-    #: (the services read, {host: its service}, unschedulable() of it):
-    #: made once per read and shared by every request sent and judged on
-    #: it (per request, at 20,000 hosts, they cost a large cloud's worth
-    #: of memory and CPU each)
-    _services_memo: Optional[Tuple[List[Any], Dict[str, Any],
-                                   frozenset]] = None
+def _services_read(run):
+    memo = run.services_memo
+    if memo is None or memo[0] is not run.services:
+        memo = (run.services, {s.host: s for s in run.services},
+                unschedulable(run.services))
+        run.services_memo = memo
+    return memo
 
-    def _services_read(self):
-        memo = self._services_memo
-        if memo is None or memo[0] is not self.services:
-            memo = (self.services, {s.host: s for s in self.services},
-                    unschedulable(self.services))
-            self._services_memo = memo
-        return memo
 
-    def services_by_host(self):
-        """{host: ComputeService} of the services read last."""
-        return self._services_read()[1]
+def services_by_host(run):
+    """{host: ComputeService} of the services read last."""
+    return _services_read(run)[1]
 
-    def _unschedulable(self):
-        return self._services_read()[2]
 
-    def resume(self, server, now):
-        """A request a previous run (or process) left in Nova: wait for it.
-        Its in-flight migrations count as its own; finished ones do not."""
-        row, at = self.open_rows.pop(server.id, (None, now))
-        before = {m.id: m.status for m in self.migs.get(server.id, [])
-                  if m.status not in IN_FLIGHT}
-        self.inflight[server.id] = Attempt(server.id, min(at, now), row,
-                                            before)
+def _unschedulable(run):
+    return _services_read(run)[2]
 
-    def unsettled(self, sid, now):
-        """A request of ``sid`` a previous process journalled and stopped
-        before Nova answered (nothing of it in flight or done in Nova), less
-        than ``unanswered_request_wait`` ago: it may still reach nova-api.
-        Returns the to-do entry that checks the server and sends it again
-        only after that wait, or None."""
-        row = self.open_rows.get(sid)
-        if row is None or row[1] + self.conf.unanswered_request_wait <= now:
-            return None
-        self.open_rows.pop(sid)
-        at = row[1] + self.conf.unanswered_request_wait
-        LOG.warning("evacuation_request_unsettled", host=self.host,
-                    server=sid, wait=round(at - now, 1),
-                    reason="a previous process journalled this request and "
-                           "stopped before Nova answered: it may still "
-                           "reach nova-api, so the server is checked and "
-                           "sent again only after [evacuation] "
-                           "unanswered_request_wait")
-        return (sid, at, Attempt(sid, row[1], row[0], {}, unanswered=True,
-                                  inherited=True))
 
-    def send(self, sid, now, check=None):
-        """``check``: the failed attempt, for a retry after a failed
-        request; Nova may have taken that request after all (a 5xx from a
-        proxy, a timeout): a server found rebuilding is waited for, one
-        found rebuilt on another host is done; neither is sent twice."""
-        ctx = self.ctx
-        if check is not None:
-            try:
-                server = ctx.compute.get_server(sid)
-            except base.NotFound:
-                if check.unanswered:
-                    self.finish(check, "gone", detail="server deleted")
-                self.outcome.skipped[sid] = "server deleted"
-                return
-            if (server.task_state or "") in REBUILD_TASK_STATES:
-                LOG.warning("evacuation_request_taken", host=self.host,
-                            server=sid, reason="the failed request was "
-                            "taken by Nova after all: waiting for it")
-                self._not_retried(sid)
-                self.inflight[sid] = Attempt(
-                    sid, now, check.evac_id, {m.id: m.status for m in
-                                              self.migs.get(sid, [])
-                                              if m.status not in IN_FLIGHT},
-                    self._unschedulable())
-                return
-            if server.host not in (None, self.host) and \
-                    (server.vm_state or "") in ("active", "stopped"):
-                why = ("the failed request was taken by Nova after all: "
-                       "rebuilt on %s" % server.host)
-                LOG.warning("evacuation_request_taken", host=self.host,
-                            server=sid, dest=server.host, reason=why)
-                self._not_retried(sid)
-                self.done(check, server.host, why)
-                return
-            if check.unanswered:
-                # Its row was left open for this check.
-                self.close_unanswered(
-                    check, "Nova had not taken it %.0fs later: sent again"
-                    % (now - check.started))
-        if check is not None and \
-                self.request_failures[sid] > self.conf.server_retries:
-            # The last of them went unanswered and has now been waited
-            # for: not taken, so the budget is spent.
-            self._give_up_requests(sid, "the last one got no answer and "
-                                   "Nova did not take it")
-        prior = self.open_rows.pop(sid, None)
-        if prior is not None:
-            # A previous process journalled a request of this server and
-            # stopped; Nova shows none of it in flight and the server is
-            # still here: that row is closed before the server is sent.
-            ctx.journal.evacuation_finished(
-                prior[0], now, "interrupted",
-                detail="instanceha stopped before Nova showed this request "
-                       "(no evacuation of the server in flight or done): "
-                       "sent again")
-        evac_id = ctx.journal.evacuation_requested(self.record.id, self.host,
-                                                   sid, now)
-        ctx.rows_seen[evac_id] = now
-        attempt = Attempt(sid, now, evac_id,
-                           {m.id: m.status for m in self.migs.get(sid, [])},
-                           self._unschedulable())
-        target = self.targets.get(sid)
-        failpoints.hit("before_evacuate_request")
+def resume(run, server, now):
+    """A request a previous run (or process) left in Nova: wait for it.
+    Its in-flight migrations count as its own; finished ones do not."""
+    row, at = run.open_rows.pop(server.id, (None, now))
+    before = {m.id: m.status for m in run.migs.get(server.id, [])
+              if m.status not in IN_FLIGHT}
+    run.inflight[server.id] = Attempt(server.id, min(at, now), row,
+                                      before)
+
+
+def unsettled(run, sid, now):
+    """A request of ``sid`` a previous process journalled and stopped
+    before Nova answered (nothing of it in flight or done in Nova), less
+    than ``unanswered_request_wait`` ago: it may still reach nova-api.
+    Returns the to-do entry that checks the server and sends it again
+    only after that wait, or None."""
+    row = run.open_rows.get(sid)
+    if row is None or row[1] + run.conf.unanswered_request_wait <= now:
+        return None
+    run.open_rows.pop(sid)
+    at = row[1] + run.conf.unanswered_request_wait
+    LOG.warning("evacuation_request_unsettled", host=run.host,
+                server=sid, wait=round(at - now, 1),
+                reason="a previous process journalled this request and "
+                       "stopped before Nova answered: it may still "
+                       "reach nova-api, so the server is checked and "
+                       "sent again only after [evacuation] "
+                       "unanswered_request_wait")
+    return (sid, at, Attempt(sid, row[1], row[0], {}, unanswered=True,
+                             inherited=True))
+
+
+def send(run, sid, now, check=None):
+    """``check``: the failed attempt, for a retry after a failed
+    request; Nova may have taken that request after all (a 5xx from a
+    proxy, a timeout): a server found rebuilding is waited for, one
+    found rebuilt on another host is done; neither is sent twice."""
+    ctx = run.ctx
+    if check is not None:
         try:
-            if target:
-                # Nova's scheduler still validates the host (never forced).
-                ctx.compute.evacuate(sid, host=target)
-            else:
-                ctx.compute.evacuate(sid)
-        except base.ComputeError as e:
-            verdict = failures.request_error(e)
-            LOG.warning("evacuation_request_failed", host=self.host,
-                        server=sid, outcome=verdict.status,
-                        unanswered=e.unanswered, reason=verdict.reason)
-            attempt.unanswered = e.unanswered
-            self.settle(attempt, verdict, request_failed=True)
+            server = ctx.compute.get_server(sid)
+        except base.NotFound:
+            if check.unanswered:
+                run.finish(check, "gone", detail="server deleted")
+            run.outcome.skipped[sid] = "server deleted"
             return
-        failpoints.hit("after_evacuate_request")
-        self.inflight[sid] = attempt
-        self.sent += 1
-
-    def _request_failed(self, attempt, verdict):
-        """Nova's API failed the evacuate request (5xx, no answer). Nova
-        may have taken it all the same, so the server is checked before
-        it is sent again (the failed attempt rides along: its row says
-        what became of it), after a back-off doubling from
-        ``server_retry_delay``. Not a failed rebuild: the server's
-        retries are not spent. More than ``server_retries`` in a row and
-        the action raises: the engine backs off and runs it again
-        (``[DEFAULT] action_retries``), resuming what Nova took.
-
-        An unanswered request may still be on its way to Nova's API, so
-        nothing is checked or sent before ``unanswered_request_wait`` (a
-        check any sooner could find nothing, send again, and the first
-        request land after it). Its row stays open meanwhile: a restart
-        sees a request that may still land, and waits for it the same
-        way."""
-        sid = attempt.server_id
-        unanswered = attempt.unanswered
-        if not unanswered:
-            self.finish(attempt, "request_failed", detail=verdict.reason)
-        self.request_failures[sid] += 1
-        k = self.request_failures[sid]
-        if k > self.conf.server_retries and not unanswered:
-            self._give_up_requests(sid, verdict.reason)
-        delay = backoff.exponential(self.conf.server_retry_delay, k,
-                                    self.conf.retry_backoff_max)
-        why = " (checked before it is sent again: Nova may have taken it)"
-        if unanswered:
-            delay = max(delay, self.conf.unanswered_request_wait)
-            why = (" (no answer: the request may still reach Nova, so it "
-                   "is checked and sent again only after [evacuation] "
-                   "unanswered_request_wait)")
-        self.outcome.retried[sid] = self.retries[sid] + k
-        self.todo.append((sid, self.ctx.clock() + delay, attempt))
-        LOG.warning("evacuation_retry", host=self.host, server=sid,
-                    request_failures=k, delay=round(delay, 2),
-                    reason=verdict.reason + why)
-
-    def drop_todo(self, reason):
-        """Send nothing more: every server still to send fails with
-        ``reason``; the row of a request that got no answer is closed."""
-        for sid, _, check in self.todo:
-            self.outcome.failed[sid] = reason
-            if check is not None and check.unanswered:
-                self.close_unanswered(check, "not checked again: " + reason)
-        self.todo.clear()
-
-    def _give_up_requests(self, sid, reason):
-        raise base.ComputeError(
-            "the evacuate request of server %s failed %d times in a row: %s"
-            % (sid, self.request_failures[sid], reason))
-
-    def _not_retried(self, sid):
-        """The request that seemed to fail was taken by Nova: it is not
-        counted as sent again."""
-        self.request_failures[sid] = 0
-        if self.retries[sid] > 0:
-            self.outcome.retried[sid] = self.retries[sid]
+        if (server.task_state or "") in REBUILD_TASK_STATES:
+            LOG.warning("evacuation_request_taken", host=run.host,
+                        server=sid, reason="the failed request was "
+                        "taken by Nova after all: waiting for it")
+            _not_retried(run, sid)
+            run.inflight[sid] = Attempt(
+                sid, now, check.evac_id, {m.id: m.status for m in
+                                          run.migs.get(sid, [])
+                                          if m.status not in IN_FLIGHT},
+                _unschedulable(run))
+            return
+        if server.host not in (None, run.host) and \
+                (server.vm_state or "") in ("active", "stopped"):
+            why = ("the failed request was taken by Nova after all: "
+                   "rebuilt on %s" % server.host)
+            LOG.warning("evacuation_request_taken", host=run.host,
+                        server=sid, dest=server.host, reason=why)
+            _not_retried(run, sid)
+            run.done(check, server.host, why)
+            return
+        if check.unanswered:
+            # Its row was left open for this check.
+            run.close_unanswered(
+                check, "Nova had not taken it %.0fs later: sent again"
+                % (now - check.started))
+    if check is not None and \
+            run.request_failures[sid] > run.conf.server_retries:
+        # The last of them went unanswered and has now been waited
+        # for: not taken, so the budget is spent.
+        _give_up_requests(run, sid, "the last one got no answer and "
+                          "Nova did not take it")
+    prior = run.open_rows.pop(sid, None)
+    if prior is not None:
+        # A previous process journalled a request of this server and
+        # stopped; Nova shows none of it in flight and the server is
+        # still here: that row is closed before the server is sent.
+        ctx.journal.evacuation_finished(
+            prior[0], now, "interrupted",
+            detail="instanceha stopped before Nova showed this request "
+                   "(no evacuation of the server in flight or done): "
+                   "sent again")
+    evac_id = ctx.journal.evacuation_requested(run.record.id, run.host,
+                                               sid, now)
+    ctx.rows_seen[evac_id] = now
+    attempt = Attempt(sid, now, evac_id,
+                      {m.id: m.status for m in run.migs.get(sid, [])},
+                      _unschedulable(run))
+    target = run.targets.get(sid)
+    failpoints.hit("before_evacuate_request")
+    try:
+        if target:
+            # Nova's scheduler still validates the host (never forced).
+            ctx.compute.evacuate(sid, host=target)
         else:
-            self.outcome.retried.pop(sid, None)
+            ctx.compute.evacuate(sid)
+    except base.ComputeError as e:
+        verdict = failures.request_error(e)
+        LOG.warning("evacuation_request_failed", host=run.host,
+                    server=sid, outcome=verdict.status,
+                    unanswered=e.unanswered, reason=verdict.reason)
+        attempt.unanswered = e.unanswered
+        settle(run, attempt, verdict, request_failed=True)
+        return
+    failpoints.hit("after_evacuate_request")
+    run.inflight[sid] = attempt
+    run.sent += 1
 
-    def settle(self, attempt, verdict, request_failed=False):
-        """An attempt that will not finish: journal it; send the server
-        again later if a retry may cure it and the budget allows."""
-        sid = attempt.server_id
-        self.inflight.pop(sid, None)
-        if verdict.status == "gone":
-            self.finish(attempt, "gone", detail=verdict.reason)
-            self.outcome.skipped[sid] = verdict.reason
-            return
-        if verdict.status == "no_capacity":
-            self.finish(attempt, "no_capacity", detail=verdict.reason)
-            self.outcome.no_capacity[sid] = verdict.reason
-            return
-        if not verdict.retryable:
-            self.finish(attempt, verdict.status, detail=verdict.reason)
-            self.outcome.failed[sid] = verdict.reason
-            LOG.error("evacuation_failed", host=self.host, server=sid,
-                      outcome=verdict.status, reason=verdict.reason)
-            return
-        if request_failed:
-            self._request_failed(attempt, verdict)
-            return
-        self.finish(attempt, "retry", detail=verdict.reason)
-        # Sent again without a target: the scheduler picks a live host.
-        self.targets.pop(sid, None)
-        if verdict.suspects:
-            # The given-up rebuild may wait in those hosts' queues and run
-            # when they return: checked then (actions.check_cleanup).
-            self.ctx.journal.stale_rebuild_suspected(
-                sid, self.record.id, self.host, verdict.suspects,
-                self.ctx.clock())
-        self.retries[sid] += 1
-        n = self.retries[sid]
-        if n > self.conf.server_retries:
-            reason = "gave up after %d failed attempts ([evacuation] " \
-                "server_retries = %d): %s" % (n, self.conf.server_retries,
-                                              verdict.reason)
-            self.outcome.failed[sid] = reason
-            LOG.error("evacuation_failed", host=self.host, server=sid,
-                      outcome="retries_exhausted", reason=reason)
-            return
-        # A failed rebuild waits, doubling each time.
-        delay = backoff.exponential(self.conf.server_retry_delay, n,
-                                    self.conf.retry_backoff_max)
-        self.outcome.retried[sid] = n + self.request_failures[sid]
-        self.todo.append((sid, self.ctx.clock() + delay, None))
-        LOG.warning("evacuation_retry", host=self.host, server=sid,
-                    retry=n, of=self.conf.server_retries,
-                    delay=round(delay, 2), reason=verdict.reason)
+
+def _request_failed(run, attempt, verdict):
+    """Nova's API failed the evacuate request (5xx, no answer). Nova
+    may have taken it all the same, so the server is checked before
+    it is sent again (the failed attempt rides along: its row says
+    what became of it), after a back-off doubling from
+    ``server_retry_delay``. Not a failed rebuild: the server's
+    retries are not spent. More than ``server_retries`` in a row and
+    the action raises: the engine backs off and runs it again
+    (``[DEFAULT] action_retries``), resuming what Nova took.
+
+    An unanswered request may still be on its way to Nova's API, so
+    nothing is checked or sent before ``unanswered_request_wait`` (a
+    check any sooner could find nothing, send again, and the first
+    request land after it). Its row stays open meanwhile: a restart
+    sees a request that may still land, and waits for it the same
+    way."""
+    sid = attempt.server_id
+    unanswered = attempt.unanswered
+    if not unanswered:
+        run.finish(attempt, "request_failed", detail=verdict.reason)
+    run.request_failures[sid] += 1
+    k = run.request_failures[sid]
+    if k > run.conf.server_retries and not unanswered:
+        _give_up_requests(run, sid, verdict.reason)
+    delay = backoff.exponential(run.conf.server_retry_delay, k,
+                                run.conf.retry_backoff_max)
+    why = " (checked before it is sent again: Nova may have taken it)"
+    if unanswered:
+        delay = max(delay, run.conf.unanswered_request_wait)
+        why = (" (no answer: the request may still reach Nova, so it "
+               "is checked and sent again only after [evacuation] "
+               "unanswered_request_wait)")
+    run.outcome.retried[sid] = run.retries[sid] + k
+    run.todo.append((sid, run.ctx.clock() + delay, attempt))
+    LOG.warning("evacuation_retry", host=run.host, server=sid,
+                request_failures=k, delay=round(delay, 2),
+                reason=verdict.reason + why)
+
+
+def drop_todo(run, reason):
+    """Send nothing more: every server still to send fails with
+    ``reason``; the row of a request that got no answer is closed."""
+    for sid, _, check in run.todo:
+        run.outcome.failed[sid] = reason
+        if check is not None and check.unanswered:
+            run.close_unanswered(check, "not checked again: " + reason)
+    run.todo.clear()
+
+
+def _give_up_requests(run, sid, reason):
+    raise base.ComputeError(
+        "the evacuate request of server %s failed %d times in a row: %s"
+        % (sid, run.request_failures[sid], reason))
+
+
+def _not_retried(run, sid):
+    """The request that seemed to fail was taken by Nova: it is not
+    counted as sent again."""
+    run.request_failures[sid] = 0
+    if run.retries[sid] > 0:
+        run.outcome.retried[sid] = run.retries[sid]
+    else:
+        run.outcome.retried.pop(sid, None)
+
+
+def settle(run, attempt, verdict, request_failed=False):
+    """An attempt that will not finish: journal it; send the server
+    again later if a retry may cure it and the budget allows."""
+    sid = attempt.server_id
+    run.inflight.pop(sid, None)
+    if verdict.status == "gone":
+        run.finish(attempt, "gone", detail=verdict.reason)
+        run.outcome.skipped[sid] = verdict.reason
+        return
+    if verdict.status == "no_capacity":
+        run.finish(attempt, "no_capacity", detail=verdict.reason)
+        run.outcome.no_capacity[sid] = verdict.reason
+        return
+    if not verdict.retryable:
+        run.finish(attempt, verdict.status, detail=verdict.reason)
+        run.outcome.failed[sid] = verdict.reason
+        LOG.error("evacuation_failed", host=run.host, server=sid,
+                  outcome=verdict.status, reason=verdict.reason)
+        return
+    if request_failed:
+        _request_failed(run, attempt, verdict)
+        return
+    run.finish(attempt, "retry", detail=verdict.reason)
+    # Sent again without a target: the scheduler picks a live host.
+    run.targets.pop(sid, None)
+    if verdict.suspects:
+        # The given-up rebuild may wait in those hosts' queues and run
+        # when they return: checked then (actions.check_cleanup).
+        run.ctx.journal.stale_rebuild_suspected(
+            sid, run.record.id, run.host, verdict.suspects,
+            run.ctx.clock())
+    run.retries[sid] += 1
+    n = run.retries[sid]
+    if n > run.conf.server_retries:
+        reason = "gave up after %d failed attempts ([evacuation] " \
+            "server_retries = %d): %s" % (n, run.conf.server_retries,
+                                          verdict.reason)
+        run.outcome.failed[sid] = reason
+        LOG.error("evacuation_failed", host=run.host, server=sid,
+                  outcome="retries_exhausted", reason=reason)
+        return
+    # A failed rebuild waits, doubling each time.
+    delay = backoff.exponential(run.conf.server_retry_delay, n,
+                                run.conf.retry_backoff_max)
+    run.outcome.retried[sid] = n + run.request_failures[sid]
+    run.todo.append((sid, run.ctx.clock() + delay, None))
+    LOG.warning("evacuation_retry", host=run.host, server=sid,
+                retry=n, of=run.conf.server_retries,
+                delay=round(delay, 2), reason=verdict.reason)

@@ -5,7 +5,6 @@ import collections
 import dataclasses
 from typing import Dict, Optional
 
-from instanceha.engine import failures
 from instanceha.policy import power
 
 #: vm_states Nova accepts for evacuate (check_instance_state in nova's API).
@@ -67,9 +66,3 @@ def by_server(migrations):
     for m in migrations:
         out[m.server_id].append(m)
     return out
-
-
-def unschedulable(services):
-    """The hosts of ``services`` Nova would not schedule onto."""
-    return frozenset(s.host for s in services
-                     if not (failures.alive(s) and s.status == "enabled"))

@@ -15,6 +15,7 @@ import dataclasses
 import structlog
 
 from instanceha.engine import admission, evac_groups, evac_judge, placement
+from instanceha.engine import evac_send
 from instanceha.engine import proof, selection
 from instanceha.engine.evac_run import Run, close_open_rows
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
@@ -161,7 +162,7 @@ def _plan(ctx, record, run, servers, migrations):
         migs = migrations.get(s.id, [])
         if (s.task_state or "") in REBUILD_TASK_STATES \
                 or any(m.status in IN_FLIGHT for m in migs):
-            run.resume(s, now)
+            evac_send.resume(run, s, now)
         elif plan.evacuate:
             candidates.append(s)
         else:
@@ -189,7 +190,8 @@ def _plan(ctx, record, run, servers, migrations):
     outcome.no_capacity.update(behind)
     held.update(behind)
     for sid in send:
-        run.todo.append(run.unsettled(sid, now) or (sid, now, None))
+        run.todo.append(evac_send.unsettled(run, sid, now)
+                        or (sid, now, None))
     run.keys = chosen.keys
     run.proved_at = ctx.clock()
     run.record_waiting(held)
@@ -248,7 +250,7 @@ def _send_ready(ctx, record, run):
                     in_flight=len(run.inflight), state=record.state.value,
                     reason="operator suspended the host: no more "
                            "servers sent, those in flight finish")
-        run.drop_todo("not evacuated: suspended by operator")
+        evac_send.drop_todo(run, "not evacuated: suspended by operator")
     now = ctx.clock()
     ready = [t for t in run.todo if t[1] <= now]
     if run.todo and not run.services_fresh:
@@ -260,7 +262,7 @@ def _send_ready(ctx, record, run):
         # A host that reports in again (a kdump reboot, someone powering
         # it on) may be running the servers not yet sent: stop here.
         outcome.returned = True
-        run.drop_todo("not evacuated: the host reported back")
+        evac_send.drop_todo(run, "not evacuated: the host reported back")
         ready = []
     if ready and now - run.proved_at > conf.proof_max_age:
         # A long wait (capacity, unanswered requests, the gate) since
@@ -273,8 +275,8 @@ def _send_ready(ctx, record, run):
             LOG.warning("evacuation_stopped", host=host,
                         left=len(run.todo), in_flight=len(run.inflight),
                         reason="not proven dead any more: " + why)
-            run.drop_todo("not evacuated: the host is not proven dead "
-                          "now: " + why)
+            evac_send.drop_todo(run, "not evacuated: the host is not "
+                                "proven dead now: " + why)
             ready = []
     # Restart groups: a server whose project has a lower group not
     # settled yet stays in the to-do (engine.evac_groups).
@@ -298,7 +300,7 @@ def _send_ready(ctx, record, run):
         for sid in send:
             item = by_id[sid]
             run.todo.remove(item)
-            run.send(sid, now, item[2])
+            evac_send.send(run, sid, now, item[2])
 
 
 def _judge_all(ctx, run):

@@ -9,7 +9,7 @@ engine applies to the host's inbox and the work queue:
   own, or the definitive answer for one that kept raising), with the
   journal update that finishes the attempt (None: already journalled);
   its event None for work that ends without one (an instance repair
-  case closed);
+  case closed, a soft fencing request: its row finished here);
 * :class:`Again` -- the action is not finished (a Requeue): its next pass
   after a delay, sooner when news of a server it waits for comes;
 * :class:`Retry` -- it raised something a retry may cure: run again after
@@ -26,7 +26,7 @@ import structlog
 
 from instanceha import failpoints
 from instanceha.engine import actions as actions_mod
-from instanceha.engine.passes import Requeue
+from instanceha.engine.passes import Done, Requeue
 from instanceha.fsm.states import ACTIONS
 
 LOG = structlog.get_logger("instanceha.engine")
@@ -73,6 +73,16 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
         return Retry(e)
     if result is None:
         stats[("action", action.value, "done")] += 1
+        return Finished(None, None)
+    if isinstance(result, Done):
+        # Nothing for the state machine: its row is finished here.
+        stats[("action", action.value, result.outcome)] += 1
+        finish(ctx, journal_health, rec, action, action_id, result.outcome,
+               result.detail)
+        LOG.info("action_finished", host=rec.name, action=action.value,
+                 outcome=result.outcome,
+                 seconds=round(ctx.clock() - started, 3),
+                 reason=result.detail)
         return Finished(None, None)
     stats[("action", action.value, result.kind.value)] += 1
     LOG.info("action_finished", host=rec.name, action=action.value,

@@ -1,83 +1,93 @@
-"""The engine's host records: looking them up, resuming them from the
-journal (or adopting a host Nova shows instanceha isolated), and the
-events the engine makes for them itself (a timer due, capacity appeared).
-The engine's half that keeps who is known and in what state
-(instanceha.engine.engine.Engine); its controller loop is the other."""
+"""The host records the engine holds: each host's last record, and the
+indexes kept beside it as each record is stored (the hosts not left
+running, those with a timer, those whose every Nova row matters), with
+the reads made of them (lookup, what is urgent, which hosts are handled).
 
-import dataclasses
-import threading
-from typing import Any, Callable, Dict
+:class:`HostTable` owns this state. It is guarded by the lock it is given:
+the engine's, because a host's record and its inbox change together."""
 
-import structlog
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from instanceha import fsm
-from instanceha.engine import resume
-from instanceha.engine.inbox import Inboxes, Pending
-from instanceha.engine.workqueue import WorkQueue
-from instanceha.events import Event, EventKind as E
-from instanceha.fsm.states import ENTRY_ACTION, RUNNING_STATES, \
-    URGENT_STATES, State
-
-LOG = structlog.get_logger("instanceha.engine")
+from instanceha.fsm.states import RUNNING_STATES, URGENT_STATES
 
 
-class Hosts:
-    """The records half of the engine."""
+class HostTable:
+    """Each host's record (by service id) and its indexes."""
 
-    # What this half uses of the engine, declared for the type checker
-    # (set by Engine.__init__; the two callables are Engine's methods).
-    _lock: threading.RLock
-    _records: Dict[str, fsm.HostRecord]
-    #: names of the hosts whose record is not in RUNNING_STATES
-    _not_running: set
-    #: ids of the records whose every Nova row matters (not quiet)
-    _watched: set
-    _timed: set                     # ids of records in fsm.machine.TIMED
-    _version: int
-    _inbox: Inboxes
-    queue: WorkQueue
-    clock: Callable[[], float]
-    policy: fsm.Policy
-    journal: Any
-    fencing: Any                    # engine.fencing_gate.FencingGate
-    ctx: Any                            # engine.context.Context
-    submit: Callable[[Event], None]
-    cluster_status: Callable[[], Any]
-    #: (records version, urgent()'s answer then)
-    _urgent_cache: Any = None
-    #: (records version, inventory, the BMC mates of the hosts in
-    #: _not_running then)
-    _handled_cache: Any = None
+    def __init__(self, lock, ctx):
+        """``lock``: the engine's (re-entrant); ``ctx``: the engine's
+        context (the inventory and the BMC evidence, for handled())."""
+        self._lock = lock
+        self._ctx = ctx
+        self._records: Dict[str, fsm.HostRecord] = {}
+        #: names of the hosts whose record is not in RUNNING_STATES
+        self._not_running: Set[str] = set()
+        #: ids of the records whose every Nova row matters (not quiet)
+        self._watched: Set[str] = set()
+        #: ids of the records in fsm.machine.TIMED
+        self._timed: Set[str] = set()
+        #: bumped on every change of a record
+        self._version = 0
+        #: (records version, urgent()'s answer then)
+        self._urgent_cache: Optional[Tuple[int, Optional[str]]] = None
+        #: (records version, inventory, the BMC mates of the hosts in
+        #: _not_running then)
+        self._handled_cache: Optional[Tuple[int, object,
+                                            FrozenSet[str]]] = None
+
+    def get(self, host_id) -> Optional[fsm.HostRecord]:
+        with self._lock:
+            return self._records.get(host_id)
+
+    def keep(self, rec):
+        """Store ``rec`` as its host's record, noting whether each of
+        Nova's rows for it matters, not only a change."""
+        with self._lock:
+            if self._records.get(rec.id) != rec:
+                self._version += 1
+            self._records[rec.id] = rec
+            if rec.state in RUNNING_STATES:
+                self._not_running.discard(rec.name)
+            else:
+                self._not_running.add(rec.name)
+            if rec.state in fsm.machine.TIMED:
+                self._timed.add(rec.id)
+            else:
+                self._timed.discard(rec.id)
+            if fsm.machine.wants_every_report(rec):
+                self._watched.add(rec.id)
+            else:
+                self._watched.discard(rec.id)
+
+    def view(self):
+        """(version, {host id: record}): the records as they stand."""
+        with self._lock:
+            return self._version, dict(self._records)
 
     def records(self):
         with self._lock:
             return dict(self._records)
 
-    def _keep(self, rec):
-        """Store ``rec`` as its host's record (under the lock), noting
-        whether each of Nova's rows for it matters, not only a change."""
-        self._records[rec.id] = rec
-        if rec.state in RUNNING_STATES:
-            self._not_running.discard(rec.name)
-        else:
-            self._not_running.add(rec.name)
-        self.fencing.note(rec)
-        if rec.state in fsm.machine.TIMED:
-            self._timed.add(rec.id)
-        else:
-            self._timed.discard(rec.id)
-        if fsm.machine.wants_every_report(rec):
-            self._watched.add(rec.id)
-        else:
-            self._watched.discard(rec.id)
-
-    def wants_every_report(self):
-        """(host ids, host names) whose every row of Nova the reconciler
-        hands over, changed or not: hosts not quietly active, and hosts a
-        BMC reported Off while Nova said they were up."""
+    def sorted(self) -> List[fsm.HostRecord]:
+        """Every record, by host name."""
         with self._lock:
-            ids = set(self._watched)
-        return ids, self.ctx.evidence.suspected()
+            return sorted(self._records.values(), key=lambda r: r.name)
+
+    def timed(self) -> List[fsm.HostRecord]:
+        """The records that may have a timer: a few of a large cloud."""
+        with self._lock:
+            return [self._records[h] for h in self._timed]
+
+    def watched(self) -> Set[str]:
+        """Ids of the hosts whose every row of Nova matters."""
+        with self._lock:
+            return set(self._watched)
+
+    def waiting_for_capacity(self) -> List[fsm.HostRecord]:
+        with self._lock:
+            return [r for r in self._records.values()
+                    if r.state is fsm.State.PENDING and r.waits_for_capacity]
 
     def find(self, name_or_id):
         """The record whose host name or service UUID is ``name_or_id``."""
@@ -87,6 +97,10 @@ class Hosts:
                 rec = next((r for r in self._records.values()
                             if r.name == name_or_id), None)
             return rec
+
+    def known_hosts(self):
+        with self._lock:
+            return [(r.id, r.name) for r in self._records.values()]
 
     def urgent(self):
         """Why background reads of every BMC should wait now (hosts being
@@ -118,12 +132,13 @@ class Hosts:
         skips its BMC once its pause for recoveries has lasted [audit]
         max_pause. From the records and the BMC indexes: no I/O, no scan
         of every record."""
+        ctx = self._ctx
         with self._lock:
             if name in self._not_running:
                 return True
             if not self._not_running:
                 return False
-            version, inv = self._version, self.ctx.inventory
+            version, inv = self._version, ctx.inventory
             cached = self._handled_cache
             if cached is not None and cached[0] == version \
                     and cached[1] is inv:
@@ -131,108 +146,11 @@ class Hosts:
             hosts = set(self._not_running)
         # Their BMC mates, made again once per change of the records (or
         # of the inventory): the power watch asks for every host.
-        mates = set(self.ctx.mates_of(hosts))
+        mates = set(ctx.mates_of(hosts))
         for host in hosts:
             bmc = inv.get(host)
             if bmc is not None:
-                mates |= self.ctx.evidence.same_machine_hosts(bmc)
+                mates |= ctx.evidence.same_machine_hosts(bmc)
         with self._lock:
             self._handled_cache = (version, inv, frozenset(mates))
         return name in mates
-
-    def known_hosts(self):
-        with self._lock:
-            return [(r.id, r.name) for r in self._records.values()]
-
-    def resume_from_journal(self):
-        """Load each host's last journalled record; restart in-flight work
-        (engine.resume says how each state is resumed)."""
-        resumed = 0
-        now = self.clock()
-        self.ctx.evidence.load()
-        # Actions a stopped process left unfinished: each runs again (as a
-        # new attempt row) where its state still asks for it.
-        closed = self.journal.close_open_actions(
-            now, "interrupted: the process stopped before it finished; run "
-                 "again as a new attempt where still needed")
-        if closed:
-            LOG.warning("actions_interrupted", count=closed,
-                        reason="left unfinished by a stopped process")
-        for host_id, data in self.journal.latest().items():
-            rec = resume.from_journal(data)
-            # In memory only: start-up writes nothing before it finished
-            # (the next change of the host is journalled as usual).
-            self._adopt(resume.observe_afresh(rec, now, self.policy),
-                        "journal")
-            resumed += 1
-        return resumed
-
-    def _adopt(self, rec, origin):
-        action = ENTRY_ACTION.get(rec.state)
-        with self._lock:
-            if action is not None:
-                rec = dataclasses.replace(rec, busy=True)
-                self._inbox.append(rec.id, Pending(action, None))
-            self._keep(rec)
-            self._version += 1
-        LOG.info("host_resumed", host=rec.name, host_id=rec.id,
-                 state=rec.state.value, origin=origin,
-                 action=action.value if action else None,
-                 reason="resuming %s found in %s: %s" % (
-                     rec.state.value, origin, rec.reason))
-        if action is not None:
-            self.queue.add(rec.id)
-
-    def _record_for(self, event):
-        rec = self._records.get(event.host)
-        if rec is not None:
-            return rec
-        rec = fsm.HostRecord(id=event.host, name=event.name,
-                             since=event.at, reason="first seen")
-        ours = resume.isolated_by_us(event)
-        if ours is not None:
-            rec = resume.adopted_from_nova(rec, event, ours, self.policy)
-            self.journal.record_transition(
-                fsm.HostRecord(id=rec.id, name=rec.name), rec, event)
-            self._adopt(rec, "nova")
-            return None
-        self._keep(rec)
-        self._version += 1
-        return rec
-
-    def capacity_appeared(self, hosts):
-        """Compute hosts became schedulable: each host waiting for capacity
-        retries at the next tick instead of after its back-off."""
-        now = self.clock()
-        with self._lock:
-            waiting = [r for r in self._records.values()
-                       if r.state is State.PENDING and r.waits_for_capacity]
-        if not waiting:
-            return 0
-        text = "compute host(s) %s enabled and up" % ", ".join(hosts[:5])
-        if len(hosts) > 5:
-            text += " and %d more" % (len(hosts) - 5)
-        LOG.info("capacity_appeared", hosts=list(hosts),
-                 waiting=[r.name for r in waiting],
-                 reason="hosts waiting for capacity try again now")
-        for rec in waiting:
-            self.submit(Event(E.CAPACITY, rec.id, now, name=rec.name,
-                              source="reconciler", reason=text))
-        return len(waiting)
-
-    def tick(self):
-        """Send TICK to every host whose timer is due. Returns count."""
-        now = self.clock()
-        ok, why = self.cluster_status()
-        due = []
-        with self._lock:
-            # Only records that may have a timer: a few of a large cloud
-            # (all 20,000 were looked at every tick_interval).
-            for rec in [self._records[h] for h in self._timed]:
-                when = fsm.machine.next_wakeup(rec, self.policy)
-                if when is not None and now >= when:
-                    due.append(rec)
-        for rec in due:
-            self.submit(Event(E.TICK, rec.id, now, name=rec.name,
-                              source="timer", cluster_ok=ok, reason=why))
-        return len(due)

@@ -43,6 +43,18 @@ class Requeue:
             self.carry.close()
 
 
+class Done:
+    """An action that ends with nothing for the state machine to step
+    (soft fencing's request): its outcome and detail, which the executor
+    writes on the attempt's journal row."""
+
+    __slots__ = ("outcome", "detail")
+
+    def __init__(self, outcome: str, detail: str) -> None:
+        self.outcome = outcome
+        self.detail = detail
+
+
 class Clocked(Protocol):
     """What :func:`answer` reads of the context: its clock."""
     @property
@@ -57,4 +69,4 @@ def answer(ctx: Clocked, record: HostRecord, kind: EventKind, reason: str,
                  reason=reason, source="action", payload=payload)
 
 
-__all__ = ["Carry", "Requeue", "answer"]
+__all__ = ["Carry", "Done", "Requeue", "answer"]

@@ -25,7 +25,7 @@ class Probes:
         self._lock = threading.Lock()
         self._reading_nova = set()      # host ids with a Nova read under way
         #: threads running (else each read runs inline)
-        self.started = False
+        self._started = False
 
     def power(self, rec):
         self._run(self._power, rec)
@@ -38,11 +38,16 @@ class Probes:
             self._reading_nova.add(rec.id)
         self._run(self._nova, rec)
 
+    def start(self):
+        """From now on each read runs on the pool (the engine's threads
+        run); before, inline."""
+        self._started = True
+
     def shutdown(self):
         self._pool.shutdown(wait=False)
 
     def _run(self, fn, rec):
-        if self.started:
+        if self._started:
             self._pool.submit(fn, rec)
         else:
             fn(rec)

@@ -10,7 +10,8 @@ its runner: ``(ctx, record) -> Event``, or for one that runs in passes
 
 from typing import Any, Callable, Dict
 
-from instanceha.engine import actions, drain, evacuator, putback, repair
+from instanceha.engine import (actions, drain, evacuator, putback, repair,
+                               soft_fence)
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
 #: Action -> its runner.
@@ -24,6 +25,7 @@ RUNNERS: Dict[Action, Callable[..., Any]] = {
     Action.DECOMMISSION: putback.decommission,
     Action.FAIL_BACK: putback.fail_back,
     Action.REPAIR: repair.run_case,
+    Action.RESTART_COMPUTE: soft_fence.restart_compute,
 }
 
 if set(RUNNERS) != set(ACTIONS):      # pragma: no cover - a coding error

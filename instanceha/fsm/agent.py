@@ -11,12 +11,18 @@ host lives whatever Nova says (only nova-compute is down): never fenced
 (the veto).
 """
 
-from typing import Any, Dict
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict
 
 from instanceha.events import (AgentReport, AgentSilence, Event,
                                EventKind as E, ServiceReport)
-from instanceha.fsm.record import HostRecord
 from instanceha.fsm.settings import Policy
+
+if TYPE_CHECKING:
+    # For annotations only: fsm.states reads this module (the agent's
+    # veto starts soft fencing), and the record imports states.
+    from instanceha.fsm.record import HostRecord
 
 BEATING = "beating"
 SILENT = "silent"

@@ -27,7 +27,8 @@ from instanceha.fsm.record import HostRecord  # noqa: F401 (re-exported)
 from instanceha.fsm.settings import Policy  # noqa: F401 (re-exported)
 from instanceha.fsm.table import Rule
 from instanceha.fsm.states import (ENTRY_ACTION, Action, ISOLATED_STATES,
-                                   RESULT_KINDS, RESULT_STATES, State)
+                                   RESULT_KINDS, RESULT_STATES, State,
+                                   entered)
 from instanceha.util import backoff, marker
 
 
@@ -229,7 +230,15 @@ def wants_every_report(r: HostRecord) -> bool:
 
 def step(record: HostRecord, event: Event,
          policy: Policy) -> Tuple[HostRecord, List[Action]]:
-    """Return ``(new_record, [actions])`` for one event."""
+    """Return ``(new_record, [actions])`` for one event: the actions its
+    transition starts, then those a condition entered starts
+    (states.entered: the agent's veto, soft fencing)."""
+    new, actions = _transition(record, event, policy)
+    return new, actions + list(entered(record, new, policy))
+
+
+def _transition(record: HostRecord, event: Event,
+                policy: Policy) -> Tuple[HostRecord, List[Action]]:
     r = _observe(record, event, policy)
     for src, kind, guard, dst, reason in rules_for(r.state, event.kind):
         if not GUARDS[guard](r, event, policy):

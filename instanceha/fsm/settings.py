@@ -36,6 +36,9 @@ class Policy:
     #: a drained host's resume moves the drained servers back
     #: ([maintenance] fail_back; an operator's resume may say otherwise)
     fail_back: bool = False
+    #: a host entering its agent's veto gets one restart request for
+    #: nova-compute ([agent] restart_compute: soft fencing)
+    restart_compute: bool = False
 
     @classmethod
     def from_conf(cls, conf: Any) -> "Policy":
@@ -60,6 +63,9 @@ class Policy:
         agent = getattr(conf, "agent", None)
         if agent is not None and hasattr(agent, "nova_report_interval"):
             kw["nova_report_interval"] = agent.nova_report_interval
+        if agent is not None:
+            kw["restart_compute"] = bool(getattr(agent, "restart_compute",
+                                                 False))
         if kdump is not None:
             action = kdump.action
             if action == "wait":            # the old name of the same thing

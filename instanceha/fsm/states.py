@@ -2,9 +2,10 @@
 
 import dataclasses
 import enum
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 from instanceha.events import EventKind as E
+from instanceha.fsm import agent
 
 
 class State(str, enum.Enum):
@@ -36,6 +37,7 @@ class Action(str, enum.Enum):
     DECOMMISSION = "decommission"    # delete its compute service, leave aggregates
     FAIL_BACK = "fail_back"          # migrate the drained servers back to it
     REPAIR = "instance_repair"       # one server broken on a healthy host
+    RESTART_COMPUTE = "restart_compute"  # ask a vetoed host's agent (soft fence)
 
 
 #: States of a host being proven dead or having its servers moved: reads
@@ -72,6 +74,14 @@ ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})
 
 
+def in_agent_veto(r: Any) -> bool:
+    """The agent's veto (fsm.agent): suspect because Nova lost
+    nova-compute's heartbeat while the host's agent beats, so only
+    nova-compute is down (never fenced while it lasts)."""
+    return (r.state is State.SUSPECT and agent.vetoes(r)
+            and not r.heartbeat_ok)
+
+
 #: An action's attempts are journalled as the engine's action rows ...
 ACTION_ROWS = "actions"
 #: ... or as instance repair rows, one per request its pass sends.
@@ -88,8 +98,9 @@ class ActionSpec:
     #: the state whose entry starts it. Re-entering the state (a retry,
     #: or a restart finding the host in it in the journal) starts it
     #: again, so every action is idempotent. None: work no host state
-    #: starts (news about a server starts it); its subject travels in
-    #: its carry, and a retry goes on with that carry.
+    #: starts: a condition of a host's record entered (``within``), or
+    #: news about a server, whose subject travels in its carry (a retry
+    #: goes on with that carry).
     started_by: Optional[State]
     #: the result event kinds it answers with; a result is the starting
     #: state's, in any other state it is stale
@@ -108,6 +119,19 @@ class ActionSpec:
     #: one per attempt, with the transition that starts it) or
     #: REPAIR_ROWS (the pass writes one per request it sends)
     journal: str = ACTION_ROWS
+    #: a condition of a host's record (with ``started_by`` None): the
+    #: action starts on a transition into it (the new record satisfies
+    #: it, the one before did not), not on entering a state; it is
+    #: dropped when the condition no longer holds before it runs
+    within: Optional[Callable[[Any], bool]] = None
+    #: the Policy flag (an option) without which it is never started
+    enabled_by: Optional[str] = None
+
+    @property
+    def of_host(self) -> bool:
+        """Its subject is a host's record (the engine's), not its carry:
+        a state's entry or a condition of a host's record starts it."""
+        return self.started_by is not None or self.within is not None
 
     @property
     def journal_kind(self) -> str:
@@ -143,6 +167,10 @@ ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
                E.FAIL_BACK_FAILED, ordinary=True, passes=True),
     ActionSpec(Action.REPAIR, None, (), None, ordinary=True, passes=True,
                journal=REPAIR_ROWS),
+    # Soft fencing: one signed request to the host's agent to restart
+    # nova-compute, on entering the veto ([agent] restart_compute).
+    ActionSpec(Action.RESTART_COMPUTE, None, (), None,
+               within=in_agent_veto, enabled_by="restart_compute"),
 )}
 
 # What follows is read from ACTIONS, never written by hand.
@@ -150,6 +178,10 @@ ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
 #: The action a state starts on entry.
 ENTRY_ACTION: Dict[State, Action] = {
     s.started_by: a for a, s in ACTIONS.items() if s.started_by is not None}
+
+#: Actions started on a transition into a condition of a state.
+WITHIN_ACTIONS: Tuple[ActionSpec, ...] = tuple(
+    s for s in ACTIONS.values() if s.within is not None)
 
 #: Actions that run in the work queue's ordinary lane.
 ORDINARY_ACTIONS: FrozenSet[Action] = frozenset(
@@ -176,3 +208,29 @@ def gave_up_kind(action: Action) -> Optional[E]:
     """The result kind for an action that kept raising (None: it never
     gives up)."""
     return ACTIONS[action].gave_up
+
+
+def entered(old: Any, new: Any, policy: Any) -> Tuple[Action, ...]:
+    """The actions a step from ``old`` to ``new`` (a change of state or
+    reason) starts by entering a condition of a state (WITHIN_ACTIONS),
+    each only while the Policy flag it is enabled by is set."""
+    if new.state is old.state and new.reason == old.reason:
+        return ()
+    started = []
+    for s in WITHIN_ACTIONS:
+        cond = s.within
+        if cond is None or (s.enabled_by is not None
+                            and not getattr(policy, s.enabled_by)):
+            continue
+        if cond(new) and not cond(old):
+            started.append(s.action)
+    return tuple(started)
+
+
+def wanted(action: Action, rec: Any) -> bool:
+    """Does ``rec`` still ask for ``action`` as it is about to run: its
+    state's entry action, or the condition that started it still holds?"""
+    cond = ACTIONS[action].within
+    if cond is not None:
+        return cond(rec)
+    return ENTRY_ACTION.get(rec.state) is action

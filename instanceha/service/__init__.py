@@ -21,7 +21,6 @@ from instanceha.engine.context import Context
 from instanceha.engine.engine import Engine
 from instanceha.engine.fencing_gate import Readiness
 from instanceha.engine.progress import ProgressBoard
-from instanceha.engine import soft_fence
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
 from instanceha.events import Event
@@ -121,7 +120,7 @@ class Service:
             if conf.api.enabled else None
         self.status_file = StatusFile(conf, self.engine.snapshot,
                                       self.health.liveness, self._api_url)
-        self._listen_to_engine(journal)
+        self.engine.add_listener(self.status_file.changed)
         self.systemd = SystemdLink(self, self.notifier, clock=clock)
         self.reloader = Reloader(conf, self.engine, inventory, self.notifier,
                                  lambda: self.systemd.ready)
@@ -187,7 +186,8 @@ class Service:
                       self.clock, self.board, on_progress=on_progress,
                       readiness=readiness,
                       may_act=self.group.may_act if self.group else None,
-                      events_healthy=self._events_healthy)
+                      events_healthy=self._events_healthy,
+                      agent_request=self._agent_request)
         ctx.index_bmcs()    # now, not at the first fences of a storm
         health = {name: functools.partial(self._source_health, name)
                   for name in sources_mod.enabled(self.conf)}
@@ -211,16 +211,14 @@ class Service:
             bmc_for=engine.ctx.bmc_for, fencer=engine.ctx.fencer,
             board=self.board)
 
-    def _listen_to_engine(self, journal: JournalPart) -> None:
-        """The status file rewritten after each change; soft fencing: a
-        vetoed host's agent restarts nova-compute."""
-        self.engine.add_listener(self.status_file.changed)
-        heartbeat = self.sources.heartbeat
-        if heartbeat is not None:
-            self.engine.add_listener(soft_fence.listener(
-                self.conf, journal,
-                guard_agent_requests(self.membership, heartbeat),
-                self.clock))
+    def _agent_request(self, host: str, reason: str) -> str:
+        """Soft fencing's request to a vetoed host's agent (the engine's
+        RESTART_COMPUTE action), through the heartbeat source, guarded
+        like every other write on a coordinated member."""
+        sender = guard_agent_requests(self.membership, self.sources.heartbeat)
+        if sender is None:
+            return "not sent: no heartbeat source to reach the hosts' agents"
+        return sender.send_request(host, reason)
 
     # -- what the engine reads of its sources ----------------------------------
     def _world_seen(self) -> bool:
