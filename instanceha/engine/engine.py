@@ -247,14 +247,21 @@ class Engine:
             ids = self.journal.record(rec, new, event, transition=changed,
                                       start=actions, finish=finish)
         except Exception as e:
-            LOG.error("journal_write_failed", host=rec.name, reason=str(e))
-            self.journal_health.note(e)
-            with self._lock:
-                self._inbox.put_front(
-                    event.host, Result(event, finish) if finish else event)
-            raise _Retry()
+            self._journal_failed("journal_write_failed", rec, event, finish,
+                                 e)
         self.journal_health.note(None)
         return ids
+
+    def _journal_failed(self, what, rec, event, finish, error):
+        """The journal could not be written or read for this step: said,
+        noted in the journal's health, and the event put back at the front
+        of the host's inbox to be retried."""
+        LOG.error(what, host=rec.name, reason=str(error))
+        self.journal_health.note(error)
+        with self._lock:
+            self._inbox.put_front(
+                event.host, Result(event, finish) if finish else event)
+        raise _Retry()
 
     def _step_then_admit(self, rec, event):
         """Step the state machine first; ask the fencing gate (start-up,
@@ -400,12 +407,7 @@ class Engine:
         try:
             rows = self.journal.evacuations(new.id)
         except Exception as e:
-            LOG.error("journal_read_failed", host=new.name, reason=str(e))
-            self.journal_health.note(e)
-            with self._lock:
-                self._inbox.put_front(
-                    event.host, Result(event, finish) if finish else event)
-            raise _Retry()
+            self._journal_failed("journal_read_failed", new, event, finish, e)
         floor = max((r["id"] for r in rows), default=0)
         return dataclasses.replace(new, evac_floor=floor)
 
