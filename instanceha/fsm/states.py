@@ -1,11 +1,19 @@
 """Host states, and the actions: each declared once (:data:`ACTIONS`)."""
 
+from __future__ import annotations
+
 import dataclasses
 import enum
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, FrozenSet, Optional,
+                    Tuple)
 
 from instanceha.events import EventKind as E
 from instanceha.fsm import agent
+
+if TYPE_CHECKING:
+    # For annotations only: the record and the settings import this module.
+    from instanceha.fsm.record import HostRecord
+    from instanceha.fsm.settings import Policy
 
 
 class State(str, enum.Enum):
@@ -63,7 +71,7 @@ PROVING_STATES = frozenset({State.SUSPECT, State.FENCING, State.FENCED})
 ROUTINE_NEWS = frozenset({E.HEARTBEAT_OK, E.AGENT_BEATING, E.CAPACITY})
 
 
-def urgent(state, kind) -> bool:
+def urgent(state: Optional[State], kind: E) -> bool:
     """Whether news of ``kind`` for a host in ``state`` (None: a host not
     known yet) goes in the work queue's urgent lane."""
     return (state is None or state in PROVING_STATES
@@ -74,7 +82,7 @@ ISOLATED_STATES = frozenset({State.EVACUATING, State.EVACUATED,
                              State.PENDING, State.RECOVERING})
 
 
-def in_agent_veto(r: Any) -> bool:
+def in_agent_veto(r: HostRecord) -> bool:
     """The agent's veto (fsm.agent): suspect because Nova lost
     nova-compute's heartbeat while the host's agent beats, so only
     nova-compute is down (never fenced while it lasts)."""
@@ -123,7 +131,7 @@ class ActionSpec:
     #: action starts on a transition into it (the new record satisfies
     #: it, the one before did not), not on entering a state; it is
     #: dropped when the condition no longer holds before it runs
-    within: Optional[Callable[[Any], bool]] = None
+    within: Optional[Callable[[HostRecord], bool]] = None
     #: the Policy flag (an option) without which it is never started
     enabled_by: Optional[str] = None
 
@@ -210,7 +218,8 @@ def gave_up_kind(action: Action) -> Optional[E]:
     return ACTIONS[action].gave_up
 
 
-def entered(old: Any, new: Any, policy: Any) -> Tuple[Action, ...]:
+def entered(old: HostRecord, new: HostRecord,
+            policy: Policy) -> Tuple[Action, ...]:
     """The actions a step from ``old`` to ``new`` (a change of state or
     reason) starts by entering a condition of a state (WITHIN_ACTIONS),
     each only while the Policy flag it is enabled by is set."""
@@ -227,7 +236,7 @@ def entered(old: Any, new: Any, policy: Any) -> Tuple[Action, ...]:
     return tuple(started)
 
 
-def wanted(action: Action, rec: Any) -> bool:
+def wanted(action: Action, rec: HostRecord) -> bool:
     """Does ``rec`` still ask for ``action`` as it is about to run: its
     state's entry action, or the condition that started it still holds?"""
     cond = ACTIONS[action].within
