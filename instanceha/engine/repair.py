@@ -296,7 +296,7 @@ class InstanceRepair:
         now."""
         with self._lock:
             waiting = [c.server_id for c in self.cases.values()
-                       if c.state == "pending"]
+                       if c.state is repair_pass.CaseState.PENDING]
         for sid in waiting:
             self._wake(sid)
         return len(waiting)

@@ -63,6 +63,22 @@ NOVA_ACTION = {ir.START: "start", ir.HARD_REBOOT: "reboot",
 SENT_SKEW = 300.0
 
 
+class CaseState(str, enum.Enum):
+    """Where a repair case stands (shown in status as its value)."""
+    #: not yet read, or waiting for room on another host
+    PENDING = "pending"
+    #: repair paused (by an operator, or the server's own wish)
+    PAUSED = "paused"
+    #: held by the storm hold
+    HELD = "held"
+    #: waiting for its host, a group or Nova's own step
+    WAITING = "waiting"
+    #: an action in flight
+    RUNNING = "running"
+    #: the server is ACTIVE again; its uptime is being watched
+    UPTIME = "uptime"
+
+
 @dataclasses.dataclass
 class Case:
     """One broken server being repaired (in memory)."""
@@ -72,8 +88,7 @@ class Case:
     source: str
     broke_at: float
     host: Optional[str] = None
-    #: pending | paused | held | waiting | running | uptime
-    state: str = "pending"
+    state: CaseState = CaseState.PENDING
     why: str = ""
     #: the action in flight: its Attempt and journal row
     attempt: Optional[ir.Attempt] = None
@@ -98,7 +113,7 @@ class Case:
     inherited: bool = False
 
     def view(self) -> Dict[str, object]:
-        return {"server": self.server_id, "state": self.state,
+        return {"server": self.server_id, "state": self.state.value,
                 "why": self.why, "verdict": self.verdict,
                 "reason": self.reason, "source": self.source,
                 "broke_at": self.broke_at, "host": self.host,
@@ -312,7 +327,8 @@ def _in_flight(repair: RepairPort, case: Case, server: Server,
     s = repair.settings
     outcome = _follow(repair, case, server, now)
     if outcome == ir.RUNNING:
-        case.state = "uptime" if case.active_since else "running"
+        case.state = (CaseState.UPTIME if case.active_since
+                      else CaseState.RUNNING)
         if case.active_since is not None:
             return max(0.05, min(WAIT, case.active_since + s.min_uptime
                                  - now))
@@ -330,7 +346,7 @@ def _healthy(repair: RepairPort, case: Case, server: Server,
     unless an operator asked for a repair anyway."""
     if is_up(server) and not case.operator and case.source == AGENT \
             and case.attempt is None and now - case.broke_at < AGENT_GRACE:
-        case.state = "waiting"
+        case.state = CaseState.WAITING
         case.why = "the agent saw the guest break; Nova shows it running"
         return FOLLOW
     if is_up(server) and not case.operator:
@@ -348,7 +364,7 @@ def _gates(repair: RepairPort, case: Case, server: Server, facts: ServerFacts,
     # 3. The host gate: the host path or planned work owns it.
     why = host_gate(repair, server.host)
     if why is not None:
-        return _wait(repair, case, "paused", why, now, server)
+        return _wait(repair, case, CaseState.PAUSED, why, now, server)
 
     # 4. Service-owned servers.
     out = ir.excluded(facts, s, project_id=case.project_id)
@@ -363,7 +379,7 @@ def _gates(repair: RepairPort, case: Case, server: Server, facts: ServerFacts,
     if not case.operator:
         h = repair.hold_now(now)
         if h.held:
-            return _wait(repair, case, "held", h.why, now, server)
+            return _wait(repair, case, CaseState.HELD, h.why, now, server)
 
     # 6. Restart groups: lower groups of the project first. Servers that
     # broke together are opened together but read one pass at a time: a
@@ -372,13 +388,13 @@ def _gates(repair: RepairPort, case: Case, server: Server, facts: ServerFacts,
     unread = [sid for sid in repair.unread() if sid != case.server_id]
     if case.group is not None and unread:
         # A moment's wait: no marker written for it.
-        case.state = "waiting"
+        case.state = CaseState.WAITING
         case.why = ("restart group %d: %d other broken server(s) not read "
                     "yet" % (case.group, len(unread)))
         return FOLLOW
     _, waits = ir.release(repair.members())
     if case.server_id in waits:
-        return _wait(repair, case, "waiting", waits[case.server_id], now,
+        return _wait(repair, case, CaseState.WAITING, waits[case.server_id], now,
                      server)
 
     # 7. Nova's power-state sync saves a guest's power state (the news
@@ -390,7 +406,7 @@ def _gates(repair: RepairPort, case: Case, server: Server, facts: ServerFacts,
             and server.task_state is None
             and server.power_state in GUEST_OFF
             and now - case.broke_at < NOVA_STOP_GRACE):
-        case.state = "waiting"
+        case.state = CaseState.WAITING
         case.why = "Nova's power-state sync is stopping the server"
         return FOLLOW
     return _GO
@@ -482,15 +498,15 @@ def _unsent_closed(repair: RepairPort, server: Server, rows: List[Row],
     return rows
 
 
-def _wait(repair: RepairPort, case: Case, state: str, why: str, now: float,
-          server: Server) -> float:
+def _wait(repair: RepairPort, case: Case, state: CaseState, why: str,
+          now: float, server: Server) -> float:
     if case.state != state or case.why != why:
-        LOG.info("repair_waits", server=case.server_id, state=state,
+        LOG.info("repair_waits", server=case.server_id, state=state.value,
                  reason=why)
         set_markers(repair, case.server_id, markers.pending(now, why),
                     _metadata(server))
     case.state, case.why = state, why
-    repair.stats["waits_" + state] += 1
+    repair.stats["waits_" + state.value] += 1
     return WAIT
 
 
@@ -498,7 +514,7 @@ def _refused(repair: RepairPort, case: Case, server: Server,
              refusal: ir.Refusal, now: float) -> After:
     kind = refusal.kind
     if kind in (ir.IN_PROGRESS, ir.BUSY):
-        case.state, case.why = "waiting", refusal.reason
+        case.state, case.why = CaseState.WAITING, refusal.reason
         if refusal.until is not None:
             return max(FOLLOW, min(WAIT, refusal.until - now))
         return WAIT
@@ -560,7 +576,7 @@ def _send(repair: RepairPort, case: Case, server: Server, action: ir.Action,
           now: float) -> float:
     ctx = repair.ctx
     if action.moves and _room_elsewhere(repair, server) is None:
-        _wait(repair, case, "pending", "%s needs room on another host: "
+        _wait(repair, case, CaseState.PENDING, "%s needs room on another host: "
               "none has it now (retried when capacity appears)"
               % action.name, now, server)
         return CAPACITY
@@ -577,7 +593,7 @@ def _send(repair: RepairPort, case: Case, server: Server, action: ir.Action,
             why = "Nova reports the compute service of %s down or " \
                   "forced down" % server.host
     if why is not None:
-        return _wait(repair, case, "paused", why, now, server)
+        return _wait(repair, case, CaseState.PAUSED, why, now, server)
     case.row = ctx.journal.repair_started(
         case.server_id, server.host, action.name, now, step=action.step,
         verdict=case.verdict, detail=action.reason)
@@ -586,7 +602,7 @@ def _send(repair: RepairPort, case: Case, server: Server, action: ir.Action,
     case.active_since = None
     case.moved_from = server.host if action.moves else None
     case.confirmed = case.started_after_move = False
-    case.state, case.why = "running", action.reason
+    case.state, case.why = CaseState.RUNNING, action.reason
     set_markers(repair, case.server_id, markers.running(action.name, now),
                 _metadata(server))
     try:
