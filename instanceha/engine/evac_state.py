@@ -21,7 +21,8 @@ FAILED = {"error", "failed", "cancelled"}
 class Outcome:
     def __init__(self, total: int) -> None:
         self.total = total
-        self.done: Dict[str, str] = {}          # server_id -> dest host
+        #: server_id -> dest host (None: Nova did not say)
+        self.done: Dict[str, Optional[str]] = {}
         self.failed: Dict[str, str] = {}        # server_id -> reason
         self.no_capacity: Dict[str, str] = {}   # server_id -> reason
         self.skipped: Dict[str, str] = {}   # server_id -> why not evacuable
