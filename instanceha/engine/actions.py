@@ -6,7 +6,10 @@ event; trouble a retry may cure (Nova unreachable, HTTP 5xx) is raised, and
 the engine retries the action with back-off.
 """
 
+from __future__ import annotations
+
 import datetime
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import structlog
 
@@ -15,24 +18,32 @@ from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
+from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.engine import proof, reserve, stale
 from instanceha.engine.evac_run import close_open_rows
 from instanceha.engine.passes import answer
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
-    Fenced, Isolated, PowerReading, Restored, ServiceReport)
+    Fenced, Isolated, Payload, PowerReading, Restored, ServiceReport)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.nova_row import classify
 from instanceha.fsm.states import Action, gave_up_kind
 from instanceha.drivers.compute import nova_clock
+from instanceha.fsm.record import HostRecord
 from instanceha.util.marker import MARKER
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+
+#: a method's check before its power-off: None to go on, else why not
+Check = Callable[[BMC], Optional[str]]
 
 LOG = structlog.get_logger("instanceha.actions")
 
 CLEANED_UP = {"completed", "error", "failed", "cancelled"}
 
 
-def disabled_reason(state, at):
+def disabled_reason(state: str, at: float) -> str:
     """The marker instanceha writes into Nova: 'instanceha: <state> <time>'."""
     iso = datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
     return "%s %s %s" % (MARKER, state,
@@ -46,12 +57,12 @@ class FenceHeld(Exception):
     retry budget is used)."""
 
 
-def _gated(ctx, check):
+def _gated(ctx: Context, check: Check) -> Check:
     """``check`` for chain.fence, then the gate again right before each
     power-off: a fence action that waited (in the queue, behind a BMC
     read or Nova's list of services) while the control plane failed
     powers nothing off."""
-    def guarded(method):
+    def guarded(method: BMC) -> Optional[str]:
         why = check(method)
         if why:
             return why
@@ -62,11 +73,13 @@ def _gated(ctx, check):
     return guarded
 
 
-def _result(record, kind, ctx, reason, payload=None):
+def _result(record: HostRecord, kind: E, ctx: Context, reason: str,
+            payload: Optional[Payload] = None) -> Event:
     return answer(ctx, record, kind, reason, payload)
 
 
-def live_sharers(ctx, record, bmc):
+def live_sharers(ctx: Context, record: HostRecord, bmc: BMC
+                 ) -> List[compute_base.ComputeService]:
     """Compute services other than ``record``'s that map to the same
     machine and look alive on Nova's own clock (up, or heartbeating while
     forced down): powering the BMC off would kill them (a renamed host's
@@ -80,7 +93,7 @@ def live_sharers(ctx, record, bmc):
     if inventory.identity(bmc) is None and not reported:
         return []
 
-    def same(other):
+    def same(other: Optional[BMC]) -> bool:
         return other is not None and (
             inventory.same_bmc(bmc, other, inventory.resolve)
             or ev.same_machine(bmc, other))
@@ -98,7 +111,7 @@ def live_sharers(ctx, record, bmc):
     # Nova's now: the newest heartbeat of a service Nova calls up.
     newest = nova_clock.newest_heartbeat(everyone) or 0
     delta = ctx.conf.detection.delta
-    out = []
+    out: List[compute_base.ComputeService] = []
     for s in everyone:
         if s.id == record.id or s.host == record.name:
             continue
@@ -112,7 +125,7 @@ def live_sharers(ctx, record, bmc):
     return out
 
 
-def fence(ctx, record):
+def fence(ctx: Context, record: HostRecord) -> Event:
     bmc = ctx.bmc_for(record.name)
     if bmc is None:
         return _result(record, E.FENCE_FAILED, ctx,
@@ -159,7 +172,7 @@ def fence(ctx, record):
         failed_methods=tuple(f.as_dict() for f in outcome.failures)))
 
 
-def isolate(ctx, record):
+def isolate(ctx: Context, record: HostRecord) -> Event:
     reason = disabled_reason("evacuating", ctx.clock())
     try:
         svc = ctx.compute.force_down(record.id, reason)
@@ -175,7 +188,7 @@ def isolate(ctx, record):
 
 
 
-def check_cleanup(ctx, record):
+def check_cleanup(ctx: Context, record: HostRecord) -> Event:
     migrations = ctx.compute.list_evacuations(record.name)
     waiting = [m for m in migrations if m.status not in CLEANED_UP]
     if waiting:
@@ -223,7 +236,7 @@ def check_cleanup(ctx, record):
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, Restored(enable))
 
 
-def probe_power(ctx, record):
+def probe_power(ctx: Context, record: HostRecord) -> Optional[Event]:
     """Read the BMC of a host whose heartbeat was just lost (a read, no
     action): Off is the second witness of its death (Policy
     power_evidence) if that BMC was seen On for the host; On is kept
@@ -245,7 +258,7 @@ def probe_power(ctx, record):
                      by="heartbeat loss"))
 
 
-def probe_nova(ctx, record):
+def probe_nova(ctx: Context, record: HostRecord) -> Optional[Event]:
     """Read the host's own row of Nova (a read, no action) for a host
     suspect on its agent's silence once Nova owes its heartbeat: the
     answer, with when the read started, is the host's next event (a
@@ -271,8 +284,12 @@ def probe_nova(ctx, record):
                      read_at=started))
 
 
-def give_up(ctx, record, action, error, attempts):
-    """The definitive result for an action that kept raising."""
+def give_up(ctx: Context, record: HostRecord, action: Action, error: str,
+            attempts: int) -> Event:
+    """The definitive result for an action that kept raising (one with
+    a give-up answer: the executor asks only for those)."""
     why = "%s raised %d times in a row, last: %s" % (action.value, attempts,
                                                     error)
-    return _result(record, gave_up_kind(action), ctx, why)
+    kind = gave_up_kind(action)
+    assert kind is not None, action
+    return _result(record, kind, ctx, why)

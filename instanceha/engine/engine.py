@@ -9,11 +9,14 @@ front of the inbox and processed next. An action that raises is retried
 with per-host exponential back-off.
 """
 
+from __future__ import annotations
+
 import collections
 import dataclasses
 import threading
 import time
-from typing import Counter, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Counter, Dict, Hashable,
+                    List, Mapping, NoReturn, Optional, Sequence, Set, Tuple)
 
 import structlog
 
@@ -22,14 +25,14 @@ from instanceha.engine.fencing_gate import FencingGate
 from instanceha.engine import evidence, executor, registry, resume, status
 from instanceha.engine import drain as drain_mod
 from instanceha.engine.hosts import HostTable
-from instanceha.engine.inbox import Inboxes, Pending, Result
+from instanceha.engine.inbox import Finish, Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.probes import Probes
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine import repair as repair_mod
 from instanceha.engine.runner import Runner
 from instanceha.engine.workqueue import WorkQueue
-from instanceha.events import Event, EventKind as E
+from instanceha.events import DrainRequest, Event, EventKind as E
 from instanceha import failpoints
 from instanceha import fsm
 from instanceha.fsm import agent as fsm_agent
@@ -38,8 +41,18 @@ from instanceha.fsm.states import (ACTION_ROWS, ENTRY_ACTION,
                                    ISOLATED_STATES, ORDINARY_ACTIONS,
                                    PASS_ACTIONS, Action, State, urgent,
                                    wanted)
+from instanceha.fsm.record import HostRecord
+from instanceha.journal import Journal
+
+if TYPE_CHECKING:
+    from instanceha.engine.passes import Carry
+    from instanceha.engine.registry import Subject
 
 LOG = structlog.get_logger("instanceha.engine")
+
+#: fn(old_record, new_record, event) after every persisted change
+Listener = Callable[[HostRecord, HostRecord, Event], object]
+
 
 class _Retry(Exception):
     pass
@@ -47,8 +60,12 @@ class _Retry(Exception):
 
 class Engine:
 
-    def __init__(self, conf, context, journal, clock=time.time,
-                 health=None, unprotected=None, status_extra=None):
+    def __init__(self, conf: Any, context: Context, journal: Journal,
+                 clock: Callable[[], float] = time.time,
+                 health: Optional[Mapping[str, Callable[[], object]]] = None,
+                 unprotected: Optional[Callable[[], Mapping[str, str]]] = None,
+                 status_extra: Optional[Callable[[], Mapping[str, object]]]
+                 = None) -> None:
         """``health``: {source name: callable returning its health dict}
         (status); ``unprotected()``: {host: why it could not be fenced
         now} (the readiness audit); ``status_extra()``: what the status
@@ -58,8 +75,10 @@ class Engine:
         self.journal = journal
         self.clock = clock
         self.policy = fsm.Policy.from_conf(conf)
-        self.unprotected = unprotected or dict
-        self.status_extra = status_extra or dict
+        self.unprotected: Callable[[], Mapping[str, str]] = (
+            unprotected or dict)
+        self.status_extra: Callable[[], Mapping[str, object]] = (
+            status_extra or dict)
         # A quarter of the workers (at least one) kept for hosts being
         # proven dead: evacuation passes never hold them all.
         self.queue = WorkQueue(clock, base_delay=1.0, max_delay=60.0,
@@ -73,7 +92,7 @@ class Engine:
         self._inbox = Inboxes()
         #: are journal writes failing (status: degraded)?
         self.journal_health = JournalHealth(clock)
-        self._listeners = []
+        self._listeners: List[Listener] = []
         #: the engine's threads
         self._runner = Runner(self, conf)
         #: BMC reads of hosts whose heartbeat was just lost
@@ -96,22 +115,23 @@ class Engine:
         context.board.subscribe(self._wake_passes)
 
     # -- wiring --------------------------------------------------------------
-    def add_listener(self, fn):
+    def add_listener(self, fn: Listener) -> None:
         """fn(old_record, new_record, event) after every persisted change."""
         self._listeners.append(fn)
 
-    def drain_preflight(self, rec, request):
+    def drain_preflight(self, rec: HostRecord, request: DrainRequest
+                        ) -> Dict[str, Any]:
         """The drain plan of host ``rec`` for ``request`` (DrainRequest),
         read from Nova now, as JSON; nothing is changed."""
         return drain_mod.preflight(
             self.ctx, rec.name, force=request.force,
             concurrency=request.concurrency).as_dict()
 
-    def running_work(self, host_id):
+    def running_work(self, host_id: str) -> Optional[str]:
         """What is still running for a host, in a few words, or None."""
         return status.running_work(self.ctx, self.hosts.get(host_id))
 
-    def _wake_passes(self, server_id=None):
+    def _wake_passes(self, server_id: Optional[str] = None) -> None:
         """The passes waiting for news of ``server_id`` take their next
         pass now (every waiting pass when None)."""
         with self._lock:
@@ -119,7 +139,7 @@ class Engine:
         for k in keys:
             self.queue.add(k)
 
-    def start_work(self, key, pending):
+    def start_work(self, key: Hashable, pending: Pending) -> None:
         """Work no host state starts (an instance repair case): its first
         pass now, or its waiting pass at once. Runs on the workers like a
         host's action: the may-act check, the executor, the back-off."""
@@ -128,12 +148,12 @@ class Engine:
         self.queue.add(key)
 
     # -- events ----------------------------------------------------------------
-    def settled(self):
+    def settled(self) -> bool:
         """Every event handed over so far has been applied (timers and
         back-offs still to come aside)."""
         return self.queue.settled()
 
-    def submit(self, event):
+    def submit(self, event: Event) -> None:
         """Hand an event to the host's inbox. Thread-safe, never blocks long."""
         with self._lock:
             self._inbox.put(event)
@@ -141,7 +161,7 @@ class Engine:
         self.queue.add(event.host, urgent=urgent(
             None if rec is None else rec.state, event.kind))
 
-    def process(self, host_id):
+    def process(self, host_id: Hashable) -> None:
         """Drain one host's inbox. Called by exactly one worker at a time."""
         while True:
             if self.queue.holding(host_id):
@@ -167,10 +187,11 @@ class Engine:
             else:
                 self._run(host_id, item)
 
-    def _apply(self, event, finish=None):
+    def _apply(self, event: Event, finish: Optional[Finish] = None) -> None:
         """Step the state machine; journal the action that produced the
         event (``finish``), the transition and the actions it starts in one
         transaction, before any of those actions runs."""
+        rec: Optional[HostRecord]
         with self._lock:
             known = self.hosts.get(event.host)
             if known is None and event.kind in (E.POWER_ON, E.POWER_OFF):
@@ -208,7 +229,7 @@ class Engine:
         elif self.conf.debug:
             LOG.debug("event_ignored", host=rec.name, state=rec.state.value,
                       trigger=event.kind.value, source=event.source)
-        due = None
+        due: Optional[Event] = None
         if event.kind is not E.TICK and not [
                 a for a in actions if registry.spec(a).within is None]:
             # A deadline already passed (grace_period 0, a kdump proof):
@@ -236,7 +257,9 @@ class Engine:
             for fn in self._listeners:
                 fn(rec, new, event)
 
-    def _journal_step(self, rec, new, event, changed, actions, finish):
+    def _journal_step(self, rec: HostRecord, new: HostRecord, event: Event,
+                      changed: bool, actions: Sequence[Action],
+                      finish: Optional[Finish]) -> List[int]:
         """Journal the step (transition, actions started, the action
         finished) in one transaction, before any of it takes effect;
         returns the started actions' ids. A failed write puts the event
@@ -252,7 +275,9 @@ class Engine:
         self.journal_health.note(None)
         return ids
 
-    def _journal_failed(self, what, rec, event, finish, error):
+    def _journal_failed(self, what: str, rec: HostRecord, event: Event,
+                        finish: Optional[Finish], error: BaseException
+                        ) -> NoReturn:
         """The journal could not be written or read for this step: said,
         noted in the journal's health, and the event put back at the front
         of the host's inbox to be retried."""
@@ -263,7 +288,8 @@ class Engine:
                 event.host, Result(event, finish) if finish else event)
         raise _Retry()
 
-    def _step_then_admit(self, rec, event):
+    def _step_then_admit(self, rec: HostRecord, event: Event
+                         ) -> Tuple[Event, HostRecord, List[Action]]:
         """Step the state machine first; ask the fencing gate (start-up,
         control plane, storm threshold, rate limit) only when the step
         would start proving the host dead (into fencing, or fenced by a
@@ -286,21 +312,31 @@ class Engine:
         held = dataclasses.replace(event, cluster_ok=False, reason=why)
         return (held,) + fsm.step(rec, held, self.policy)
 
-    def _run(self, host_id, pending):
+    def _run(self, host_id: Hashable, pending: Pending) -> None:
         action = pending.action
         spec = registry.spec(action)
+        rec: Subject
+        #: the host's record, for an action of a host
+        host: Optional[HostRecord] = None
         if not spec.of_host:
-            # Work no host starts: its subject is its carry.
+            # Work no host starts (an instance repair case): its subject
+            # is its carry.
+            assert isinstance(pending.carry, repair_mod.CaseWork), pending
             rec = pending.carry
         else:
-            rec = self.hosts.get(host_id)
+            # A host's action is keyed by its host's id, and queued only
+            # once the host's record is kept.
+            assert isinstance(host_id, str), host_id
+            host = self.hosts.get(host_id)
+            assert host is not None, host_id
+            rec = host
         following = (pending.carry is not None
                      and action in PASS_ACTIONS)
         if pending.carry is None:
             self._replace_pass(host_id, rec, action)
-        if not following and not wanted(action, rec):
-            LOG.info("action_dropped", host=rec.name, action=action.value,
-                     state=rec.state.value,
+        if not following and host is not None and not wanted(action, host):
+            LOG.info("action_dropped", host=host.name, action=action.value,
+                     state=host.state.value,
                      reason="state changed before the action started")
             if pending.action_id is not None:
                 self.journal.action_finished(pending.action_id, self.clock(),
@@ -333,11 +369,12 @@ class Engine:
                 raise _Retry()
         if pending.carry is None:
             LOG.info("action_started", host=rec.name, action=action.value,
-                     state=rec.state.value)
+                     state=None if host is None else host.state.value)
         self._execute(host_id, rec, action, action_id, started,
                       pending.carry)
 
-    def _replace_pass(self, host_id, rec, action):
+    def _replace_pass(self, host_id: Hashable, rec: Subject, action: Action
+                      ) -> None:
         """A new attempt of an action run in passes: the unfinished one of
         an earlier attempt (still following what Nova had after an
         operator stepped in) is abandoned; the new one reads the world
@@ -346,12 +383,15 @@ class Engine:
             old = self._inbox.pop_pass(host_id, action)
         if old is None:
             return
-        old.pending.carry.close()
+        if old.pending.carry is not None:
+            old.pending.carry.close()
         LOG.info("action_pass_abandoned", host=rec.name, action=action.value,
                  reason="a new attempt starts: it reads Nova afresh and "
                         "follows what is still in flight")
 
-    def _execute(self, host_id, rec, action, action_id, started, carry):
+    def _execute(self, host_id: Hashable, rec: Subject, action: Action,
+                 action_id: Optional[int], started: float,
+                 carry: Optional[Carry]) -> None:
         """Run the action (one pass of it, engine.executor) and queue what
         comes next: its result, its next pass, or its retry."""
         out = executor.attempt(self.ctx, self.conf, self.stats,
@@ -400,7 +440,8 @@ class Engine:
         with self._lock:
             self._inbox.note_error(host_id, error)
 
-    def _with_evac_floor(self, new, event, finish):
+    def _with_evac_floor(self, new: HostRecord, event: Event,
+                         finish: Optional[Finish]) -> HostRecord:
         """``new`` (entering FENCED) with the id of the host's last
         evacuation row so far: the rows of this recovery are those above
         it (journal order, whichever replica's clock stamped them)."""
@@ -412,39 +453,39 @@ class Engine:
         return dataclasses.replace(new, evac_floor=floor)
 
     # -- the host records (engine.hosts) -----------------------------------
-    def records(self):
+    def records(self) -> Dict[str, HostRecord]:
         return self.hosts.records()
 
-    def find(self, name_or_id):
+    def find(self, name_or_id: str) -> Optional[HostRecord]:
         """The record whose host name or service UUID is ``name_or_id``."""
         return self.hosts.find(name_or_id)
 
-    def known_hosts(self):
+    def known_hosts(self) -> List[Tuple[str, str]]:
         return self.hosts.known_hosts()
 
-    def urgent(self):
+    def urgent(self) -> Optional[str]:
         """Why background reads of every BMC should wait now, or None
         (HostTable.urgent)."""
         return self.hosts.urgent()
 
-    def handled(self, name):
+    def handled(self, name: str) -> bool:
         """Is host ``name`` (or a BMC mate) not left running untouched
         (HostTable.handled)?"""
         return self.hosts.handled(name)
 
-    def wants_every_report(self):
+    def wants_every_report(self) -> Tuple[Set[str], Set[str]]:
         """(host ids, host names) whose every row of Nova the reconciler
         hands over, changed or not: hosts not quietly active, and hosts a
         BMC reported Off while Nova said they were up."""
         return self.hosts.watched(), self.ctx.evidence.suspected()
 
-    def _keep(self, rec):
+    def _keep(self, rec: HostRecord) -> None:
         """Store ``rec`` as its host's record; the fencing gate counts it."""
         with self._lock:
             self.hosts.keep(rec)
             self.fencing.note(rec)
 
-    def resume_from_journal(self):
+    def resume_from_journal(self) -> int:
         """Load each host's last journalled record; restart in-flight work
         (engine.resume says how each state is resumed)."""
         resumed = 0
@@ -467,7 +508,7 @@ class Engine:
             resumed += 1
         return resumed
 
-    def _adopt(self, rec, origin):
+    def _adopt(self, rec: HostRecord, origin: str) -> None:
         action = ENTRY_ACTION.get(rec.state)
         with self._lock:
             if action is not None:
@@ -482,7 +523,7 @@ class Engine:
         if action is not None:
             self.queue.add(rec.id)
 
-    def _record_for(self, event):
+    def _record_for(self, event: Event) -> Optional[HostRecord]:
         """The host's record, made for a host first seen (None: a host
         Nova shows instanceha isolated, adopted with its action)."""
         rec = self.hosts.get(event.host)
@@ -500,7 +541,7 @@ class Engine:
         self._keep(rec)
         return rec
 
-    def capacity_appeared(self, hosts):
+    def capacity_appeared(self, hosts: Sequence[str]) -> int:
         """Compute hosts became schedulable: each host waiting for capacity
         retries at the next tick instead of after its back-off."""
         now = self.clock()
@@ -518,11 +559,11 @@ class Engine:
                               source="reconciler", reason=text))
         return len(waiting)
 
-    def tick(self):
+    def tick(self) -> int:
         """Send TICK to every host whose timer is due. Returns count."""
         now = self.clock()
         ok, why = self.cluster_status()
-        due = []
+        due: List[HostRecord] = []
         # Only records that may have a timer: a few of a large cloud
         # (all 20,000 were looked at every tick_interval).
         for rec in self.hosts.timed():
@@ -536,22 +577,23 @@ class Engine:
 
     # -- the fencing gate ---------------------------------------------------
     @property
-    def storm(self):
+    def storm(self) -> storm.Settings:
         """The storm settings in use."""
         return self.fencing.settings
 
-    def reload_settings(self):
+    def reload_settings(self) -> None:
         """Options changed (SIGHUP): what the engine derived from them."""
         self.policy = fsm.Policy.from_conf(self.conf)
         self.fencing.settings = storm.Settings.from_conf(self.conf)
         self.repair.reload_settings()
 
-    def hold_for(self, rec, at, pending=None):
+    def hold_for(self, rec: HostRecord, at: float,
+                 pending: Optional[HostRecord] = None) -> Tuple[bool, str]:
         """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
         concerned (start-up, control plane, storm threshold)?"""
         return self.fencing.hold_for(rec, at, pending)
 
-    def acknowledge_storm(self, reason=""):
+    def acknowledge_storm(self, reason: str = "") -> Dict[str, int]:
         """Operator ``resume --storm``: lift the storm hold for the hosts
         lost now; more losses in a scope bring it back."""
         held = self.fencing.acknowledge()
@@ -560,17 +602,17 @@ class Engine:
                     "operator: resume --storm")
         return held
 
-    def cluster_status(self):
+    def cluster_status(self) -> Tuple[bool, str]:
         """(ok, reason) of the whole cloud for status and metrics: False
         while a gate or the global storm hold stops new fencing."""
         return self.fencing.cluster_status()
 
-    def cluster_status_with(self, pending):
+    def cluster_status_with(self, pending: HostRecord) -> Tuple[bool, str]:
         """cluster_status() as it will be once ``pending`` is recorded."""
         return self.hold_for(pending, self.clock(), pending)
 
     # -- threads ---------------------------------------------------------------
-    def work(self, key):
+    def work(self, key: Hashable) -> None:
         """Process one key taken from the queue, as a worker does."""
         try:
             self.process(key)
@@ -582,33 +624,34 @@ class Engine:
         finally:
             self.queue.done(key)
 
-    def start(self):
+    def start(self) -> None:
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
         self._probes.start()
         self._runner.start()
 
-    def stop(self, timeout=5.0):
+    def stop(self, timeout: float = 5.0) -> None:
         self._runner.stop(timeout)
         with self._lock:
             passes = self._inbox.pop_all_passes()
         for p in passes:
-            p.pending.carry.close()
+            if p.pending.carry is not None:
+                p.pending.carry.close()
         self._probes.shutdown()
 
     # -- status ------------------------------------------------------------
-    def snapshot(self):
+    def snapshot(self) -> Dict[str, object]:
         """Everything status shows (engine.status)."""
         with self._lock:
             hosts = self.hosts.sorted()
             errors = self._inbox.errors()
         return status.snapshot(self, hosts, errors)
 
-    def threads(self):
+    def threads(self) -> List[threading.Thread]:
         """The engine's threads (the watchdog checks they are alive)."""
         return self._runner.threads()
 
 
-def new_board():
+def new_board() -> ProgressBoard:
     return ProgressBoard()
 
 

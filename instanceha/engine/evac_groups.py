@@ -17,13 +17,26 @@ request the evacuator would otherwise send (after the host's proof of
 death, as always).
 """
 
-from typing import Dict, List, Optional, Tuple
+from __future__ import annotations
+
+from typing import (TYPE_CHECKING, Collection, Dict, Iterable, List,
+                    Optional, Sequence, Tuple)
 
 import structlog
 
+from instanceha.drivers.compute.base import Server
 from instanceha.policy import facts_nova
 from instanceha.policy import instance_repair_groups as groups
 from instanceha.policy.instance_repair_settings import Settings
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.evac_run import Run
+    from instanceha.engine.evac_state import Attempt
+
+    #: a to-do entry of a run: (server id, not before, the failed
+    #: attempt to check or None)
+    Todo = Tuple[str, float, Optional[Attempt]]
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -31,7 +44,7 @@ LOG = structlog.get_logger("instanceha.evacuator")
 Groups = Dict[str, Tuple[Optional[str], int]]
 
 
-def read(ctx, host, servers) -> Groups:
+def read(ctx: Context, host: str, servers: Iterable[Server]) -> Groups:
     """The restart group of each of the host's servers that has one
     (``[instance_repair] restart_group_key`` in its metadata, read whether
     instance repair is enabled or not). A malformed value is said once
@@ -51,7 +64,7 @@ def read(ctx, host, servers) -> Groups:
     return out
 
 
-def members(run) -> Tuple[groups.Member, ...]:
+def members(run: Run) -> Tuple[groups.Member, ...]:
     """The run's grouped servers not settled yet: to send, or in flight."""
     known = run.groups
     if not known:
@@ -61,17 +74,17 @@ def members(run) -> Tuple[groups.Member, ...]:
                  for sid in ids if sid in known)
 
 
-def publish(run) -> None:
+def publish(run: Run) -> None:
     """What the other hosts' runs see of this one (at the end of a pass)."""
     run.group_members = members(run)
 
 
-def _others(ctx, run) -> List[groups.Member]:
+def _others(ctx: Context, run: Run) -> List[groups.Member]:
     return [m for other in list(ctx.runs.values()) if other is not run
             for m in getattr(other, "group_members", ())]
 
 
-def hold(ctx, run, ready):
+def hold(ctx: Context, run: Run, ready: List[Todo]) -> List[Todo]:
     """The ready to-do entries that may be sent now: those of a server
     whose project has no unsettled server in a lower restart group, on
     this host or on another host being evacuated. The others stay in the
@@ -91,7 +104,7 @@ def hold(ctx, run, ready):
         _, waits = groups.release(everyone)
         waiting = {t[0]: waits[t[0]] for t in ready if t[0] in waits}
         go = [t for t in ready if t[0] not in waiting]
-    said = {}
+    said: Dict[str, int] = {}
     for sid, why in waiting.items():
         said[sid] = lowest[run.groups[sid][0]]
         if run.group_said.get(sid) != said[sid]:
@@ -109,7 +122,9 @@ def hold(ctx, run, ready):
     return go
 
 
-def behind_capacity(known: Groups, send, held):
+def behind_capacity(known: Groups, send: Sequence[str],
+                    held: Collection[str]
+                    ) -> Tuple[List[str], Dict[str, str]]:
     """After the capacity preflight: a server of a higher restart group
     than one the preflight holds (no room) waits with it, or it would be
     rebuilt before the server it depends on. Returns (the servers still to
@@ -119,7 +134,7 @@ def behind_capacity(known: Groups, send, held):
         if sid in known:
             project, group = known[sid]
             lowest[project] = min(group, lowest.get(project, group))
-    behind = {}
+    behind: Dict[str, str] = {}
     for sid in send:
         if sid not in known:
             continue

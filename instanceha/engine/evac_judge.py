@@ -10,6 +10,11 @@ migration, so after a stuck evacuation the migration that moves is not the
 newest one.
 """
 
+from __future__ import annotations
+
+from typing import (TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple,
+                    Union)
+
 import structlog
 
 from instanceha.drivers.compute import base
@@ -18,11 +23,16 @@ from instanceha.engine.evac_state import (FAILED, IN_FLIGHT,
                                           REBUILD_TASK_STATES, SUCCEEDED,
                                           Attempt)
 from instanceha.fsm import machine as fsm_machine
+from instanceha.fsm.record import HostRecord
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.evac_run import Run
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
 
-def judge(run, attempt, now):
+def judge(run: Run, attempt: Attempt, now: float) -> None:
     """Decide one in-flight attempt from Nova's migrations (read into
     ``run.migs``) and services."""
     sid = attempt.server_id
@@ -70,7 +80,8 @@ def judge(run, attempt, now):
         run.outcome.failed[sid] = reason
         run.finish(attempt, "timeout", detail=reason)
 
-def _failed(run, attempt, bad):
+def _failed(run: Run, attempt: Attempt, bad: Sequence[base.Migration]
+            ) -> bool:
     """A migration of this server failed since the request. Believed
     only if the server is not rebuilding any more: a returning host can
     fail an old migration while a newer request still runs."""
@@ -93,14 +104,16 @@ def _failed(run, attempt, bad):
                                         "failed")
         return True
     dest = next((m.dest_host for m in bad if m.dest_host), None)
-    svc = evac_send.services_by_host(run).get(dest)
+    svc = (None if dest is None
+           else evac_send.services_by_host(run).get(dest))
     fault = server.fault or "migration %s, server %s" % (
         bad[-1].status, server.status)
     evac_send.settle(run, attempt, failures.rebuild_failed(fault, dest, svc))
     return True
 
 
-def host_returned(record, svc):
+def host_returned(record: HostRecord,
+                  svc: Optional[base.ComputeService]) -> bool:
     """The compute service reported after it was fenced and isolated, as
     the state machine judges a heartbeat (fsm.guards.reported_after, on
     Nova's clock), applied to its row (``svc``: ComputeService or None)
@@ -113,16 +126,21 @@ def host_returned(record, svc):
                 and fsm_machine.reported_after(record, svc.updated_at))
 
 
-def rebuilt_by_event(ctx, host, inflight):
+def rebuilt_by_event(ctx: Context, host: str,
+                     inflight: Mapping[str, Union[Attempt,
+                                                  Tuple[float, ...]]]
+                     ) -> Dict[str, str]:
     """{server_id: dest} for in-flight servers that notifications show
     rebuilt: on another host, active or stopped, no task in progress, and
     recorded after the evacuation was requested (``inflight``: server id
     -> its Attempt, or a tuple starting with the request time)."""
-    done = {}
+    done: Dict[str, str] = {}
     for sid, attempt in inflight.items():
         started = attempt.started if isinstance(attempt, Attempt) \
             else attempt[0]
-        f = ctx.board.facts(sid)
+        # As a notification said them (failures.destination_from_
+        # notification reads them the same way).
+        f: Mapping[str, Any] = ctx.board.facts(sid)
         if (f.get("host") and f["host"] != host
                 and f.get("state") in ("active", "stopped")
                 and f.get("task_state") is None

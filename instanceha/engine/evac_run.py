@@ -13,14 +13,28 @@ not the server's task state, which can read ACTIVE on the old host right
 after the request.
 """
 
+from __future__ import annotations
+
 import collections
-from typing import Counter, Deque, Dict, Optional, Tuple
+from typing import (TYPE_CHECKING, AbstractSet, Counter, Deque, Dict,
+                    FrozenSet, Mapping, Optional, Sequence, Set, Tuple)
 
 import structlog
 
 from instanceha.drivers.compute import base
 from instanceha.engine.evac_state import Attempt, Outcome
-from instanceha.policy import power
+from instanceha.fsm.record import HostRecord
+from instanceha.policy import instance_repair_groups as groups_policy
+from instanceha.policy import order, power
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.evac_groups import Groups
+
+#: the services read, {host: its service}, and their unschedulable hosts
+#: (engine.evac_send)
+ServicesMemo = Tuple[Sequence[base.ComputeService],
+                     Dict[str, base.ComputeService], FrozenSet[str]]
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -30,9 +44,12 @@ class Run:
     the journal). The state the evacuator's passes, the sender
     (engine.evac_send) and the judge (engine.evac_judge) take."""
 
-    def __init__(self, ctx, record, outcome, migrations):
+    def __init__(self, ctx: Context, record: HostRecord, outcome: Outcome,
+                 migrations: Mapping[str, Sequence[base.Migration]]
+                 ) -> None:
         self.ctx = ctx
-        self.migs = migrations              # server_id -> [Migration]
+        #: server_id -> [Migration]
+        self.migs: Mapping[str, Sequence[base.Migration]] = migrations
         self.conf = ctx.conf.evacuation
         self.record = record
         self.host = record.name
@@ -48,37 +65,38 @@ class Run:
         #: server id -> (row id, at) of a request left open
         self.open_rows: Dict[str, Tuple[int, float]] = {}
         self.sent = 0
-        self.services = []
+        self.services: Sequence[base.ComputeService] = []
         #: (the services read, {host: its service}, unschedulable() of
         #: them): made once per read by the sender and shared by every
         #: request sent and judged on it (per request, at 20,000 hosts,
         #: they cost a large cloud's worth of memory and CPU each)
-        self.services_memo = None
+        self.services_memo: Optional[ServicesMemo] = None
         #: server_id -> power.Plan, from the listing (its power state)
-        self.plans = {}
-        self.skips_recorded = set()
+        self.plans: Dict[str, power.Plan] = {}
+        self.skips_recorded: Set[str] = set()
         #: server id -> the status of its last journal row in this
         #: recovery ("done": rebuilt by an earlier attempt or process)
-        self.last_status = {}
+        self.last_status: Dict[str, str] = {}
         #: server id -> order.sort_key, from the recovery policies
-        self.keys = {}
+        self.keys: Dict[str, order.SortKey] = {}
         #: server id -> the reserved host its evacuation is aimed at
-        self.targets = {}
+        self.targets: Dict[str, str] = {}
         #: server id -> (project, restart group), of the servers with one
-        self.groups = {}
+        self.groups: Groups = {}
         #: {server id: why it waits for a lower restart group}, ready
         #: servers held back at the last pass (engine.evac_groups)
-        self.group_waits = {}
+        self.group_waits: Dict[str, str] = {}
         #: {server id: the group it was last said to wait for} (the log)
-        self.group_said = {}
+        self.group_said: Dict[str, int] = {}
         #: this run's unsettled grouped servers as the other hosts' runs
         #: see them, replaced at the end of each pass (evac_groups.publish)
-        self.group_members = ()
+        self.group_members: Tuple[groups_policy.Member, ...] = ()
         self.held_logged = 0
         #: {server id: why the gate holds it} at the last pass
-        self.held = {}
-        #: when the host was last proven dead (proof.reprove)
-        self.proved_at = None
+        self.held: Dict[str, str] = {}
+        #: when the host was last proven dead (proof.reprove); None until
+        #: the first pass has proven it
+        self.proved_at: Optional[float] = None
         #: the next pass judges what is in flight (this one waited on it)
         self.judging = False
         #: run.services was read during this pass
@@ -87,7 +105,7 @@ class Run:
         self.last_poll = ctx.clock()
         self._read_journal()
 
-    def status_text(self):
+    def status_text(self) -> str:
         """Where the evacuation stands, in a few words (status)."""
         outcome = self.outcome
         waiting = sum(1 for a in self.inflight.values() if a.waiting)
@@ -105,7 +123,7 @@ class Run:
                 len(self.group_waits), next(iter(self.group_waits.values())))
         return text
 
-    def close(self):
+    def close(self) -> None:
         """The run is over (or abandoned): it neither waits at the gate
         nor holds a slot there, nor shows in status."""
         self.ctx.gate.release(self.host)
@@ -113,7 +131,7 @@ class Run:
             del self.ctx.runs[self.record.id]
 
     # -- journal ------------------------------------------------------------
-    def _read_journal(self):
+    def _read_journal(self) -> None:
         """Retries already spent in this recovery, and rows a previous
         process left open (its requests still in flight). This recovery's
         rows are those above the record's evac_floor (row ids: a stamp
@@ -146,7 +164,7 @@ class Run:
                 self.open_rows.pop(sid, None)
             self.last_status[sid] = row["status"]
 
-    def record_skips(self):
+    def record_skips(self) -> None:
         """Each server left on the host, and why, once per recovery in the
         journal (evacuations, status ``skipped``)."""
         now = self.ctx.clock()
@@ -159,7 +177,9 @@ class Run:
                                                  detail=why)
             self.skips_recorded.add(sid)
 
-    def close_finished(self, listed, migrations):
+    def close_finished(self, listed: AbstractSet[str],
+                       migrations: Mapping[str, Sequence[base.Migration]]
+                       ) -> None:
         """Servers an earlier attempt (or process) of this recovery sent
         and did not see finish (it stopped, or its request was answered
         with an error Nova had applied anyway) that have left the host
@@ -181,7 +201,7 @@ class Run:
                 "later attempt of this recovery")
             self.last_status[sid] = "done"
 
-    def record_waiting(self, held):
+    def record_waiting(self, held: Mapping[str, str]) -> None:
         """Each server the capacity preflight held back, and why: a
         journal row (status ``no_capacity``) per server and attempt."""
         now = self.ctx.clock()
@@ -191,13 +211,14 @@ class Run:
             self.ctx.journal.evacuation_finished(row, now, "no_capacity",
                                                  detail="preflight: " + why)
 
-    def finish(self, attempt, status, dest=None, detail=""):
+    def finish(self, attempt: Attempt, status: str,
+               dest: Optional[str] = None, detail: str = "") -> None:
         if attempt.evac_id is not None:
             self.ctx.rows_seen.pop(attempt.evac_id, None)
             self.ctx.journal.evacuation_finished(
                 attempt.evac_id, self.ctx.clock(), status, dest, detail)
 
-    def close_unanswered(self, attempt, what):
+    def close_unanswered(self, attempt: Attempt, what: str) -> None:
         """Close the row an unanswered request left open: who left it
         (this process, or one that stopped while sending it) and what
         became of it (``what``)."""
@@ -207,14 +228,15 @@ class Run:
         else:
             self.finish(attempt, "request_failed", detail="no answer; " + what)
 
-    def key(self, sid):
+    def key(self, sid: str) -> order.SortKey:
         return self.keys.get(sid) or (0, True, 0.0, sid)
 
-    def priority(self, sid):
+    def priority(self, sid: str) -> int:
         return -self.key(sid)[0]
 
     # -- judging ----------------------------------------------------------------
-    def done(self, attempt, dest, detail=""):
+    def done(self, attempt: Attempt, dest: Optional[str], detail: str = ""
+             ) -> None:
         self.inflight.pop(attempt.server_id, None)
         self.outcome.done[attempt.server_id] = dest
         self.finish(attempt, "done", dest, detail)
@@ -223,7 +245,7 @@ class Run:
         keep_powered_off(self.ctx, self.host, attempt.server_id,
                           self.plans.get(attempt.server_id))
 
-def close_open_rows(ctx, record, why):
+def close_open_rows(ctx: Context, record: HostRecord, why: str) -> int:
     """Close the evacuate request rows of this recovery still open
     ('requested': sent by a process that stopped before Nova answered)
     once nothing more will be sent for them (the host is put back: Nova
@@ -242,7 +264,8 @@ def close_open_rows(ctx, record, why):
 
 
 
-def keep_powered_off(ctx, host, sid, plan):
+def keep_powered_off(ctx: Context, host: str, sid: str,
+                     plan: Optional[power.Plan]) -> None:
     """A server that was powered off when its host was lost ends powered
     off (instanceha.policy.power): read once it has arrived, stopped if
     Nova started it. A failure is logged; the evacuation stands."""

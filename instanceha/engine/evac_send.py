@@ -12,6 +12,11 @@ would accept a second evacuation of a server still rebuilding; this rule
 is what keeps a server from running on two hosts.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, NoReturn, \
+    Optional, Tuple
+
 import structlog
 
 from instanceha import failpoints
@@ -21,16 +26,20 @@ from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Attempt)
 from instanceha.util import backoff
 
+if TYPE_CHECKING:
+    from instanceha.engine.evac_run import Run, ServicesMemo
+
 LOG = structlog.get_logger("instanceha.evacuator")
 
 
-def unschedulable(services):
+def unschedulable(services: Iterable[base.ComputeService]
+                  ) -> FrozenSet[str]:
     """The hosts of ``services`` Nova would not schedule onto."""
     return frozenset(s.host for s in services
                      if not (failures.alive(s) and s.status == "enabled"))
 
 
-def _services_read(run):
+def _services_read(run: Run) -> ServicesMemo:
     memo = run.services_memo
     if memo is None or memo[0] is not run.services:
         memo = (run.services, {s.host: s for s in run.services},
@@ -39,16 +48,16 @@ def _services_read(run):
     return memo
 
 
-def services_by_host(run):
+def services_by_host(run: Run) -> Dict[str, base.ComputeService]:
     """{host: ComputeService} of the services read last."""
     return _services_read(run)[1]
 
 
-def _unschedulable(run):
+def _unschedulable(run: Run) -> FrozenSet[str]:
     return _services_read(run)[2]
 
 
-def resume(run, server, now):
+def resume(run: Run, server: base.Server, now: float) -> None:
     """A request a previous run (or process) left in Nova: wait for it.
     Its in-flight migrations count as its own; finished ones do not."""
     row, at = run.open_rows.pop(server.id, (None, now))
@@ -58,7 +67,8 @@ def resume(run, server, now):
                                       before)
 
 
-def unsettled(run, sid, now):
+def unsettled(run: Run, sid: str, now: float
+              ) -> Optional[Tuple[str, float, Attempt]]:
     """A request of ``sid`` a previous process journalled and stopped
     before Nova answered (nothing of it in flight or done in Nova), less
     than ``unanswered_request_wait`` ago: it may still reach nova-api.
@@ -80,7 +90,8 @@ def unsettled(run, sid, now):
                              inherited=True))
 
 
-def send(run, sid, now, check=None):
+def send(run: Run, sid: str, now: float, check: Optional[Attempt] = None
+         ) -> None:
     """``check``: the failed attempt, for a retry after a failed
     request; Nova may have taken that request after all (a 5xx from a
     proxy, a timeout): a server found rebuilding is waited for, one
@@ -162,7 +173,8 @@ def send(run, sid, now, check=None):
     run.sent += 1
 
 
-def _request_failed(run, attempt, verdict):
+def _request_failed(run: Run, attempt: Attempt, verdict: failures.Verdict
+                    ) -> None:
     """Nova's API failed the evacuate request (5xx, no answer). Nova
     may have taken it all the same, so the server is checked before
     it is sent again (the failed attempt rides along: its row says
@@ -201,7 +213,7 @@ def _request_failed(run, attempt, verdict):
                 reason=verdict.reason + why)
 
 
-def drop_todo(run, reason):
+def drop_todo(run: Run, reason: str) -> None:
     """Send nothing more: every server still to send fails with
     ``reason``; the row of a request that got no answer is closed."""
     for sid, _, check in run.todo:
@@ -211,13 +223,13 @@ def drop_todo(run, reason):
     run.todo.clear()
 
 
-def _give_up_requests(run, sid, reason):
+def _give_up_requests(run: Run, sid: str, reason: str) -> NoReturn:
     raise base.ComputeError(
         "the evacuate request of server %s failed %d times in a row: %s"
         % (sid, run.request_failures[sid], reason))
 
 
-def _not_retried(run, sid):
+def _not_retried(run: Run, sid: str) -> None:
     """The request that seemed to fail was taken by Nova: it is not
     counted as sent again."""
     run.request_failures[sid] = 0
@@ -227,7 +239,8 @@ def _not_retried(run, sid):
         run.outcome.retried.pop(sid, None)
 
 
-def settle(run, attempt, verdict, request_failed=False):
+def settle(run: Run, attempt: Attempt, verdict: failures.Verdict,
+           request_failed: bool = False) -> None:
     """An attempt that will not finish: journal it; send the server
     again later if a retry may cure it and the budget allows."""
     sid = attempt.server_id

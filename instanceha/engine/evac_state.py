@@ -3,8 +3,9 @@ run's Outcome, one evacuate request's Attempt."""
 
 import collections
 import dataclasses
-from typing import Dict, Optional
+from typing import DefaultDict, Dict, FrozenSet, Iterable, List, Optional
 
+from instanceha.drivers.compute.base import Migration
 from instanceha.policy import power
 
 #: vm_states Nova accepts for evacuate (check_instance_state in nova's API).
@@ -18,13 +19,14 @@ FAILED = {"error", "failed", "cancelled"}
 
 
 class Outcome:
-    def __init__(self, total):
+    def __init__(self, total: int) -> None:
         self.total = total
-        self.done = {}          # server_id -> dest host
-        self.failed = {}        # server_id -> reason
-        self.no_capacity = {}   # server_id -> reason
-        self.skipped = {}       # server_id -> why not evacuable
-        self.retried = {}       # server_id -> times sent again
+        #: server_id -> dest host (None: Nova did not say)
+        self.done: Dict[str, Optional[str]] = {}
+        self.failed: Dict[str, str] = {}        # server_id -> reason
+        self.no_capacity: Dict[str, str] = {}   # server_id -> reason
+        self.skipped: Dict[str, str] = {}   # server_id -> why not evacuable
+        self.retried: Dict[str, int] = {}   # server_id -> times sent again
         self.returned = False   # stopped: the host reported back
         self.stopped = 0        # servers not sent: an operator suspended
         #: the capacity preflight's line when it held servers back
@@ -36,7 +38,7 @@ class Outcome:
         self.earlier = 0
         #: why the host was not proven dead when servers were to be sent
         #: (nothing more was sent), else None
-        self.unproven = None
+        self.unproven: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -51,7 +53,7 @@ class Attempt:
     #: known (a request found in Nova): then no host is suspected of
     #: having taken it. The complement, not the schedulable hosts
     #: themselves: a few names instead of the whole cloud's per request.
-    unschedulable: Optional[frozenset] = None
+    unschedulable: Optional[FrozenSet[str]] = None
     waiting: Optional[str] = None       # why it is waited for, if unusual
     #: its request got no answer (or its process stopped while it was
     #: being sent): the journal row stays open ('requested') until Nova is
@@ -61,8 +63,9 @@ class Attempt:
     inherited: bool = False
 
 
-def by_server(migrations):
-    out = collections.defaultdict(list)
+def by_server(migrations: Iterable[Migration]
+              ) -> DefaultDict[str, List[Migration]]:
+    out: DefaultDict[str, List[Migration]] = collections.defaultdict(list)
     for m in migrations:
         out[m.server_id].append(m)
     return out

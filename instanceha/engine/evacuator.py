@@ -10,7 +10,11 @@ comes back after its delay, or sooner when a notification about a server
 wakes the host. No pass waits, and nothing runs on a thread of its own.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from typing import (TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import structlog
 
@@ -21,8 +25,14 @@ from instanceha.engine.evac_run import Run, close_open_rows
 from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Outcome, by_server)
 from instanceha.engine.passes import Requeue, answer
-from instanceha.events import EvacuationSummary, EventKind as E
+from instanceha.drivers.compute.base import Migration, Server
+from instanceha.events import Event, EvacuationSummary, EventKind as E
+from instanceha.fsm.record import HostRecord
 from instanceha.policy import power
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.evac_state import Attempt
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -30,7 +40,8 @@ __all__ = ["Outcome", "Requeue", "evacuate", "evacuate_pass",
            "close_open_rows"]
 
 
-def evacuate(ctx, record, carry=None):
+def evacuate(ctx: Context, record: HostRecord, carry: Optional[Run] = None
+             ) -> Union[Event, Requeue]:
     """One pass of the host's evacuation (``carry``: the previous pass's
     Requeue.carry): a Requeue while servers are still to send or in
     flight, the result event once all are settled."""
@@ -92,7 +103,8 @@ def evacuate(ctx, record, carry=None):
     return answer(ctx, record, E.EVACUATE_OK, summary, counts)
 
 
-def evacuate_pass(ctx, record, run=None):
+def evacuate_pass(ctx: Context, record: HostRecord, run: Optional[Run] = None
+                  ) -> Union[Outcome, Requeue]:
     """One pass of the evacuation of ``record``'s host. ``run``: what the
     previous pass returned in its :class:`Requeue` (None: a new attempt).
     Returns the :class:`Outcome` once nothing is left to send or in
@@ -104,9 +116,10 @@ def evacuate_pass(ctx, record, run=None):
     ComputeError on API trouble that a retry may cure (the engine backs
     off and starts a new attempt, which resumes what Nova took)."""
     if run is None:
-        run = _start(ctx, record)
-        if isinstance(run, Outcome):
-            return run
+        started = _start(ctx, record)
+        if isinstance(started, Outcome):
+            return started
+        run = started
     try:
         return _step(ctx, record, run)
     except BaseException:
@@ -114,7 +127,7 @@ def evacuate_pass(ctx, record, run=None):
         raise
 
 
-def _start(ctx, record):
+def _start(ctx: Context, record: HostRecord) -> Union[Run, Outcome]:
     """The first pass's reading of the world: a :class:`_Run`, or the
     :class:`Outcome` when the host is not proven dead now."""
     host = record.name
@@ -146,7 +159,8 @@ def _start(ctx, record):
     return run
 
 
-def _plan(ctx, record, run, servers, migrations):
+def _plan(ctx: Context, record: HostRecord, run: Run, servers: List[Server],
+          migrations: Mapping[str, Sequence[Migration]]) -> None:
     host = record.name
     outcome = run.outcome
     listed = {s.id for s in servers}
@@ -155,7 +169,7 @@ def _plan(ctx, record, run, servers, migrations):
                           if status == "done" and sid not in listed)
     now = ctx.clock()
     mv = power.parse_microversion(ctx.conf.evacuation.microversion)
-    candidates = []
+    candidates: List[Server] = []
     for s in servers:
         plan = run.plans[s.id] = power.plan(s.vm_state, s.power_state, mv,
                                             s.status)
@@ -201,7 +215,8 @@ def _plan(ctx, record, run, servers, migrations):
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
 
 
-def _step(ctx, record, run):
+def _step(ctx: Context, record: HostRecord, run: Run
+          ) -> Union[Outcome, Requeue]:
     """Judge what is in flight (when the previous pass waited on it), then
     send what may go; an Outcome when all is settled, else a Requeue."""
     conf = ctx.conf.evacuation
@@ -236,7 +251,7 @@ def _step(ctx, record, run):
                    else frozenset(run.inflight))
 
 
-def _send_ready(ctx, record, run):
+def _send_ready(ctx: Context, record: HostRecord, run: Run) -> None:
     """Send the servers the gate admits now (nothing once the host is no
     longer evacuating, reported back, or is not proven dead any more)."""
     conf = ctx.conf.evacuation
@@ -252,7 +267,8 @@ def _send_ready(ctx, record, run):
                            "servers sent, those in flight finish")
         evac_send.drop_todo(run, "not evacuated: suspended by operator")
     now = ctx.clock()
-    ready = [t for t in run.todo if t[1] <= now]
+    ready: List[Tuple[str, float, Optional[Attempt]]] = [
+        t for t in run.todo if t[1] <= now]
     if run.todo and not run.services_fresh:
         run.services = ctx.shared_services()
         run.services_fresh = True
@@ -264,9 +280,11 @@ def _send_ready(ctx, record, run):
         outcome.returned = True
         evac_send.drop_todo(run, "not evacuated: the host reported back")
         ready = []
-    if ready and now - run.proved_at > conf.proof_max_age:
+    if ready and (run.proved_at is None
+                  or now - run.proved_at > conf.proof_max_age):
         # A long wait (capacity, unanswered requests, the gate) since
-        # the host was proven dead: proven again before more is sent.
+        # the host was proven dead (or no proof of this run's time):
+        # proven again before more is sent.
         ok, why = proof.reprove(ctx, run.record)
         if ok:
             run.proved_at = ctx.clock()
@@ -303,7 +321,7 @@ def _send_ready(ctx, record, run):
             evac_send.send(run, sid, now, item[2])
 
 
-def _judge_all(ctx, run):
+def _judge_all(ctx: Context, run: Run) -> None:
     """Notifications first: a server Nova reports active on another host
     is rebuilt. Nova's migration list is read every poll_interval without
     events (or while a destination is in doubt), and only every

@@ -20,25 +20,59 @@ engine applies to the host's inbox and the work queue:
   using up the retry budget.
 """
 
-import collections
+from __future__ import annotations
+
+from typing import (TYPE_CHECKING, Any, Callable, Counter, FrozenSet,
+                    NamedTuple, Optional, Tuple, Union)
 
 import structlog
 
 from instanceha import failpoints
 from instanceha.engine import actions as actions_mod
 from instanceha.engine.passes import Done, Requeue
-from instanceha.fsm.states import ACTIONS
+from instanceha.events import Event
+from instanceha.fsm.record import HostRecord
+from instanceha.fsm.states import ACTIONS, Action
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.inbox import Finish
+    from instanceha.engine.journal_health import JournalHealth
+    from instanceha.engine.passes import Carry
+    from instanceha.engine.registry import Outcome, Subject
 
 LOG = structlog.get_logger("instanceha.engine")
 
-Finished = collections.namedtuple("Finished", "event finish")
-Again = collections.namedtuple("Again", "after carry waits_for")
-Retry = collections.namedtuple("Retry", "error")
-Held = collections.namedtuple("Held", "delay why")
+class Finished(NamedTuple):
+    event: Optional[Event]
+    finish: Optional[Finish]
 
 
-def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
-            started, carry, failures, run):
+class Again(NamedTuple):
+    after: float
+    carry: Optional[Carry]
+    waits_for: Optional[FrozenSet[str]]
+
+
+class Retry(NamedTuple):
+    error: Exception
+
+
+class Held(NamedTuple):
+    delay: float
+    why: str
+
+
+#: what :func:`attempt` answers
+Answer = Union[Finished, Again, Retry, Held]
+
+
+def attempt(ctx: Context, conf: Any, stats: Counter[Tuple[str, ...]],
+            journal_health: JournalHealth, rec: Subject, action: Action,
+            action_id: Optional[int], started: float,
+            carry: Optional[Carry], failures: int,
+            run: Callable[[Action, Context, Subject, Optional[Carry]],
+                          Outcome]) -> Answer:
     """Run ``action`` for ``rec`` with ``run(action, ctx, rec, carry)``
     (engine.registry.run; ``rec``: the host's record, or for work no
     host state starts its carry; ``carry``: the previous pass's, None for
@@ -68,6 +102,8 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
             # Bounded: give the state machine a definitive answer.
             LOG.error("action_given_up", host=rec.name, action=action.value,
                       attempts=conf.action_retries, reason=error)
+            # Only an action a host's state starts has a give-up answer.
+            assert isinstance(rec, HostRecord)
             return Finished(actions_mod.give_up(ctx, rec, action, error,
                                                 conf.action_retries), None)
         return Retry(e)
@@ -93,7 +129,9 @@ def attempt(ctx, conf, stats, journal_health, rec, action, action_id,
                              result.reason))
 
 
-def finish(ctx, journal_health, rec, action, action_id, outcome, text):
+def finish(ctx: Context, journal_health: JournalHealth, rec: Subject,
+           action: Action, action_id: Optional[int], outcome: str,
+           text: str) -> None:
     """Journal an attempt's end; a failed write is logged and marks the
     journal degraded, it never hides the action's own outcome. An
     action with no row of its own (its pass journals its requests) has

@@ -6,16 +6,21 @@ the reads made of them (lookup, what is urgent, which hosts are handled).
 :class:`HostTable` owns this state. It is guarded by the lock it is given:
 the engine's, because a host's record and its inbox change together."""
 
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+import threading
+from typing import (TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set,
+                    Tuple)
 
 from instanceha import fsm
 from instanceha.fsm.states import RUNNING_STATES, URGENT_STATES
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context, Inventory
 
 
 class HostTable:
     """Each host's record (by service id) and its indexes."""
 
-    def __init__(self, lock, ctx):
+    def __init__(self, lock: threading.RLock, ctx: "Context") -> None:
         """``lock``: the engine's (re-entrant); ``ctx``: the engine's
         context (the inventory and the BMC evidence, for handled())."""
         self._lock = lock
@@ -33,14 +38,14 @@ class HostTable:
         self._urgent_cache: Optional[Tuple[int, Optional[str]]] = None
         #: (records version, inventory, the BMC mates of the hosts in
         #: _not_running then)
-        self._handled_cache: Optional[Tuple[int, object,
+        self._handled_cache: Optional[Tuple[int, "Inventory",
                                             FrozenSet[str]]] = None
 
-    def get(self, host_id) -> Optional[fsm.HostRecord]:
+    def get(self, host_id: str) -> Optional[fsm.HostRecord]:
         with self._lock:
             return self._records.get(host_id)
 
-    def keep(self, rec):
+    def keep(self, rec: fsm.HostRecord) -> None:
         """Store ``rec`` as its host's record, noting whether each of
         Nova's rows for it matters, not only a change."""
         with self._lock:
@@ -60,12 +65,12 @@ class HostTable:
             else:
                 self._watched.discard(rec.id)
 
-    def view(self):
+    def view(self) -> Tuple[int, Dict[str, fsm.HostRecord]]:
         """(version, {host id: record}): the records as they stand."""
         with self._lock:
             return self._version, dict(self._records)
 
-    def records(self):
+    def records(self) -> Dict[str, fsm.HostRecord]:
         with self._lock:
             return dict(self._records)
 
@@ -89,7 +94,7 @@ class HostTable:
             return [r for r in self._records.values()
                     if r.state is fsm.State.PENDING and r.waits_for_capacity]
 
-    def find(self, name_or_id):
+    def find(self, name_or_id: str) -> Optional[fsm.HostRecord]:
         """The record whose host name or service UUID is ``name_or_id``."""
         with self._lock:
             rec = self._records.get(name_or_id)
@@ -98,11 +103,11 @@ class HostTable:
                             if r.name == name_or_id), None)
             return rec
 
-    def known_hosts(self):
+    def known_hosts(self) -> List[Tuple[str, str]]:
         with self._lock:
             return [(r.id, r.name) for r in self._records.values()]
 
-    def urgent(self):
+    def urgent(self) -> Optional[str]:
         """Why background reads of every BMC should wait now (hosts being
         proven dead or evacuated, counted by state), or None. Counted
         again only when a record changed since the last answer."""
@@ -123,7 +128,7 @@ class HostTable:
             self._urgent_cache = (version, why)
             return why
 
-    def handled(self, name):
+    def handled(self, name: str) -> bool:
         """True when host ``name``, or a host whose inventory entry reaches
         the same BMC or machine, is not left running untouched (being
         proven dead, fenced, evacuated, failed, in maintenance ...): its

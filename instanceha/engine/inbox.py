@@ -11,11 +11,14 @@ engine calls it under its lock.
 """
 
 import collections
-from typing import (DefaultDict, Deque, Dict, FrozenSet, Hashable, List,
-                    NamedTuple, Optional, Set, Tuple, Union)
+from typing import (TYPE_CHECKING, DefaultDict, Deque, Dict, FrozenSet,
+                    Hashable, List, NamedTuple, Optional, Set, Tuple, Union)
 
 from instanceha.events import Event, EventKind as E
 from instanceha.fsm.states import Action
+
+if TYPE_CHECKING:
+    from instanceha.engine.passes import Carry
 
 #: Operator commands applied before a host's next queued action.
 PREEMPT = {E.OPERATOR_SUSPEND, E.OPERATOR_MAINTENANCE}
@@ -29,14 +32,13 @@ COALESCE = {E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.TICK}
 Finish = Tuple[Optional[int], float, str, str]
 
 
-class Pending(collections.namedtuple("Pending", "action action_id carry",
-                                     defaults=(None,))):
+class Pending(NamedTuple):
     """An action to run (an Action); action_id is its journal row (None:
     write one); carry: what its previous pass handed over (a
     passes.Carry; None: a first pass)."""
-    # Its fields stay untyped for now (issue 36 part 6): a waiting pass
-    # always has a carry, and engine.py (being reshaped) closes it
-    # without a check; typed as Optional[Carry] once engine.py says so.
+    action: Action
+    action_id: Optional[int]
+    carry: Optional["Carry"] = None
 
 
 class Pass(NamedTuple):
@@ -60,13 +62,13 @@ Item = Union[Event, Pending, Result]
 class Inboxes:
 
     def __init__(self) -> None:
-        self._boxes: DefaultDict[str, Deque[Item]] = \
+        self._boxes: DefaultDict[Hashable, Deque[Item]] = \
             collections.defaultdict(collections.deque)
         self._passes: Dict[Hashable, Pass] = {}
         #: keys woken while their pass ran: its next pass is due at once
         self._woken: Set[Hashable] = set()
-        #: host_id -> "action: error" (retrying)
-        self._errors: Dict[str, str] = {}
+        #: key (host_id) -> "action: error" (retrying)
+        self._errors: Dict[Hashable, str] = {}
 
     def put(self, event: Event) -> None:
         """An event at the back; a newer observation of the same kind
@@ -79,13 +81,13 @@ class Inboxes:
         else:
             box.append(event)
 
-    def put_front(self, host_id: str, item: Item) -> None:
+    def put_front(self, host_id: Hashable, item: Item) -> None:
         self._boxes[host_id].appendleft(item)
 
-    def append(self, host_id: str, item: Item) -> None:
+    def append(self, host_id: Hashable, item: Item) -> None:
         self._boxes[host_id].append(item)
 
-    def take(self, host_id: str, now: float) -> Optional[Item]:
+    def take(self, host_id: Hashable, now: float) -> Optional[Item]:
         """The next item to handle for the host, or None (nothing, or it
         only a pass not due yet). An operator's hands-off comes before the next
         action, which the state check then drops; the next pass of
@@ -156,12 +158,12 @@ class Inboxes:
         return passes
 
     # -- errors of actions being retried -----------------------------------------
-    def note_error(self, host_id: str, error: str) -> None:
+    def note_error(self, host_id: Hashable, error: str) -> None:
         self._errors[host_id] = error
 
-    def clear_error(self, host_id: str) -> None:
+    def clear_error(self, host_id: Hashable) -> None:
         self._errors.pop(host_id, None)
 
-    def errors(self) -> Dict[str, str]:
+    def errors(self) -> Dict[Hashable, str]:
         """host_id -> the retrying action's last error."""
         return dict(self._errors)

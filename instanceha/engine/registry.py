@@ -8,14 +8,35 @@ its runner: ``(ctx, record) -> Event``, or for one that runs in passes
 (:mod:`instanceha.engine.passes`).
 """
 
-from typing import Any, Callable, Dict
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Protocol, Union
 
 from instanceha.engine import (actions, drain, evacuator, putback, repair,
                                soft_fence)
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
-#: Action -> its runner.
-RUNNERS: Dict[Action, Callable[..., Any]] = {
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
+    from instanceha.engine.passes import Carry, Done, Requeue
+    from instanceha.events import Event
+
+    #: What one run (one pass) of an action answers: its result event,
+    #: a Requeue (not finished), Done (finished with nothing for the
+    #: state machine) or None (work that ended without a result).
+    Outcome = Optional[Union[Event, Requeue, Done]]
+
+
+class Subject(Protocol):
+    """What an action runs for: a host's record, or for work no host
+    state starts its carry (repair.CaseWork); log lines name it."""
+    @property
+    def name(self) -> str: ...
+
+
+#: Action -> its runner: ``(ctx, record)`` or ``(ctx, record, carry)``,
+#: their record and carry types each runner's own.
+RUNNERS: Dict[Action, Callable[..., Outcome]] = {
     Action.FENCE: actions.fence,
     Action.ISOLATE: actions.isolate,
     Action.EVACUATE: evacuator.evacuate,
@@ -39,7 +60,8 @@ def spec(action: Action) -> ActionSpec:
     return ACTIONS[action]
 
 
-def run(action, ctx, record, carry=None):
+def run(action: Action, ctx: Context, record: Subject,
+        carry: Optional[Carry] = None) -> Outcome:
     """Run one action (one pass of it): its result event, or a Requeue."""
     if carry is not None:
         return RUNNERS[action](ctx, record, carry)

@@ -13,14 +13,22 @@ and backs off if it raises. Its row ``restart_compute`` says what was
 sent, or why not.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import structlog
 
 from instanceha.engine.passes import Done
+from instanceha.fsm.record import HostRecord
+
+if TYPE_CHECKING:
+    from instanceha.engine.context import Context
 
 LOG = structlog.get_logger("instanceha.engine")
 
 
-def restart_compute(ctx, rec):
+def restart_compute(ctx: Context, rec: HostRecord) -> Done:
     """Ask the vetoed host's agent to restart nova-compute
     (``ctx.agent_request``): Done("sent" or "not_sent", what was sent or
     why not)."""

@@ -3,8 +3,8 @@ sources' health, unprotected hosts, degraded parts, and the progress of
 the work running for a host. Read-only; built from the engine's records
 under its lock and from its collaborators."""
 
-from typing import (Callable, Dict, Mapping, Optional, Protocol, Sequence,
-                    Tuple)
+from typing import (Callable, Dict, Hashable, Mapping, Optional, Protocol,
+                    Sequence, Tuple)
 
 from instanceha.drivers.fencing import inventory
 from instanceha.engine.context import Context
@@ -44,9 +44,9 @@ class EngineView(Protocol):
 
 
 def snapshot(engine: EngineView, hosts: Sequence[HostRecord],
-             errors: Mapping[str, Optional[str]]) -> Dict[str, object]:
-    """``hosts``: the records sorted by name; ``errors``: host id -> the
-    retrying action's last error."""
+             errors: Mapping[Hashable, Optional[str]]) -> Dict[str, object]:
+    """``hosts``: the records sorted by name; ``errors``: key (a host's
+    id, or the key of other work) -> the retrying action's last error."""
     ok, why = engine.cluster_status()
     gate = engine.fencing.summary({r.id: r.name for r in hosts})
     identities, counts = fencing_identity(engine, hosts)

@@ -191,8 +191,8 @@ class Service:
         ctx.index_bmcs()    # now, not at the first fences of a storm
         health = {name: functools.partial(self._source_health, name)
                   for name in sources_mod.enabled(self.conf)}
-        return Engine(self.conf, ctx, journal, clock=self.clock,
-                      health=health,
+        return Engine(self.conf, ctx, cast(Journal, journal),
+                      clock=self.clock, health=health,
                       unprotected=(self._unprotected if self.conf.audit.enabled
                                    else None),
                       status_extra=self._status_extra)

@@ -1,6 +1,6 @@
 """mypy finds no type error in events, fsm, engine, policy, sources and
-service (issue 22 item 3, issue 36 part 6: sources and service with
-every function annotated).
+service (issue 22 item 3), and each of them is strict: every function
+annotated, parameters and return (issue 36 part 6).
 
 Runs the virtualenv's mypy (from test-requirements.txt) with the
 project's ``mypy.ini``: a type error in those packages fails this test
@@ -8,6 +8,7 @@ with mypy's report. The last test shows that the typed event payloads
 are checked: reading a field of the wrong payload is an error.
 """
 
+import configparser
 import os
 import pathlib
 import subprocess
@@ -45,6 +46,25 @@ def test_the_typed_packages_are_clean():
         args += ["-p", package]
     status, report = mypy(*args)
     assert status == 0, "mypy found type errors:\n" + report
+
+
+def test_every_checked_package_is_strict():
+    """mypy.ini names each package (and its modules) in a section with
+    disallow_untyped_defs: none is left with a list of its typed
+    modules."""
+    ini = configparser.ConfigParser()
+    ini.read(CONFIG)
+    strict = set()
+    for section in ini.sections():
+        if section.startswith("mypy-") and ini.getboolean(
+                section, "disallow_untyped_defs", fallback=False) \
+                and ini.getboolean(section, "check_untyped_defs",
+                                   fallback=False):
+            strict.update(section[len("mypy-"):].split(","))
+    for package in PACKAGES:
+        assert package in strict, (package, sorted(strict))
+        if (TOP / package.replace(".", "/")).is_dir():
+            assert package + ".*" in strict, (package, sorted(strict))
 
 
 def test_a_misread_payload_is_an_error(tmp_path):
