@@ -34,6 +34,13 @@ The body of a beat::
      1  echoes      count, 0 to MAX_ECHOES
         that many nonces of 16 bytes: the newest challenge of each
         engine the agent heard (:mod:`instanceha.heartbeat.challenge`)
+    appended after the echoes (optional: an agent without a watchdog,
+    or an older one, ends the beat before it):
+     1  watchdog state: 0 none, 1 armed, 2 disarmed (an orderly stop)
+     2  watchdog timeout, seconds, unsigned
+     4  isolation timeout, milliseconds, unsigned
+    16  the agent's nonce: an engine's answer echoes it, which proves
+        the answer fresh to the agent (:mod:`instanceha.agent.selffence`)
 
 The body of a request::
 
@@ -91,6 +98,14 @@ NONCE_SIZE = 16
 MAX_ECHOES = 8
 _NO_ECHOES: tuple = ()
 _REQUEST = struct.Struct(">QdBBH")
+_WATCHDOG = struct.Struct(">BHI%ds" % NONCE_SIZE)
+#: :attr:`WatchdogReport.state` values.
+WATCHDOG_NONE = 0
+WATCHDOG_ARMED = 1
+WATCHDOG_DISARMED = 2
+_WATCHDOG_STATES = (WATCHDOG_NONE, WATCHDOG_ARMED, WATCHDOG_DISARMED)
+MAX_WATCHDOG_TIMEOUT = 0xFFFF
+MAX_ISOLATION_MS = 0xFFFFFFFF
 _SEQ_TIME = struct.Struct(">Qd")
 #: The largest datagram sent or accepted. A receiver should read
 #: MAX_SIZE + 1 bytes so that a longer datagram shows as oversized.
@@ -162,6 +177,16 @@ _UUID_SIZE = 16
 canonical_uuid = uuid_text.canonical
 
 
+class WatchdogReport(NamedTuple):
+    """What a beat says of its agent's watchdog: ``state`` (armed,
+    disarmed), its ``timeout`` and the agent's ``isolation_timeout``
+    (seconds), and ``nonce``, the agent's current nonce (16 bytes)."""
+    state: int
+    timeout: int
+    isolation_timeout: float
+    nonce: bytes
+
+
 class Beat(NamedTuple):
     """One heartbeat of ``host`` over network ``path``.
 
@@ -185,6 +210,8 @@ class Beat(NamedTuple):
     #: agent that predates challenges): see
     #: :mod:`instanceha.heartbeat.challenge`.
     echoes: Tuple[bytes, ...] = ()
+    #: The agent's watchdog, None from an agent without one.
+    watchdog: Optional[WatchdogReport] = None
 
 
 class Request(NamedTuple):
@@ -249,7 +276,24 @@ def encode_beat(beat: Beat, key) -> bytes:
                       len(host), len(boot_id), len(path))
     return _frame(BEAT, body + host + boot_id + path
                   + bytes((len(uuid_bytes),)) + uuid_bytes
-                  + bytes((len(echoes),)) + b"".join(echoes), key)
+                  + bytes((len(echoes),)) + b"".join(echoes)
+                  + _watchdog_bytes(beat.watchdog), key)
+
+
+def _watchdog_bytes(report):
+    if report is None:
+        return b""
+    ms = report.isolation_timeout * 1000 if isinstance(
+        report.isolation_timeout, (int, float)) else -1
+    if report.state not in _WATCHDOG_STATES or not _is_int(report.timeout) \
+            or not 0 <= report.timeout <= MAX_WATCHDOG_TIMEOUT \
+            or not 0 <= ms <= MAX_ISOLATION_MS \
+            or type(report.nonce) is not bytes \
+            or len(report.nonce) != NONCE_SIZE:
+        raise ValueError("cannot encode beat: watchdog: a state, timeouts "
+                         "and a nonce of %d bytes expected" % NONCE_SIZE)
+    return _WATCHDOG.pack(report.state, report.timeout, int(round(ms)),
+                          report.nonce)
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -433,10 +477,29 @@ def _beat(data, end):
             _IDENTITIES.clear()
         _IDENTITIES[rest] = identity
     host, boot_id, path, facts = identity
-    echoes = _echoes(data, uuid_end, end) if uuid_end < end \
-        else _NO_ECHOES
+    if uuid_end >= end:
+        return _new_beat((host, boot_id, seq, sent_at, path, facts,
+                          VERSION, _NO_ECHOES, None))
+    echoes = _echoes(data, uuid_end, end)
+    watchdog_at = uuid_end + 1 + len(echoes) * NONCE_SIZE
+    report = _watchdog(data, watchdog_at, end) if watchdog_at < end \
+        else None
     return _new_beat((host, boot_id, seq, sent_at, path, facts, VERSION,
-                      echoes))
+                      echoes, report))
+
+
+def _watchdog(data, at, end):
+    """The watchdog report of a beat from byte ``at``; bytes after it
+    are left to later appended fields."""
+    if at + _WATCHDOG.size > end:
+        raise Dropped("malformed", "watchdog: %d bytes expected"
+                      % _WATCHDOG.size)
+    state, timeout, ms, nonce = _WATCHDOG.unpack_from(data, at)
+    if state not in _WATCHDOG_STATES:
+        raise Dropped("malformed", "watchdog: unknown state %d" % state)
+    if state == WATCHDOG_NONE:
+        return None
+    return WatchdogReport(state, timeout, ms / 1000.0, nonce)
 
 
 def _echoes(data, at, end):
