@@ -147,8 +147,14 @@ class Sender:
     def __init__(self, conf, keyring, clock=time.time, facts_fn=None,
                  socket_factory=socket.socket, host=None, boot_id=None,
                  monotonic=time.monotonic, seq_start=None,
-                 resolver=socket.getaddrinfo):
+                 resolver=socket.getaddrinfo, watchdog_fn=None,
+                 on_challenge=None):
         group = conf.agent
+        #: watchdog_fn(now) -> the beat's WatchdogReport or None;
+        #: on_challenge(challenge, data) is given each challenge kept
+        #: (the watchdog duty: instanceha.agent.guardian)
+        self._watchdog_fn = watchdog_fn or (lambda now: None)
+        self._on_challenge = on_challenge
         self.interval = group.interval
         self.keyring = keyring
         self.host = host or resolve_host(conf)
@@ -214,23 +220,25 @@ class Sender:
         """The send time of a beat now: step-free wall clock."""
         return self._wall0 + (self._monotonic() - self._mono0)
 
-    def _beat(self, path, sent_at, facts, echoes=()):
+    def _beat(self, path, sent_at, facts, echoes=(), watchdog=None):
         return protocol.Beat(host=self.host, boot_id=self.boot_id,
                              seq=path.seq, sent_at=sent_at, path=path.name,
-                             facts=facts, echoes=echoes)
+                             facts=facts, echoes=echoes, watchdog=watchdog)
 
     def send_once(self):
         """Send one beat on every path to every engine; return the number
         of datagrams handed to the kernel."""
         facts = self._facts_fn()
         sent_at = self.sent_at()
-        echoes = self.echoes.current(self._monotonic())
+        now = self._monotonic()
+        echoes = self.echoes.current(now)
+        watchdog = self._watchdog_fn(now)
         key = self.keyring.current
         total = 0
         for path in self.paths:
             path.seq += 1
             data = protocol.encode_beat(
-                self._beat(path, sent_at, facts, echoes), key)
+                self._beat(path, sent_at, facts, echoes, watchdog), key)
             sent = self._to_engines(path, data)
             path.sent += sent
             total += sent
@@ -315,6 +323,8 @@ class Sender:
             return self._reply_dropped(WRONG_HOST, source)
         self.echoes.heard(message, self._monotonic())
         self.replies[ECHOED] += 1
+        if self._on_challenge is not None:
+            self._on_challenge(message, bytes(data))
         return ECHOED
 
     def _reply_dropped(self, why, source):

@@ -1,0 +1,161 @@
+"""The agent's watchdog duty (issue 37): arms the device, hands each beat
+its watchdog report, takes the engines' answers and poison pills, and
+feeds the device while :mod:`instanceha.agent.selffence` says the host
+may live.
+
+Freshness. The agent draws a nonce (16 random bytes) every check
+interval and puts the newest in every beat's watchdog report. An engine
+answers with the newest it received (the challenge's ``answer``): an
+answer echoing a nonce drawn at ``d`` was made after ``d``, so it counts
+as heard at ``d``. Nonces of this run are kept (up to :data:`KEEP`, the
+oldest dropped): a pill must echo one, so a pill recorded before this
+run (another boot) is refused.
+
+An orderly stop (:meth:`Guardian.disarm`) disarms the device first and
+sends a beat saying so; the engines then stop counting on the watchdog.
+"""
+
+import collections
+import os
+import threading
+from typing import Optional
+
+import structlog
+
+from instanceha.agent import selffence
+from instanceha.agent import watchdog
+from instanceha.heartbeat import challenge
+from instanceha.heartbeat import protocol
+
+LOG = structlog.get_logger("instanceha.agent.guardian")
+
+#: Nonces of this run kept to recognise answers and pills.
+KEEP = 4096
+
+
+class Nonces:
+    """This run's nonces and when each was drawn (monotonic)."""
+
+    def __init__(self, interval, random=os.urandom):
+        self.interval = interval
+        self._random = random
+        self._drawn = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._newest = None
+        self._newest_at = None
+
+    def current(self, now):
+        """The nonce to send at ``now`` (a new one every interval)."""
+        with self._lock:
+            if self._newest is None or now - self._newest_at >= \
+                    self.interval:
+                self._newest = self._random(protocol.NONCE_SIZE)
+                self._newest_at = now
+                self._drawn[self._newest] = now
+                while len(self._drawn) > KEEP:
+                    self._drawn.popitem(last=False)
+            return self._newest
+
+    def drawn_at(self, nonce) -> Optional[float]:
+        """When ``nonce`` was drawn by this run, or None."""
+        if nonce is None:
+            return None
+        with self._lock:
+            return self._drawn.get(nonce)
+
+
+class Guardian:
+    """See the module's text. ``keyring`` is the agent's own (the
+    engines sign answers and pills with it), ``monotonic`` its clock."""
+
+    def __init__(self, device, isolation_timeout, check_interval, host,
+                 keyring, peers=(), monotonic=None, random=os.urandom):
+        self.device = device
+        self.host = host
+        self.keyring = keyring
+        self.check_interval = check_interval
+        self.fence = selffence.SelfFence(device, isolation_timeout, peers)
+        self.nonces = Nonces(check_interval, random)
+        self._monotonic = monotonic
+        self.disarmed = False
+        #: the verified pill's bytes, relayed to peers that ask
+        self.pill = None
+
+    @property
+    def isolation_timeout(self):
+        return self.fence.isolation_timeout
+
+    def arm(self):
+        """Arm the device (raises WatchdogError)."""
+        self.device.arm()
+
+    def report(self, now) -> Optional[protocol.WatchdogReport]:
+        """The watchdog report of a beat sent at ``now``."""
+        if self.disarmed:
+            state = protocol.WATCHDOG_DISARMED
+        elif self.device.armed:
+            state = protocol.WATCHDOG_ARMED
+        else:
+            return None
+        return protocol.WatchdogReport(
+            state, self.device.timeout, self.isolation_timeout,
+            self.nonces.current(now))
+
+    def on_challenge(self, ch: challenge.Challenge, data=None) -> str:
+        """An engine's challenge for this host (verified): an answer
+        proven fresh counts, a pill echoing a nonce of this run
+        condemns. Returns what it was taken for."""
+        drawn = self.nonces.drawn_at(ch.answer)
+        if drawn is None:
+            return "unproven"
+        if ch.condemned:
+            if data is not None:
+                self.pill = data
+            self.fence.condemn("engine %s" % ch.issuer.hex())
+            return "condemned"
+        if not ch.acting:
+            return "standby"
+        self.fence.engine_answered(drawn)
+        return "engine"
+
+    def check_pill(self, data) -> bool:
+        """A pill a peer relayed: True when it is an engine's condemning
+        challenge for this host, signed with this host's key, echoing a
+        nonce of this run (the fence is then condemned)."""
+        if not data:
+            return False
+        try:
+            ch, _ = challenge.decode_signed(data, self.keyring)
+        except protocol.Dropped:
+            return False
+        if type(ch) is not challenge.Challenge or ch.host != self.host \
+                or not ch.condemned \
+                or self.nonces.drawn_at(ch.answer) is None:
+            return False
+        self.pill = data
+        self.fence.condemn("a pill relayed by a peer")
+        return True
+
+    def hears_engine(self, now) -> bool:
+        """Whether this agent has a fresh answer of an acting engine (what
+        it tells its peers)."""
+        at = self.fence.inputs().engine_at
+        return at is not None and 0 <= now - at <= self.isolation_timeout
+
+    def tick(self, now):
+        """Decide and feed (see :class:`selffence.SelfFence`); a feed
+        that fails is logged (the host then resets)."""
+        if self.disarmed:
+            return None
+        try:
+            return self.fence.tick(now)
+        except watchdog.WatchdogError as e:
+            LOG.critical("agent.watchdog_feed_failed", error=str(e),
+                         effect="this host resets within %d s"
+                         % self.device.timeout)
+            return None
+
+    def disarm(self):
+        """The orderly stop: magic close; the next beats say disarmed."""
+        self.disarmed = True
+        self.device.disarm()

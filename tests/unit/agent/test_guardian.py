@@ -1,0 +1,260 @@
+"""The agent's watchdog duty (issue 37): beats' watchdog reports, the
+engines' answers and pills proven fresh, the peers' probes and answers
+(fake sockets, datagrams handed over by the test), and the orderly stop
+(magic close, then a disarmed beat). Test devices only; nothing sleeps."""
+
+import itertools
+
+import pytest
+
+from instanceha.agent import guardian as guardian_mod
+from instanceha.agent import main
+from instanceha.agent import peers as peers_mod
+from instanceha.agent import selffence as sf
+from instanceha.agent import watchdog
+from instanceha.heartbeat import challenge
+from instanceha.heartbeat import keys
+from instanceha.heartbeat import peer
+from instanceha.heartbeat import protocol
+from tests.unit.agent import helpers
+from tests.unit.agent.watchdog_hw import FileHardware
+from tests.unit.heartbeat import helpers as hb
+
+ISSUER = b"E" * 8
+PEER_KEYRING = keys.Keyring(keys.Key.from_secret(b"p" * 40))
+X_KEY = keys.Key.for_host(b"x" * 40, "compute-x")
+A_KEY = keys.Key.for_host(b"a" * 40, "compute-a")
+
+
+def counter():
+    n = itertools.count(1)
+    return lambda size: bytes([next(n) % 256]) * size
+
+
+def make_guardian(tmp_path, host="compute-x", key=X_KEY, peers=(),
+                  clock=None):
+    hw = FileHardware(tmp_path / ("dev-" + host), timeout=5)
+    dev = watchdog.Device(hw.path, 5)
+    g = guardian_mod.Guardian(dev, 10.0, 2.0, host, keys.Keyring(key),
+                              peers=peers, monotonic=clock,
+                              random=counter())
+    g.arm()
+    return g, hw
+
+
+def engine_says(g, nonce, acting=True, condemned=False, key=X_KEY,
+                host="compute-x"):
+    ch = challenge.Challenge(ISSUER, b"c" * 16, host, nonce, acting,
+                             condemned)
+    data = challenge.encode(ch, key)
+    return g.on_challenge(challenge.decode_signed(data, keys.Keyring(key))[0],
+                          data)
+
+
+def test_reports_armed_then_disarmed_with_timeouts(tmp_path):
+    g, hw = make_guardian(tmp_path)
+    r = g.report(100.0)
+    assert (r.state, r.timeout, r.isolation_timeout) == (
+        protocol.WATCHDOG_ARMED, 5, 10.0)
+    assert g.report(101.0).nonce == r.nonce          # within the interval
+    assert g.report(102.0).nonce != r.nonce          # a new one after it
+    g.disarm()
+    assert g.report(103.0).state == protocol.WATCHDOG_DISARMED
+    hw.poll(103.0)
+    assert hw.disarmed and not hw.poll(1000.0)
+
+
+def test_an_acting_engines_answer_counts_from_the_nonces_draw(tmp_path):
+    g, _ = make_guardian(tmp_path)
+    nonce = g.report(100.0).nonce
+    assert engine_says(g, nonce) == "engine"
+    assert g.fence.inputs().engine_at == 100.0
+    assert g.tick(110.0).feed and not g.tick(110.5).feed
+
+
+def test_a_standby_or_unproven_answer_does_not_count(tmp_path):
+    g, _ = make_guardian(tmp_path)
+    nonce = g.report(100.0).nonce
+    assert engine_says(g, nonce, acting=False) == "standby"
+    assert engine_says(g, b"z" * 16) == "unproven"     # not our nonce
+    assert engine_says(g, None) == "unproven"          # an older engine
+    assert g.fence.inputs().engine_at is None
+
+
+def test_a_pill_echoing_a_nonce_of_this_run_condemns(tmp_path):
+    g, _ = make_guardian(tmp_path)
+    nonce = g.report(100.0).nonce
+    engine_says(g, nonce)
+    assert engine_says(g, nonce, condemned=True) == "condemned"
+    d = g.tick(100.5)
+    assert not d.feed and d.reason == sf.CONDEMNED and g.pill
+
+
+def test_a_pill_recorded_before_this_run_is_refused(tmp_path):
+    g, _ = make_guardian(tmp_path)
+    g.report(100.0)
+    assert engine_says(g, b"o" * 16, condemned=True) == "unproven"
+    assert not g.fence.inputs().condemned
+
+
+# -- peers --------------------------------------------------------------------
+
+class Net:
+    """Fake sockets that keep what is sent, by address."""
+
+    def __init__(self):
+        self.sent = []
+
+    def sock(self, address):
+        net = self
+
+        class Sock:
+            def sendto(self, data, to):
+                net.sent.append((address, data, to))
+
+            def setblocking(self, flag):
+                pass
+
+            def close(self):
+                pass
+        return Sock()
+
+    def take(self, to):
+        out = [(frm, d) for frm, d, t in self.sent if t == to]
+        self.sent = [s for s in self.sent if s[2] != to]
+        return out
+
+
+ADDR = {"compute-x": ("127.0.0.1", 1), "compute-a": ("127.0.0.1", 2),
+        "compute-b": ("127.0.0.1", 3)}
+
+
+def make_peer(tmp_path, net, host, key, clock):
+    others = [(n, a) for n, a in ADDR.items() if n != host]
+    g, hw = make_guardian(tmp_path, host, key, [n for n, _ in others],
+                          clock)
+    p = peers_mod.Peers(host, others, PEER_KEYRING, g,
+                        net.sock(ADDR[host]), clock, random=counter())
+    return p, g, hw
+
+
+def deliver(net, peers_by_host):
+    for host, p in peers_by_host.items():
+        for frm, data in net.take(ADDR[host]):
+            p.handle(data, frm)
+
+
+def test_peers_answer_whether_they_hear_an_engine(tmp_path):
+    clock = helpers.Clock(100.0)
+    net = Net()
+    x, gx, _ = make_peer(tmp_path, net, "compute-x", X_KEY, clock)
+    a, ga, _ = make_peer(tmp_path, net, "compute-a", A_KEY, clock)
+    engine_says(ga, ga.report(100.0).nonce, key=A_KEY, host="compute-a")
+    assert x.probe(100.0) == 2
+    deliver(net, {"compute-a": a})        # a answers; b is gone
+    deliver(net, {"compute-x": x})
+    answers = gx.fence.inputs().peers
+    assert answers == (sf.PeerAnswer("compute-a", 100.0, True, False),)
+    # one of two peers is not a majority of 2: cut off, no feed
+    assert not gx.tick(101.0).feed
+
+
+def test_a_peer_relays_the_engines_pill_and_the_prober_verifies_it(
+        tmp_path):
+    clock = helpers.Clock(100.0)
+    net = Net()
+    x, gx, _ = make_peer(tmp_path, net, "compute-x", X_KEY, clock)
+    a, ga, _ = make_peer(tmp_path, net, "compute-a", A_KEY, clock)
+    nonce = gx.report(100.0).nonce
+    pill = challenge.encode(challenge.Challenge(
+        ISSUER, b"c" * 16, "compute-x", nonce, True, True), X_KEY)
+    relay = peer.encode_relay(peer.Relay("compute-x", pill), A_KEY)
+    assert a.handle(relay, ("192.0.2.1", 7411)) == "relay_kept"
+    x.probe(101.0)
+    deliver(net, {"compute-a": a})
+    deliver(net, {"compute-x": x})
+    assert x.counts["condemned"] == 1
+    assert gx.fence.inputs().condemned and not gx.tick(101.5).feed
+
+
+def test_a_forged_pill_from_a_peer_condemns_nothing(tmp_path):
+    clock = helpers.Clock(100.0)
+    net = Net()
+    x, gx, _ = make_peer(tmp_path, net, "compute-x", X_KEY, clock)
+    nonce = gx.report(100.0).nonce
+    forged = challenge.encode(challenge.Challenge(
+        ISSUER, b"c" * 16, "compute-x", nonce, True, True), A_KEY)
+    x.probe(100.0)
+    probe_nonce = peer.decode_signed(net.sent[0][1], PEER_KEYRING)[0].nonce
+    answer = peer.encode_answer(peer.Answer(
+        probe_nonce, "compute-a", "compute-x", True, forged),
+        PEER_KEYRING.current)
+    assert x.handle(answer, ADDR["compute-a"]) == "answer"
+    assert not gx.fence.inputs().condemned
+
+
+def test_answers_that_prove_nothing_are_not_counted(tmp_path):
+    clock = helpers.Clock(100.0)
+    net = Net()
+    x, gx, _ = make_peer(tmp_path, net, "compute-x", X_KEY, clock)
+    x.probe(100.0)
+    probe_nonce = peer.decode_signed(net.sent[0][1], PEER_KEYRING)[0].nonce
+
+    def answer(nonce=probe_nonce, host="compute-a", target="compute-x",
+               key=PEER_KEYRING.current):
+        return x.handle(peer.encode_answer(peer.Answer(
+            nonce, host, target, True), key), None)
+    assert answer(nonce=b"q" * 16) == "unproven"
+    assert answer(host="compute-z") == "unknown_peer"
+    assert answer(target="compute-b") == "wrong_target"
+    assert answer(key=hb.OTHER_KEY) == "unknown_key"
+    assert gx.fence.inputs().peers == ()
+    # a probe from a host that is not a configured peer is not answered
+    stranger = peer.encode_probe(peer.Probe(b"s" * 16, "compute-z"),
+                                 PEER_KEYRING.current)
+    assert x.handle(stranger, None) == "unknown_peer"
+
+
+def test_at_most_sixteen_peers():
+    from instanceha.conf import agent as agent_conf
+    with pytest.raises(ValueError, match="at most 16"):
+        agent_conf.parse_peers(["h%d=127.0.0.1:%d" % (i, i + 1)
+                                for i in range(17)])
+
+
+# -- the agent ----------------------------------------------------------------
+
+def test_orderly_stop_disarms_first_then_tells_the_engines(tmp_path):
+    hw = FileHardware(tmp_path / "dev", timeout=30)
+    sockets = helpers.Sockets()
+    conf = helpers.make_conf(watchdog_device=hw.path, watchdog_timeout=30,
+                             isolation_timeout=10.0, compute_check="none",
+                             libvirt_check="none", count_guests=False,
+                             guest_events=False)
+    agent = main.Agent(conf, hb.KEYRING, host="compute-1",
+                       socket_factory=sockets, boot_id="boot-1",
+                       resolver=helpers.resolver, seq_start=1,
+                       monotonic=helpers.Clock(10.0))
+    agent.start()
+    hw.poll(0.0)
+    assert hw.armed
+    agent.sender.send_once()
+    agent.stop_watchdog()
+    hw.poll(1.0)
+    assert hw.disarmed and not hw.poll(10 ** 6)
+    sent = [protocol.decode(d, hb.KEYRING) for d, _ in sockets.made[0].sent]
+    assert [b.watchdog.state for b in sent] == [
+        protocol.WATCHDOG_ARMED, protocol.WATCHDOG_DISARMED]
+    assert sent[0].watchdog.timeout == 30
+    agent.control.stop()
+    agent.sender.close()
+
+
+def test_a_watchdog_that_cannot_be_armed_stops_the_start(tmp_path):
+    conf = helpers.make_conf(watchdog_device="/dev/watchdog",
+                             guest_events=False)
+    agent = main.Agent(conf, hb.KEYRING, host="compute-1",
+                       socket_factory=helpers.Sockets(), boot_id="boot-1",
+                       resolver=helpers.resolver, seq_start=1)
+    with pytest.raises(main.ConfigError, match="refused"):
+        agent.start()
