@@ -78,8 +78,13 @@ class Guardian:
         self.nonces = Nonces(check_interval, random)
         self._monotonic = monotonic
         self.disarmed = False
-        #: the verified pill's bytes, relayed to peers that ask
+        #: the verified pill's bytes
         self.pill = None
+        self._peer_digests = tuple(protocol.name_digest(p)
+                                   for p in peers)[:protocol.MAX_PEER_DIGESTS]
+        #: () -> the hosts whose pills this agent holds to relay (set by
+        #: :class:`instanceha.agent.peers.Peers`)
+        self.relaying = lambda: ()
 
     @property
     def isolation_timeout(self):
@@ -97,9 +102,11 @@ class Guardian:
             state = protocol.WATCHDOG_ARMED
         else:
             return None
+        pills = tuple(protocol.name_digest(h) for h in self.relaying())
         return protocol.WatchdogReport(
             state, self.device.timeout, self.isolation_timeout,
-            self.nonces.current(now))
+            self.nonces.current(now), self._peer_digests,
+            pills[-protocol.MAX_PILL_DIGESTS:])
 
     def on_challenge(self, ch: challenge.Challenge, data=None) -> str:
         """An engine's challenge for this host (verified): an answer

@@ -75,6 +75,8 @@ class Agent:
                              on_challenge=self.guardian.on_challenge)
         self.sender = sender_mod.Sender(
             conf, keyring, facts_fn=self.facts, host=self.host, **sender_kw)
+        if self.peers is not None:
+            self.sender.on_relay = self.peers.keep_relay
         self.guests = None
         if conf.agent.guest_events:
             self.guests = guest_events.GuestWatcher(

@@ -55,6 +55,22 @@ class Peers:
         self.counts = collections.Counter()
         self._thread = None
         self._wake = None
+        guardian.relaying = self.relaying
+
+    def relaying(self):
+        """The hosts whose pills this agent holds, oldest first."""
+        with self._lock:
+            return list(self._pills)
+
+    def keep_relay(self, relay):
+        """An engine's relay (verified with this host's key): keep the
+        pill for its target."""
+        with self._lock:
+            self._pills.pop(relay.target, None)
+            self._pills[relay.target] = relay.pill
+            while len(self._pills) > MAX_PILLS:
+                self._pills.popitem(last=False)
+        return self._count("relay_kept")
 
     # -- probing -------------------------------------------------------------
 
@@ -95,12 +111,7 @@ class Peers:
                 return self._count(e.reason)
             if type(msg) is not peer.Relay:
                 return self._count("not_a_relay")
-            with self._lock:
-                self._pills.pop(msg.target, None)
-                self._pills[msg.target] = msg.pill
-                while len(self._pills) > MAX_PILLS:
-                    self._pills.popitem(last=False)
-            return self._count("relay_kept")
+            return self.keep_relay(msg)
         if type(msg) is peer.Probe:
             return self._answer(msg, source)
         if type(msg) is peer.Answer:

@@ -46,6 +46,7 @@ import structlog
 from instanceha.conf import agent as agent_conf
 from instanceha.errors import ConfigError
 from instanceha.heartbeat import challenge
+from instanceha.heartbeat import peer
 from instanceha.heartbeat import protocol
 from instanceha.util import datagrams
 
@@ -54,6 +55,11 @@ LOG = structlog.get_logger("instanceha.agent.sender")
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 #: What :meth:`Sender.handle_reply` answers for a challenge kept.
 ECHOED = "echoed"
+#: What :meth:`Sender.handle_reply` answers for a relayed pill kept.
+RELAYED = "relayed"
+#: The datagrams the path sockets read besides beats and requests.
+_REPLY_BODIES = {protocol.CHALLENGE: challenge.read_body,
+                 peer.RELAY: peer.read_relay}
 #: A datagram on a path socket that is not a challenge for this host.
 NOT_A_CHALLENGE = "not_a_challenge"
 WRONG_HOST = "wrong_host"
@@ -148,13 +154,15 @@ class Sender:
                  socket_factory=socket.socket, host=None, boot_id=None,
                  monotonic=time.monotonic, seq_start=None,
                  resolver=socket.getaddrinfo, watchdog_fn=None,
-                 on_challenge=None):
+                 on_challenge=None, on_relay=None):
         group = conf.agent
         #: watchdog_fn(now) -> the beat's WatchdogReport or None;
         #: on_challenge(challenge, data) is given each challenge kept
         #: (the watchdog duty: instanceha.agent.guardian)
         self._watchdog_fn = watchdog_fn or (lambda now: None)
         self._on_challenge = on_challenge
+        #: on_relay(relay): an engine's relayed pill for a peer
+        self.on_relay = on_relay
         self.interval = group.interval
         self.keyring = keyring
         self.host = host or resolve_host(conf)
@@ -314,9 +322,14 @@ class Sender:
         else is counted by reason (a protocol drop reason,
         :data:`NOT_A_CHALLENGE`, :data:`WRONG_HOST`) and dropped."""
         try:
-            message, _ = challenge.decode_signed(data, self.keyring)
+            message, _ = protocol.decode_signed(data, self.keyring,
+                                                _REPLY_BODIES)
         except protocol.Dropped as e:
             return self._reply_dropped(e.reason, source)
+        if type(message) is peer.Relay and self.on_relay is not None:
+            self.on_relay(message)
+            self.replies[RELAYED] += 1
+            return RELAYED
         if type(message) is not challenge.Challenge:
             return self._reply_dropped(NOT_A_CHALLENGE, source)
         if message.host != self.host:

@@ -132,6 +132,9 @@ def _read_relay(data, end):
                                 protocol.MAX_HOST), bytes(data[o[1]:o[2]]))
 
 
+#: The reader of a relay's body (the agent's path sockets receive them
+#: with the engines' challenges).
+read_relay = _read_relay
 _BODIES = {PROBE: _read_probe, ANSWER: _read_answer, RELAY: _read_relay}
 
 

@@ -41,6 +41,11 @@ The body of a beat::
      4  isolation timeout, milliseconds, unsigned
     16  the agent's nonce: an engine's answer echoes it, which proves
         the answer fresh to the agent (:mod:`instanceha.agent.selffence`)
+     1  peers, 0 to MAX_PEER_DIGESTS, then that many name digests
+        (:func:`name_digest`) of the agent's configured peers
+     1  pills, 0 to MAX_PILL_DIGESTS, then that many name digests of the
+        hosts whose poison pill this agent holds to relay
+        (both optional: a report may end before them)
 
 The body of a request::
 
@@ -74,6 +79,7 @@ anything else, whatever the bytes. The replay guard
 """
 
 import functools
+import hashlib
 import hmac
 import math
 import re
@@ -105,6 +111,9 @@ WATCHDOG_ARMED = 1
 WATCHDOG_DISARMED = 2
 _WATCHDOG_STATES = (WATCHDOG_NONE, WATCHDOG_ARMED, WATCHDOG_DISARMED)
 MAX_WATCHDOG_TIMEOUT = 0xFFFF
+DIGEST_SIZE = 8
+MAX_PEER_DIGESTS = 16
+MAX_PILL_DIGESTS = 8
 MAX_ISOLATION_MS = 0xFFFFFFFF
 _SEQ_TIME = struct.Struct(">Qd")
 #: The largest datagram sent or accepted. A receiver should read
@@ -185,6 +194,15 @@ class WatchdogReport(NamedTuple):
     timeout: int
     isolation_timeout: float
     nonce: bytes
+    #: :func:`name_digest` of each configured peer
+    peers: Tuple[bytes, ...] = ()
+    #: :func:`name_digest` of each host whose pill the agent holds
+    pills: Tuple[bytes, ...] = ()
+
+
+def name_digest(host: str) -> bytes:
+    """A host name's 8-byte digest, as watchdog reports carry it."""
+    return hashlib.sha256(host.encode("utf-8")).digest()[:DIGEST_SIZE]
 
 
 class Beat(NamedTuple):
@@ -292,8 +310,17 @@ def _watchdog_bytes(report):
             or len(report.nonce) != NONCE_SIZE:
         raise ValueError("cannot encode beat: watchdog: a state, timeouts "
                          "and a nonce of %d bytes expected" % NONCE_SIZE)
+    digests = b""
+    for name, items, limit in (("peers", report.peers, MAX_PEER_DIGESTS),
+                               ("pills", report.pills, MAX_PILL_DIGESTS)):
+        if len(items) > limit or any(type(d) is not bytes or len(d) !=
+                                     DIGEST_SIZE for d in items):
+            raise ValueError("cannot encode beat: watchdog %s: up to %d "
+                             "digests of %d bytes expected"
+                             % (name, limit, DIGEST_SIZE))
+        digests += bytes((len(items),)) + b"".join(items)
     return _WATCHDOG.pack(report.state, report.timeout, int(round(ms)),
-                          report.nonce)
+                          report.nonce) + digests
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -499,7 +526,21 @@ def _watchdog(data, at, end):
         raise Dropped("malformed", "watchdog: unknown state %d" % state)
     if state == WATCHDOG_NONE:
         return None
-    return WatchdogReport(state, timeout, ms / 1000.0, nonce)
+    at += _WATCHDOG.size
+    lists = []
+    for limit in (MAX_PEER_DIGESTS, MAX_PILL_DIGESTS):
+        if at >= end:
+            lists.append(())
+            continue
+        count = data[at]
+        stop = at + 1 + count * DIGEST_SIZE
+        if count > limit or stop > end:
+            raise Dropped("malformed", "watchdog: up to %d digests "
+                          "expected" % limit)
+        lists.append(tuple(bytes(data[i:i + DIGEST_SIZE])
+                           for i in range(at + 1, stop, DIGEST_SIZE)))
+        at = stop
+    return WatchdogReport(state, timeout, ms / 1000.0, nonce, *lists)
 
 
 def _echoes(data, at, end):

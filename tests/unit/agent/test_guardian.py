@@ -258,3 +258,31 @@ def test_a_watchdog_that_cannot_be_armed_stops_the_start(tmp_path):
                        resolver=helpers.resolver, seq_start=1)
     with pytest.raises(main.ConfigError, match="refused"):
         agent.start()
+
+
+def test_reports_name_the_peers_and_the_pills_held(tmp_path):
+    clock = helpers.Clock(100.0)
+    net = Net()
+    a, ga, _ = make_peer(tmp_path, net, "compute-a", A_KEY, clock)
+    assert ga.report(100.0).pills == ()
+    assert set(ga.report(100.0).peers) == {
+        protocol.name_digest("compute-x"), protocol.name_digest("compute-b")}
+    a.keep_relay(peer.Relay("compute-x", b"pill"))
+    assert ga.report(100.0).pills == (protocol.name_digest("compute-x"),)
+
+
+def test_the_path_sockets_hand_relays_to_the_peers(tmp_path):
+    from instanceha.agent import sender as sender_mod
+    got = []
+    conf = helpers.make_conf()
+    s = sender_mod.Sender(conf, hb.KEYRING, helpers.Clock(5000.0),
+                          socket_factory=helpers.Sockets(),
+                          host="compute-1", boot_id="b", seq_start=1,
+                          resolver=helpers.resolver, on_relay=got.append)
+    relay = peer.Relay("compute-x", b"pill")
+    assert s.handle_reply(peer.encode_relay(relay, hb.KEY)) == \
+        sender_mod.RELAYED
+    assert got == [relay]
+    # not signed with this host's key: dropped
+    assert s.handle_reply(peer.encode_relay(relay, hb.OTHER_KEY)) == \
+        "unknown_key"

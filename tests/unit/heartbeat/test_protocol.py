@@ -461,10 +461,29 @@ def test_watchdog_report_round_trip_and_older_beats():
     assert protocol.decode(GOOD, RING).watchdog is None
 
 
+def test_watchdog_report_carries_peers_and_pills():
+    d = protocol.name_digest
+    report = protocol.WatchdogReport(
+        protocol.WATCHDOG_ARMED, 30, 12.5, b"n" * 16,
+        peers=tuple(d("h%d" % i) for i in range(16)), pills=(d("x"),))
+    beat = helpers.beat()._replace(watchdog=report)
+    data = protocol.encode_beat(beat._replace(host="h" * 255), helpers.KEY)
+    assert len(data) <= protocol.MAX_SIZE
+    assert protocol.decode(data, RING).watchdog == report
+    with pytest.raises(ValueError, match="peers"):
+        protocol.encode_beat(beat._replace(watchdog=report._replace(
+            peers=report.peers + (d("z"),))), helpers.KEY)
+
+
 def test_watchdog_report_malformed():
     assert reason(sign(beat_body(extra=b"\x01\x00"))) == "malformed"
     assert reason(sign(beat_body(extra=b"\x07" + bytes(22)))) == \
         "malformed"
+    armed = b"\x01" + bytes(22)
+    assert reason(sign(beat_body(extra=armed + b"\x02" + bytes(8)))) == \
+        "malformed"
+    assert reason(sign(beat_body(extra=armed + b"\x11" + bytes(136)))) \
+        == "malformed"
 
 
 def test_watchdog_report_refused_by_the_encoder():
