@@ -82,7 +82,7 @@ class Guardian:
         self.pill = None
         self._peer_digests = tuple(protocol.name_digest(p)
                                    for p in peers)[:protocol.MAX_PEER_DIGESTS]
-        #: () -> the hosts whose pills this agent holds to relay (set by
+        #: () -> the pills this agent holds to relay (set by
         #: :class:`instanceha.agent.peers.Peers`)
         self.relaying = lambda: ()
 
@@ -102,7 +102,7 @@ class Guardian:
             state = protocol.WATCHDOG_ARMED
         else:
             return None
-        pills = tuple(protocol.name_digest(h) for h in self.relaying())
+        pills = tuple(protocol.pill_digest(p) for p in self.relaying())
         return protocol.WatchdogReport(
             state, self.device.timeout, self.isolation_timeout,
             self.nonces.current(now), self._peer_digests,

@@ -58,9 +58,9 @@ class Peers:
         guardian.relaying = self.relaying
 
     def relaying(self):
-        """The hosts whose pills this agent holds, oldest first."""
+        """The pills this agent holds, oldest first."""
         with self._lock:
-            return list(self._pills)
+            return list(self._pills.values())
 
     def keep_relay(self, relay):
         """An engine's relay (verified with this host's key): keep the

@@ -43,8 +43,9 @@ The body of a beat::
         the answer fresh to the agent (:mod:`instanceha.agent.selffence`)
      1  peers, 0 to MAX_PEER_DIGESTS, then that many name digests
         (:func:`name_digest`) of the agent's configured peers
-     1  pills, 0 to MAX_PILL_DIGESTS, then that many name digests of the
-        hosts whose poison pill this agent holds to relay
+     1  pills, 0 to MAX_PILL_DIGESTS, then that many digests
+        (:func:`pill_digest`) of the poison pills this agent holds to
+        relay
         (both optional: a report may end before them)
 
 The body of a request::
@@ -196,13 +197,19 @@ class WatchdogReport(NamedTuple):
     nonce: bytes
     #: :func:`name_digest` of each configured peer
     peers: Tuple[bytes, ...] = ()
-    #: :func:`name_digest` of each host whose pill the agent holds
+    #: :func:`pill_digest` of each pill the agent holds to relay
     pills: Tuple[bytes, ...] = ()
 
 
 def name_digest(host: str) -> bytes:
     """A host name's 8-byte digest, as watchdog reports carry it."""
     return hashlib.sha256(host.encode("utf-8")).digest()[:DIGEST_SIZE]
+
+
+def pill_digest(pill: bytes) -> bytes:
+    """A poison pill's 8-byte digest (its datagram's bytes), as watchdog
+    reports carry it: the engine knows which pill a peer holds."""
+    return hashlib.sha256(b"pill:" + bytes(pill)).digest()[:DIGEST_SIZE]
 
 
 class Beat(NamedTuple):

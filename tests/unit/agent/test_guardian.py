@@ -268,7 +268,7 @@ def test_reports_name_the_peers_and_the_pills_held(tmp_path):
     assert set(ga.report(100.0).peers) == {
         protocol.name_digest("compute-x"), protocol.name_digest("compute-b")}
     a.keep_relay(peer.Relay("compute-x", b"pill"))
-    assert ga.report(100.0).pills == (protocol.name_digest("compute-x"),)
+    assert ga.report(100.0).pills == (protocol.pill_digest(b"pill"),)
 
 
 def test_the_path_sockets_hand_relays_to_the_peers(tmp_path):
