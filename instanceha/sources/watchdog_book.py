@@ -20,26 +20,12 @@ condemnation. Thread-safe.
 """
 
 import threading
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from instanceha.drivers.fencing.watchdog import WatchdogState
 from instanceha.heartbeat import protocol
 
-
-class WatchdogState(NamedTuple):
-    """One host as the fencing method reads it (see the module's
-    text)."""
-    host: str
-    #: the host's last beat reported an armed watchdog
-    armed: bool
-    #: protocol.WATCHDOG_* of the last beat (NONE: no report)
-    state: int
-    watchdog_timeout: float
-    isolation_timeout: float
-    last_beat: float
-    condemned_at: Optional[float]
-    published_at: Optional[float]
-    peers: int
-    acks: int
+__all__ = ["WatchdogBook", "WatchdogState", "majority"]
 
 
 def majority(count: int) -> int:

@@ -95,6 +95,10 @@ def test_never_armed_or_disarmed_is_never_dead():
     assert not j.dead and "disarmed" in j.why
 
 
+def test_the_method_and_the_protocol_agree_on_disarmed():
+    assert wd.DISARMED == protocol.WATCHDOG_DISARMED
+
+
 def test_not_condemned_or_not_published_is_not_dead():
     assert wd.deadline(state(condemn=False), 1e9, MARGIN).why == \
         "not condemned"

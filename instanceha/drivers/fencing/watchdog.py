@@ -35,11 +35,30 @@ from typing import NamedTuple, Optional, Protocol, Tuple
 import structlog
 
 from instanceha.drivers.fencing import base
-from instanceha.sources.watchdog_book import WatchdogState
 
 LOG = structlog.get_logger("instanceha.fencing.watchdog")
 
 POLL = 1.0
+#: protocol.WATCHDOG_DISARMED (drivers do not import the heartbeat
+#: package: the layers in .importlinter; a test checks they agree)
+DISARMED = 2
+
+
+class WatchdogState(NamedTuple):
+    """One host as the fencing method reads it (kept by
+    :class:`instanceha.sources.watchdog_book.WatchdogBook`)."""
+    host: str
+    #: the host's last beat reported an armed watchdog
+    armed: bool
+    #: protocol.WATCHDOG_* of the last beat (NONE: no report)
+    state: int
+    watchdog_timeout: float
+    isolation_timeout: float
+    last_beat: float
+    condemned_at: Optional[float]
+    published_at: Optional[float]
+    peers: int
+    acks: int
 
 
 class Witness(Protocol):
@@ -90,7 +109,7 @@ def refusal(state: Optional[WatchdogState]) -> Optional[str]:
         return "its agent was never heard"
     if not state.armed:
         return ("its agent reported its watchdog disarmed (an orderly "
-                "stop)" if state.state == 2 else
+                "stop)" if state.state == DISARMED else
                 "its agent never reported an armed watchdog")
     return None
 
