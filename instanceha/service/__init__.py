@@ -149,10 +149,12 @@ class Service:
         self.board = ProgressBoard()
         if fencer is None:
             conf = self.conf
-            # the watchdog method reads the agents' heartbeats (the
-            # listener is built after the fencers: found at first use)
-            witness = LazyWitness(lambda: getattr(
-                getattr(self, "sources", None), "heartbeat", None))
+            # the watchdog method reads the agents' heartbeats and
+            # condemns through the listener, guarded like every write
+            # (built after the fencers: found at first use)
+            witness = LazyWitness(lambda: guard_agent_requests(
+                getattr(self, "membership", None), getattr(
+                    getattr(self, "sources", None), "heartbeat", None)))
 
             def fencer(name: str) -> Any:
                 return fencing_pkg.load_driver(

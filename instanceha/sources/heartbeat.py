@@ -699,6 +699,7 @@ class HeartbeatSource:
         """What this engine knows of ``host_name``'s watchdog, or None."""
         return self.watchdogs.state(host_name)
 
+    @write
     def condemn(self, host_name: str, reason: str) -> Optional[float]:
         """Condemn ``host_name``: make its poison pill (a challenge saying
         so, echoing the newest nonce its agent sent, signed with its
@@ -850,7 +851,22 @@ class HeartbeatSource:
                     entry["state"] = ALIVE_UNPROVEN
                 entry["unproven_beat_age"] = round(now - at, 3)
                 entry["unproven_path"] = path
-            return out
+        mono = self._monotonic()
+        for name, entry in out.items():
+            wd = self.watchdogs.state(name)
+            if wd is None or (wd.state == protocol.WATCHDOG_NONE
+                              and wd.condemned_at is None):
+                continue
+            entry["watchdog"] = {
+                "state": {protocol.WATCHDOG_ARMED: "armed",
+                          protocol.WATCHDOG_DISARMED: "disarmed"}.get(
+                              wd.state, "none"),
+                "timeout": wd.watchdog_timeout,
+                "isolation_timeout": wd.isolation_timeout,
+                "condemned_ago": None if wd.condemned_at is None
+                else round(mono - wd.condemned_at, 3),
+                "pill_held_by": wd.acks, "peers": wd.peers}
+        return out
 
     def health(self) -> Dict[str, Any]:
         now = self._clock()

@@ -274,3 +274,17 @@ def test_condemn_sends_the_pill_to_the_host_and_its_peers_until_published():
     beat_of(src, "compute-b", 2, report(nonce=b"b" * 16,
                                         pills=(protocol.pill_digest(pill),)))
     assert src.watchdog_state("compute-x").published_at == 106.0
+
+
+def test_the_listeners_view_shows_the_watchdog_and_the_condemnation():
+    src, _, mono = listener()
+    beat_of(src, "compute-x", 1, report(peers=["compute-a"]))
+    beat_of(src, "compute-a", 1, None)
+    assert "watchdog" not in src.view(T0)["compute-a"]
+    view = src.view(T0)["compute-x"]["watchdog"]
+    assert view == {"state": "armed", "timeout": WDT,
+                    "isolation_timeout": ISO, "condemned_ago": None,
+                    "pill_held_by": 0, "peers": 1}
+    src.condemn("compute-x", "test")
+    mono.advance(4.0)
+    assert src.view(T0)["compute-x"]["watchdog"]["condemned_ago"] == 4.0

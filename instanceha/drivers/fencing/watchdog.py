@@ -157,7 +157,7 @@ class WatchdogDriver(base.FencingDriver):
                                   "given to the driver")
         return self.witness
 
-    def judge(self, host: str) -> Tuple[Judgement, float]:
+    def _judge(self, host: str) -> Tuple[Judgement, float]:
         witness = self._need_witness()
         now = witness.monotonic()
         return deadline(witness.watchdog_state(host), now, self.margin), now
@@ -181,7 +181,7 @@ class WatchdogDriver(base.FencingDriver):
                         margin=self.margin)
         start = witness.monotonic()
         while True:
-            judgement, now = self.judge(host)
+            judgement, now = self._judge(host)
             if judgement.dead:
                 LOG.warning("watchdog_fenced", host=host,
                             reason=judgement.why)
@@ -199,6 +199,6 @@ class WatchdogDriver(base.FencingDriver):
             self._sleep(min(wait, self.wait_max - (now - start)) or 0.01)
 
     def power_state(self, bmc):
-        judgement, _ = self.judge(bmc.host)
+        judgement, _ = self._judge(bmc.host)
         return base.PowerState.OFF if judgement.dead \
             else base.PowerState.UNKNOWN
