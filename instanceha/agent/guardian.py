@@ -7,9 +7,13 @@ Freshness. The agent draws a nonce (16 random bytes) every check
 interval and puts the newest in every beat's watchdog report. An engine
 answers with the newest it received (the challenge's ``answer``): an
 answer echoing a nonce drawn at ``d`` was made after ``d``, so it counts
-as heard at ``d``. Nonces of this run are kept (up to :data:`KEEP`, the
-oldest dropped): a pill must echo one, so a pill recorded before this
-run (another boot) is refused.
+as heard at ``d`` (only a nonce of this run of the agent: its draw time
+is known). A pill must echo a nonce of this *boot*: the agent also
+appends each nonce to ``[agent] nonce_file`` (under /run, emptied at
+boot), so an agent restarted by systemd after a crash still obeys a
+pill made before its restart, and a pill recorded before the host's
+last boot is refused. At most :data:`KEEP` are kept (the oldest
+dropped).
 
 An orderly stop (:meth:`Guardian.disarm`) disarms the device first and
 sends a beat saying so; the engines then stop counting on the watchdog.
@@ -36,13 +40,53 @@ KEEP = 4096
 class Nonces:
     """This run's nonces and when each was drawn (monotonic)."""
 
-    def __init__(self, interval, random=os.urandom):
+    def __init__(self, interval, random=os.urandom, path=None):
         self.interval = interval
         self._random = random
         self._drawn = collections.OrderedDict()
         self._lock = threading.Lock()
         self._newest = None
         self._newest_at = None
+        self._path = path
+        #: nonces of earlier runs of the agent in this boot (pills only)
+        self._earlier = set(self._load(path)) if path else set()
+
+    @staticmethod
+    def _load(path):
+        try:
+            with open(path) as f:
+                lines = f.read().split()[-KEEP:]
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            LOG.warning("agent.nonce_file_unread", path=path, error=str(e),
+                        effect="pills made before this start are refused")
+            return []
+        out = []
+        for line in lines:
+            try:
+                nonce = bytes.fromhex(line)
+            except ValueError:
+                continue
+            if len(nonce) == protocol.NONCE_SIZE:
+                out.append(nonce)
+        return out
+
+    def _store(self, nonce):
+        if not self._path:
+            return
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, nonce.hex().encode("ascii") + b"\n")
+            finally:
+                os.close(fd)
+        except OSError as e:
+            LOG.warning("agent.nonce_file_unwritten", path=self._path,
+                        error=str(e),
+                        effect="after a restart of the agent, a pill made "
+                               "before it would be refused")
 
     def current(self, now):
         """The nonce to send at ``now`` (a new one every interval)."""
@@ -54,6 +98,7 @@ class Nonces:
                 self._drawn[self._newest] = now
                 while len(self._drawn) > KEEP:
                     self._drawn.popitem(last=False)
+                self._store(self._newest)
             return self._newest
 
     def drawn_at(self, nonce) -> Optional[float]:
@@ -63,19 +108,27 @@ class Nonces:
         with self._lock:
             return self._drawn.get(nonce)
 
+    def ours(self, nonce) -> bool:
+        """True for a nonce drawn by this agent in this boot."""
+        if nonce is None:
+            return False
+        with self._lock:
+            return nonce in self._drawn or nonce in self._earlier
+
 
 class Guardian:
     """See the module's text. ``keyring`` is the agent's own (the
     engines sign answers and pills with it), ``monotonic`` its clock."""
 
     def __init__(self, device, isolation_timeout, check_interval, host,
-                 keyring, peers=(), monotonic=None, random=os.urandom):
+                 keyring, peers=(), monotonic=None, random=os.urandom,
+                 nonce_file=None):
         self.device = device
         self.host = host
         self.keyring = keyring
         self.check_interval = check_interval
         self.fence = selffence.SelfFence(device, isolation_timeout, peers)
-        self.nonces = Nonces(check_interval, random)
+        self.nonces = Nonces(check_interval, random, nonce_file)
         self._monotonic = monotonic
         self.disarmed = False
         #: the verified pill's bytes
@@ -112,14 +165,16 @@ class Guardian:
         """An engine's challenge for this host (verified): an answer
         proven fresh counts, a pill echoing a nonce of this run
         condemns. Returns what it was taken for."""
-        drawn = self.nonces.drawn_at(ch.answer)
-        if drawn is None:
-            return "unproven"
         if ch.condemned:
+            if not self.nonces.ours(ch.answer):
+                return "unproven"
             if data is not None:
                 self.pill = data
             self.fence.condemn("engine %s" % ch.issuer.hex())
             return "condemned"
+        drawn = self.nonces.drawn_at(ch.answer)
+        if drawn is None:
+            return "unproven"
         if not ch.acting:
             return "standby"
         self.fence.engine_answered(drawn)
@@ -136,8 +191,7 @@ class Guardian:
         except protocol.Dropped:
             return False
         if type(ch) is not challenge.Challenge or ch.host != self.host \
-                or not ch.condemned \
-                or self.nonces.drawn_at(ch.answer) is None:
+                or not ch.condemned or not self.nonces.ours(ch.answer):
             return False
         self.pill = data
         self.fence.condemn("a pill relayed by a peer")

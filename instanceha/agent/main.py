@@ -93,7 +93,7 @@ class Agent:
             self.host, keyring,
             peers=[name for name, _, _ in agent_conf.parse_peers(
                 group.peers)],
-            monotonic=self.monotonic)
+            monotonic=self.monotonic, nonce_file=group.nonce_file or None)
         if not group.peers:
             return guardian, None
         if peer_keyring is None:

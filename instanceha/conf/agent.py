@@ -215,6 +215,15 @@ OPTS = [
                  help="Seconds between two decisions to feed the watchdog "
                       "(and two rounds of peer probes). Keep it well below "
                       "watchdog_timeout."),
+    cfg.StrOpt("nonce_file",
+               default="/run/instanceha-agent/watchdog-nonces",
+               help="Where the agent appends the nonces its beats carry "
+                    "(with watchdog_device). Keep it on a file system "
+                    "emptied at boot (/run): an agent restarted after a "
+                    "crash then still obeys a poison pill made before its "
+                    "restart, and a pill recorded before the host's last "
+                    "boot is refused. Empty: not kept (a restarted agent "
+                    "refuses earlier pills)."),
     cfg.ListOpt("peers", default=[],
                 help="Peer agents asked, when the engines cannot be heard, "
                      "whether they hear one: name=address:port items, "

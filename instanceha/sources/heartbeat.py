@@ -704,9 +704,9 @@ class HeartbeatSource:
         """Condemn ``host_name``: make its poison pill (a challenge saying
         so, echoing the newest nonce its agent sent, signed with its
         key), send it to the host on every path and to its peers, and
-        keep sending it at each round. Returns the time of the
-        condemnation (monotonic; the first one's when it already was),
-        None when the host was never heard."""
+        keep sending it at each round. A new condemnation replaces an
+        earlier one (its publication starts over). Returns its time
+        (monotonic), None when the host was never heard."""
         now = self._clock()
         with self._lock:
             items = [(host, address, via, kid) for (host, _), (

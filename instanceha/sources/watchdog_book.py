@@ -83,21 +83,25 @@ class WatchdogBook:
     def condemn(self, host: str, at: float,
                 pill: Optional[bytes] = None) -> Optional[float]:
         """Condemn ``host`` at ``at`` with ``pill`` (its datagram's
-        bytes; kept if it already is condemned); returns when it was
-        condemned, None for a host never heard."""
+        bytes). A condemnation renewed (each fencing attempt makes its
+        own, echoing the host's newest nonce: a pill of an earlier one
+        may echo a nonce of an earlier boot, which the host refuses)
+        starts over: its publication too. Returns ``at``, None for a host
+        never heard."""
         with self._lock:
             entry = self._hosts.get(host)
             if entry is None:
                 return None
-            if entry.condemned_at is None:
-                entry.condemned_at = at
-                entry.acks = {}
-                entry.pill = pill
-                if pill is not None:
-                    self._by_pill[protocol.pill_digest(pill)] = host
-                peers = entry.report.peers if entry.report else ()
-                entry.published_at = None if peers else at
-            return entry.condemned_at
+            if entry.pill is not None:
+                self._by_pill.pop(protocol.pill_digest(entry.pill), None)
+            entry.condemned_at = at
+            entry.acks = {}
+            entry.pill = pill
+            if pill is not None:
+                self._by_pill[protocol.pill_digest(pill)] = host
+            peers = entry.report.peers if entry.report else ()
+            entry.published_at = None if peers else at
+            return at
 
     def lift(self, host: str) -> None:
         """The host is back and cleaned up: no longer condemned."""

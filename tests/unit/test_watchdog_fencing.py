@@ -37,8 +37,23 @@ def test_a_host_without_peers_is_published_at_its_condemnation():
     s = book.state("x")
     assert (s.armed, s.last_beat, s.condemned_at, s.published_at) == (
         True, 100.0, 110.0, 110.0)
-    assert book.condemn("x", 120.0) == 110.0         # kept
     assert book.condemn("never-heard", 1.0) is None
+
+
+def test_a_renewed_condemnation_starts_over():
+    book = WatchdogBook()
+    book.beat("x", report(peers=["a"]), 100.0)
+    book.beat("a", report(), 100.0)
+    book.condemn("x", 110.0, b"old")
+    book.beat("a", report(pills=(protocol.pill_digest(b"old"),)), 111.0)
+    assert book.state("x").published_at == 111.0
+    assert book.condemn("x", 120.0, b"new") == 120.0
+    s = book.state("x")
+    assert (s.condemned_at, s.published_at, s.acks) == (120.0, None, 0)
+    book.beat("a", report(pills=(protocol.pill_digest(b"old"),)), 121.0)
+    assert book.state("x").published_at is None      # the old pill
+    book.beat("a", report(pills=(protocol.pill_digest(b"new"),)), 122.0)
+    assert book.state("x").published_at == 122.0 and book.pill("x") == b"new"
 
 
 def test_published_once_a_majority_of_its_peers_hold_the_pill():
@@ -144,6 +159,17 @@ def driver(book, clock, **fencing):
 
 
 BMC_X = BMC(host="x", driver="watchdog", address="")
+
+
+def test_each_power_off_condemns_anew():
+    clock = FakeClock(200.0)
+    book = WatchdogBook()
+    book.beat("x", report(), 190.0)
+    book.condemn("x", 50.0, b"long ago")
+    drv = driver(book, clock)
+    drv.power_off(BMC_X)
+    assert drv.witness.condemned == [("x", "fencing by watchdog")]
+    assert clock() >= 200.0 + ISO + WDT + MARGIN
 
 
 def test_power_off_condemns_then_returns_at_the_deadline():

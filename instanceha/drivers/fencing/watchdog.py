@@ -9,9 +9,10 @@ on the engine's monotonic clock:
 1. its last beat reported an armed watchdog, with its watchdog timeout
    and isolation timeout (a host that never reported one, or reported it
    disarmed by an orderly stop, is refused: nothing proves it dead);
-2. the engine condemned it (:meth:`Witness.condemn`: the signed poison
-   pill, sent to the host and to its peers; said in the log and the
-   fencing action's journal entry) and a majority of the peers its last
+2. the engine condemned it at the start of this attempt
+   (:meth:`Witness.condemn`: the signed poison pill, sent to the host and
+   to its peers; said in the log and the fencing action's journal entry)
+   and a majority of the peers its last
    beat named acknowledged the pill (*published*);
 3. ``max(last beat, published) + isolation timeout + watchdog timeout +
    [fencing] watchdog_margin`` has passed.
@@ -173,12 +174,20 @@ class WatchdogDriver(base.FencingDriver):
         if why is not None:
             raise base.FenceError("host %s: watchdog method refused: %s"
                                   % (host, why))
-        if state.condemned_at is None:
-            at = witness.condemn(host, "fencing by watchdog")
-            LOG.warning("watchdog_condemned", host=host, at=at,
-                        watchdog_timeout=state.watchdog_timeout,
-                        isolation_timeout=state.isolation_timeout,
-                        margin=self.margin)
+        # Each attempt condemns anew: the pill echoes the host's newest
+        # nonce (one of an earlier condemnation may be of an earlier boot,
+        # which the host would refuse), and the deadline starts over.
+        at = witness.condemn(host, "fencing by watchdog")
+        if at is None:
+            raise base.FenceError("host %s: watchdog method: the host "
+                                  "cannot be condemned (never heard)"
+                                  % host)
+        LOG.warning("watchdog_condemned", host=host, at=at,
+                    watchdog_timeout=state.watchdog_timeout,
+                    isolation_timeout=state.isolation_timeout,
+                    margin=self.margin,
+                    reason="no BMC power-off: the host's own watchdog "
+                           "resets it; counted fenced after its deadline")
         start = witness.monotonic()
         while True:
             judgement, now = self._judge(host)

@@ -286,3 +286,29 @@ def test_the_path_sockets_hand_relays_to_the_peers(tmp_path):
     # not signed with this host's key: dropped
     assert s.handle_reply(peer.encode_relay(relay, hb.OTHER_KEY)) == \
         "unknown_key"
+
+
+def test_a_restarted_agent_obeys_a_pill_made_before_its_restart(tmp_path):
+    """The nonces are kept in a file (under /run in production: emptied
+    at boot): the same boot's earlier run's nonce makes a pill count, not
+    an answer (its draw time is unknown to this run)."""
+    store = str(tmp_path / "nonces")
+
+    def run(name):
+        hw = FileHardware(tmp_path / name, timeout=5)
+        g = guardian_mod.Guardian(watchdog.Device(hw.path, 5), 10.0, 2.0,
+                                  "compute-x", keys.Keyring(X_KEY),
+                                  random=counter() if name == "one"
+                                  else (lambda n: b"\xee" * n),
+                                  nonce_file=store)
+        g.arm()
+        return g
+    first = run("one")
+    old = first.report(100.0).nonce
+    second = run("two")                    # the agent restarted
+    assert engine_says(second, old) == "unproven"      # an answer: no
+    assert engine_says(second, old, condemned=True) == "condemned"
+    # another boot: /run emptied
+    (tmp_path / "nonces").unlink()
+    third = run("three")
+    assert engine_says(third, old, condemned=True) == "unproven"

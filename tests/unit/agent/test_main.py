@@ -103,7 +103,8 @@ def _agent_with_watchdog(tmp_path, sink):
                       engines="127.0.0.1:%d" % sink.getsockname()[1],
                       interval="0.1", paths="lo=127.0.0.1",
                       watchdog_device=str(device), watchdog_timeout="30",
-                      watchdog_check_interval="0.1", guest_events="false")
+                      watchdog_check_interval="0.1", guest_events="false",
+                      nonce_file=str(tmp_path / "nonces"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "instanceha.agent.main", "--config-file",
          str(conf)], cwd=TOP, stdout=subprocess.PIPE,
