@@ -8,7 +8,8 @@ port``; bounded fan-out: each probe round sends that many datagrams);
 answer counts when it is signed with the peers' key, comes from a
 configured peer (by name), names this host and echoes a probe this agent
 sent within the isolation timeout; it counts from the probe's sending
-time. A pill in it condemns this host only once verified with this
+time. Any probe signed with the peers' key is answered, at the address it
+came from (peer lists need not be symmetric). A pill in it condemns this host only once verified with this
 host's own key (:meth:`~instanceha.agent.guardian.Guardian.check_pill`).
 
 Pills to relay: an engine sends each agent the pills of the hosts it
@@ -119,8 +120,11 @@ class Peers:
         return self._count("not_a_peer_message")
 
     def _answer(self, probe, source):
-        if probe.host not in self.peers:
-            return self._count("unknown_peer")
+        # Any agent of the peer set (it holds the peers' key) is
+        # answered, at the address its probe came from: peer lists need
+        # not be symmetric.
+        if source is None:
+            return self._count("no_source")
         now = self._monotonic()
         with self._lock:
             pill = self._pills.get(probe.host, b"")
@@ -129,7 +133,7 @@ class Peers:
             self.guardian.hears_engine(now), pill),
             self.peer_keyring.current)
         try:
-            self.sock.sendto(data, self.peers[probe.host])
+            self.sock.sendto(data, tuple(source[:2]))
         except OSError:
             return self._count("send_failed")
         return self._count("answered")

@@ -209,10 +209,18 @@ def test_answers_that_prove_nothing_are_not_counted(tmp_path):
     assert answer(target="compute-b") == "wrong_target"
     assert answer(key=hb.OTHER_KEY) == "unknown_key"
     assert gx.fence.inputs().peers == ()
-    # a probe from a host that is not a configured peer is not answered
+    # a probe of any agent of the peer set is answered where it came from
     stranger = peer.encode_probe(peer.Probe(b"s" * 16, "compute-z"),
                                  PEER_KEYRING.current)
-    assert x.handle(stranger, None) == "unknown_peer"
+    net.sent = []
+    assert x.handle(stranger, ("192.0.2.99", 9)) == "answered"
+    (_, data, to), = net.sent
+    assert to == ("192.0.2.99", 9)
+    assert peer.decode_signed(data, PEER_KEYRING)[0].target == "compute-z"
+    # one signed with another key is not
+    forged = peer.encode_probe(peer.Probe(b"s" * 16, "compute-z"),
+                               hb.OTHER_KEY)
+    assert x.handle(forged, ("192.0.2.99", 9)) == "unknown_key"
 
 
 def test_at_most_sixteen_peers():
