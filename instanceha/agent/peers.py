@@ -9,8 +9,8 @@ answer counts when it is signed with the peers' key, comes from a
 configured peer (by name), names this host and echoes a probe this agent
 sent within the isolation timeout; it counts from the probe's sending
 time. Any probe signed with the peers' key is answered, at the address it
-came from (peer lists need not be symmetric). A pill in it condemns this host only once verified with this
-host's own key (:meth:`~instanceha.agent.guardian.Guardian.check_pill`).
+came from (peer lists need not be symmetric). A pill in it condemns this
+host only once verified with this host's own key (:meth:`~instanceha.agent.guardian.Guardian.check_pill`).
 
 Pills to relay: an engine sends each agent the pills of the hosts it
 condemned (a relay datagram signed with that agent's own key); the agent

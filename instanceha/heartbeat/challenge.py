@@ -45,9 +45,8 @@ ids, signature and limits of :mod:`instanceha.heartbeat.protocol`)::
      1  host length
         host (UTF-8)
     appended (optional; an older engine ends the body before it):
-    16  answer      the newest nonce the agent put in its beats
-                    (:attr:`~instanceha.heartbeat.protocol.WatchdogReport.nonce`),
-                    zeros when none: it proves the challenge fresh to
+    16  answer      the newest nonce the agent put in its beats (the
+                    watchdog report's ``nonce``), zeros when none: it proves the challenge fresh to
                     the agent that drew it
      1  flags       bit 0: the sender is the acting (elected) engine;
                     bit 1: the poison pill: the engine condemned the host
