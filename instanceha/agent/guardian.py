@@ -15,6 +15,14 @@ pill made before its restart, and a pill recorded before the host's
 last boot is refused. At most :data:`KEEP` are kept (the oldest
 dropped).
 
+Arming. The device is armed at the first check that says the host may
+live (an engine answered, or a majority of the peers did), not at start:
+after a site-wide power loss the hosts boot before the engines and their
+peers, and arming at start would reset each host before anyone could
+answer it, again at every boot. Until then the beats say "none" (with
+the nonce, so that engines can answer) and the engines do not count on
+the watchdog.
+
 An orderly stop (:meth:`Guardian.disarm`) disarms the device first and
 sends a beat saying so; the engines then stop counting on the watchdog.
 """
@@ -144,8 +152,13 @@ class Guardian:
         return self.fence.isolation_timeout
 
     def arm(self):
-        """Arm the device (raises WatchdogError)."""
+        """Arm the device now (raises WatchdogError)."""
         self.device.arm()
+
+    def check(self):
+        """At start, before arming: raise WatchdogError for a device
+        that cannot be used (refused, missing, not writable)."""
+        self.device.check()
 
     def report(self, now) -> Optional[protocol.WatchdogReport]:
         """The watchdog report of a beat sent at ``now``."""
@@ -154,7 +167,7 @@ class Guardian:
         elif self.device.armed:
             state = protocol.WATCHDOG_ARMED
         else:
-            return None
+            state = protocol.WATCHDOG_NONE
         pills = tuple(protocol.pill_digest(p) for p in self.relaying())
         return protocol.WatchdogReport(
             state, self.device.timeout, self.isolation_timeout,
@@ -209,6 +222,14 @@ class Guardian:
         if self.disarmed:
             return None
         try:
+            if not self.device.armed:
+                decision = selffence.decide(now, self.fence.inputs(),
+                                            self.isolation_timeout)
+                if not decision.feed:
+                    return decision
+                LOG.info("agent.watchdog_arming", reason=decision.reason,
+                         detail=decision.detail)
+                self.device.arm()
             return self.fence.tick(now)
         except watchdog.WatchdogError as e:
             LOG.critical("agent.watchdog_feed_failed", error=str(e),

@@ -124,12 +124,12 @@ class Agent:
         return facts
 
     def start(self):
-        """Bind the request sockets, arm the watchdog (raises
-        ConfigError)."""
+        """Bind the request sockets, check the watchdog (armed at the
+        first check saying the host may live); raises ConfigError."""
         self.control.start()
         if self.guardian is not None:
             try:
-                self.guardian.arm()
+                self.guardian.check()
             except watchdog.WatchdogError as e:
                 self.control.stop()
                 raise ConfigError(str(e))

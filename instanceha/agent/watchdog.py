@@ -71,16 +71,28 @@ class Device:
     def armed(self):
         return self._fd is not None
 
+    def check(self):
+        """What :meth:`arm` would refuse, without opening (arming) the
+        device: raises WatchdogError."""
+        if is_real(self.path) and self._environ.get(NO_REAL_ENV):
+            raise WatchdogError(
+                "watchdog %s: a real watchdog, refused while %s is set "
+                "(tests use test devices only)" % (self.path, NO_REAL_ENV))
+        if not os.path.exists(self.path):
+            raise WatchdogError("watchdog %s: no such device (load "
+                                "softdog, or name the hardware's)"
+                                % self.path)
+        if not os.access(self.path, os.W_OK):
+            raise WatchdogError("watchdog %s: not writable by this "
+                                "process" % self.path)
+
     def arm(self):
         """Open the device (arming it) and set its timeout; raises
         WatchdogError."""
         if self._fd is not None:
             return
+        self.check()
         real = is_real(self.path)
-        if real and self._environ.get(NO_REAL_ENV):
-            raise WatchdogError(
-                "watchdog %s: a real watchdog, refused while %s is set "
-                "(tests use test devices only)" % (self.path, NO_REAL_ENV))
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
         except OSError as e:

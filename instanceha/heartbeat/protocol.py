@@ -36,7 +36,8 @@ The body of a beat::
         engine the agent heard (:mod:`instanceha.heartbeat.challenge`)
     appended after the echoes (optional: an agent without a watchdog,
     or an older one, ends the beat before it):
-     1  watchdog state: 0 none, 1 armed, 2 disarmed (an orderly stop)
+     1  watchdog state: 0 none (not armed yet), 1 armed, 2 disarmed
+        (an orderly stop)
      2  watchdog timeout, seconds, unsigned
      4  isolation timeout, milliseconds, unsigned
     16  the agent's nonce: an engine's answer echoes it, which proves
@@ -531,8 +532,6 @@ def _watchdog(data, at, end):
     state, timeout, ms, nonce = _WATCHDOG.unpack_from(data, at)
     if state not in _WATCHDOG_STATES:
         raise Dropped("malformed", "watchdog: unknown state %d" % state)
-    if state == WATCHDOG_NONE:
-        return None
     at += _WATCHDOG.size
     lists = []
     for limit in (MAX_PEER_DIGESTS, MAX_PILL_DIGESTS):

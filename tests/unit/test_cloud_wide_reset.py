@@ -63,7 +63,6 @@ class Host:
         self.echoes = challenge.Echoes()
         self.seq = 0
         self.alive = True
-        self.guardian.arm()
 
     def connect(self, addresses):
         self.peers = peers_mod.Peers(
@@ -314,3 +313,36 @@ def test_orderly_stop_is_not_counted_on(tmp_path):
     j = wd_fencing.deadline(state, 1e9, MARGIN)
     assert not j.dead and "disarmed" in j.why
     assert x.hw.resets == 0
+
+
+def test_arms_at_the_first_answer_not_at_start(tmp_path):
+    cloud = Cloud(tmp_path, count=3)
+    cloud.step()
+    assert all(h.guardian.device.armed for h in cloud.hosts.values())
+    state = cloud.engines[0].src.watchdog_state("compute-1")
+    assert state.state == protocol.WATCHDOG_NONE    # the first beat's
+    cloud.run(2)
+    assert cloud.engines[0].src.watchdog_state("compute-1").armed
+
+
+def test_a_host_booting_alone_after_a_site_power_loss_never_reset_loops(
+        tmp_path):
+    """Engines and peers not up yet: the watchdog is not armed, so the
+    host does not reset while it waits for them."""
+    cloud = Cloud(tmp_path, count=3)
+    for e in cloud.engines:
+        e.up = False
+    for name in ("compute-2", "compute-3"):
+        cloud.hosts[name].alive = False      # still booting
+    cloud.run(10 * ISO)
+    x = cloud.hosts["compute-1"]
+    assert not x.guardian.device.armed and cloud.resets == 0
+    # the peers come up, the engines not yet: a majority hears no engine
+    for name in ("compute-2", "compute-3"):
+        cloud.hosts[name].alive = True
+    cloud.run(3)
+    assert all(h.guardian.device.armed for h in cloud.hosts.values())
+    assert cloud.reasons("compute-1", cloud.clock() - 1) == {
+        sf.ENGINES_GONE}
+    cloud.run(10 * ISO)
+    assert cloud.resets == 0

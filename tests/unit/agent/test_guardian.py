@@ -245,6 +245,16 @@ def test_orderly_stop_disarms_first_then_tells_the_engines(tmp_path):
                        monotonic=helpers.Clock(10.0))
     agent.start()
     hw.poll(0.0)
+    assert not hw.armed                   # not before the host may live
+    agent.sender.send_once()
+    g = agent.guardian
+    assert g.tick(10.0).reason == sf.ISOLATED and not hw.poll(10.0)
+    nonce = g.report(10.0).nonce
+    ch = challenge.Challenge(ISSUER, b"c" * 16, "compute-1", nonce, True)
+    data = challenge.encode(ch, hb.KEY)
+    assert agent.sender.handle_reply(data) == "echoed"
+    assert g.tick(10.0).reason == sf.ENGINE
+    hw.poll(10.0)
     assert hw.armed
     agent.sender.send_once()
     agent.stop_watchdog()
@@ -252,8 +262,9 @@ def test_orderly_stop_disarms_first_then_tells_the_engines(tmp_path):
     assert hw.disarmed and not hw.poll(10 ** 6)
     sent = [protocol.decode(d, hb.KEYRING) for d, _ in sockets.made[0].sent]
     assert [b.watchdog.state for b in sent] == [
-        protocol.WATCHDOG_ARMED, protocol.WATCHDOG_DISARMED]
-    assert sent[0].watchdog.timeout == 30
+        protocol.WATCHDOG_NONE, protocol.WATCHDOG_ARMED,
+        protocol.WATCHDOG_DISARMED]
+    assert sent[1].watchdog.timeout == 30
     agent.control.stop()
     agent.sender.close()
 
@@ -266,6 +277,32 @@ def test_a_watchdog_that_cannot_be_armed_stops_the_start(tmp_path):
                        resolver=helpers.resolver, seq_start=1)
     with pytest.raises(main.ConfigError, match="refused"):
         agent.start()
+
+
+def test_a_device_that_does_not_exist_stops_the_start(tmp_path):
+    conf = helpers.make_conf(watchdog_device=str(tmp_path / "absent"),
+                             guest_events=False)
+    agent = main.Agent(conf, hb.KEYRING, host="compute-1",
+                       socket_factory=helpers.Sockets(), boot_id="boot-1",
+                       resolver=helpers.resolver, seq_start=1)
+    with pytest.raises(main.ConfigError, match="no such device"):
+        agent.start()
+
+
+def test_never_armed_before_the_host_may_live_nor_once_condemned(tmp_path):
+    hw = FileHardware(tmp_path / "dev", timeout=5)
+    g = guardian_mod.Guardian(watchdog.Device(hw.path, 5), 10.0, 2.0,
+                              "compute-x", keys.Keyring(X_KEY),
+                              random=counter())
+    nonce = g.report(100.0).nonce
+    assert g.report(100.0).state == protocol.WATCHDOG_NONE
+    for t in range(100, 200, 2):          # nobody answers: no reset loop
+        assert not g.tick(float(t)).feed
+        assert not hw.poll(float(t))
+    assert not hw.armed and not g.device.armed
+    engine_says(g, nonce, condemned=True)
+    engine_says(g, nonce)
+    assert g.tick(200.0).reason == sf.CONDEMNED and not g.device.armed
 
 
 def test_reports_name_the_peers_and_the_pills_held(tmp_path):

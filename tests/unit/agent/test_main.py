@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from instanceha.agent import main
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from tests.unit.heartbeat import helpers as hb
@@ -113,11 +114,17 @@ def _agent_with_watchdog(tmp_path, sink):
 
 
 def _armed_beat(sink):
+    """Play the acting engine: answer the beats (a challenge echoing the
+    agent's nonce) until one says the watchdog is armed."""
     ring = keys.Keyring(hb.KEY)
     while True:
-        beat = protocol.decode(sink.recv(2048), ring)
-        if beat.watchdog is not None:
+        data, source = sink.recvfrom(2048)
+        beat = protocol.decode(data, ring)
+        if beat.watchdog.state == protocol.WATCHDOG_ARMED:
             return beat
+        sink.sendto(challenge.encode(challenge.Challenge(
+            b"E" * 8, b"c" * 16, beat.host, beat.watchdog.nonce, True),
+            hb.KEY), source)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])

@@ -353,9 +353,9 @@ def test_an_unknown_type_is_malformed():
 
 def test_body_bytes_after_the_known_fields_are_ignored_within_the_version():
     # after the echoes: a watchdog report saying none, then the future
-    beat = protocol.decode(sign(beat_body(extra=bytes(23) + b"\x01fut")),
-                           RING)
-    assert beat.watchdog is None
+    beat = protocol.decode(sign(beat_body(
+        extra=bytes(23) + bytes(2) + b"\x01future")), RING)
+    assert beat.watchdog.state == protocol.WATCHDOG_NONE
     assert (beat.host, beat.path, beat.facts) == (
         "compute-1", "mgmt", protocol.Facts(True, None, 2))
     req = protocol.decode(sign(request_body(extra=b"more"),
