@@ -314,3 +314,29 @@ def test_the_listeners_view_shows_the_watchdog_and_the_condemnation():
     src.condemn("compute-x", "test")
     mono.advance(4.0)
     assert src.view(T0)["compute-x"]["watchdog"]["condemned_ago"] == 4.0
+
+
+# -- the service's wiring -------------------------------------------------------
+
+def test_the_service_hands_its_heartbeat_listener_to_the_watchdog_method(
+        tmp_path):
+    """Built by the service (no fencer given), the method reads and
+    condemns through the service's own heartbeat listener."""
+    from instanceha import service as service_mod
+    from tests.unit.fakes import Clock, FakeCompute
+    from tests.unit.test_backend_wait import _conf
+    key = helpers.write_key(tmp_path / "master.key")
+    conf, _ = _conf(tmp_path, agent={"listen_addresses": "127.0.0.1:0",
+                                     "master_key_file": str(key)})
+    svc = service_mod.Service(conf, compute=FakeCompute(Clock(), hosts=2))
+    try:
+        drv = svc.engine.ctx.fencer("watchdog")
+        src = svc.sources.heartbeat
+        assert src is not None
+        src.watchdogs.beat("compute-0", report(), src.monotonic())
+        state = drv.witness.watchdog_state("compute-0")
+        assert state is not None and state.armed
+        assert drv.witness.condemn("compute-0", "test") is not None
+        assert src.watchdogs.condemned("compute-0")
+    finally:
+        svc.engine.ctx.close_fencers()
