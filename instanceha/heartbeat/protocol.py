@@ -9,7 +9,9 @@ big-endian)::
      4       1   protocol version: 2
      5       1   type: 1 beat, 2 request, 3 guest event (read by
                  :mod:`instanceha.heartbeat.guest` only), 4 challenge
-                 (read by :mod:`instanceha.heartbeat.challenge` only)
+                 (read by :mod:`instanceha.heartbeat.challenge` only),
+                 5 probe, 6 answer, 7 relay (read by
+                 :mod:`instanceha.heartbeat.peer` only)
      6       8   id of the key that signed it: a shared key's 8 hex
                  digits (ASCII), or a host key's 8 bytes, the first
                  >= 0x80 (see :mod:`instanceha.heartbeat.keys`)
