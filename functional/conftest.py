@@ -1,5 +1,6 @@
 """Hooks for every functional suite."""
 
+import os
 import pathlib
 import sys
 
@@ -10,6 +11,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from functional.peers import harness  # noqa: E402
+
+# No functional test may arm this machine's watchdog: the agent refuses
+# /dev/ paths and character devices while this is set (here and in every
+# process a test starts).
+os.environ["INSTANCEHA_NO_REAL_WATCHDOG"] = "1"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -27,7 +27,8 @@ import os
 import pytest
 
 #: the directories instanceha's defaults write to (and read from)
-DEFAULT_ROOTS = ("/var/lib/instanceha", "/run/instanceha", "/etc/instanceha")
+DEFAULT_ROOTS = ("/var/lib/instanceha", "/run/instanceha", "/etc/instanceha",
+                 "/run/instanceha-agent")
 #: entries listed per root at most (a machine's own /etc/instanceha is
 #: small; a bound keeps a surprise from slowing every run)
 MAX_ENTRIES = 10000

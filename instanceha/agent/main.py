@@ -10,8 +10,10 @@ exits with status 2, which the systemd unit does not restart.
 
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 
 from oslo_config import cfg
 import structlog
@@ -20,8 +22,11 @@ from instanceha import log
 from instanceha import sdnotify
 from instanceha.agent import control as control_mod
 from instanceha.agent import facts as facts_mod
+from instanceha.agent import guardian as guardian_mod
 from instanceha.agent import guest_events
+from instanceha.agent import peers as peers_mod
 from instanceha.agent import sender as sender_mod
+from instanceha.agent import watchdog
 from instanceha.conf import agent as agent_conf
 from instanceha.conf import explain
 from instanceha.errors import ConfigError
@@ -51,7 +56,8 @@ class Agent:
     keyword arguments replace the system's pieces (tests, simulator)."""
 
     def __init__(self, conf, keyring, host=None, reader=None,
-                 libvirt_module=facts_mod.libvirt, **sender_kw):
+                 libvirt_module=facts_mod.libvirt, peer_keyring=None,
+                 peer_socket=None, **sender_kw):
         self.conf = conf
         self.host = host or sender_mod.resolve_host(conf)
         check_key_host(keyring, self.host)
@@ -59,14 +65,54 @@ class Agent:
         self.control = control_mod.Control(
             conf, keyring, self.host,
             unit_fn=lambda: self.reader.compute_unit)
+        self.monotonic = sender_kw.get("monotonic", time.monotonic)
+        self.guardian = self.peers = None
+        self._guard_thread = None
+        if conf.agent.watchdog_device:
+            self.guardian, self.peers = self._watchdog_duty(
+                conf.agent, keyring, peer_keyring, peer_socket)
+            sender_kw.update(watchdog_fn=self.guardian.report,
+                             on_challenge=self.guardian.on_challenge)
         self.sender = sender_mod.Sender(
             conf, keyring, facts_fn=self.facts, host=self.host, **sender_kw)
+        if self.peers is not None:
+            self.sender.on_relay = self.peers.keep_relay
         self.guests = None
         if conf.agent.guest_events:
             self.guests = guest_events.GuestWatcher(
                 conf, keyring, self.host, self.sender.boot_id,
                 self.sender.send_event, self.sender.sent_at,
                 libvirt_module=libvirt_module)
+
+    def _watchdog_duty(self, group, keyring, peer_keyring, peer_socket):
+        """(Guardian, Peers or None) of ``[agent] watchdog_device``;
+        raises ConfigError."""
+        guardian = guardian_mod.Guardian(
+            watchdog.Device(group.watchdog_device, group.watchdog_timeout),
+            group.isolation_timeout, group.watchdog_check_interval,
+            self.host, keyring,
+            peers=[name for name, _, _ in agent_conf.parse_peers(
+                group.peers)],
+            monotonic=self.monotonic, nonce_file=group.nonce_file or None)
+        if not group.peers:
+            return guardian, None
+        if peer_keyring is None:
+            peer_keyring = keys.load_keyring(group.peer_key_file)
+        try:
+            resolved = [(name, socket.getaddrinfo(
+                host, port, type=socket.SOCK_DGRAM)[0][4])
+                for name, host, port in agent_conf.parse_peers(group.peers)]
+            if peer_socket is None:
+                host, port = agent_conf.split_address(group.peer_address)
+                family, _, _, _, address = socket.getaddrinfo(
+                    host, port, type=socket.SOCK_DGRAM)[0]
+                peer_socket = socket.socket(family, socket.SOCK_DGRAM)
+                peer_socket.bind(address)
+        except (OSError, ValueError) as e:
+            raise ConfigError("[agent] peers / peer_address: %s" % e)
+        return guardian, peers_mod.Peers(
+            self.host, resolved, peer_keyring, guardian, peer_socket,
+            self.monotonic)
 
     def facts(self):
         """This beat's facts, also shown to the self-restart policy."""
@@ -78,8 +124,17 @@ class Agent:
         return facts
 
     def start(self):
-        """Bind the request sockets (raises ConfigError)."""
+        """Bind the request sockets, check the watchdog (armed at the
+        first check saying the host may live); raises ConfigError."""
         self.control.start()
+        if self.guardian is not None:
+            try:
+                self.guardian.check()
+            except watchdog.WatchdogError as e:
+                self.control.stop()
+                raise ConfigError(str(e))
+            if self.peers is not None:
+                self.peers.start()
 
     def run(self, stop):
         """Beat until ``stop`` is set, then close everything."""
@@ -88,11 +143,47 @@ class Agent:
                 self.guests.start(stop)
             except Exception:   # beats go on without guest events
                 LOG.exception("agent.guest_events_failed")
+        if self.guardian is not None:
+            self._guard_thread = threading.Thread(
+                target=self.guard, args=(stop,), name="agent-watchdog",
+                daemon=True)
+            self._guard_thread.start()
         try:
             self.sender.run(stop)
         finally:
+            self.stop_watchdog()
             self.control.stop()
+            if self.peers is not None:
+                self.peers.stop()
             self.sender.close()
+
+    def guard(self, stop):
+        """Decide and feed the watchdog, probe the peers, every check
+        interval until ``stop`` is set."""
+        interval = self.guardian.check_interval
+        while True:
+            now = self.monotonic()
+            self.guardian.tick(now)
+            if self.peers is not None:
+                try:
+                    self.peers.probe(now)
+                except Exception:
+                    LOG.exception("agent.peer_probe_failed")
+            if stop.wait(interval):
+                return
+
+    def stop_watchdog(self):
+        """The orderly stop: the feeding ends, the watchdog is disarmed
+        (magic close), then one beat tells the engines so."""
+        if self.guardian is None:
+            return
+        if self._guard_thread is not None:
+            self._guard_thread.join(5)
+        self.guardian.disarm()
+        try:
+            self.sender.send_once()
+        except Exception:
+            LOG.exception("agent.disarmed_beat_failed")
 
 
 def check_key_host(keyring, host):

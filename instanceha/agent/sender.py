@@ -46,6 +46,7 @@ import structlog
 from instanceha.conf import agent as agent_conf
 from instanceha.errors import ConfigError
 from instanceha.heartbeat import challenge
+from instanceha.heartbeat import peer
 from instanceha.heartbeat import protocol
 from instanceha.util import datagrams
 
@@ -54,6 +55,11 @@ LOG = structlog.get_logger("instanceha.agent.sender")
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 #: What :meth:`Sender.handle_reply` answers for a challenge kept.
 ECHOED = "echoed"
+#: What :meth:`Sender.handle_reply` answers for a relayed pill kept.
+RELAYED = "relayed"
+#: The datagrams the path sockets read besides beats and requests.
+_REPLY_BODIES = {protocol.CHALLENGE: challenge.read_body,
+                 peer.RELAY: peer.read_relay}
 #: A datagram on a path socket that is not a challenge for this host.
 NOT_A_CHALLENGE = "not_a_challenge"
 WRONG_HOST = "wrong_host"
@@ -147,8 +153,16 @@ class Sender:
     def __init__(self, conf, keyring, clock=time.time, facts_fn=None,
                  socket_factory=socket.socket, host=None, boot_id=None,
                  monotonic=time.monotonic, seq_start=None,
-                 resolver=socket.getaddrinfo):
+                 resolver=socket.getaddrinfo, watchdog_fn=None,
+                 on_challenge=None, on_relay=None):
         group = conf.agent
+        #: watchdog_fn(now) -> the beat's WatchdogReport or None;
+        #: on_challenge(challenge, data) is given each challenge kept
+        #: (the watchdog duty: instanceha.agent.guardian)
+        self._watchdog_fn = watchdog_fn or (lambda now: None)
+        self._on_challenge = on_challenge
+        #: on_relay(relay): an engine's relayed pill for a peer
+        self.on_relay = on_relay
         self.interval = group.interval
         self.keyring = keyring
         self.host = host or resolve_host(conf)
@@ -214,23 +228,25 @@ class Sender:
         """The send time of a beat now: step-free wall clock."""
         return self._wall0 + (self._monotonic() - self._mono0)
 
-    def _beat(self, path, sent_at, facts, echoes=()):
+    def _beat(self, path, sent_at, facts, echoes=(), watchdog=None):
         return protocol.Beat(host=self.host, boot_id=self.boot_id,
                              seq=path.seq, sent_at=sent_at, path=path.name,
-                             facts=facts, echoes=echoes)
+                             facts=facts, echoes=echoes, watchdog=watchdog)
 
     def send_once(self):
         """Send one beat on every path to every engine; return the number
         of datagrams handed to the kernel."""
         facts = self._facts_fn()
         sent_at = self.sent_at()
-        echoes = self.echoes.current(self._monotonic())
+        now = self._monotonic()
+        echoes = self.echoes.current(now)
+        watchdog = self._watchdog_fn(now)
         key = self.keyring.current
         total = 0
         for path in self.paths:
             path.seq += 1
             data = protocol.encode_beat(
-                self._beat(path, sent_at, facts, echoes), key)
+                self._beat(path, sent_at, facts, echoes, watchdog), key)
             sent = self._to_engines(path, data)
             path.sent += sent
             total += sent
@@ -306,15 +322,22 @@ class Sender:
         else is counted by reason (a protocol drop reason,
         :data:`NOT_A_CHALLENGE`, :data:`WRONG_HOST`) and dropped."""
         try:
-            message, _ = challenge.decode_signed(data, self.keyring)
+            message, _ = protocol.decode_signed(data, self.keyring,
+                                                _REPLY_BODIES)
         except protocol.Dropped as e:
             return self._reply_dropped(e.reason, source)
+        if type(message) is peer.Relay and self.on_relay is not None:
+            self.on_relay(message)
+            self.replies[RELAYED] += 1
+            return RELAYED
         if type(message) is not challenge.Challenge:
             return self._reply_dropped(NOT_A_CHALLENGE, source)
         if message.host != self.host:
             return self._reply_dropped(WRONG_HOST, source)
         self.echoes.heard(message, self._monotonic())
         self.replies[ECHOED] += 1
+        if self._on_challenge is not None:
+            self._on_challenge(message, bytes(data))
         return ECHOED
 
     def _reply_dropped(self, why, source):

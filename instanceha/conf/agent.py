@@ -187,6 +187,58 @@ OPTS = [
     cfg.FloatOpt("restart_timeout", default=30.0, min=1, max=600,
                  help="Seconds the restart command may run before it is "
                       "killed and the attempt counted as failed."),
+    # -- watchdog self-fencing (issue 37) ----------------------------------
+    cfg.StrOpt("watchdog_device", default=None,
+               help="The watchdog device the agent arms and feeds while "
+                    "this host may live (/dev/watchdog: the hardware's, "
+                    "or Linux softdog's). Unset: no watchdog, and the "
+                    "engines never recover this host through the "
+                    "'watchdog' fencing method. The agent resets this "
+                    "host when it cannot hear an engine nor a majority of "
+                    "its peers for isolation_timeout, or when an engine "
+                    "condemns it; a crash of the agent resets it unless "
+                    "systemd restarts the agent within watchdog_timeout "
+                    "(doc/agent.md)."),
+    cfg.IntOpt("watchdog_timeout", default=30, min=2, max=600,
+               help="Seconds the watchdog waits unfed before it resets "
+                    "this host (set on the device with WDIOC_SETTIMEOUT; "
+                    "the device may round it, and the beats report what "
+                    "it took)."),
+    cfg.FloatOpt("isolation_timeout", default=20.0, min=2, max=3600,
+                 help="Seconds without a fresh answer from an acting "
+                      "engine or from a majority of the peers after which "
+                      "the agent stops feeding the watchdog. The engines "
+                      "count a silent, condemned host fenced no sooner "
+                      "than this plus watchdog_timeout plus their margin "
+                      "after its last beat."),
+    cfg.FloatOpt("watchdog_check_interval", default=2.0, min=0.05, max=10,
+                 help="Seconds between two decisions to feed the watchdog "
+                      "(and two rounds of peer probes). Keep it well below "
+                      "watchdog_timeout."),
+    cfg.StrOpt("nonce_file",
+               default="/run/instanceha-agent/watchdog-nonces",
+               help="Where the agent appends the nonces its beats carry "
+                    "(with watchdog_device). Keep it on a file system "
+                    "emptied at boot (/run): an agent restarted after a "
+                    "crash then still obeys a poison pill made before its "
+                    "restart, and a pill recorded before the host's last "
+                    "boot is refused. Empty: not kept (a restarted agent "
+                    "refuses earlier pills)."),
+    cfg.ListOpt("peers", default=[],
+                help="Peer agents asked, when the engines cannot be heard, "
+                     "whether they hear one: name=address:port items, "
+                     "name as Nova knows the host; at most 16 (bounded "
+                     "fan-out). With none, only an engine keeps this host "
+                     "from resetting: should every engine stop, every "
+                     "host without peers resets."),
+    cfg.StrOpt("peer_address", default=None,
+               help="address:port this agent receives its peers' probes "
+                    "and the engines' relayed pills on (needed with "
+                    "peers)."),
+    cfg.StrOpt("peer_key_file", default="/etc/instanceha/peer.key",
+               help="The key signing probes and answers between peers (a "
+                    "key file as key_file's shared form, the same on "
+                    "every agent of one peer set, mode 0600)."),
     # -- logging ------------------------------------------------------------
     cfg.StrOpt("log_format", default="console",
                choices=[("console", "key=value lines"),
@@ -258,6 +310,22 @@ def parse_paths(items):
     return paths
 
 
+def parse_peers(items):
+    """[(name, host, port)] of ``peers``; raises ValueError."""
+    peers = []
+    for item in items:
+        name, sep, address = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError("%r: expected name=address:port" % item)
+        host, port = split_address(address)
+        peers.append((name, host, port))
+    if len(peers) > 16:
+        raise ValueError("at most 16 peers (bounded fan-out), %d given"
+                         % len(peers))
+    return peers
+
+
 def validate(conf):
     """Checks across options, run at start: raises cfg.Error naming the
     option."""
@@ -277,6 +345,18 @@ def validate(conf):
         parse_paths(group.paths)
     except ValueError as e:
         raise cfg.Error("[agent] paths: %s" % e)
+    if group.peers and not group.peer_address:
+        raise cfg.Error("[agent] peers needs [agent] peer_address: the "
+                        "peers' answers cannot arrive otherwise")
+    try:
+        parse_peers(group.peers)
+    except ValueError as e:
+        raise cfg.Error("[agent] peers: %s" % e)
+    if group.watchdog_device and \
+            group.watchdog_check_interval * 3 > group.watchdog_timeout:
+        raise cfg.Error("[agent] watchdog_check_interval: at most a third "
+                        "of watchdog_timeout, or the host may reset "
+                        "between two feeds")
     if group.restart_compute and not group.control_addresses:
         raise cfg.Error("[agent] restart_compute = true needs [agent] "
                         "control_addresses: requests cannot arrive "

@@ -49,6 +49,20 @@ OPTS = [
                      "kdump delay: a host that is Off dumps nothing). A BMC "
                      "reporting Off alone, with Nova's heartbeat fresh, "
                      "never starts fencing."),
+    cfg.FloatOpt("watchdog_margin", default=10.0, min=0, max=600,
+                 help="The 'watchdog' fencing method (an agent that arms a "
+                      "watchdog, doc/safety.md): seconds added to the "
+                      "host's isolation timeout and watchdog timeout before "
+                      "its silence counts as its death. Covers the agent's "
+                      "check interval, delays on the network and the "
+                      "difference between the host's and the engine's "
+                      "clock rates; never below the agents' "
+                      "watchdog_check_interval plus a few seconds."),
+    cfg.FloatOpt("watchdog_wait_max", default=600.0, min=1, max=7200,
+                 help="The 'watchdog' fencing method: seconds it waits at "
+                      "most, after condemning a host, for the host's peers "
+                      "to acknowledge the poison pill and for the deadline "
+                      "to pass, before the method fails."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS, title="Fencing")

@@ -17,6 +17,9 @@ from instanceha.policy import proof
 LOG = structlog.get_logger("instanceha.proof")
 
 UNFENCED = "noop"
+#: The method that proves death by time, not by a BMC's Off
+#: (instanceha.drivers.fencing.watchdog): no BMC reading to check.
+BY_TIME = "watchdog"
 
 
 def fence_check(ctx: Context, record: HostRecord
@@ -29,6 +32,10 @@ def fence_check(ctx: Context, record: HostRecord
     def check(method: BMC) -> Optional[str]:
         if method.driver == UNFENCED:
             return None          # allow_unfenced: the operator's choice
+        if method.driver == BY_TIME:
+            # No BMC: the method itself refuses a host whose agent did not
+            # report an armed watchdog, and waits out its deadline.
+            return None
         why = machine_check(ctx, record, method) or \
             ctx.evidence.untrusted(ctx.bmc_for(record.name))
         if why:

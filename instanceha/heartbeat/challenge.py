@@ -44,6 +44,14 @@ ids, signature and limits of :mod:`instanceha.heartbeat.protocol`)::
     16  nonce       random
      1  host length
         host (UTF-8)
+    appended (optional; an older engine ends the body before it):
+    16  answer      the newest nonce the agent put in its beats (the
+                    watchdog report's ``nonce``), zeros when none: it proves the challenge fresh to
+                    the agent that drew it
+     1  flags       bit 0: the sender is the acting (elected) engine;
+                    bit 1: the poison pill: the engine condemned the host
+                    (its agent stops feeding its watchdog:
+                    :mod:`instanceha.agent.selffence`)
 """
 
 import collections
@@ -63,6 +71,10 @@ MAX_ECHOES = protocol.MAX_ECHOES
 #: with a new issuer). Longer than any window an engine accepts.
 ECHO_FOR = 120.0
 _BODY = struct.Struct(">%ds%dsB" % (ISSUER_SIZE, NONCE_SIZE))
+_ANSWER = struct.Struct(">%dsB" % NONCE_SIZE)
+_NO_ANSWER = bytes(NONCE_SIZE)
+ACTING = 1
+CONDEMNED = 2
 
 
 class Challenge(NamedTuple):
@@ -71,6 +83,13 @@ class Challenge(NamedTuple):
     issuer: bytes
     nonce: bytes
     host: str
+    #: the agent's nonce it answers (None: none known, or an older
+    #: engine)
+    answer: Optional[bytes] = None
+    #: sent by the acting (elected) engine
+    acting: bool = False
+    #: the poison pill: this engine condemned the host
+    condemned: bool = False
 
 
 def encode(ch: Challenge, key) -> bytes:
@@ -83,9 +102,15 @@ def encode(ch: Challenge, key) -> bytes:
                                                     NONCE_SIZE))
     host, = protocol._encoded_texts(
         "challenge", (("host", ch.host, protocol.MAX_HOST, None),))
+    answer = ch.answer if ch.answer is not None else _NO_ANSWER
+    if type(answer) is not bytes or len(answer) != NONCE_SIZE:
+        raise ValueError("cannot encode challenge: answer: %d bytes "
+                         "expected" % NONCE_SIZE)
+    flags = (ACTING if ch.acting else 0) | (CONDEMNED if ch.condemned
+                                            else 0)
     return protocol._frame(protocol.CHALLENGE,
                            _BODY.pack(ch.issuer, ch.nonce, len(host))
-                           + host, key)
+                           + host + _ANSWER.pack(answer, flags), key)
 
 
 def read_body(data, end) -> Challenge:
@@ -99,7 +124,16 @@ def read_body(data, end) -> Challenge:
     offsets = protocol._offsets(start + _BODY.size, (host_len,), end)
     host = protocol._text(data, offsets[0], offsets[1], "host",
                           protocol.MAX_HOST)
-    return Challenge(issuer, nonce, host)
+    at = offsets[1]
+    if at >= end:
+        return Challenge(issuer, nonce, host)
+    if at + _ANSWER.size > end:
+        raise protocol.Dropped("malformed", "a challenge's answer is %d "
+                               "bytes" % _ANSWER.size)
+    answer, flags = _ANSWER.unpack_from(data, at)
+    return Challenge(issuer, nonce, host,
+                     None if answer == _NO_ANSWER else answer,
+                     bool(flags & ACTING), bool(flags & CONDEMNED))
 
 
 _BODIES = {protocol.CHALLENGE: read_body}

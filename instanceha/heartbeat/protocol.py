@@ -9,7 +9,9 @@ big-endian)::
      4       1   protocol version: 2
      5       1   type: 1 beat, 2 request, 3 guest event (read by
                  :mod:`instanceha.heartbeat.guest` only), 4 challenge
-                 (read by :mod:`instanceha.heartbeat.challenge` only)
+                 (read by :mod:`instanceha.heartbeat.challenge` only),
+                 5 probe, 6 answer, 7 relay (read by
+                 :mod:`instanceha.heartbeat.peer` only)
      6       8   id of the key that signed it: a shared key's 8 hex
                  digits (ASCII), or a host key's 8 bytes, the first
                  >= 0x80 (see :mod:`instanceha.heartbeat.keys`)
@@ -34,6 +36,20 @@ The body of a beat::
      1  echoes      count, 0 to MAX_ECHOES
         that many nonces of 16 bytes: the newest challenge of each
         engine the agent heard (:mod:`instanceha.heartbeat.challenge`)
+    appended after the echoes (optional: an agent without a watchdog,
+    or an older one, ends the beat before it):
+     1  watchdog state: 0 none (not armed yet), 1 armed, 2 disarmed
+        (an orderly stop)
+     2  watchdog timeout, seconds, unsigned
+     4  isolation timeout, milliseconds, unsigned
+    16  the agent's nonce: an engine's answer echoes it, which proves
+        the answer fresh to the agent (:mod:`instanceha.agent.selffence`)
+     1  peers, 0 to MAX_PEER_DIGESTS, then that many name digests
+        (:func:`name_digest`) of the agent's configured peers
+     1  pills, 0 to MAX_PILL_DIGESTS, then that many digests
+        (:func:`pill_digest`) of the poison pills this agent holds to
+        relay
+        (both optional: a report may end before them)
 
 The body of a request::
 
@@ -67,6 +83,7 @@ anything else, whatever the bytes. The replay guard
 """
 
 import functools
+import hashlib
 import hmac
 import math
 import re
@@ -91,6 +108,17 @@ NONCE_SIZE = 16
 MAX_ECHOES = 8
 _NO_ECHOES: tuple = ()
 _REQUEST = struct.Struct(">QdBBH")
+_WATCHDOG = struct.Struct(">BHI%ds" % NONCE_SIZE)
+#: :attr:`WatchdogReport.state` values.
+WATCHDOG_NONE = 0
+WATCHDOG_ARMED = 1
+WATCHDOG_DISARMED = 2
+_WATCHDOG_STATES = (WATCHDOG_NONE, WATCHDOG_ARMED, WATCHDOG_DISARMED)
+MAX_WATCHDOG_TIMEOUT = 0xFFFF
+DIGEST_SIZE = 8
+MAX_PEER_DIGESTS = 16
+MAX_PILL_DIGESTS = 8
+MAX_ISOLATION_MS = 0xFFFFFFFF
 _SEQ_TIME = struct.Struct(">Qd")
 #: The largest datagram sent or accepted. A receiver should read
 #: MAX_SIZE + 1 bytes so that a longer datagram shows as oversized.
@@ -162,6 +190,31 @@ _UUID_SIZE = 16
 canonical_uuid = uuid_text.canonical
 
 
+class WatchdogReport(NamedTuple):
+    """What a beat says of its agent's watchdog: ``state`` (armed,
+    disarmed), its ``timeout`` and the agent's ``isolation_timeout``
+    (seconds), and ``nonce``, the agent's current nonce (16 bytes)."""
+    state: int
+    timeout: int
+    isolation_timeout: float
+    nonce: bytes
+    #: :func:`name_digest` of each configured peer
+    peers: Tuple[bytes, ...] = ()
+    #: :func:`pill_digest` of each pill the agent holds to relay
+    pills: Tuple[bytes, ...] = ()
+
+
+def name_digest(host: str) -> bytes:
+    """A host name's 8-byte digest, as watchdog reports carry it."""
+    return hashlib.sha256(host.encode("utf-8")).digest()[:DIGEST_SIZE]
+
+
+def pill_digest(pill: bytes) -> bytes:
+    """A poison pill's 8-byte digest (its datagram's bytes), as watchdog
+    reports carry it: the engine knows which pill a peer holds."""
+    return hashlib.sha256(b"pill:" + bytes(pill)).digest()[:DIGEST_SIZE]
+
+
 class Beat(NamedTuple):
     """One heartbeat of ``host`` over network ``path``.
 
@@ -185,6 +238,8 @@ class Beat(NamedTuple):
     #: agent that predates challenges): see
     #: :mod:`instanceha.heartbeat.challenge`.
     echoes: Tuple[bytes, ...] = ()
+    #: The agent's watchdog, None from an agent without one.
+    watchdog: Optional[WatchdogReport] = None
 
 
 class Request(NamedTuple):
@@ -249,7 +304,33 @@ def encode_beat(beat: Beat, key) -> bytes:
                       len(host), len(boot_id), len(path))
     return _frame(BEAT, body + host + boot_id + path
                   + bytes((len(uuid_bytes),)) + uuid_bytes
-                  + bytes((len(echoes),)) + b"".join(echoes), key)
+                  + bytes((len(echoes),)) + b"".join(echoes)
+                  + _watchdog_bytes(beat.watchdog), key)
+
+
+def _watchdog_bytes(report):
+    if report is None:
+        return b""
+    ms = report.isolation_timeout * 1000 if isinstance(
+        report.isolation_timeout, (int, float)) else -1
+    if report.state not in _WATCHDOG_STATES or not _is_int(report.timeout) \
+            or not 0 <= report.timeout <= MAX_WATCHDOG_TIMEOUT \
+            or not 0 <= ms <= MAX_ISOLATION_MS \
+            or type(report.nonce) is not bytes \
+            or len(report.nonce) != NONCE_SIZE:
+        raise ValueError("cannot encode beat: watchdog: a state, timeouts "
+                         "and a nonce of %d bytes expected" % NONCE_SIZE)
+    digests = b""
+    for name, items, limit in (("peers", report.peers, MAX_PEER_DIGESTS),
+                               ("pills", report.pills, MAX_PILL_DIGESTS)):
+        if len(items) > limit or any(type(d) is not bytes or len(d) !=
+                                     DIGEST_SIZE for d in items):
+            raise ValueError("cannot encode beat: watchdog %s: up to %d "
+                             "digests of %d bytes expected"
+                             % (name, limit, DIGEST_SIZE))
+        digests += bytes((len(items),)) + b"".join(items)
+    return _WATCHDOG.pack(report.state, report.timeout, int(round(ms)),
+                          report.nonce) + digests
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -433,10 +514,41 @@ def _beat(data, end):
             _IDENTITIES.clear()
         _IDENTITIES[rest] = identity
     host, boot_id, path, facts = identity
-    echoes = _echoes(data, uuid_end, end) if uuid_end < end \
-        else _NO_ECHOES
+    if uuid_end >= end:
+        return _new_beat((host, boot_id, seq, sent_at, path, facts,
+                          VERSION, _NO_ECHOES, None))
+    echoes = _echoes(data, uuid_end, end)
+    watchdog_at = uuid_end + 1 + len(echoes) * NONCE_SIZE
+    report = _watchdog(data, watchdog_at, end) if watchdog_at < end \
+        else None
     return _new_beat((host, boot_id, seq, sent_at, path, facts, VERSION,
-                      echoes))
+                      echoes, report))
+
+
+def _watchdog(data, at, end):
+    """The watchdog report of a beat from byte ``at``; bytes after it
+    are left to later appended fields."""
+    if at + _WATCHDOG.size > end:
+        raise Dropped("malformed", "watchdog: %d bytes expected"
+                      % _WATCHDOG.size)
+    state, timeout, ms, nonce = _WATCHDOG.unpack_from(data, at)
+    if state not in _WATCHDOG_STATES:
+        raise Dropped("malformed", "watchdog: unknown state %d" % state)
+    at += _WATCHDOG.size
+    lists = []
+    for limit in (MAX_PEER_DIGESTS, MAX_PILL_DIGESTS):
+        if at >= end:
+            lists.append(())
+            continue
+        count = data[at]
+        stop = at + 1 + count * DIGEST_SIZE
+        if count > limit or stop > end:
+            raise Dropped("malformed", "watchdog: up to %d digests "
+                          "expected" % limit)
+        lists.append(tuple(bytes(data[i:i + DIGEST_SIZE])
+                           for i in range(at + 1, stop, DIGEST_SIZE)))
+        at = stop
+    return WatchdogReport(state, timeout, ms / 1000.0, nonce, *lists)
 
 
 def _echoes(data, at, end):

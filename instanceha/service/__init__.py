@@ -39,6 +39,7 @@ from instanceha.service.startup import (  # noqa: F401 - re-exported
 from instanceha.journal import Journal
 from instanceha.sources.audit import Fencer, FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
+from instanceha.drivers.fencing.watchdog import LazyWitness
 from instanceha.sources.heartbeat import HeartbeatSource
 from instanceha.sources.kdump import KdumpSource
 from instanceha.sources.reconciler import Reconciler
@@ -148,9 +149,16 @@ class Service:
         self.board = ProgressBoard()
         if fencer is None:
             conf = self.conf
+            # the watchdog method reads the agents' heartbeats and
+            # condemns through the listener, guarded like every write
+            # (built after the fencers: found at first use)
+            witness = LazyWitness(lambda: guard_agent_requests(
+                getattr(self, "membership", None), getattr(
+                    getattr(self, "sources", None), "heartbeat", None)))
 
             def fencer(name: str) -> Any:
-                return fencing_pkg.load_driver(name, conf)
+                return fencing_pkg.load_driver(
+                    name, conf, watchdog_witness=witness)
         return compute, fencer
 
     def _group(self, on_lost: Optional[Callable[[str], None]],

@@ -227,4 +227,5 @@ def _heartbeat(conf: Any, clock: Callable[[], float],
             if ports.acting():
                 ports.repair.from_agent(event, at)
     return HeartbeatSource(conf, ports.submit_acting, clock,
-                           ports.known_hosts, guest_sink=guest_sink)
+                           ports.known_hosts, guest_sink=guest_sink,
+                           acting=ports.acting)

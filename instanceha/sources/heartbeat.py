@@ -63,6 +63,7 @@ from instanceha.events import Event
 from instanceha.heartbeat import challenge
 from instanceha.heartbeat import guest
 from instanceha.heartbeat import keys
+from instanceha.heartbeat import peer
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import replay
 from instanceha.events import AgentReport
@@ -70,6 +71,7 @@ from instanceha.sources import heartbeat_table
 from instanceha.sources import udp
 from instanceha.sources.base import Sink
 from instanceha.sources.heartbeat_table import Address, HostTable
+from instanceha.sources.watchdog_book import WatchdogBook, WatchdogState
 from instanceha.util import datagrams
 from instanceha.util import periodic
 from instanceha.util.writes import write
@@ -161,8 +163,17 @@ class HeartbeatSource:
                  guest_sink: Optional[GuestSink] = None,
                  sendto: Optional[Callable[
                      [Optional[socket.socket], bytes, Address], Any]] = None,
-                 random: Optional[Callable[[int], bytes]] = None) -> None:
+                 random: Optional[Callable[[int], bytes]] = None,
+                 acting: Callable[[], bool] = lambda: True,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         group = self._group = conf.agent
+        # The agents' watchdogs (issue 37): their reports, condemnations
+        # and pills, on the engine's monotonic clock; ``acting()`` says
+        # whether this member acts (its answers say so: an agent counts
+        # only the acting engine's).
+        self.watchdogs = WatchdogBook()
+        self._acting = acting
+        self._monotonic = monotonic
         self._bind_to = bind_addresses(group)
         if keyring is None:
             keyring = load_keyring(group)
@@ -541,6 +552,8 @@ class HeartbeatSource:
                     message = cast(protocol.Beat, message)
                     where = (message.host, message.path)
                     targets[where] = (sender, via, now, kid)
+                    self.watchdogs.beat(message.host, message.watchdog,
+                                        self._monotonic())
                     if not proves(message.echoes, now):
                         # Not proven fresh: shown, never a veto.
                         heard_unproven[message.host] = (now, message.path,
@@ -646,7 +659,79 @@ class HeartbeatSource:
                                                               _, kid)
                      in targets.items()]
             self._prompted.clear()
-        return self._send_challenges(items, nonce, now)
+        sent = self._send_challenges(items, nonce, now)
+        self._send_relays(items)
+        return sent
+
+    def _send_relays(self, items: List[ChallengeTo]) -> int:
+        """Each condemned host's pill to each of its peers heard, on
+        every path of theirs, signed with the peer's key."""
+        relays = self.watchdogs.relays()
+        if not relays:
+            return 0
+        by_host: Dict[str, List[ChallengeTo]] = {}
+        for item in items:
+            by_host.setdefault(item[0], []).append(item)
+        sent = 0
+        signing_key = self.keyring.signing_key
+        for target, peer_host in relays:
+            pill = self.watchdogs.pill(target)
+            if pill is None:
+                continue
+            for _, address, via, kid in by_host.get(peer_host, ()):
+                try:
+                    self._send(via, peer.encode_relay(
+                        peer.Relay(target, pill),
+                        signing_key(peer_host, kid)), address)
+                except (OSError, ValueError) as e:
+                    LOG.warning("agent_pill_relay_failed", host=target,
+                                peer=peer_host, error=str(e))
+                else:
+                    sent += 1
+        return sent
+
+    # -- the agents' watchdogs (the ``watchdog`` fencing method) ------------
+    def monotonic(self) -> float:
+        """The clock of :meth:`watchdog_state`'s times."""
+        return self._monotonic()
+
+    def watchdog_state(self, host_name: str) -> Optional[WatchdogState]:
+        """What this engine knows of ``host_name``'s watchdog, or None."""
+        return self.watchdogs.state(host_name)
+
+    @write
+    def condemn(self, host_name: str, reason: str) -> Optional[float]:
+        """Condemn ``host_name``: make its poison pill (a challenge saying
+        so, echoing the newest nonce its agent sent, signed with its
+        key), send it to the host on every path and to its peers, and
+        keep sending it at each round. A new condemnation replaces an
+        earlier one (its publication starts over). Returns its time
+        (monotonic), None when the host was never heard."""
+        now = self._clock()
+        with self._lock:
+            items = [(host, address, via, kid) for (host, _), (
+                address, via, _, kid) in self._targets.items()]
+        mine = [i for i in items if i[0] == host_name]
+        kid = mine[0][3] if mine else None
+        try:
+            pill = challenge.encode(challenge.Challenge(
+                self.challenges.issuer,
+                self.challenges.newest or bytes(challenge.NONCE_SIZE),
+                host_name, self.watchdogs.nonce(host_name), True, True),
+                self.keyring.signing_key(host_name, kid))
+        except (KeyError, ValueError) as e:
+            LOG.error("agent_pill_not_made", host=host_name, error=str(e))
+            pill = None
+        at = self.watchdogs.condemn(host_name, self._monotonic(), pill)
+        if at is None:
+            return None
+        LOG.warning("agent_condemned", host=host_name, reason=reason,
+                    peers=len(self.watchdogs.relays()),
+                    effect="its agent stops feeding its watchdog once the "
+                           "pill reaches it, directly or through a peer")
+        self._send_challenges(mine, self.challenges.newest, now)
+        self._send_relays(items)
+        return at
 
     def _send_challenges(self, items: List[ChallengeTo],
                          nonce: Optional[bytes], now: float) -> int:
@@ -661,10 +746,15 @@ class HeartbeatSource:
         sent = failed = 0
         failure: Optional[str] = None
         signing_key = self.keyring.signing_key
+        acting = self._acting()
+        book = self.watchdogs
         for host, address, via, kid in items:
             try:
-                data = challenge.encode(challenge.Challenge(
-                    issuer, nonce, host), signing_key(host, kid))
+                pill = book.pill(host)
+                data = pill if pill is not None else challenge.encode(
+                    challenge.Challenge(issuer, nonce, host,
+                                        book.nonce(host), acting),
+                    signing_key(host, kid))
                 self._send(via, data, address)
             except (OSError, ValueError) as e:
                 failed += 1
@@ -761,7 +851,22 @@ class HeartbeatSource:
                     entry["state"] = ALIVE_UNPROVEN
                 entry["unproven_beat_age"] = round(now - at, 3)
                 entry["unproven_path"] = path
-            return out
+        mono = self._monotonic()
+        for name, entry in out.items():
+            wd = self.watchdogs.state(name)
+            if wd is None or (wd.state == protocol.WATCHDOG_NONE
+                              and wd.condemned_at is None):
+                continue
+            entry["watchdog"] = {
+                "state": {protocol.WATCHDOG_ARMED: "armed",
+                          protocol.WATCHDOG_DISARMED: "disarmed"}.get(
+                              wd.state, "none"),
+                "timeout": wd.watchdog_timeout,
+                "isolation_timeout": wd.isolation_timeout,
+                "condemned_ago": None if wd.condemned_at is None
+                else round(mono - wd.condemned_at, 3),
+                "pill_held_by": wd.acks, "peers": wd.peers}
+        return out
 
     def health(self) -> Dict[str, Any]:
         now = self._clock()

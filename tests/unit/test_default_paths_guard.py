@@ -28,7 +28,7 @@ def test_clean(tmp_path):
 
 def test_default_roots_are_the_machines_own():
     assert guard.DEFAULT_ROOTS == ("/var/lib/instanceha", "/run/instanceha",
-                                   "/etc/instanceha")
+                                   "/etc/instanceha", "/run/instanceha-agent")
 
 
 def test_listing_and_changes(tmp_path):

@@ -42,7 +42,9 @@ JOURNAL_READS = {
 #: agent (a nonce the agent echoes): every replica sends its own.
 AGENT_READS = {"challenge", "check", "cliff", "handle_batch",
                "handle_datagram", "health", "heard", "refresh",
-               "silent_since", "start", "stop", "view"}
+               "silent_since", "start", "stop", "view",
+               # the watchdog method's reads (its condemn is a write)
+               "monotonic", "watchdog_state"}
 
 
 def _fencing_drivers():
@@ -78,7 +80,7 @@ def test_the_guards_take_their_writes_from_the_markers():
     assert co.FENCE_WRITES == writes_of(FencingDriver) == {"power_off",
                                                            "power_on"}
     assert co.JOURNAL_WRITES == writes_of(Journal)
-    assert writes_of(HeartbeatSource) == {"send_request"}
+    assert writes_of(HeartbeatSource) == {"send_request", "condemn"}
 
 
 def test_a_marker_on_a_subclass_or_a_base_counts():

@@ -290,8 +290,9 @@ def test_each_path_is_challenged_where_its_beats_came_from():
     assert set(sent) == {SENDER, STORAGE}
     assert sent[SENDER][0] is via_mgmt and sent[STORAGE][0] is via_storage
     nonce = engine.src.challenges.newest
+    # (acting: a single engine acts; no answer: no watchdog report)
     assert {ch for _, ch in sent.values()} == {challenge.Challenge(
-        engine.src.challenges.issuer, nonce, "compute-1")}
+        engine.src.challenges.issuer, nonce, "compute-1", acting=True)}
 
 
 def test_a_path_silent_for_a_minute_is_no_longer_challenged():

@@ -18,6 +18,7 @@ DRIVERS = {
     "noop": "instanceha.drivers.fencing.noop:NoopDriver",
     "fence_agent": "instanceha.drivers.fencing.fence_agent:FenceAgentDriver",
     "bmh": "instanceha.drivers.fencing.bmh:BareMetalHostDriver",
+    "watchdog": "instanceha.drivers.fencing.watchdog:WatchdogDriver",
 }
 
 #: inventory fields each driver reads besides driver, address, username and
@@ -31,11 +32,14 @@ FIELDS = {
     "fence_agent": {"agent", "params", "agent_timeout"},
     "bmh": {"namespace", "name", "kubeconfig", "context", "api_url",
             "ca_file", "insecure", "token_file", "in_cluster", "timeout"},
+    "watchdog": set(),
 }
 
 
-def load_driver(name, conf):
-    """Instantiate the driver called ``name`` with the service's conf."""
+def load_driver(name, conf, **deps):
+    """Instantiate the driver called ``name`` with the service's conf and
+    those of ``deps`` it names in its ``needs`` (the ``watchdog`` method's
+    heartbeat listener)."""
     try:
         target = DRIVERS[name]
     except KeyError:
@@ -43,7 +47,10 @@ def load_driver(name, conf):
                          % (name, ", ".join(sorted(DRIVERS))))
     module_name, cls_name = target.split(":")
     module = importlib.import_module(module_name)
-    return getattr(module, cls_name)(conf)
+    cls = getattr(module, cls_name)
+    wanted = {key: deps[key] for key in getattr(cls, "needs", ())
+              if key in deps}
+    return cls(conf, **wanted)
 
 
 class Fencers:

@@ -11,6 +11,8 @@ def make_conf(**overrides):
     overrides.setdefault("engines", ["192.0.2.1:7411"])
     # never the machine's own /sys: a test names its file
     overrides.setdefault("system_uuid_file", "")
+    # never the machine's /run: a test that keeps nonces names its file
+    overrides.setdefault("nonce_file", "")
     conf = agent_conf.new_conf()
     conf([], project="instanceha", default_config_files=[])
     for name, value in overrides.items():

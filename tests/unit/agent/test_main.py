@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from instanceha.agent import main
+from instanceha.heartbeat import challenge
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import protocol
 from tests.unit.heartbeat import helpers as hb
@@ -93,3 +94,72 @@ def test_the_agent_beats_and_stops_on_sigterm(tmp_path):
         "/proc/sys/kernel/random/boot_id").read().strip()
     assert "agent.started" in err and "agent.stopped" in err
     assert hb.SECRET.decode() not in err
+
+
+def _agent_with_watchdog(tmp_path, sink):
+    key = hb.write_key(tmp_path / "agent.key")
+    device = tmp_path / "wd-test-device"
+    device.write_bytes(b"")
+    conf = write_conf(tmp_path, key,
+                      engines="127.0.0.1:%d" % sink.getsockname()[1],
+                      interval="0.1", paths="lo=127.0.0.1",
+                      watchdog_device=str(device), watchdog_timeout="30",
+                      watchdog_check_interval="0.1", guest_events="false",
+                      nonce_file=str(tmp_path / "nonces"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "instanceha.agent.main", "--config-file",
+         str(conf)], cwd=TOP, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    return proc, device
+
+
+def _armed_beat(sink):
+    """Play the acting engine: answer the beats (a challenge echoing the
+    agent's nonce) until one says the watchdog is armed."""
+    ring = keys.Keyring(hb.KEY)
+    while True:
+        data, source = sink.recvfrom(2048)
+        beat = protocol.decode(data, ring)
+        if beat.watchdog.state == protocol.WATCHDOG_ARMED:
+            return beat
+        sink.sendto(challenge.encode(challenge.Challenge(
+            b"E" * 8, b"c" * 16, beat.host, beat.watchdog.nonce, True),
+            hb.KEY), source)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_orderly_stop_disarms_and_says_so_a_crash_leaves_it_armed(
+        tmp_path, how):
+    """A test device (a file under tmp_path; the process inherits the
+    suite's refusal of real watchdogs): SIGTERM ends it with the magic
+    'V' and a last beat saying disarmed; SIGKILL leaves it armed (the
+    hardware would reset the host)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+        sink.bind(("127.0.0.1", 0))
+        sink.settimeout(30)
+        proc, device = _agent_with_watchdog(tmp_path, sink)
+        try:
+            beat = _armed_beat(sink)
+            assert beat.watchdog.state == protocol.WATCHDOG_ARMED
+            assert beat.watchdog.timeout == 30
+        finally:
+            proc.send_signal(signal.SIGTERM if how == "sigterm"
+                             else signal.SIGKILL)
+            _, err = proc.communicate(timeout=30)
+        written = device.read_bytes()
+        assert written.startswith(b".")
+        if how == "sigkill":
+            assert not written.endswith(b"V")
+            return
+        assert proc.returncode == 0, err
+        assert written.endswith(b"V")
+        ring = keys.Keyring(hb.KEY)
+        last = None
+        sink.setblocking(False)     # the process ended: all are queued
+        try:
+            while True:
+                last = protocol.decode(sink.recv(2048), ring)
+        except BlockingIOError:
+            pass
+        assert last.watchdog.state == protocol.WATCHDOG_DISARMED
+        assert "agent.watchdog_disarmed" in err

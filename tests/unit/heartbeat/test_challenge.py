@@ -162,3 +162,28 @@ def test_a_nonce_proves_nothing_once_older_than_its_bound():
     assert not issuer.proves((drawn,), 108.5)
     newer = issuer.draw(109.0)
     assert issuer.proves((drawn, newer), 110.0)
+
+
+# -- the answer and the poison pill (issue 37) --------------------------------
+
+def test_a_challenge_carries_the_answer_and_the_pill():
+    ch = challenge.Challenge(ISSUER, nonce(7), "compute-1", nonce(9),
+                             acting=True, condemned=True)
+    assert challenge.decode_signed(challenge.encode(ch, helpers.KEY),
+                                   RING)[0] == ch
+    plain = challenge.Challenge(ISSUER, nonce(7), "compute-1")
+    back = challenge.decode_signed(challenge.encode(plain, helpers.KEY),
+                                   RING)[0]
+    assert (back.answer, back.acting, back.condemned) == (None, False,
+                                                          False)
+
+
+def test_an_older_engines_challenge_has_no_answer():
+    body = ISSUER + nonce(3) + bytes((1,)) + b"c"
+    back = challenge.decode_signed(sign(body, kind=protocol.CHALLENGE),
+                                   RING)[0]
+    assert back == challenge.Challenge(ISSUER, nonce(3), "c")
+    with pytest.raises(protocol.Dropped) as e:
+        challenge.decode_signed(sign(body + b"\x01",
+                                     kind=protocol.CHALLENGE), RING)
+    assert e.value.reason == "malformed"

@@ -352,7 +352,10 @@ def test_an_unknown_type_is_malformed():
 
 
 def test_body_bytes_after_the_known_fields_are_ignored_within_the_version():
-    beat = protocol.decode(sign(beat_body(extra=b"\x01future")), RING)
+    # after the echoes: a watchdog report saying none, then the future
+    beat = protocol.decode(sign(beat_body(
+        extra=bytes(23) + bytes(2) + b"\x01future")), RING)
+    assert beat.watchdog.state == protocol.WATCHDOG_NONE
     assert (beat.host, beat.path, beat.facts) == (
         "compute-1", "mgmt", protocol.Facts(True, None, 2))
     req = protocol.decode(sign(request_body(extra=b"more"),
@@ -440,3 +443,54 @@ def test_signed_beats_of_any_fields_decode_or_drop(
         seq, sent_at, compute, libvirt, guests, host, boot_id, path, extra):
     _decodes_or_drops(sign(beat_body(seq, sent_at, compute, libvirt, guests,
                                      host, boot_id, path, extra=extra)))
+
+
+# -- the watchdog report (issue 37) -------------------------------------------
+
+def test_watchdog_report_round_trip_and_older_beats():
+    report = protocol.WatchdogReport(protocol.WATCHDOG_ARMED, 30, 12.5,
+                                     b"n" * 16)
+    beat = helpers.beat()._replace(echoes=(b"e" * 16,), watchdog=report)
+    back = protocol.decode(protocol.encode_beat(beat, helpers.KEY), RING)
+    assert back.watchdog == report and back.echoes == (b"e" * 16,)
+    disarmed = report._replace(state=protocol.WATCHDOG_DISARMED)
+    back = protocol.decode(protocol.encode_beat(
+        beat._replace(watchdog=disarmed), helpers.KEY), RING)
+    assert back.watchdog.state == protocol.WATCHDOG_DISARMED
+    # a beat without one (an older agent, or no watchdog) says None
+    assert protocol.decode(GOOD, RING).watchdog is None
+
+
+def test_watchdog_report_carries_peers_and_pills():
+    d = protocol.name_digest
+    report = protocol.WatchdogReport(
+        protocol.WATCHDOG_ARMED, 30, 12.5, b"n" * 16,
+        peers=tuple(d("h%d" % i) for i in range(16)), pills=(d("x"),))
+    beat = helpers.beat()._replace(watchdog=report)
+    data = protocol.encode_beat(beat._replace(host="h" * 255), helpers.KEY)
+    assert len(data) <= protocol.MAX_SIZE
+    assert protocol.decode(data, RING).watchdog == report
+    with pytest.raises(ValueError, match="peers"):
+        protocol.encode_beat(beat._replace(watchdog=report._replace(
+            peers=report.peers + (d("z"),))), helpers.KEY)
+
+
+def test_watchdog_report_malformed():
+    assert reason(sign(beat_body(extra=b"\x01\x00"))) == "malformed"
+    assert reason(sign(beat_body(extra=b"\x07" + bytes(22)))) == \
+        "malformed"
+    armed = b"\x01" + bytes(22)
+    assert reason(sign(beat_body(extra=armed + b"\x02" + bytes(8)))) == \
+        "malformed"
+    assert reason(sign(beat_body(extra=armed + b"\x11" + bytes(136)))) \
+        == "malformed"
+
+
+def test_watchdog_report_refused_by_the_encoder():
+    for bad in (protocol.WatchdogReport(9, 30, 1.0, b"n" * 16),
+                protocol.WatchdogReport(1, 70000, 1.0, b"n" * 16),
+                protocol.WatchdogReport(1, 30, -1.0, b"n" * 16),
+                protocol.WatchdogReport(1, 30, 1.0, b"short")):
+        with pytest.raises(ValueError, match="watchdog"):
+            protocol.encode_beat(helpers.beat()._replace(watchdog=bad),
+                                 helpers.KEY)

@@ -1,0 +1,213 @@
+"""The ``watchdog`` fencing method: a host proven dead by time, not by a
+power action (issue 37, section 2).
+
+A host whose agent arms a watchdog (:mod:`instanceha.agent.watchdog`)
+resets itself when it may not live (:mod:`instanceha.agent.selffence`).
+This method counts a silent host as fenced only when all hold, measured
+on the engine's monotonic clock:
+
+1. its last beat reported an armed watchdog, with its watchdog timeout
+   and isolation timeout (a host that never reported one, or reported it
+   disarmed by an orderly stop, is refused: nothing proves it dead);
+2. the engine condemned it at the start of this attempt
+   (:meth:`Witness.condemn`: the signed poison pill, sent to the host and
+   to its peers; said in the log and the fencing action's journal entry)
+   and a majority of the peers its last
+   beat named acknowledged the pill (*published*);
+3. ``max(last beat, published) + isolation timeout + watchdog timeout +
+   [fencing] watchdog_margin`` has passed.
+
+:func:`deadline` is that rule, pure. :meth:`WatchdogDriver.power_off`
+condemns, then waits (``sleep`` injected) until the deadline has passed,
+re-reading the state (a beat after the condemnation pushes it later),
+at most ``[fencing] watchdog_wait_max`` seconds. :meth:`power_state`
+reads OFF once the deadline has passed, UNKNOWN before (never ON: a
+silent host is not known to run).
+
+The heartbeat state comes through an explicit :class:`Witness` (the
+heartbeat listener, :class:`instanceha.sources.heartbeat.HeartbeatSource`),
+given to the driver when the service builds it (:func:`load_driver`'s
+``watchdog_witness``); without one every call fails.
+"""
+
+import time
+from typing import NamedTuple, Optional, Protocol, Tuple
+
+import structlog
+
+from instanceha.drivers.fencing import base
+
+LOG = structlog.get_logger("instanceha.fencing.watchdog")
+
+POLL = 1.0
+#: protocol.WATCHDOG_DISARMED (drivers do not import the heartbeat
+#: package: the layers in .importlinter; a test checks they agree)
+DISARMED = 2
+
+
+class WatchdogState(NamedTuple):
+    """One host as the fencing method reads it (kept by
+    :class:`instanceha.sources.watchdog_book.WatchdogBook`)."""
+    host: str
+    #: the host's last beat reported an armed watchdog
+    armed: bool
+    #: protocol.WATCHDOG_* of the last beat (NONE: no report)
+    state: int
+    watchdog_timeout: float
+    isolation_timeout: float
+    last_beat: float
+    condemned_at: Optional[float]
+    published_at: Optional[float]
+    peers: int
+    acks: int
+
+
+class Witness(Protocol):
+    """What the method reads and does through the heartbeat listener."""
+
+    def monotonic(self) -> float: ...
+
+    def watchdog_state(self, host_name: str) -> Optional[WatchdogState]: ...
+
+    def condemn(self, host_name: str, reason: str) -> Optional[float]: ...
+
+
+class LazyWitness:
+    """A Witness found when first used (the service builds its fencers
+    before its heartbeat listener): ``get()`` returns it or None."""
+
+    def __init__(self, get):
+        self._get = get
+
+    def _witness(self):
+        witness = self._get()
+        if witness is None:
+            raise base.FenceError("watchdog method: no agent heartbeat "
+                                  "listener ([agent] listen_addresses)")
+        return witness
+
+    def monotonic(self):
+        return self._witness().monotonic()
+
+    def watchdog_state(self, host_name):
+        return self._witness().watchdog_state(host_name)
+
+    def condemn(self, host_name, reason):
+        return self._witness().condemn(host_name, reason)
+
+
+class Judgement(NamedTuple):
+    """``dead``: the host counts as fenced; ``deadline``: when it will
+    (None: never on what is known); ``why``: one line."""
+    dead: bool
+    deadline: Optional[float]
+    why: str
+
+
+def refusal(state: Optional[WatchdogState]) -> Optional[str]:
+    """Why ``state`` can never prove the host dead, or None."""
+    if state is None:
+        return "its agent was never heard"
+    if not state.armed:
+        return ("its agent reported its watchdog disarmed (an orderly "
+                "stop)" if state.state == DISARMED else
+                "its agent never reported an armed watchdog")
+    return None
+
+
+def deadline(state: Optional[WatchdogState], now: float,
+             margin: float) -> Judgement:
+    """The rule of the module's text, at ``now``."""
+    why = refusal(state)
+    if why is not None:
+        return Judgement(False, None, why)
+    assert state is not None
+    if state.condemned_at is None:
+        return Judgement(False, None, "not condemned")
+    if state.published_at is None:
+        return Judgement(False, None, "condemned; %d of %d peers hold the "
+                         "pill, a majority is needed" % (state.acks,
+                                                         state.peers))
+    at = (max(state.last_beat, state.published_at)
+          + state.isolation_timeout + state.watchdog_timeout + margin)
+    if now >= at:
+        return Judgement(True, at, "self-fenced by watchdog: silent since "
+                         "%.1f s, isolation %.0f s + watchdog %.0f s + "
+                         "margin %.0f s passed" % (
+                             now - state.last_beat, state.isolation_timeout,
+                             state.watchdog_timeout, margin))
+    return Judgement(False, at, "self-fenced by watchdog in %.1f s"
+                     % (at - now))
+
+
+class WatchdogDriver(base.FencingDriver):
+    name = "watchdog"
+    #: what :func:`instanceha.drivers.fencing.load_driver` hands it
+    needs = ("watchdog_witness",)
+
+    def __init__(self, conf, watchdog_witness: Optional[Witness] = None,
+                 sleep=time.sleep):
+        self.margin = conf.fencing.watchdog_margin
+        self.wait_max = conf.fencing.watchdog_wait_max
+        self.witness = watchdog_witness
+        self._sleep = sleep
+
+    def _need_witness(self) -> Witness:
+        if self.witness is None:
+            raise base.FenceError("watchdog method: no heartbeat listener "
+                                  "given to the driver")
+        return self.witness
+
+    def _judge(self, host: str) -> Tuple[Judgement, float]:
+        witness = self._need_witness()
+        now = witness.monotonic()
+        return deadline(witness.watchdog_state(host), now, self.margin), now
+
+    def power_off(self, bmc):
+        """Condemn the host, then return once its watchdog deadline has
+        passed; raises FenceError (refused, or not within
+        watchdog_wait_max)."""
+        witness = self._need_witness()
+        host = bmc.host
+        state = witness.watchdog_state(host)
+        why = refusal(state)
+        if why is not None:
+            raise base.FenceError("host %s: watchdog method refused: %s"
+                                  % (host, why))
+        # Each attempt condemns anew: the pill echoes the host's newest
+        # nonce (one of an earlier condemnation may be of an earlier boot,
+        # which the host would refuse), and the deadline starts over.
+        at = witness.condemn(host, "fencing by watchdog")
+        if at is None:
+            raise base.FenceError("host %s: watchdog method: the host "
+                                  "cannot be condemned (never heard)"
+                                  % host)
+        LOG.warning("watchdog_condemned", host=host, at=at,
+                    watchdog_timeout=state.watchdog_timeout,
+                    isolation_timeout=state.isolation_timeout,
+                    margin=self.margin,
+                    reason="no BMC power-off: the host's own watchdog "
+                           "resets it; counted fenced after its deadline")
+        start = witness.monotonic()
+        while True:
+            judgement, now = self._judge(host)
+            if judgement.dead:
+                LOG.warning("watchdog_fenced", host=host,
+                            reason=judgement.why)
+                return None
+            if judgement.deadline is None and refusal(
+                    witness.watchdog_state(host)) is not None:
+                raise base.FenceError("host %s: watchdog method refused: %s"
+                                      % (host, judgement.why))
+            if now - start >= self.wait_max:
+                raise base.FenceError(
+                    "host %s: watchdog method: not proven within %.0f s: %s"
+                    % (host, self.wait_max, judgement.why))
+            wait = POLL if judgement.deadline is None else max(
+                0.0, min(POLL * 5, judgement.deadline - now))
+            self._sleep(min(wait, self.wait_max - (now - start)) or 0.01)
+
+    def power_state(self, bmc):
+        judgement, _ = self._judge(bmc.host)
+        return base.PowerState.OFF if judgement.dead \
+            else base.PowerState.UNKNOWN
