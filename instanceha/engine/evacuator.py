@@ -22,7 +22,7 @@ from instanceha.engine.evac_state import (IN_FLIGHT, REBUILD_TASK_STATES,
                                           Outcome, by_server)
 from instanceha.engine.passes import Requeue, answer
 from instanceha.events import EvacuationSummary, EventKind as E
-from instanceha.policy import power
+from instanceha.policy import power, storage_fence
 
 LOG = structlog.get_logger("instanceha.evacuator")
 
@@ -172,6 +172,7 @@ def _plan(ctx, record, run, servers, migrations):
                     count=len(outcome.skipped), servers=dict(outcome.skipped),
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
+    candidates = _on_fenced_storage(record, candidates, outcome)
     # The recovery policies: which of them, in what order (priority);
     # service-owned servers stay.
     chosen = selection.select(ctx, host, candidates, now)
@@ -199,6 +200,32 @@ def _plan(ctx, record, run, servers, migrations):
     evac_groups.publish(run)
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
+
+
+def _on_fenced_storage(record, candidates, outcome):
+    """The candidates that may go: all of them, unless the host was fenced
+    by storage only (it may still run); then only the servers whose every
+    disk is on the fenced storage, the others left with the reason."""
+    if record.proven_by != "storage":
+        return candidates
+    kept, left = [], {}
+    for s in candidates:
+        why = storage_fence.why_not_evacuated(s.raw or {},
+                                              record.storage_protects)
+        if why is None:
+            kept.append(s)
+        else:
+            left[s.id] = why
+    if left:
+        outcome.skipped.update(left)
+        LOG.warning("servers_left_on_storage_fenced_host", host=record.name,
+                    count=len(left), servers=left,
+                    protects=list(record.storage_protects),
+                    reason="the host was fenced by storage only (level %s) "
+                           "and may still run: only servers whose disks "
+                           "are all on the fenced storage are evacuated"
+                    % record.fenced_level)
+    return kept
 
 
 def _step(ctx, record, run):

@@ -18,6 +18,8 @@ DRIVERS = {
     "noop": "instanceha.drivers.fencing.noop:NoopDriver",
     "fence_agent": "instanceha.drivers.fencing.fence_agent:FenceAgentDriver",
     "bmh": "instanceha.drivers.fencing.bmh:BareMetalHostDriver",
+    "ceph_blocklist":
+        "instanceha.drivers.fencing.ceph_blocklist:CephBlocklistDriver",
 }
 
 #: inventory fields each driver reads besides driver, address, username and
@@ -31,6 +33,7 @@ FIELDS = {
     "fence_agent": {"agent", "params", "agent_timeout"},
     "bmh": {"namespace", "name", "kubeconfig", "context", "api_url",
             "ca_file", "insecure", "token_file", "in_cluster", "timeout"},
+    "ceph_blocklist": {"addresses", "protects", "ceph_conf"},
 }
 
 
