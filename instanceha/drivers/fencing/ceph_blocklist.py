@@ -29,6 +29,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import json
+import math
 import os
 import threading
 
@@ -114,17 +115,27 @@ class CephBlocklistDriver(base.FencingDriver):
             if self._rados is None:
                 self._rados = load_rados(self._conf.rados_path)
             rados = self._rados
-            timeout = self._conf.timeout
-            settings = {"client_mount_timeout": str(timeout),
-                        "rados_mon_op_timeout": str(timeout)}
+            timeout = str(int(math.ceil(self._conf.timeout)))
+            settings = {"client_mount_timeout": timeout,
+                        "rados_mon_op_timeout": timeout}
             if self._conf.keyring:
                 settings["keyring"] = self._conf.keyring
             try:
                 client = rados.Rados(conffile=path,
                                      name=self._conf.client_name,
                                      conf=settings)
-                client.connect(timeout=int(max(1, timeout)))
             except Exception as e:   # noqa: BLE001 - rados.Error and kin
+                raise base.FenceError(
+                    "ceph_blocklist: cannot use %s as user %s: %s (check "
+                    "[ceph_fencing] conf_file, client_name and keyring)"
+                    % (path, self._conf.client_name, _why(e)))
+            try:
+                client.connect(timeout=int(timeout))
+            except Exception as e:   # noqa: BLE001 - rados.Error and kin
+                try:
+                    client.shutdown()
+                except Exception:   # noqa: BLE001, S110 - discarded
+                    pass
                 raise base.BmcUnreachable(
                     "ceph_blocklist: cannot connect to the monitors of %s "
                     "as %s: %s" % (path, self._conf.client_name,
@@ -146,7 +157,8 @@ class CephBlocklistDriver(base.FencingDriver):
         client = self._client(path)
         try:
             ret, outbuf, outs = client.mon_command(
-                json.dumps(cmd), b"", timeout=int(max(1, self._conf.timeout)))
+                json.dumps(cmd), b"",
+                timeout=int(math.ceil(self._conf.timeout)))
         except Exception as e:   # noqa: BLE001 - rados.Error and kin
             self._drop(path)
             raise base.BmcUnreachable(
