@@ -116,6 +116,11 @@ def test_storage_level_evacuates_only_ceph_servers_and_unfences_at_putback():
         "cut off its storage, not powered off: fenced by level 2 (ceph_blocklist) after level 1 (fake "
         "bmc-compute-1) failed: compute-1: BMC refused power off; storage "
         "fencing only"), fenced["reason"]
+    # ... and in status, while its recovery lasts.
+    host = next(h for h in w.engine.snapshot()["hosts"]
+                if h["name"] == "compute-1")
+    assert host["fenced_by"] == {"level": 2, "proof": "storage",
+                                 "protects": ["volumes"]}
     # Only the volume-backed server left; the other stays, with why.
     servers = w.compute.servers
     assert servers["compute-1-vm-0"]["host"] != "compute-1"
@@ -135,6 +140,9 @@ def test_storage_level_evacuates_only_ceph_servers_and_unfences_at_putback():
     assert ceph.log == ["fence", ("unfence", True)]
     assert ceph.listed == set()
     assert not w.compute.services["compute-1"]["forced_down"]
+    host = next(h for h in w.engine.snapshot()["hosts"]
+                if h["name"] == "compute-1")
+    assert "fenced_by" not in host
 
 
 def test_no_evacuation_when_the_blocklist_no_longer_holds():
