@@ -18,6 +18,12 @@ fencing methods and reloading are described in ``doc/inventory.md``)::
         methods:
           - {driver: redfish, address: https://10.0.0.6}
           - {driver: ipmi, address: 10.0.1.6}
+      compute-2:                   # fencing levels: each a method or a
+        levels:                    # set of methods that must all succeed
+          - {driver: redfish, address: https://10.0.0.7, password: x}
+          - - {driver: watchdog}
+            - {driver: ceph_blocklist, addresses: [10.0.2.7],
+               protects: [volumes]}
     defaults:                      # optional, under every host and method
       driver: redfish
 
