@@ -12,7 +12,7 @@ Fields (besides ``driver: ceph_blocklist``):
     what of the host's servers lives on this Ceph (required, a non-empty
     list): ``volumes`` (Cinder volumes: a server booted from a volume, with
     no local ephemeral or swap disk) and/or ``ephemeral`` (the host's Nova
-    keeps image-backed disks in RBD, ``[libvirt] images_type = rbd``). A
+    keeps image-backed disks in RBD, ``images_type = rbd` in the libvirt section of its nova.conf`). A
     level made only of storage fencing evacuates only the servers this
     says are on the Ceph; the others stay on the host.
 ``ceph_conf``
