@@ -169,7 +169,12 @@ def isolate(ctx, record):
     try:
         svc = ctx.compute.force_down(record.id, reason)
     except compute_base.Conflict as e:
-        return _result(record, E.ISOLATE_FAILED, ctx, str(e))
+        why = str(e)
+        if record.proven_by == "storage":
+            why += ("; its storage fencing (Ceph blocklist) stays: remove "
+                    "it (ceph osd blocklist rm) once the host is known to "
+                    "be back, before resuming it")
+        return _result(record, E.ISOLATE_FAILED, ctx, why)
     # Nova bumps updated_at on our write: remember it so it is not taken
     # for a heartbeat of a returning host.
     written = svc.updated_at if svc is not None and svc.updated_at else None

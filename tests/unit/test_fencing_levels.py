@@ -229,6 +229,17 @@ def test_a_method_failing_in_a_set_fails_its_level():
         "ceph_blocklist): method 1 of the level (watchdog): never armed")
 
 
+def test_a_set_failing_after_its_storage_method_undoes_it():
+    fencer, calls, drivers = _fencer({"watchdog": FenceError("not due")})
+    with capture_logs() as logs:
+        with pytest.raises(chain.FenceChainError):
+            chain.fence(_entry([[CEPH, WATCHDOG]]), fencer)
+    assert calls == [("fence", "ceph_blocklist"), ("fence", "watchdog"),
+                     ("unfence", "ceph_blocklist")]
+    assert drivers["ceph_blocklist"].listed == set()
+    assert "fence_set_undone" in [e["event"] for e in logs]
+
+
 def test_a_level_of_storage_fencing_only_proves_only_storage():
     fencer, calls, drivers = _fencer({"redfish": FenceError("refused")})
     bmc = _entry([REDFISH, CEPH])

@@ -178,8 +178,8 @@ def fence(bmc, fencer, log=LOG, check=None):
     Returns a :class:`FenceOutcome`. A method fails on FenceError, or on
     ValueError from ``fencer`` (a driver that refuses to load, e.g. noop
     without ``allow_unfenced``); its level fails (the methods of a set
-    after it are not run; those before it stay fenced until
-    :func:`unfence`) and the next level is tried. When no level succeeded,
+    after it are not run; the storage fencing of those before it is
+    undone) and the next level is tried. When no level succeeded,
     raises :class:`FenceChainError` (a FenceError) naming the host and
     each level's reason, except that if a method raised anything else (a
     driver bug, trouble the driver did not translate) that first exception
@@ -220,6 +220,7 @@ def fence(bmc, fencer, log=LOG, check=None):
                 failed = where + "unexpected %s from driver %s" % (
                     type(e).__name__, method.driver)
             if failed is not None:
+                _undo(level[:pos - 1], fencer, log, failed)
                 break
             if getattr(driver, "proves", base.HOST) == base.STORAGE:
                 protects.update(protects_of(method))
@@ -262,6 +263,28 @@ def fence(bmc, fencer, log=LOG, check=None):
                            attempts)
     error = FenceChainUnreachable if unreachable else FenceChainError
     raise error(message, bmc.host, attempts)
+
+
+def _undo(done, fencer, log, why):
+    """A set failed after some of its methods succeeded: undo those that
+    leave something behind (a blocklist entry). The level proved nothing,
+    so nothing is evacuated on it, and a live host must not keep losing
+    its storage for it. A later level that fences the same way does it
+    again. Failures are logged: the entry is then removed at unfence."""
+    for method in done:
+        if method.driver not in NO_BMC:
+            continue
+        try:
+            fencer(method.driver).unfence(method)
+        except Exception as e:   # noqa: BLE001 - best effort, logged
+            log.warning("fence_set_undo_failed", host=method.host,
+                        driver=method.driver,
+                        reason=_scrub(str(e), method) or type(e).__name__)
+            continue
+        log.warning("fence_set_undone", host=method.host,
+                    driver=method.driver,
+                    reason="its level failed (%s): undone, the level "
+                           "proved nothing" % why)
 
 
 def level_of(bmc, number):
