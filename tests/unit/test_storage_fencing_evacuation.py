@@ -186,5 +186,15 @@ def test_unfence_failing_keeps_the_service_forced_down():
     assert w.compute.services["compute-1"]["forced_down"]
 
 
-def test_fakes_module_is_used():
-    assert fakes.FakeFencer.name == "fake"
+def test_a_refused_force_down_leaves_the_blocklist_and_says_so():
+    from instanceha.drivers.compute import base as cb
+    w, ceph = _world()
+    w.compute.fail["force_down"] = [cb.Conflict("HTTP 409: refused", 409)]
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "failed")
+    state, reason = w.state("compute-1")
+    assert "HTTP 409: refused; its storage fencing (Ceph blocklist) stays" \
+        in reason, reason
+    assert ceph.listed == {"compute-1"}
+    assert isinstance(w.fencer, fakes.FakeFencer)
