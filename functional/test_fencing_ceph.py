@@ -135,3 +135,37 @@ def test_a_mon_that_does_not_answer_is_unreachable(tmp_path, rados_module):
     with pytest.raises(base.BmcUnreachable, match="cannot connect"):
         d.fence(_entry().levels[1][0])
     d.close()
+
+
+def test_the_engine_blocklists_before_the_first_evacuation_and_unfences(
+        mon, driver):
+    """The engine's whole recovery (its fakes of Nova and of a BMC that
+    refuses) through a Ceph level on the real monitor: the entry is in
+    the monitor before the first evacuate request, only the server booted
+    from a volume leaves, and the entry is gone once the host is back and
+    put back."""
+    from instanceha.drivers.fencing.inventory_entry import BMC
+    from tests.unit.test_engine import World
+
+    w = World(refuse=("compute-1",))
+    drivers = {"fake": w.fencer, "ceph_blocklist": driver}
+    w.ctx.fencer = drivers.__getitem__
+    w.ctx.inventory["compute-1"] = BMC(
+        host="compute-1", driver="fake", address="bmc-compute-1",
+        fallbacks=(BMC(host="compute-1", driver="ceph_blocklist",
+                       options={"addresses": [ADDRESS],
+                                "protects": ["volumes"]}),),
+        grouping=(1, 1))
+    w.compute.servers["compute-1-vm-1"]["image"] = "image-1"
+    seen = []
+    w.compute.on_evacuate = lambda sid, dest: seen.append(
+        (sid, LISTED in mon.blocklist()))
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    assert seen == [("compute-1-vm-0", True)]
+    assert w.compute.servers["compute-1-vm-1"]["host"] == "compute-1"
+    w.compute.boot("compute-1")
+    w.until("compute-1", "active")
+    assert LISTED not in mon.blocklist()
+    assert not w.compute.services["compute-1"]["forced_down"]
