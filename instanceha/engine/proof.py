@@ -92,8 +92,8 @@ def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
     driver ([fencing] allow_unfenced) have no power-off to re-read: only
     the heartbeat is checked. A host fenced by storage only (a level of
     Ceph blocklisting) has its blocklist entries read again instead of a
-    power state, and its heartbeat checked. Raises ComputeError when Nova cannot be
-    read (the engine retries the action)."""
+    power state, and its heartbeat checked. Raises ComputeError when Nova
+    cannot be read (the engine retries the action)."""
     svc = ctx.compute.service_of(record.name)
     if svc is not None and svc.id != record.id:
         svc = None              # another service now bears the name

@@ -12,9 +12,10 @@ Fields (besides ``driver: ceph_blocklist``):
     what of the host's servers lives on this Ceph (required, a non-empty
     list): ``volumes`` (Cinder volumes: a server booted from a volume, with
     no local ephemeral or swap disk) and/or ``ephemeral`` (the host's Nova
-    keeps image-backed disks in RBD, ``images_type = rbd` in the libvirt section of its nova.conf`). A
-    level made only of storage fencing evacuates only the servers this
-    says are on the Ceph; the others stay on the host.
+    keeps image-backed disks in RBD: ``images_type = rbd`` in the libvirt
+    section of its nova.conf). A level made only of storage fencing
+    evacuates only the servers this says are on the Ceph; the others stay
+    on the host.
 ``ceph_conf``
     a ceph.conf for this host's cluster (default: ``[ceph_fencing]
     conf_file``), for a cloud with several clusters.
