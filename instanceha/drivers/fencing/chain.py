@@ -159,6 +159,7 @@ def protects_of(method):
                  (getattr(method, "options", None) or {}).get("protects")
                  or ())
 
+
 def _summary(bmc, what, attempts):
     return "host %s: %s: %s" % (
         bmc.host, what, "; ".join("%s: %s" % (a.label(), a.reason)
