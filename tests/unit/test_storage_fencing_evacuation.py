@@ -121,6 +121,11 @@ def test_storage_level_evacuates_only_ceph_servers_and_unfences_at_putback():
                 if h["name"] == "compute-1")
     assert host["fenced_by"] == {"level": 2, "proof": "storage",
                                  "protects": ["volumes"]}
+    from instanceha.cmd import status as status_cmd
+    text = status_cmd.format_status(w.engine.snapshot(), now=w.clock())
+    line = next(x for x in text.splitlines() if x.startswith("compute-1"))
+    assert line.endswith("[fenced by level 2, storage only: only servers "
+                         "on it (volumes) are evacuated]"), line
     # Only the volume-backed server left; the other stays, with why.
     servers = w.compute.servers
     assert servers["compute-1-vm-0"]["host"] != "compute-1"
