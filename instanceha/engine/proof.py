@@ -102,16 +102,19 @@ def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
     bmc = ctx.bmc_for(record.name)
     unfenced = bmc is not None and bool(bmc.methods) and all(
         m.driver == UNFENCED for m in bmc.methods)
-    if record.proven_by == "storage":
-        # Fenced by storage only: the host may run; what must hold now
-        # is its storage fencing (the blocklist still listed), and what
-        # may be evacuated is only what lives on that storage.
+    level = chain.level_of(bmc, record.fenced_level)
+    if record.proven_by == "storage" or (
+            record.proven_by == "power" and chain.powerless(level)):
+        # Fenced by a level without power: by storage only (the host may
+        # run; what may be evacuated is only what lives on that storage),
+        # or by a method proving death by time. What must hold now is
+        # that fencing (the blocklist still listed), not a power state.
         untrusted = None
         why = chain.still_fenced(bmc, record.fenced_level, ctx.fencer) \
             if bmc is not None else "no entry in the fencing inventory"
         if why:
             LOG.info("reproof", host=record.name, ok=False, reason=why)
-            return False, "storage fencing does not hold now: %s" % why
+            return False, "its fencing does not hold now: %s" % why
         power = proof.OFF        # stands for "fenced"; the heartbeat decides
     elif record.proven_by == "kdump" or unfenced:
         power = proof.OFF        # nothing to re-read; the heartbeat decides
@@ -128,9 +131,9 @@ def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
         power = state.value if state is not None else \
             "no method answers a power-state read"
     ok, reason = proof.reproof(power, updated_at, floor, untrusted)
-    if ok and record.proven_by == "storage":
-        reason = ("its storage fencing still holds and Nova has no "
-                  "heartbeat since the fence")
+    if ok and (record.proven_by == "storage" or chain.powerless(level)):
+        reason = ("its fencing (level %s) still holds and Nova has no "
+                  "heartbeat since the fence" % record.fenced_level)
     LOG.info("reproof", host=record.name, ok=ok, power=power,
              updated_at=updated_at, floor=floor, reason=reason)
     return ok, reason

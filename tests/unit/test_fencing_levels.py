@@ -254,7 +254,7 @@ def test_a_level_of_storage_fencing_only_proves_only_storage():
     assert "no longer in the inventory" in chain.still_fenced(bmc, 3,
                                                               fencer)
     # A level without storage fencing cannot be re-proven this way.
-    assert "no storage fencing" in chain.still_fenced(bmc, 1, fencer)
+    assert "no fencing without power" in chain.still_fenced(bmc, 1, fencer)
 
 
 def test_unfence_undoes_every_storage_method_and_names_failures():

@@ -168,7 +168,7 @@ def test_no_evacuation_when_the_blocklist_no_longer_holds():
                w.compute.servers.items() if sid.startswith("compute-1"))
     reasons = [t["reason"] for t in w.journal.transitions()
                if t["host_name"] == "compute-1"]
-    assert any("storage fencing does not hold now: not listed" in r
+    assert any("its fencing does not hold now: not listed" in r
                for r in reasons), reasons
 
 
@@ -203,3 +203,68 @@ def test_a_refused_force_down_leaves_the_blocklist_and_says_so():
         in reason, reason
     assert ceph.listed == {"compute-1"}
     assert isinstance(w.fencer, fakes.FakeFencer)
+
+
+class TimeFake(fb.FencingDriver):
+    """A method proving the host down by time (a watchdog's deadline):
+    no power, no storage; the host is down once it says so."""
+    name = "watchdog"
+
+    def __init__(self):
+        self.holds = None            # still_fenced's answer
+        self.reads = 0
+
+    def fence(self, bmc):
+        return None
+
+    def still_fenced(self, bmc):
+        self.reads += 1
+        return self.holds
+
+    def power_off(self, bmc):
+        raise AssertionError("powers nothing off")
+
+    def power_state(self, bmc):
+        return fb.PowerState.UNKNOWN
+
+
+def _time_world():
+    w = World(refuse=("compute-1",))
+    timed = TimeFake()
+    drivers = {"fake": w.fencer, "watchdog": timed}
+    w.ctx.fencer = drivers.__getitem__
+    w.ctx.inventory["compute-1"] = BMC(
+        host="compute-1", driver="fake", address="bmc-compute-1",
+        fallbacks=(BMC(host="compute-1", driver="watchdog"),),
+        grouping=(1, 1))
+    w.compute.servers["compute-1-vm-1"]["image"] = "image-1"
+    return w, timed
+
+
+def test_a_level_proving_death_without_power_is_reproven_by_its_method():
+    """A level with no power method that proves the host down (not
+    storage only): every server goes, and the re-proof asks that method,
+    not the BMC (which does not answer)."""
+    w, timed = _time_world()
+    w.pass_()
+    w.compute.kill("compute-1")
+    w.until("compute-1", "evacuated")
+    rec = w.engine.find("compute-1")
+    assert (rec.proven_by, rec.fenced_level) == ("power", 2)
+    assert timed.reads >= 1
+    assert all(w.compute.servers["compute-1-vm-%d" % i]["host"]
+               != "compute-1" for i in (0, 1))
+
+
+def test_a_powerless_level_that_no_longer_holds_evacuates_nothing():
+    w, timed = _time_world()
+    timed.holds = "the host beat again"
+    w.pass_()
+    w.compute.kill("compute-1")
+    for _ in range(30):
+        w.pass_()
+    assert [e for e in w.journal.evacuations()] == []
+    reasons = [t["reason"] for t in w.journal.transitions()
+               if t["host_name"] == "compute-1"]
+    assert any("its fencing does not hold now: the host beat again" in r
+               for r in reasons), reasons

@@ -296,21 +296,28 @@ def level_of(bmc, number):
     return levels[number - 1]
 
 
+def powerless(level):
+    """Whether a level fences without any power method (storage fencing,
+    a watchdog's deadline): its fencing is re-read with
+    :func:`still_fenced`, not with a power-state read."""
+    return bool(level) and all(m.driver in NO_BMC for m in level)
+
+
 def still_fenced(bmc, number, fencer, log=LOG):
-    """None when every method of level ``number`` that fenced without
-    power (storage fencing) still holds, else why not (the re-proof of a
-    host fenced by storage only: a read, no action)."""
+    """None when every method of level ``number`` that fences without a
+    BMC (storage fencing; a method proving death by time) still holds,
+    else why not: the re-proof of a host fenced by such a level (a read,
+    no action)."""
     level = level_of(bmc, number)
     if level is None:
         return ("fencing level %s of host %s is no longer in the inventory"
                 % (number, getattr(bmc, "host", "?")))
     held = False
     for method in level:
+        if method.driver not in NO_BMC:
+            continue
         try:
-            driver = fencer(method.driver)
-            if getattr(driver, "proves", base.HOST) != base.STORAGE:
-                continue
-            why = driver.still_fenced(method)
+            why = fencer(method.driver).still_fenced(method)
         except Exception as e:   # noqa: BLE001 - not proven: the reason
             why = "%s: %s" % (_name(method),
                               _scrub(str(e), method) or type(e).__name__)
@@ -320,8 +327,8 @@ def still_fenced(bmc, number, fencer, log=LOG):
             return why
         held = True
     if not held:
-        return ("fencing level %d of host %s has no storage fencing any "
-                "more (the inventory changed)" % (number, bmc.host))
+        return ("fencing level %d of host %s has no fencing without power "
+                "any more (the inventory changed)" % (number, bmc.host))
     return None
 
 
