@@ -159,10 +159,24 @@ class Fenced:
     method_address: str
     methods: int = 1                # how many methods the entry has
     failed_methods: Tuple[Mapping[str, Any], ...] = ()
+    #: the fencing level that succeeded, from 1 (None: the methods: form,
+    #: each method a level, ``method`` says)
+    level: Optional[int] = None
+    levels: Optional[int] = None
+    #: "driver address" of each method of that level
+    level_methods: Tuple[str, ...] = ()
+    #: "host" (the host is down) or "storage" (cut off its storage only)
+    scope: str = "host"
+    #: with scope "storage": what of its servers is on that storage
+    #: ("volumes", "ephemeral")
+    protects: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "failed_methods",
                            tuple(self.failed_methods))
+        object.__setattr__(self, "level_methods",
+                           tuple(self.level_methods))
+        object.__setattr__(self, "protects", tuple(self.protects))
 
 
 @dataclasses.dataclass(frozen=True)

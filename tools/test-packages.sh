@@ -16,7 +16,11 @@
 #   tests do not use;
 # - python3-libvirt for functional/test_agent_guest_events.py (libvirt's
 #   in-process test:///default driver; the venv does not see Debian's
-#   packages: the test loads that module from its directory).
+#   packages: the test loads that module from its directory);
+# - ceph-mon, ceph-common (monmaptool comes with ceph-base) and
+#   python3-rados for functional/test_fencing_ceph.py (a private monitor
+#   per run on loopback, no OSD; the ceph_blocklist driver loads the rados
+#   module from its directory).
 #
 # INSTANCEHA_SKIP_APT=1 skips them; without root (or sudo) or apt-get they
 # are left to you (those tests then skip, or fail under
@@ -35,6 +39,10 @@ command -v shellcheck >/dev/null 2>&1 || pkgs="$pkgs shellcheck"
   || pkgs="$pkgs prometheus"
 [ -f /usr/lib/python3/dist-packages/libvirt.py ] \
   || pkgs="$pkgs python3-libvirt"
+{ command -v ceph-mon && command -v monmaptool && command -v ceph; } \
+  >/dev/null 2>&1 || pkgs="$pkgs ceph-mon ceph-common"
+compgen -G "/usr/lib/python3/dist-packages/rados.cpython-*.so" >/dev/null \
+  || pkgs="$pkgs python3-rados"
 if [ -z "$pkgs" ] || [ "${INSTANCEHA_SKIP_APT:-0}" = 1 ]; then
   exit 0
 fi

@@ -120,6 +120,14 @@ def format_status(data, now=None, stale=None):
         identity = h.get("identity")
         if identity and identity != "verified":
             reason += " [BMC identity %s]" % identity
+        fenced = h.get("fenced_by")
+        if fenced and fenced.get("proof") == "storage":
+            reason += (" [fenced by level %s, storage only: only servers "
+                       "on it (%s) are evacuated]" % (
+                           fenced.get("level"),
+                           ", ".join(fenced.get("protects") or ())))
+        elif fenced and "fenced by level" not in reason:
+            reason += " [fenced by level %s]" % fenced.get("level")
         rows.append((h["name"] or h["id"], h["state"],
                      "%s ago" % age(now - since), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]

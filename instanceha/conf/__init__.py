@@ -16,6 +16,7 @@ from oslo_config import cfg
 from instanceha.conf import api
 from instanceha.conf import audit
 from instanceha.conf import capacity
+from instanceha.conf import ceph_fencing
 from instanceha.conf import control_plane
 from instanceha.conf import coordination
 from instanceha.conf import default
@@ -37,7 +38,7 @@ from instanceha.conf import reserved_hosts
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
            capacity, reserved_hosts, coordination, heartbeat, drain,
-           maintenance, instance_repair]
+           maintenance, instance_repair, ceph_fencing]
 
 
 def new_conf():

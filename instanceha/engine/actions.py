@@ -166,10 +166,15 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         raise
     except fencing_base.FenceError as e:
         return _result(record, E.FENCE_FAILED, ctx, str(e))
+    leveled = outcome.leveled or outcome.scope != fencing_base.HOST
     return _result(record, E.FENCE_OK, ctx, outcome.describe(), Fenced(
         method=outcome.index, method_driver=outcome.driver,
         method_address=outcome.address, methods=outcome.methods,
-        failed_methods=tuple(f.as_dict() for f in outcome.failures)))
+        failed_methods=tuple(f.as_dict() for f in outcome.failures),
+        level=outcome.level if leveled else None,
+        levels=outcome.levels if leveled else None,
+        level_methods=outcome.level_methods if leveled else (),
+        scope=outcome.scope, protects=outcome.protects))
 
 
 def isolate(ctx: Context, record: HostRecord) -> Event:
@@ -177,7 +182,12 @@ def isolate(ctx: Context, record: HostRecord) -> Event:
     try:
         svc = ctx.compute.force_down(record.id, reason)
     except compute_base.Conflict as e:
-        return _result(record, E.ISOLATE_FAILED, ctx, str(e))
+        why = str(e)
+        if record.proven_by == "storage":
+            why += ("; its storage fencing (Ceph blocklist) stays: remove "
+                    "it (ceph osd blocklist rm) once the host is known to "
+                    "be back, before resuming it")
+        return _result(record, E.ISOLATE_FAILED, ctx, why)
     # Nova bumps updated_at on our write: remember it so it is not taken
     # for a heartbeat of a returning host.
     written = svc.updated_at if svc is not None and svc.updated_at else None
@@ -205,6 +215,17 @@ def check_cleanup(ctx: Context, record: HostRecord) -> Event:
                        % (ctx.conf.evacuation.stale_rebuild_wait,
                           len(stale_rebuilds.waiting)))
     failpoints.hit("before_restore")
+    # Unfence (a Ceph blocklist entry removed) only now: the host is back
+    # and its evacuated servers are cleaned up; before the service is put
+    # back, so that nothing is scheduled to a host cut off its storage.
+    bmc = ctx.bmc_for(record.name)
+    if bmc is not None:
+        try:
+            chain.unfence(bmc, ctx.fencer)
+        except fencing_base.FenceError as e:
+            return _result(record, E.CLEANUP_PENDING, ctx,
+                           "the host's storage fencing could not be undone "
+                           "yet (the service stays forced down): %s" % e)
     restore_reason = record.operator_disabled
     enable = not ctx.conf.evacuation.leave_disabled and restore_reason is None
     try:

@@ -13,8 +13,8 @@ wakes the host. No pass waits, and nothing runs on a thread of its own.
 from __future__ import annotations
 
 import dataclasses
-from typing import (TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import structlog
 
@@ -28,7 +28,7 @@ from instanceha.engine.passes import Requeue, answer
 from instanceha.drivers.compute.base import Migration, Server
 from instanceha.events import Event, EvacuationSummary, EventKind as E
 from instanceha.fsm.record import HostRecord
-from instanceha.policy import power
+from instanceha.policy import power, storage_fence
 
 if TYPE_CHECKING:
     from instanceha.engine.context import Context
@@ -186,6 +186,7 @@ def _plan(ctx: Context, record: HostRecord, run: Run, servers: List[Server],
                     count=len(outcome.skipped), servers=dict(outcome.skipped),
                     reason="Nova evacuates only active, stopped or error "
                            "servers")
+    candidates = _on_fenced_storage(record, candidates, outcome)
     # The recovery policies: which of them, in what order (priority);
     # service-owned servers stay.
     chosen = selection.select(ctx, host, candidates, now)
@@ -213,6 +214,34 @@ def _plan(ctx: Context, record: HostRecord, run: Run, servers: List[Server],
     evac_groups.publish(run)
     if run.inflight:
         LOG.info("evacuations_resumed", host=host, count=len(run.inflight))
+
+
+def _on_fenced_storage(record: HostRecord, candidates: List[Server],
+                       outcome: Outcome) -> List[Server]:
+    """The candidates that may go: all of them, unless the host was fenced
+    by storage only (it may still run); then only the servers whose every
+    disk is on the fenced storage, the others left with the reason."""
+    if record.proven_by != "storage":
+        return candidates
+    kept: List[Server] = []
+    left: Dict[str, str] = {}
+    for s in candidates:
+        why = storage_fence.why_not_evacuated(s.raw or {},
+                                              record.storage_protects)
+        if why is None:
+            kept.append(s)
+        else:
+            left[s.id] = why
+    if left:
+        outcome.skipped.update(left)
+        LOG.warning("servers_left_on_storage_fenced_host", host=record.name,
+                    count=len(left), servers=left,
+                    protects=list(record.storage_protects),
+                    reason="the host was fenced by storage only (level %s) "
+                           "and may still run: only servers whose disks "
+                           "are all on the fenced storage are evacuated"
+                    % record.fenced_level)
+    return kept
 
 
 def _step(ctx: Context, record: HostRecord, run: Run

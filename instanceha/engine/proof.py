@@ -9,7 +9,7 @@ import structlog
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.drivers.fencing.inventory_entry import BMC
+from instanceha.drivers.fencing.inventory_entry import BMC, NO_BMC
 from instanceha.engine.context import Context
 from instanceha.fsm.record import HostRecord
 from instanceha.policy import proof
@@ -17,9 +17,6 @@ from instanceha.policy import proof
 LOG = structlog.get_logger("instanceha.proof")
 
 UNFENCED = "noop"
-#: The method that proves death by time, not by a BMC's Off
-#: (instanceha.drivers.fencing.watchdog): no BMC reading to check.
-BY_TIME = "watchdog"
 
 
 def fence_check(ctx: Context, record: HostRecord
@@ -32,10 +29,8 @@ def fence_check(ctx: Context, record: HostRecord
     def check(method: BMC) -> Optional[str]:
         if method.driver == UNFENCED:
             return None          # allow_unfenced: the operator's choice
-        if method.driver == BY_TIME:
-            # No BMC: the method itself refuses a host whose agent did not
-            # report an armed watchdog, and waits out its deadline.
-            return None
+        if method.driver in NO_BMC:
+            return None          # no BMC: its own driver proves its part
         why = machine_check(ctx, record, method) or \
             ctx.evidence.untrusted(ctx.bmc_for(record.name))
         if why:
@@ -95,17 +90,33 @@ def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
     since instanceha's own last write. A host proven dead by a kdump
     message ([kdump] action = evacuate) and one fenced with the noop
     driver ([fencing] allow_unfenced) have no power-off to re-read: only
-    the heartbeat is checked. Raises ComputeError when Nova cannot be
-    read (the engine retries the action)."""
+    the heartbeat is checked. A host fenced by storage only (a level of
+    Ceph blocklisting) has its blocklist entries read again instead of a
+    power state, and its heartbeat checked. Raises ComputeError when Nova
+    cannot be read (the engine retries the action)."""
     svc = ctx.compute.service_of(record.name)
     if svc is not None and svc.id != record.id:
         svc = None              # another service now bears the name
     updated_at = svc.updated_at if svc is not None else None
     floor = record.written_at
     bmc = ctx.bmc_for(record.name)
-    unfenced = bmc is not None and all(m.driver == UNFENCED
-                                       for m in bmc.methods)
-    if record.proven_by == "kdump" or unfenced:
+    unfenced = bmc is not None and bool(bmc.methods) and all(
+        m.driver == UNFENCED for m in bmc.methods)
+    level = chain.level_of(bmc, record.fenced_level)
+    if record.proven_by == "storage" or (
+            record.proven_by == "power" and chain.powerless(level)):
+        # Fenced by a level without power: by storage only (the host may
+        # run; what may be evacuated is only what lives on that storage),
+        # or by a method proving death by time. What must hold now is
+        # that fencing (the blocklist still listed), not a power state.
+        untrusted = None
+        why = chain.still_fenced(bmc, record.fenced_level, ctx.fencer) \
+            if bmc is not None else "no entry in the fencing inventory"
+        if why:
+            LOG.info("reproof", host=record.name, ok=False, reason=why)
+            return False, "its fencing does not hold now: %s" % why
+        power = proof.OFF        # stands for "fenced"; the heartbeat decides
+    elif record.proven_by == "kdump" or unfenced:
         power = proof.OFF        # nothing to re-read; the heartbeat decides
         untrusted = None
     elif bmc is None:
@@ -120,6 +131,9 @@ def reprove(ctx: Context, record: HostRecord) -> Tuple[bool, str]:
         power = state.value if state is not None else \
             "no method answers a power-state read"
     ok, reason = proof.reproof(power, updated_at, floor, untrusted)
+    if ok and (record.proven_by == "storage" or chain.powerless(level)):
+        reason = ("its fencing (level %s) still holds and Nova has no "
+                  "heartbeat since the fence" % record.fenced_level)
     LOG.info("reproof", host=record.name, ok=ok, power=power,
              updated_at=updated_at, floor=floor, reason=reason)
     return ok, reason

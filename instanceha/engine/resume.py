@@ -32,6 +32,7 @@ def from_journal(data: Mapping[str, Any]) -> HostRecord:
     data["busy"] = False
     data["losses"] = tuple(data.get("losses") or ())
     data["aggregates"] = tuple(data.get("aggregates") or ())
+    data["storage_protects"] = tuple(data.get("storage_protects") or ())
     # What the host's agent said before the restart is not evidence now
     # (a beating agent would veto the fencing of a host that died while
     # instanceha was down): unheard until its next beat.

@@ -11,7 +11,7 @@ from instanceha.engine.context import Context
 from instanceha.engine.fencing_gate import FencingGate
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.fsm.record import HostRecord
-from instanceha.fsm.states import ENTRY_ACTION
+from instanceha.fsm.states import ENTRY_ACTION, State
 
 
 class EngineView(Protocol):
@@ -63,6 +63,7 @@ def snapshot(engine: EngineView, hosts: Sequence[HostRecord],
                    "operator_disabled": r.operator_disabled,
                    "agent": agent_text(r),
                    "identity": identities.get(r.name),
+                   **_fenced_by(r),
                    **_work(engine, r)}
                   for r in hosts],
         "sources": {name: fn() for name, fn in engine.health.items()},
@@ -72,6 +73,16 @@ def snapshot(engine: EngineView, hosts: Sequence[HostRecord],
         **_repair(engine),
         **engine.status_extra(),
     }
+
+
+def _fenced_by(rec: HostRecord) -> Dict[str, object]:
+    """Which fencing level fenced the host and what that proved, while its
+    recovery lasts (nothing for an active host)."""
+    if rec.fenced_level is None or rec.state is State.ACTIVE:
+        return {}
+    return {"fenced_by": {"level": rec.fenced_level,
+                          "proof": rec.proven_by,
+                          "protects": list(rec.storage_protects)}}
 
 
 def _repair(engine: EngineView) -> Dict[str, object]:

@@ -10,7 +10,8 @@ Pure: time comes from ``event.at`` (or the ``now`` given), settings from
 import dataclasses
 from typing import Callable, Dict, Optional
 
-from instanceha.events import Event, EvacuationSummary, ServiceReport
+from instanceha.events import (Event, EvacuationSummary, Fenced,
+                               ServiceReport)
 from instanceha.fsm import agent, table
 from instanceha.fsm.record import HostRecord
 from instanceha.fsm.settings import Policy
@@ -176,6 +177,8 @@ def returned_floor(r: HostRecord) -> float:
 GUARDS: Dict[str, Guard] = {
     table.ALWAYS: lambda r, ev, p: True,
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
+    "storage_fenced": lambda r, ev, p: (isinstance(ev.payload, Fenced)
+                                        and ev.payload.scope == "storage"),
     "kdump_proves_dead": lambda r, ev, p: kdump_proof(r, p, ev.at),
     "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
                                      and dumping(r, ev.at, p)),

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from instanceha.events import EventKind as E
 from instanceha.events import (
-    AgentSilence, DrainRequest, Event, DrainSummary, Isolated, PowerReading,
-    ResumeRequest, ServiceReport, Suspension)
+    AgentSilence, DrainRequest, Event, DrainSummary, Fenced, Isolated,
+    PowerReading, ResumeRequest, ServiceReport, Suspension)
 from instanceha.fsm import agent, table
 from instanceha.fsm.guards import (
     GUARDS, dump_holds, dumping, fence_at, kdump_proof, reported_after_fencing)
@@ -178,6 +178,12 @@ def _enter(r: HostRecord, dst: State, ev: Event,
         changes["fenced_at"] = ev.at
         changes["proven_by"] = ("power" if ev.kind is E.FENCE_OK
                                 else "kdump")
+        changes.update(fenced_level=None, storage_protects=())
+        if isinstance(ev.payload, Fenced):
+            changes["fenced_level"] = ev.payload.level or ev.payload.method
+            if ev.payload.scope == "storage":
+                changes.update(proven_by="storage",
+                               storage_protects=ev.payload.protects)
     if isinstance(ev.payload, Isolated):
         changes["written_at"] = float(ev.payload.written_at)
     if dst is State.PENDING:

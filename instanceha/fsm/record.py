@@ -40,8 +40,16 @@ class HostRecord:
     #: PENDING because servers found no capacity (not a resume's wait)
     waits_for_capacity: bool = False
     #: what proved the host dead when it entered FENCED: "power" (the BMC
-    #: confirmed Off) or "kdump" ([kdump] action = evacuate)
+    #: confirmed Off), "storage" (a level of storage fencing only cut it
+    #: off its storage) or "kdump" ([kdump] action = evacuate)
     proven_by: str = ""
+    #: the fencing level that fenced it (from 1; None: not fenced by a
+    #: level, or the level was not recorded)
+    fenced_level: Optional[int] = None
+    #: proven_by "storage" (a level of storage fencing only: the host may
+    #: still run): what of its servers is on the fenced storage
+    #: ("volumes", "ephemeral"); only those are evacuated
+    storage_protects: Tuple[str, ...] = ()
     #: id of the host's last evacuation journal row written before it
     #: entered FENCED (set by the engine, which reads the journal): rows
     #: above it are this recovery's. Row ids, not a stamp compared with

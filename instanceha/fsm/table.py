@@ -94,6 +94,8 @@ RULES: List[Rule] = [
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
+    (S.FENCING, E.FENCE_OK, "storage_fenced", S.FENCED,
+     "cut off its storage, not powered off: {event.reason}"),
     (S.FENCING, E.FENCE_OK, ALWAYS, S.FENCED,
      "power off confirmed: {event.reason}"),
     (S.FENCING, E.FENCE_FAILED, ALWAYS, S.FAILED,

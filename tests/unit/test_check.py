@@ -293,3 +293,64 @@ def test_entries_reaching_one_machine_by_other_addresses_fail(tmp_path):
         % same in text
     assert "the BMC of compute-0's entry reports the machine compute-1, " \
         "i.e. compute host compute-1" in text
+
+
+class _Blocklist(fb.FencingDriver):
+    """A ceph_blocklist stand-in: reads a fixed blocklist."""
+    name = "ceph_blocklist"
+    proves = fb.STORAGE
+
+    def __init__(self, listed=(), error=None):
+        self.listed, self.error = set(listed), error
+
+    def blocklist(self, bmc):
+        if self.error:
+            raise fb.BmcUnreachable(self.error)
+        return self.listed
+
+    def addresses(self, bmc):
+        return ["%s:0/0" % a for a in bmc.options["addresses"]]
+
+    def power_off(self, bmc):
+        raise AssertionError("no power")
+
+    def power_state(self, bmc):
+        return fb.PowerState.UNKNOWN
+
+
+def _ceph_run(tmp_path, driver, levels):
+    bed = Bed(tmp_path, hosts=1, inventory={"compute-0": {
+        "levels": levels, "password": BMC_PASSWORD}})
+    report = check.run(
+        ["--config-file", bed.conf_path],
+        compute_factory=lambda conf: bed.compute,
+        fencer_factory=lambda name, conf: (
+            driver if name == "ceph_blocklist" else bed.fencer),
+        connect_broker=lambda conf: "connected")
+    return report, report.render()
+
+
+CEPH = {"driver": "ceph_blocklist", "addresses": ["10.0.2.5"],
+        "protects": ["volumes"]}
+REDFISH = {"driver": "redfish", "address": "https://bmc-0",
+           "username": "admin"}
+
+
+def test_storage_fencing_is_read_not_changed(tmp_path):
+    report, text = _ceph_run(tmp_path, _Blocklist(), [REDFISH, CEPH])
+    assert report.exit_code == 0, text
+    assert "ceph_blocklist: the monitors answer; 10.0.2.5:0/0 not " \
+        "blocklisted" in text
+    report, text = _ceph_run(tmp_path, _Blocklist(["10.0.2.5:0/0"]),
+                             [REDFISH, CEPH])
+    assert "10.0.2.5:0/0 blocklisted already" in text
+
+
+def test_storage_fencing_unreachable_fails_and_storage_alone_warns(tmp_path):
+    report, text = _ceph_run(tmp_path, _Blocklist(error="no monitor"),
+                             [CEPH])
+    assert report.exit_code == 1, text
+    assert "ceph_blocklist: no monitor" in text
+    assert "no power fencing, only ceph_blocklist: servers with a local " \
+        "disk are never evacuated" in text
+    assert "noop" not in text

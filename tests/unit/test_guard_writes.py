@@ -31,7 +31,8 @@ COMPUTE_READS = {
 #: The fencing drivers' reads, and what they expose of their settings
 #: and connections (no request to a BMC that changes anything).
 FENCE_READS = {"power_state", "system_identity", "read_machine", "close", "settings",
-               "argv", "password_via", "stdin"}
+               "argv", "password_via", "stdin", "still_fenced",
+               "addresses", "blocklist"}
 JOURNAL_READS = {
     "actions", "close", "evacuations", "evacuations_finished", "evidence",
     "history", "latest", "repairs", "reserved_history", "reserved_in_use",
@@ -77,8 +78,8 @@ def test_every_public_method_is_a_read_or_a_marked_write(cls, reads):
 def test_the_guards_take_their_writes_from_the_markers():
     assert co.COMPUTE_WRITES == writes_of(ComputeDriver) \
         == writes_of(NovaDriver)
-    assert co.FENCE_WRITES == writes_of(FencingDriver) == {"power_off",
-                                                           "power_on"}
+    assert co.FENCE_WRITES == writes_of(FencingDriver) == {
+        "power_off", "power_on", "fence", "unfence"}
     assert co.JOURNAL_WRITES == writes_of(Journal)
     assert writes_of(HeartbeatSource) == {"send_request", "condemn"}
 

@@ -11,6 +11,7 @@ from instanceha.drivers import fencing as fencing_pkg
 from instanceha.drivers.compute import base as compute_base
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import inventory as inventory_mod
+from instanceha.drivers.fencing.inventory_entry import NO_BMC
 from instanceha.policy import proof
 from instanceha.sources import audit
 from instanceha.util.pool import bounded_map, window_for
@@ -100,6 +101,14 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
         what = "fencing %s" % host
         if bmc is None:
             continue        # reported by check_coverage
+        storage = [m for m in bmc.all_methods if m.driver in NO_BMC]
+        if storage:
+            check_storage(fencers, what, storage, report)
+        if not bmc.methods:
+            report.add(WARN, what, "no power fencing, only %s: servers "
+                       "with a local disk are never evacuated" % ", ".join(
+                           sorted({m.driver for m in storage})))
+            continue
         if all(m.driver == "noop" for m in bmc.methods):
             report.add(WARN, what, "noop: NOT powered off before "
                        "evacuation (test clouds only)")
@@ -127,6 +136,30 @@ def check_fencing(conf, inventory, services, report, fencer_factory):
         else:
             report.add(OK, what, "%s; %s" % (shown, identity))
     fencers.close()
+
+
+def check_storage(fencers, what, methods, report):
+    """Read what each storage fencing method would change (a Ceph
+    cluster's blocklist: a read, no action): the monitors answer this
+    user, and the host is not blocklisted already."""
+    for m in methods:
+        try:
+            reader = getattr(fencers.get(m.driver), "blocklist", None)
+            if reader is None:
+                continue
+            listed = reader(m)
+            addresses = fencers.get(m.driver).addresses(m)
+        except Exception as e:   # noqa: BLE001 - reported
+            report.add(FAIL, what, "%s: %s" % (m.driver, e))
+            continue
+        already = [a for a in addresses if a in listed]
+        if already:
+            report.add(WARN, what, "%s: %s blocklisted already: the host "
+                       "cannot write to that Ceph" % (m.driver,
+                                                       ", ".join(already)))
+        else:
+            report.add(OK, what, "%s: the monitors answer; %s not "
+                       "blocklisted" % (m.driver, ", ".join(addresses)))
 
 
 def agent_uuids(conf):

@@ -19,6 +19,8 @@ DRIVERS = {
     "fence_agent": "instanceha.drivers.fencing.fence_agent:FenceAgentDriver",
     "bmh": "instanceha.drivers.fencing.bmh:BareMetalHostDriver",
     "watchdog": "instanceha.drivers.fencing.watchdog:WatchdogDriver",
+    "ceph_blocklist":
+        "instanceha.drivers.fencing.ceph_blocklist:CephBlocklistDriver",
 }
 
 #: inventory fields each driver reads besides driver, address, username and
@@ -33,6 +35,7 @@ FIELDS = {
     "bmh": {"namespace", "name", "kubeconfig", "context", "api_url",
             "ca_file", "insecure", "token_file", "in_cluster", "timeout"},
     "watchdog": set(),
+    "ceph_blocklist": {"addresses", "protects", "ceph_conf"},
 }
 
 

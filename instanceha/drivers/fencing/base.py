@@ -35,11 +35,29 @@ class BmcUnreachable(FenceError):
     the engine's back-off instead of failing the host at once."""
 
 
+#: what a method's success proves (FencingDriver.proves)
+HOST = "host"          # the host is down: powered off, or reset itself
+STORAGE = "storage"    # the host is cut off from a shared storage only
+
+
 class FencingDriver(abc.ABC):
-    """Powers one kind of BMC. ``bmc`` is an inventory.BMC entry."""
+    """Powers one kind of BMC. ``bmc`` is an inventory.BMC entry.
+
+    Fencing levels call :meth:`fence` (a power driver's is its
+    :meth:`power_off`), :meth:`still_fenced` before an evacuation sends
+    anything, and :meth:`unfence` once the host is back and its service
+    cleaned up. A method that proves death otherwise than by power (storage
+    fencing; a watchdog's deadline, by time) overrides the three and says
+    what it proves in :attr:`proves`.
+    """
 
     #: name used in the inventory's ``driver`` field
     name = None
+    #: HOST: success means the host runs nothing any more (every server
+    #: may be evacuated); STORAGE: the host may still run, but can no
+    #: longer write to a shared storage (only servers whose disks are all
+    #: on it may be evacuated)
+    proves = HOST
 
     @write
     @abc.abstractmethod
@@ -80,6 +98,31 @@ class FencingDriver(abc.ABC):
         except Exception as e:   # noqa: BLE001 - handed to the caller
             identity = e
         return self.power_state(bmc), identity
+
+    @write
+    def fence(self, bmc):
+        """Fence the host through this method and return once the fencing
+        is confirmed (for a power driver: Off). Raises FenceError."""
+        self.power_off(bmc)
+
+    def still_fenced(self, bmc):
+        """None when the fencing still holds now (a read, no action: the
+        re-proof before an evacuation sends anything), else why not. A
+        power driver's: the BMC reports Off. Raises FenceError."""
+        state = self.power_state(bmc)
+        if state is PowerState.OFF:
+            return None
+        return "%s BMC %s reports power %s" % (
+            self.name, bmc.address or bmc.host,
+            getattr(state, "value", state))
+
+    @write
+    def unfence(self, bmc):
+        """Undo :meth:`fence` once the host is back and its service cleaned
+        up (its servers evacuated and its compute restarted). Nothing for
+        a power driver: the host powered on is what brought it back.
+        Idempotent. Raises FenceError."""
+        return None
 
     @write
     def power_on(self, bmc):

@@ -1,11 +1,19 @@
-"""Fence a host through its inventory entry's methods, in order.
+"""Fence a host through its inventory entry's levels, in order.
 
-Like Pacemaker's fencing levels: an entry may list several methods
-(``methods:`` in the inventory, e.g. Redfish first, IPMI on another network
-second). :func:`fence` asks each method's driver to power the host off; the
-first that confirms Off proves the host dead, a method that fails hands over
-to the next, and when all fail the FenceError names every method's reason.
-An entry with one method behaves exactly as one ``power_off`` call.
+Pacemaker's fencing topology: an entry lists levels (``levels:`` in the
+inventory), each one method or a set of methods that must all succeed
+(e.g. Redfish first, then a watchdog together with a Ceph blocklist).
+``methods:`` is the older form of the same: each method a level of its
+own. :func:`fence` asks each method of a level to fence the host (a power
+driver powers it off and confirms Off); the first level whose methods all
+succeed proves the host dead, a level that fails hands over to the next,
+and when all fail the FenceError names every level's reason. An entry with
+one method behaves exactly as one ``power_off`` call.
+
+A level whose methods are all storage fencing (``proves`` STORAGE: the
+host may still run, but can no longer write to that storage) proves only
+that: its outcome's ``scope`` says so, and ``protects`` what lives on the
+storage (the engine evacuates only those servers).
 
 ``fencer`` is a callable: driver name -> FencingDriver (the engine's
 ``Context.fencer``).
@@ -16,6 +24,7 @@ import dataclasses
 import structlog
 
 from instanceha.drivers.fencing import base
+from instanceha.drivers.fencing.inventory_entry import NO_BMC
 from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing")
@@ -30,17 +39,22 @@ class Attempt:
     driver: str
     address: str
     reason: str
+    kind: str = "method"        # "level" in the levels: form
 
     def label(self):
-        return _label(self.index, self.driver, self.address)
+        return _label(self.index, self.driver, self.address, self.kind)
 
     def as_dict(self):
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.kind == "method":
+            del out["kind"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
 class FenceOutcome:
-    """The method that powered the host off, and the failures before it."""
+    """The level that fenced the host, and the failures before it.
+    ``index``, ``driver`` and ``address`` are its first method's."""
 
     host: str
     index: int
@@ -48,25 +62,57 @@ class FenceOutcome:
     address: str
     failures: tuple = ()
     methods: int = 1            # how many methods the entry has
+    level: int = 0              # the level, from 1 (0: as index)
+    levels: int = 0             # how many levels the entry has
+    #: "driver address" of each method of the level (a set: several)
+    level_methods: tuple = ()
+    #: base.HOST: the host is down; base.STORAGE: cut off its storage only
+    scope: str = base.HOST
+    #: with STORAGE: what of its servers lives on that storage
+    protects: tuple = ()
+    leveled: bool = False       # the entry uses the levels: form
+
+    def level_label(self):
+        if self.leveled:
+            return _label(self.level or self.index,
+                          " + ".join(self.level_methods) or self.driver,
+                          "", "level")
+        return _label(self.index, self.driver, self.address)
 
     def describe(self):
         """One line for the FENCE_OK event, the journal and status:
         ``redfish BMC https://10.0.0.5 reports power off`` for the first
         method, else ``fenced by method 2 (ipmi 10.0.0.6) after method 1
-        (redfish https://10.0.0.5) failed: <reason>``."""
-        if self.index == 1 and not self.failures:
+        (redfish https://10.0.0.5) failed: <reason>``; with levels,
+        ``fenced by level 2 (watchdog + ceph_blocklist 10.0.0.5) after
+        level 1 (...) failed: <reason>``. Storage-only fencing says what
+        it allows."""
+        if self.index == 1 and not self.failures and not self.leveled \
+                and self.scope == base.HOST:
             return "%s BMC %s reports power off" % (
                 self.driver, self.address or self.host)
-        before = "; ".join("%s failed: %s" % (f.label(), f.reason)
-                           for f in self.failures)
-        return "fenced by %s after %s" % (
-            _label(self.index, self.driver, self.address), before)
+        text = "fenced by %s" % self.level_label()
+        if self.failures:
+            text += " after %s" % "; ".join(
+                "%s failed: %s" % (f.label(), f.reason)
+                for f in self.failures)
+        if self.scope == base.STORAGE:
+            text += ("; storage fencing only (the host may still run): "
+                     "only servers whose disks are on the fenced storage "
+                     "(%s) may be evacuated" % ", ".join(self.protects))
+        return text
 
     def detail(self):
         """Fields for the event's detail / the journal."""
-        return {"method": self.index, "method_driver": self.driver,
-                "method_address": self.address, "methods": self.methods,
-                "failed_methods": [f.as_dict() for f in self.failures]}
+        out = {"method": self.index, "method_driver": self.driver,
+               "method_address": self.address, "methods": self.methods,
+               "failed_methods": [f.as_dict() for f in self.failures]}
+        if self.leveled or self.scope != base.HOST:
+            out.update(level=self.level or self.index,
+                       levels=self.levels or self.methods,
+                       level_methods=list(self.level_methods),
+                       scope=self.scope, protects=list(self.protects))
+        return out
 
 
 class FenceChainError(base.FenceError):
@@ -83,9 +129,14 @@ class FenceChainUnreachable(FenceChainError, base.BmcUnreachable):
     refused; a later attempt may get through."""
 
 
-def _label(index, driver, address):
-    return "method %d (%s)" % (index, "%s %s" % (driver, address)
-                               if address else driver)
+def _label(index, driver, address, kind="method"):
+    return "%s %d (%s)" % (kind, index, "%s %s" % (driver, address)
+                           if address else driver)
+
+
+def _name(method):
+    return "%s %s" % (method.driver, method.address) if method.address \
+        else method.driver
 
 
 def _scrub(text, method):
@@ -97,6 +148,18 @@ def _methods(bmc):
     return getattr(bmc, "methods", None) or (bmc,)
 
 
+def _levels(bmc):
+    return getattr(bmc, "levels", None) or ((bmc,),)
+
+
+def protects_of(method):
+    """What a storage method's storage holds (its inventory's
+    ``protects``)."""
+    return tuple(str(p) for p in
+                 (getattr(method, "options", None) or {}).get("protects")
+                 or ())
+
+
 def _summary(bmc, what, attempts):
     return "host %s: %s: %s" % (
         bmc.host, what, "; ".join("%s: %s" % (a.label(), a.reason)
@@ -104,67 +167,191 @@ def _summary(bmc, what, attempts):
 
 
 def fence(bmc, fencer, log=LOG, check=None):
-    """Power ``bmc.host`` off through the first method that confirms Off.
+    """Fence ``bmc.host`` through the first level whose methods all
+    succeed.
 
-    ``check(method)``, when given, runs before a method's power-off: it
+    ``check(method)``, when given, runs before each method's fencing: it
     returns None to go on, or why this method may not prove the host dead
     (its Off would prove nothing: a BMC never seen On that reports Off
-    already); the method then fails with that reason, without a power-off.
+    already); the method, and so its level, then fails with that reason,
+    without a power-off.
 
     Returns a :class:`FenceOutcome`. A method fails on FenceError, or on
     ValueError from ``fencer`` (a driver that refuses to load, e.g. noop
-    without ``allow_unfenced``); the next method is then tried. When no
-    method confirmed Off, raises :class:`FenceChainError` (a FenceError)
-    naming the host and each method's reason, except that if a method
-    raised anything else (a driver bug, trouble the driver did not
-    translate) that first exception is re-raised after every method was
-    tried, so the caller retries as it would for one method.
+    without ``allow_unfenced``); its level fails (the methods of a set
+    after it are not run; the storage fencing of those before it is
+    undone) and the next level is tried. When no level succeeded,
+    raises :class:`FenceChainError` (a FenceError) naming the host and
+    each level's reason, except that if a method raised anything else (a
+    driver bug, trouble the driver did not translate) that first exception
+    is re-raised after every level was tried, so the caller retries as it
+    would for one method.
     """
-    methods = _methods(bmc)
+    levels = _levels(bmc)
+    every = getattr(bmc, "all_methods", None) or (bmc,)
+    leveled = bool(getattr(bmc, "grouping", ()))
+    kind = "level" if leveled else "method"
     attempts = []
     unexpected = None
     unreachable = True
-    for index, method in enumerate(methods, 1):
-        try:
-            why = check(method) if check is not None else None
-            if why:
-                raise base.FenceError(why)
-            fencer(method.driver).power_off(method)
-        except (base.FenceError, ValueError) as e:
-            unreachable = unreachable and isinstance(e, base.BmcUnreachable)
-            reason = _scrub(str(e), method) or type(e).__name__
-        except Exception as e:   # noqa: BLE001 - try the next method first
-            unexpected = unexpected or e
-            reason = "unexpected %s from driver %s" % (type(e).__name__,
-                                                       method.driver)
-        else:
-            outcome = FenceOutcome(host=bmc.host, index=index,
-                                   driver=method.driver,
-                                   address=method.address,
-                                   failures=tuple(attempts),
-                                   methods=len(methods))
+    first = 1
+    for lindex, level in enumerate(levels, 1):
+        index = first
+        first += len(level)
+        number = lindex if leveled else index
+        scope, protects = base.STORAGE, set()
+        failed = None
+        for pos, method in enumerate(level, 1):
+            where = ("" if len(level) == 1 else
+                     "method %d of the level (%s): " % (pos, _name(method)))
+            try:
+                why = check(method) if check is not None else None
+                if why:
+                    raise base.FenceError(why)
+                driver = fencer(method.driver)
+                # (a driver older than fence() powers off)
+                (getattr(driver, "fence", None) or driver.power_off)(method)
+            except (base.FenceError, ValueError) as e:
+                unreachable = unreachable and isinstance(
+                    e, base.BmcUnreachable)
+                failed = where + (_scrub(str(e), method)
+                                  or type(e).__name__)
+            except Exception as e:   # noqa: BLE001 - try the next level
+                unexpected = unexpected or e
+                failed = where + "unexpected %s from driver %s" % (
+                    type(e).__name__, method.driver)
+            if failed is not None:
+                _undo(level[:pos - 1], fencer, log, failed)
+                break
+            if getattr(driver, "proves", base.HOST) == base.STORAGE:
+                protects.update(protects_of(method))
+            else:
+                scope = base.HOST
+        if failed is None:
+            outcome = FenceOutcome(
+                host=bmc.host, index=index, driver=level[0].driver,
+                address=level[0].address, failures=tuple(attempts),
+                methods=len(every), level=lindex, levels=len(levels),
+                level_methods=tuple(_name(m) for m in level),
+                scope=scope, leveled=leveled,
+                protects=tuple(sorted(protects)) if scope == base.STORAGE
+                else ())
             if attempts:
                 log.warning("fenced_by_fallback", host=bmc.host,
-                            method=index, driver=method.driver,
-                            address=method.address,
+                            method=index, level=lindex,
+                            driver=outcome.level_label(),
+                            address=level[0].address, scope=scope,
                             failed=len(attempts), reason=outcome.describe())
             return outcome
-        attempt = Attempt(index, method.driver, method.address, reason)
+        attempt = Attempt(number, " + ".join(_name(m) for m in level)
+                          if leveled else level[0].driver,
+                          "" if leveled else level[0].address, failed,
+                          kind)
         attempts.append(attempt)
-        if len(methods) > 1:
+        if len(levels) > 1:
             log.warning("fence_method_failed", host=bmc.host, method=index,
-                        driver=method.driver, address=method.address,
-                        reason=reason,
-                        next=(index + 1 if index < len(methods) else None))
+                        level=lindex, driver=attempt.driver,
+                        address=attempt.address, reason=failed,
+                        next=(lindex + 1 if lindex < len(levels) else None))
     if unexpected is not None:
         raise unexpected
-    if len(methods) == 1:
+    if len(levels) == 1 and not leveled:
         message = attempts[0].reason
     else:
-        message = _summary(bmc, "no fencing method confirmed power off",
+        message = _summary(bmc, "no fencing %s succeeded" % kind
+                           if leveled else
+                           "no fencing method confirmed power off",
                            attempts)
-    kind = FenceChainUnreachable if unreachable else FenceChainError
-    raise kind(message, bmc.host, attempts)
+    error = FenceChainUnreachable if unreachable else FenceChainError
+    raise error(message, bmc.host, attempts)
+
+
+def _undo(done, fencer, log, why):
+    """A set failed after some of its methods succeeded: undo those that
+    leave something behind (a blocklist entry). The level proved nothing,
+    so nothing is evacuated on it, and a live host must not keep losing
+    its storage for it. A later level that fences the same way does it
+    again. Failures are logged: the entry is then removed at unfence."""
+    for method in done:
+        if method.driver not in NO_BMC:
+            continue
+        try:
+            fencer(method.driver).unfence(method)
+        except Exception as e:   # noqa: BLE001 - best effort, logged
+            log.warning("fence_set_undo_failed", host=method.host,
+                        driver=method.driver,
+                        reason=_scrub(str(e), method) or type(e).__name__)
+            continue
+        log.warning("fence_set_undone", host=method.host,
+                    driver=method.driver,
+                    reason="its level failed (%s): undone, the level "
+                           "proved nothing" % why)
+
+
+def level_of(bmc, number):
+    """The methods of level ``number`` (from 1) of ``bmc``, or None."""
+    levels = _levels(bmc) if bmc is not None else ()
+    if number is None or not 1 <= number <= len(levels):
+        return None
+    return levels[number - 1]
+
+
+def powerless(level):
+    """Whether a level fences without any power method (storage fencing,
+    a watchdog's deadline): its fencing is re-read with
+    :func:`still_fenced`, not with a power-state read."""
+    return bool(level) and all(m.driver in NO_BMC for m in level)
+
+
+def still_fenced(bmc, number, fencer, log=LOG):
+    """None when every method of level ``number`` that fences without a
+    BMC (storage fencing; a method proving death by time) still holds,
+    else why not: the re-proof of a host fenced by such a level (a read,
+    no action)."""
+    level = level_of(bmc, number)
+    if level is None:
+        return ("fencing level %s of host %s is no longer in the inventory"
+                % (number, getattr(bmc, "host", "?")))
+    held = False
+    for method in level:
+        if method.driver not in NO_BMC:
+            continue
+        try:
+            why = fencer(method.driver).still_fenced(method)
+        except Exception as e:   # noqa: BLE001 - not proven: the reason
+            why = "%s: %s" % (_name(method),
+                              _scrub(str(e), method) or type(e).__name__)
+        if why:
+            log.warning("fence_not_holding", host=method.host,
+                        driver=method.driver, reason=why)
+            return why
+        held = True
+    if not held:
+        return ("fencing level %d of host %s has no fencing without power "
+                "any more (the inventory changed)" % (number, bmc.host))
+    return None
+
+
+def unfence(bmc, fencer, log=LOG):
+    """Undo every method of the entry that fences without power (a Ceph
+    blocklist entry), whatever level fenced: a set that failed halfway
+    may have left one. Each method is tried; raises FenceError naming
+    every one that failed (the caller tries again later)."""
+    failed = []
+    for method in (getattr(bmc, "all_methods", None) or ()):
+        if method.driver not in NO_BMC:
+            continue
+        try:
+            fencer(method.driver).unfence(method)
+        except Exception as e:   # noqa: BLE001 - each is tried
+            failed.append("%s: %s" % (_name(method), _scrub(str(e), method)
+                                      or type(e).__name__))
+            continue
+        log.info("unfenced", host=method.host, driver=method.driver,
+                 reason="the host is back and its service cleaned up")
+    if failed:
+        raise base.FenceError("host %s: unfence failed: %s"
+                              % (bmc.host, "; ".join(failed)))
 
 
 def power_state(bmc, fencer, log=LOG):

@@ -18,6 +18,12 @@ fencing methods and reloading are described in ``doc/inventory.md``)::
         methods:
           - {driver: redfish, address: https://10.0.0.6}
           - {driver: ipmi, address: 10.0.1.6}
+      compute-2:                   # fencing levels: each a method or a
+        levels:                    # set of methods that must all succeed
+          - {driver: redfish, address: https://10.0.0.7, password: x}
+          - - {driver: watchdog}
+            - {driver: ceph_blocklist, addresses: [10.0.2.7],
+               protects: [volumes]}
     defaults:                      # optional, under every host and method
       driver: redfish
 
@@ -40,6 +46,7 @@ from typing import Mapping
 import structlog
 import yaml
 
+from instanceha.drivers.fencing import ceph_options
 from instanceha.drivers.fencing.inventory_entry import BMC, InventoryError
 from instanceha.drivers.fencing.inventory_secrets import (
     SECRET_FIELDS, ModeWarning, Secrets, check_sources, readable_by_others,
@@ -53,9 +60,12 @@ LOG = structlog.get_logger("instanceha.inventory")
 
 #: fields every entry may carry; a driver's own fields come from the
 #: ``known_drivers`` mapping given to :func:`parse`
-COMMON_FIELDS = {"driver", "address", "username", "methods",
+COMMON_FIELDS = {"driver", "address", "username", "methods", "levels",
                  *SECRET_FIELDS}
 NEEDS_ADDRESS = {"redfish", "ipmi"}
+#: a driver's own check of its options (``check(where, options)`` raises
+#: InventoryError naming the field and the fix), run when the file is read
+OPTION_CHECKS = {"ceph_blocklist": ceph_options.check}
 #: drivers that log in to the BMC: an entry needs a password source
 NEEDS_PASSWORD = NEEDS_ADDRESS
 #: fields that are not driver options (everything else lands in BMC.options)
@@ -114,6 +124,9 @@ def _method(where, host, merged, known_drivers, known_fields, secrets):
     else:
         password = merged.get("password", "")
     options = {k: v for k, v in merged.items() if k not in _NOT_OPTIONS}
+    check = OPTION_CHECKS.get(driver)
+    if check is not None:
+        check(where, options)
     return BMC(host=host, driver=driver, address=merged.get("address", ""),
                username=merged.get("username", ""), password=password,
                options=options)
@@ -129,9 +142,10 @@ def _parse(data, known_drivers, base_dir, environ):
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         raise InventoryError("inventory: 'defaults' must be a mapping")
-    if "methods" in defaults:
-        raise InventoryError("inventory: defaults: field methods belongs to "
-                             "a host, not to defaults")
+    for field in ("methods", "levels"):
+        if field in defaults:
+            raise InventoryError("inventory: defaults: field %s belongs to "
+                                 "a host, not to defaults" % field)
     check_sources("inventory: defaults", defaults)
     secrets = Secrets(base_dir, environ)
     result, errors = {}, []
@@ -155,9 +169,18 @@ def _entry(host, entry, defaults, known_drivers, known_fields, secrets):
     if not isinstance(entry, Mapping):
         raise InventoryError("%s: entry must be a mapping" % where)
     check_sources(where, entry)
-    levels = [defaults, {k: v for k, v in entry.items() if k != "methods"}]
+    if "methods" in entry and "levels" in entry:
+        raise InventoryError(
+            "%s: fields methods and levels both given: keep one (levels "
+            "replaces methods: each method of methods is a level of its "
+            "own)" % where)
+    base = [defaults, {k: v for k, v in entry.items()
+                       if k not in ("methods", "levels")}]
+    if "levels" in entry:
+        return _levels(where, host, entry["levels"], base, known_drivers,
+                       known_fields, secrets)
     if "methods" not in entry:
-        return _method(where, host, _merge(levels), known_drivers,
+        return _method(where, host, _merge(base), known_drivers,
                        known_fields, secrets)
     listed = entry["methods"]
     if not isinstance(listed, (list, tuple)) or not listed:
@@ -167,19 +190,63 @@ def _entry(host, entry, defaults, known_drivers, known_fields, secrets):
     for index, method in enumerate(listed, 1):
         mwhere = "%s: method %d" % (where, index)
         try:
-            if not isinstance(method, Mapping):
-                raise InventoryError("%s: must be a mapping" % mwhere)
-            if "methods" in method:
-                raise InventoryError("%s: field methods cannot be nested"
-                                     % mwhere)
-            check_sources(mwhere, method)
-            methods.append(_method(mwhere, host, _merge(levels + [method]),
-                                   known_drivers, known_fields, secrets))
+            methods.append(_one(mwhere, host, method, base, known_drivers,
+                                known_fields, secrets))
         except InventoryError as e:
             errors.extend(e.errors)
     if errors:
         raise InventoryError(errors)
     return dataclasses.replace(methods[0], fallbacks=tuple(methods[1:]))
+
+
+def _one(where, host, method, base, known_drivers, known_fields, secrets):
+    """One method of ``methods`` or of a level."""
+    if not isinstance(method, Mapping):
+        raise InventoryError("%s: must be a mapping" % where)
+    for field in ("methods", "levels"):
+        if field in method:
+            raise InventoryError("%s: field %s cannot be nested"
+                                 % (where, field))
+    check_sources(where, method)
+    return _method(where, host, _merge(base + [method]), known_drivers,
+                   known_fields, secrets)
+
+
+_LEVELS_FORM = (
+    "field levels must be a non-empty list whose items are each a "
+    "mapping (one method, e.g. {driver: redfish, address: ...}) or a "
+    "non-empty list of mappings (a set of methods that must all succeed, "
+    "e.g. [{driver: watchdog}, {driver: ceph_blocklist, ...}])")
+
+
+def _levels(where, host, listed, base, known_drivers, known_fields,
+            secrets):
+    """The ``levels:`` form: each item one method or a set (a list)."""
+    if not isinstance(listed, (list, tuple)) or not listed:
+        raise InventoryError("%s: %s" % (where, _LEVELS_FORM))
+    methods, grouping, errors = [], [], []
+    for lindex, level in enumerate(listed, 1):
+        lwhere = "%s: level %d" % (where, lindex)
+        if isinstance(level, Mapping):
+            level = [level]
+            names = [lwhere]
+        elif isinstance(level, (list, tuple)) and level:
+            names = ["%s: method %d" % (lwhere, i)
+                     for i in range(1, len(level) + 1)]
+        else:
+            errors.append("%s: %s" % (lwhere, _LEVELS_FORM))
+            continue
+        grouping.append(len(level))
+        for mwhere, method in zip(names, level):
+            try:
+                methods.append(_one(mwhere, host, method, base,
+                                    known_drivers, known_fields, secrets))
+            except InventoryError as e:
+                errors.extend(e.errors)
+    if errors:
+        raise InventoryError(errors)
+    return dataclasses.replace(methods[0], fallbacks=tuple(methods[1:]),
+                               grouping=tuple(grouping))
 
 
 def _holds_inline(data):
@@ -188,6 +255,8 @@ def _holds_inline(data):
     for entry in data["hosts"].values():
         levels.append(entry or {})
         levels.extend((entry or {}).get("methods") or ())
+        for level in (entry or {}).get("levels") or ():
+            levels.extend([level] if isinstance(level, Mapping) else level)
     return any(level.get("password") for level in levels)
 
 
