@@ -60,8 +60,8 @@ Rules (exact):
   each as fit. ``k`` hosts can fail when every server finds room.
 * The answer: the largest ``k`` found placing everything, searched from
   the ``k`` the scope's totals allow (what the lost hosts need at most
-  what the others have free, per resource) by doubling then bisection,
-  never above ``limit``. First-fit decreasing is a sound greedy: each
+  what the others have free, per resource) downwards, in steps doubling
+  until one fits, then by bisection; never above ``limit``. First-fit decreasing is a sound greedy: each
   placement it finds is a real one, so every ``k`` at or below the answer
   fits too; but bin packing is hard, so where it fails a better packing
   may exist, and the answer is then a lower bound. Nova's scheduler is not
@@ -75,10 +75,11 @@ the search); a check of ``k`` touches only the lost hosts' size groups and
 the destinations it fills, with the free amounts copied on write.
 """
 
+import collections
 import dataclasses
 import heapq
 from typing import (Callable, Collection, Dict, Iterable, List, Mapping,
-                    Optional, Sequence, Set, Tuple)
+                    Optional, Sequence, Set, Tuple, Union)
 
 from instanceha.policy.capacity_free import Free, free_of
 from instanceha.policy.capacity_need import DISK, RAM, VCPUS, Need
@@ -202,14 +203,15 @@ class Report:
 def loads(services: Iterable[ServiceRecord],
           capacities: Mapping[str, CapacityRecord],
           aggregates: Optional[Iterable[AggregateRecord]],
-          servers: Iterable[Tuple[str, Optional[Need], int]],
+          servers: Union[Iterable[Tuple[str, Optional[Need], int]],
+                         Mapping[Tuple[str, Optional[Need], int], int]],
           capacity: CapacitySettings = CapacitySettings(),
           reserved: Optional[reserved_mod.Settings] = None
           ) -> List[HostLoad]:
     """One :class:`HostLoad` per compute host of ``services`` (or of
     ``capacities``), sorted by host. ``servers``: (host, size or None,
     priority) of each server the recovery policy would evacuate if its
-    host were lost. A host with several service records is a destination
+    host were lost, or those tuples counted ({tuple: how many}). A host with several service records is a destination
     only when each says so, and reserved only when each does."""
     rs = reserved or reserved_mod.Settings()
     zone: Dict[str, Optional[str]] = {}
@@ -233,15 +235,18 @@ def loads(services: Iterable[ServiceRecord],
     for agg in aggregates or ():
         for h in agg.hosts or ():
             member.setdefault(h, []).append(agg.name)
-    counts: Dict[str, Dict[Tuple[Need, int], int]] = {}
+    # Counted in C (one tuple per server, no Python work per server),
+    # unless the caller counted them while reading.
+    tally: Mapping[Tuple[str, Optional[Need], int], int] = \
+        servers if isinstance(servers, Mapping) \
+        else collections.Counter(servers)
+    counts: Dict[str, List[Tuple[Need, int, int]]] = {}
     unknown: Dict[str, int] = {}
-    for host, need, priority in servers:
+    for (host, need, priority), n in tally.items():
         if need is None:
-            unknown[host] = unknown.get(host, 0) + 1
-            continue
-        per = counts.setdefault(host, {})
-        key = (need, priority)
-        per[key] = per.get(key, 0) + 1
+            unknown[host] = unknown.get(host, 0) + n
+        else:
+            counts.setdefault(host, []).append((need, priority, n))
     out = []
     for h in sorted(zone):
         cap = capacities.get(h)
@@ -249,10 +254,7 @@ def loads(services: Iterable[ServiceRecord],
             if cap is not None else None
         out.append(HostLoad(
             host=h, free=free,
-            servers=tuple((n, p, c) for (n, p), c in sorted(
-                counts.get(h, {}).items(),
-                key=lambda x: (-x[0][1], x[0][0].vcpus, x[0][0].ram_mb,
-                               x[0][0].disk_gb))),
+            servers=tuple(counts.get(h, ())),
             zone=zone[h], aggregates=tuple(sorted(set(member.get(h, ())))),
             destination=dest[h] and free is not None,
             reserved=res[h] and free is not None, unknown=unknown.get(h, 0)))
@@ -281,6 +283,8 @@ class _Cloud:
         self.counted = 0
         self.unknown = sum(h.unknown for h in hosts)
         floor = settings.min_priority
+        #: id(Need) -> its amounts (the Needs live as long as ``hosts``)
+        seen: Dict[int, Vec] = {}
         for h in hosts:
             f = h.free
             self.fv.append(f.vcpus if f is not None else 0)
@@ -292,9 +296,12 @@ class _Cloud:
             for need, priority, count in h.servers:
                 if floor is not None and priority < floor:
                     continue
-                vec = (need.vcpus if use_v else 0,
-                       need.ram_mb if use_r else 0,
-                       need.disk_gb if use_d else 0)
+                vec = seen.get(id(need))
+                if vec is None:
+                    vec = seen[id(need)] = (
+                        need.vcpus if use_v else 0,
+                        need.ram_mb if use_r else 0,
+                        need.disk_gb if use_d else 0)
                 self.counted += count
                 if vec == (0, 0, 0):
                     continue
@@ -306,7 +313,7 @@ class _Cloud:
                 tv += vec[0] * count
                 tr += vec[1] * count
                 td += vec[2] * count
-            self.load.append(sorted(per.items()))
+            self.load.append(list(per.items()))
             self.total.append((tv, tr, td))
         # Shares: each resource against the cloud's free plus needed
         # amount (disk on shared storage left out).
@@ -322,10 +329,26 @@ class _Cloud:
             self._share((self.fv[i], self.fr[i],
                          0 if self.fd[i] == _UNBOUNDED else self.fd[i]))
             for i in range(len(self.names))]
+        load, room, names = self.load_share, self.room_share, self.names
+        every = range(len(names))
+        #: each host's place in the order of loss (largest load, then
+        #: most room, then name) and in the order of destinations (most
+        #: room, then name): sorted once, every scope sorts by these
+        self.loss_rank = _ranks(sorted(
+            every, key=lambda i: (-load[i], -room[i], names[i])))
+        self.room_rank = _ranks(sorted(
+            every, key=lambda i: (-room[i], names[i])))
 
     def _share(self, vec: Vec) -> float:
         w = self.w
         return vec[0] * w[0] + vec[1] * w[1] + vec[2] * w[2]
+
+
+def _ranks(order: Sequence[int]) -> List[int]:
+    rank = [0] * len(order)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
 
 
 @dataclasses.dataclass
@@ -372,11 +395,17 @@ def _fits(cloud: _Cloud, lost: Sequence[int], dests: Sequence[int],
                 cur = [fv[h], fr[h], fd[h]]
             fit = count
             if nv:
-                fit = min(fit, cur[0] // nv)
+                a = cur[0] // nv
+                if a < fit:
+                    fit = a
             if nr:
-                fit = min(fit, cur[1] // nr)
+                a = cur[1] // nr
+                if a < fit:
+                    fit = a
             if nd:
-                fit = min(fit, cur[2] // nd)
+                a = cur[2] // nd
+                if a < fit:
+                    fit = a
             if fit <= 0:
                 continue
             cur[0] -= fit * nv
@@ -440,31 +469,37 @@ def _bound(cloud: _Cloud, lost: Sequence[int], dests: Sequence[int],
 def _search(cloud: _Cloud, scope: _Scope, limit: int, cap: int
             ) -> Tuple[int, bool, Tuple[str, ...]]:
     """(k, capped, the largest members in loss order) of one scope."""
-    load, room, names = cloud.load_share, cloud.room_share, cloud.names
+    names = cloud.names
     members = scope.members
     if not members:
         return 0, False, ()
     take = min(len(members), limit + 1)
-    lost = heapq.nsmallest(take, members,
-                           key=lambda i: (-load[i], -room[i], names[i]))
+    lost = heapq.nsmallest(take, members, key=cloud.loss_rank.__getitem__)
     if not any(cloud.load[i] for i in members):
         k = min(len(members), limit)
         return k, k == limit and len(members) > limit, \
             tuple(names[i] for i in lost[:k])
-    dests = sorted(scope.destinations,
-                   key=lambda i: (-room[i], names[i]))
+    dests = sorted(scope.destinations, key=cloud.room_rank.__getitem__)
     spares = scope.spares
 
     def ok(k: int) -> bool:
         return _fits(cloud, lost[:k], dests, _spares_for(spares, k, cap))
 
     high = _bound(cloud, lost, dests, spares, cap, limit)
-    # Doubling up to the bound, then bisection between the last k that
-    # fitted and the first that did not.
-    low, k = 0, 1
-    while k <= high and ok(k):
-        low, k = k, k * 2
-    top = min(k, high + 1)          # the first known not to fit (or past)
+    # First-fit decreasing usually places nearly what the totals allow:
+    # the bound first, then steps down doubling (1, 2, 4... below it)
+    # until a k fits, then bisection between that k and the last that
+    # did not.
+    low, top = 0, high + 1          # low fits; top does not (or past)
+    step = 0
+    while top - low > 1:
+        k = top - max(1, step)
+        if k <= low:
+            break
+        if ok(k):
+            low = k
+            break
+        top, step = k, step * 2 or 1
     while top - low > 1:
         mid = (low + top) // 2
         if ok(mid):
