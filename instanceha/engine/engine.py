@@ -26,6 +26,7 @@ from instanceha.engine.inbox import Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.probes import Probes
 from instanceha.engine.progress import ProgressBoard
+from instanceha.engine import failover as failover_mod
 from instanceha.engine import repair as repair_mod
 from instanceha.engine.runner import Runner
 from instanceha.engine.workqueue import WorkQueue
@@ -91,6 +92,10 @@ class Engine:
         self.repair = repair_mod.InstanceRepair(
             conf, context, self.start_work, self.find,
             cluster_ok=self.cluster_status)
+        #: failover capacity (issue 38): a measure on this queue every
+        #: [failover_capacity] interval
+        self.failover = failover_mod.FailoverCapacity(conf, context,
+                                                      self.start_work)
         # A notification about a server may settle a move: the passes
         # waiting for that server take their next pass now.
         context.board.subscribe(self._wake_passes)
@@ -545,6 +550,7 @@ class Engine:
         self.policy = fsm.Policy.from_conf(self.conf)
         self.fencing.settings = storm.Settings.from_conf(self.conf)
         self.repair.reload_settings()
+        self.failover.reload_settings()
 
     def hold_for(self, rec, at, pending=None):
         """(ok, reason): may ``rec`` be fenced now, as far as the cloud is
@@ -586,6 +592,7 @@ class Engine:
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
         self._probes.start()
         self._runner.start()
+        self.failover.start()
 
     def stop(self, timeout=5.0):
         self._runner.stop(timeout)

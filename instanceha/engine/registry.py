@@ -10,8 +10,8 @@ its runner: ``(ctx, record) -> Event``, or for one that runs in passes
 
 from typing import Any, Callable, Dict
 
-from instanceha.engine import (actions, drain, evacuator, putback, repair,
-                               soft_fence)
+from instanceha.engine import (actions, drain, evacuator, failover, putback,
+                               repair, soft_fence)
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
 #: Action -> its runner.
@@ -26,6 +26,7 @@ RUNNERS: Dict[Action, Callable[..., Any]] = {
     Action.FAIL_BACK: putback.fail_back,
     Action.REPAIR: repair.run_case,
     Action.RESTART_COMPUTE: soft_fence.restart_compute,
+    Action.FAILOVER_CAPACITY: failover.run_pass,
 }
 
 if set(RUNNERS) != set(ACTIONS):      # pragma: no cover - a coding error

@@ -177,7 +177,10 @@ class ScopeCapacity:
     text: str
 
     def as_dict(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        """For status: the largest members cut to the first five."""
+        d = dataclasses.asdict(self)
+        d["largest"] = list(self.largest[:5])
+        return d
 
 
 @dataclasses.dataclass(frozen=True)

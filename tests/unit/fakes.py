@@ -114,6 +114,10 @@ class FakeCompute(cb.ComputeDriver):
         return [self.get_server(sid) for sid, v in self.servers.items()
                 if v["host"] == host]
 
+    def list_all_servers(self):
+        self._maybe_fail()
+        return [self.get_server(sid) for sid in self.servers]
+
     def get_server(self, server_id):
         """``project``: the server's project (Nova's tenant_id), if set."""
         v = self.servers[server_id]

@@ -464,6 +464,11 @@ class ComputeDriver(abc.ABC):
         exactly: [Server] (``instanceha policy explain NAME``)."""
         raise _unsupported("finding servers by name")
 
+    def list_all_servers(self):
+        """Every server across all projects and hosts: [Server] (the
+        failover capacity measure)."""
+        raise _unsupported("listing every server")
+
     def list_servers_by_status(self, status):
         """Every server across all projects and hosts whose Nova status is
         ``status`` (SHUTOFF, ERROR): [Server] (the repair sweep)."""

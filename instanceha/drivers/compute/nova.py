@@ -221,6 +221,12 @@ class NovaDriver(base.ComputeDriver):
         return to_server(self._nova.call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
+    def list_all_servers(self):
+        bodies = self._nova.list(SERVERS, "/servers/detail", "2.53",
+                                 base_path="/servers/detail",
+                                 all_projects=True)
+        return [to_server(s) for s in bodies]
+
     def find_servers(self, name):
         # Nova's name filter is a regular expression: anchored and
         # escaped, and the names compared again here.
