@@ -68,7 +68,8 @@ Rules (exact):
   bound to this placement; its filters (affinity, traits, NUMA) may refuse
   what Placement's counts allow.
 * A scope whose members lose nothing (no counted server) can lose them
-  all: the answer is its member count (at most ``limit``).
+  all: the answer is its member count (at most ``limit``). A scope with
+  no member (only reserved hosts) is not reported.
 
 Speed: servers are counted once per host and size (no per-server work in
 the search); a check of ``k`` touches only the lost hosts' size groups and
@@ -602,7 +603,7 @@ def measure(hosts: Sequence[HostLoad], settings: Settings = Settings(),
     out = []
     cap = settings.max_per_failed_host
     for sc in _scopes(hosts, settings):
-        if scopes is not None and not scopes(sc.name):
+        if not sc.members or (scopes is not None and not scopes(sc.name)):
             continue
         k, capped, largest = _search(cloud, sc, settings.limit, cap)
         partial = ScopeCapacity(sc.name, k, len(sc.members),
