@@ -41,7 +41,8 @@ Rules (exact):
   taken by name as the reserve chooses them.
 * Scopes: ``zone:NAME`` (its members and reserved hosts in that zone),
   ``aggregate:NAME`` (each host aggregate not excluded: ``[capacity]
-  exclude_aggregates`` and ``[recovery] global_aggregate``),
+  exclude_aggregates`` and ``[recovery] global_aggregate``; an aggregate
+  that sets an availability zone is that zone's scope, not one more),
   ``reserved:WHERE`` (the reserved hosts alone, grouped as ``[reserved_hosts]
   match`` groups them: per zone, per aggregate, both, or one pool; its
   members are the other hosts of the group) and ``cloud``. A scope's answer
@@ -237,6 +238,9 @@ def loads(services: Iterable[ServiceRecord],
         res.setdefault(h, False)
     member: Dict[str, List[str]] = {}
     for agg in aggregates or ():
+        if getattr(agg, "zone", None) or \
+                (agg.metadata or {}).get("availability_zone"):
+            continue                # an availability zone: its own scope
         for h in agg.hosts or ():
             member.setdefault(h, []).append(agg.name)
     # Counted in C (one tuple per server, no Python work per server),

@@ -311,3 +311,13 @@ def test_report_as_dict_and_lowest():
     d = report.as_dict()
     assert {s["scope"] for s in d["scopes"]} == {"zone:az1", "cloud"}
     assert report.lowest().hosts == 1
+
+
+def test_an_availability_zone_aggregate_is_no_scope_of_its_own():
+    services = [_svc("a1"), _svc("a2")]
+    caps = {h: _cap(h) for h in ("a1", "a2")}
+    aggs = [Aggregate("az1", ("a1", "a2"), zone="az1",
+                      metadata={"availability_zone": "az1"}),
+            Aggregate("fast", ("a1", "a2"))]
+    scopes, _ = _measure(services, caps, [], aggregates=aggs)
+    assert sorted(scopes) == ["aggregate:fast", "cloud", "zone:az1"]
