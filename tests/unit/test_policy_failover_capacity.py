@@ -321,3 +321,15 @@ def test_an_availability_zone_aggregate_is_no_scope_of_its_own():
             Aggregate("fast", ("a1", "a2"))]
     scopes, _ = _measure(services, caps, [], aggregates=aggs)
     assert sorted(scopes) == ["aggregate:fast", "cloud", "zone:az1"]
+
+
+def test_the_documented_walk_through():
+    # doc/capacity-and-reserved-hosts.md, "Failover capacity"
+    half = {"compute-0": (2, 8), "compute-1": (2, 8), "compute-2": (2, 8)}
+    assert _measure(*_cloud(half))[0]["cloud"].hosts == 1
+    one_more = dict(half, **{"compute-1": (3, 8)})
+    scopes, _ = _measure(*_cloud(one_more))
+    assert scopes["cloud"].hosts == 1
+    assert scopes["cloud"].largest[0] == "compute-1"
+    full = {h: (3, 8) for h in half}
+    assert _measure(*_cloud(full))[0]["cloud"].hosts == 0
