@@ -311,7 +311,7 @@ class Engine:
                 self.journal.action_finished(pending.action_id, self.clock(),
                                              "dropped", "state changed")
             return
-        why = self.ctx.may_act()
+        why = None if spec.reads_only else self.ctx.may_act()
         if why is not None:
             # Not ours to act on now (another member of the group acts, or
             # this one lost its coordination lease): the action waits.

@@ -19,6 +19,7 @@ selection's. A failed read keeps the last measure, marked with the error.
 """
 
 import collections
+import dataclasses
 import time
 from typing import (Any, Callable, Counter, Dict, List, Mapping, NamedTuple,
                     Optional, Tuple)
@@ -78,7 +79,14 @@ def run_pass(ctx: Context, subject: object, carry: Measuring
         return None
     wait = owner.due_in()
     if wait <= 0:
-        owner.refresh()
+        why = ctx.may_act()
+        if why is None:
+            owner.refresh()
+        else:
+            # A standby measures nothing and shows nothing: the figures
+            # of the member that acts are the cloud's (the alert takes
+            # the maximum over replicas: stale ones must not hide them).
+            owner.standby(why)
         wait = owner.due_in()
     # Woken by no server's news (an empty set): only its timer runs it.
     return Requeue(max(wait, 1.0), carry, waits_for=frozenset())
@@ -117,6 +125,15 @@ class FailoverCapacity:
 
     def drop(self) -> None:
         self._view = None
+
+    def standby(self, why: str) -> None:
+        """Not the member that acts: no measure, none shown; asked again
+        after the interval."""
+        if self._view is not None:
+            LOG.info("failover_capacity_not_measured", reason=why,
+                     effect="this member shows no failover capacity")
+        self._view = None
+        self._last = self.ctx.clock()
 
     def due_in(self) -> float:
         """Seconds until the next measure is due (0 or less: now)."""
@@ -182,12 +199,8 @@ class FailoverCapacity:
                 c.source == "hypervisors" for c in capacities.values()):
             # os-hypervisors knows no CPU allocation ratio (as the
             # preflight: engine.placement)
-            cs = capacity.Settings(
-                enabled=cs.enabled, scope=cs.scope,
-                headroom_percent=cs.headroom_percent,
-                resources=tuple(r for r in cs.resources
-                                if r != capacity.VCPUS),
-                exclude_aggregates=cs.exclude_aggregates)
+            cs = dataclasses.replace(cs, resources=tuple(
+                r for r in cs.resources if r != capacity.VCPUS))
         policies = selection.Policies.from_conf(conf)
         aggregates = selection.aggregates(
             ctx.compute, None, "failover capacity counts no aggregate "

@@ -137,6 +137,10 @@ class ActionSpec:
     within: Optional[Callable[[HostRecord], bool]] = None
     #: the Policy flag (an option) without which it is never started
     enabled_by: Optional[str] = None
+    #: it reads and changes nothing anywhere: the engine runs it whether
+    #: this member may act or not, and the pass itself decides what a
+    #: member that may not act does (a standby measures nothing)
+    reads_only: bool = False
 
     @property
     def of_host(self) -> bool:
@@ -185,7 +189,7 @@ ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
     # Failover capacity (issue 38): a measure every [failover_capacity]
     # interval, reads only; started by the engine, its carry its subject.
     ActionSpec(Action.FAILOVER_CAPACITY, None, (), None, ordinary=True,
-               passes=True, journal=NO_ROWS),
+               passes=True, journal=NO_ROWS, reads_only=True),
 )}
 
 # What follows is read from ACTIONS, never written by hand.

@@ -124,3 +124,26 @@ def test_turned_off_it_measures_nothing():
     w.engine.failover.start()
     w.drain()
     assert "failover_capacity" not in w.engine.snapshot()
+
+
+def test_a_member_that_may_not_act_measures_and_shows_nothing():
+    w = _world()
+    assert _hosts(_measure(w)) == 1
+    calls = []
+    real = w.compute.list_all_servers
+    w.compute.list_all_servers = lambda: calls.append(1) or real()
+    w.ctx.may_act = lambda: "another member acts"
+    w.clock.advance(w.conf.failover_capacity.interval + 1)
+    w.engine.queue.pump()
+    w.drain()
+    assert calls == []
+    assert "failover_capacity" not in w.engine.snapshot()
+    # The pass waits quietly for its next turn (no back-off, no error).
+    assert w.engine.snapshot()["hosts"][0]["retrying"] is None
+    w.ctx.may_act = lambda: None
+    w.clock.advance(w.conf.failover_capacity.interval + 1)
+    w.compute.heartbeat()
+    w.engine.queue.pump()
+    w.drain()
+    assert calls == [1]
+    assert _hosts(w.engine.snapshot()["failover_capacity"]) == 1
