@@ -20,8 +20,8 @@ makes while it reads.
 Printed: the scopes' answers, the RSS of the process once the
 per-host structure is built (and the input dropped), the per-server cost
 of the pass's reading side (sampled: selection and flavor sizes per
-server, and the memory of the Server objects it lists), and last,
-exactly:
+server, and the memory of the Server objects of one page it lists), and
+last, exactly:
 
     failover_capacity: 20000 hosts X ms
 
@@ -194,10 +194,11 @@ def main():
     n_all = args.hosts * args.servers_per_host
     print("the pass's per-server work before the measure (power plan, "
           "selection, flavor size; 20,000 sampled): %.1f us CPU per server, "
-          "%.1f s for %d servers; their Server objects ~%.1f KB each, "
-          "~%.0f MB for %d at the pass's peak (not timed above)"
+          "%.1f s for %d servers (not timed above); a Server object ~%.1f "
+          "KB: the pass decides Nova's pages of 1,000 as they come, ~%.1f "
+          "MB held at a time (%.0f MB if all %d were held)"
           % (per_cpu * 1e6, per_cpu * n_all, n_all, per_mb * 1024,
-             per_mb * n_all, n_all))
+             per_mb * 1000, per_mb * n_all, n_all))
     print("failover_capacity: %d hosts %.0f ms"
           % (args.hosts, (best_loads + best_measure) * 1000))
 

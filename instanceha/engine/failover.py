@@ -9,8 +9,10 @@ measure; nothing is changed anywhere.
 
 Reads, once per measure: Nova's compute services and Placement's counts
 (shared with the evacuations: ``Context.shared_*``), every host aggregate,
-every server (``list_all_servers``: Nova's pages of 1,000) and, when the
-policies consult them, the servers' images. Which servers count: those
+every server (``list_all_servers``: Nova's pages of 1,000, each decided
+as it comes and dropped: only the counts per host, size and priority are
+kept) and, when the policies consult them, the servers' images (each
+read once). Which servers count: those
 Nova would evacuate (:func:`~instanceha.policy.power.plan`) and the
 recovery policies select (:func:`~instanceha.engine.selection.decide`,
 the evacuator's own), on hosts whose compute service is enabled (or any,
@@ -22,7 +24,7 @@ import collections
 import dataclasses
 import time
 from typing import (Any, Callable, Counter, Dict, List, Mapping, NamedTuple,
-                    Optional, Tuple)
+                    Optional, Set, Tuple)
 
 import structlog
 
@@ -216,7 +218,10 @@ class FailoverCapacity:
                aggregates: Tuple[selection.AggregateFacts, ...],
                now: float) -> Mapping[Tuple[str, Optional[Need], int], int]:
         """{(host, size, priority): how many} of the servers the policies
-        would evacuate, host by host."""
+        would evacuate. Nova's list of every server is decided page by
+        page (each server's decision is its own: the policies' per-host
+        grouping only orders them): only the counts are kept, never the
+        whole cloud's servers."""
         conf = self.conf
         every = bool(conf.policy.recover_disabled_hosts)
         counted: Dict[str, bool] = {}
@@ -226,26 +231,38 @@ class FailoverCapacity:
             ok = every or s.status == "enabled"
             counted[s.host] = counted.get(s.host, True) and ok
         mv = power.parse_microversion(conf.evacuation.microversion)
-        by_host: Dict[str, List[base.Server]] = collections.defaultdict(
-            list)
-        for server in self.ctx.compute.list_all_servers():
-            host = server.host
-            if not host or not counted.get(host):
-                continue
-            if power.plan(server.vm_state, server.power_state, mv,
-                          server.status).evacuate:
-                by_host[host].append(server)
-        images = selection.images_of(
-            self.ctx.compute, [s for group in by_host.values()
-                               for s in group], policies)
+        compute = self.ctx.compute
+        images: Dict[str, selection.ImageFacts] = {}
+        asked: Set[str] = set()
+
+        def page(servers: List[base.Server]
+                 ) -> List[Tuple[str, Optional[Need], int]]:
+            by_host: Dict[str, List[base.Server]] = {}
+            for server in servers:
+                host = server.host
+                if host and counted.get(host) and power.plan(
+                        server.vm_state, server.power_state, mv,
+                        server.status).evacuate:
+                    by_host.setdefault(host, []).append(server)
+            # The images of this page not read yet (only when the
+            # policies consult images).
+            new = [sv for group in by_host.values() for sv in group
+                   if selection.image_id(sv) not in asked]
+            if new:
+                asked.update(i for i in map(selection.image_id, new) if i)
+                images.update(selection.images_of(compute, new, policies))
+            out = []
+            for host, group in by_host.items():
+                d = selection.decide(policies, group, aggregates, images,
+                                     now)
+                raw = {sv.id: sv.raw or {} for sv in group}
+                for sid in d.selection.ordered:
+                    need, _ = capacity.need_of(raw[sid])
+                    out.append((host, need, -d.selection.keys[sid][0]))
+            return out
+
         tally: Counter[Tuple[str, Optional[Need], int]] = \
-            collections.Counter()
-        for host, group in by_host.items():
-            d = selection.decide(policies, group, aggregates, images, now)
-            raw = {s.id: s.raw or {} for s in group}
-            for sid in d.selection.ordered:
-                need, _ = capacity.need_of(raw[sid])
-                tally[(host, need, -d.selection.keys[sid][0])] += 1
+            collections.Counter(compute.list_all_servers(per_page=page))
         return tally
 
 

@@ -100,6 +100,8 @@ def _images(compute: base.ComputeDriver, host: Optional[str],
 #: every host aggregate, for reads beyond one evacuation (failover
 #: capacity)
 aggregates = _aggregates
+#: a server's image id (None: booted from a volume)
+image_id = _image_id
 
 
 def images_of(compute: base.ComputeDriver, servers: Sequence[base.Server],

@@ -337,15 +337,16 @@ class _Cloud:
             self._share((self.fv[i], self.fr[i],
                          0 if self.fd[i] == _UNBOUNDED else self.fd[i]))
             for i in range(len(self.names))]
-        load, room, names = self.load_share, self.room_share, self.names
-        every = range(len(names))
+        every = range(len(self.names))
+        neg_load = [-x for x in self.load_share]
+        neg_room = [-x for x in self.room_share]
         #: each host's place in the order of loss (largest load, then
         #: most room, then name) and in the order of destinations (most
         #: room, then name): sorted once, every scope sorts by these
-        self.loss_rank = _ranks(sorted(
-            every, key=lambda i: (-load[i], -room[i], names[i])))
-        self.room_rank = _ranks(sorted(
-            every, key=lambda i: (-room[i], names[i])))
+        self.loss_rank = _ranks(sorted(every, key=list(zip(
+            neg_load, neg_room, self.names)).__getitem__))
+        self.room_rank = _ranks(sorted(every, key=list(zip(
+            neg_room, self.names)).__getitem__))
 
     def _share(self, vec: Vec) -> float:
         w = self.w
