@@ -149,3 +149,21 @@ def test_a_member_that_may_not_act_measures_and_shows_nothing():
     w.drain()
     assert calls == [1]
     assert _hosts(w.engine.snapshot()["failover_capacity"]) == 1
+
+
+def test_capacity_help_and_no_measure_yet(tmp_path, capsys):
+    import pytest
+    from instanceha.cmd import main as cli
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["capacity", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: instanceha capacity")
+    assert "--json" in out and "--config-file" in out
+    # A status file without a measure: said on stderr, exit status 1.
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"hosts": [], "written_at": 1.0}))
+    conf = tmp_path / "instanceha.conf"
+    conf.write_text("[DEFAULT]\nstatus_file = %s\n" % status)
+    assert capacity_cmd.main(["--config-file", str(conf)], now=2.0) == 1
+    assert "no failover capacity measured yet" in capsys.readouterr().err
