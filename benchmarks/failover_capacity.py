@@ -4,7 +4,8 @@
 The cloud is built in this process as the engine's pass receives it: one
 compute service and one Placement capacity per host (10 availability
 zones of 2,000 hosts, 40 host aggregates across them, 1 reserved host
-per 100 disabled ``reserved``), and 20 servers per host, each with its
+per 100 disabled ``reserved``), and 400,000 servers (20 per host, spread
+over the hosts that are not reserved), each with its
 size (six flavors) and priority, as the recovery policy's selection hands
 them over. Hosts are filled unevenly (85-99 % of their usable vCPU, RAM
 and disk): a cloud near full, where some scopes cannot lose a host (no
@@ -67,6 +68,10 @@ def build(hosts, per_host, seed=38):
     rnd = random.Random(seed)
     services, caps, servers = [], {}, []
     zones = 10
+    # hosts x per_host servers in all, on the hosts that are not reserved
+    loaded = hosts - hosts // 100
+    base, extra = divmod(hosts * per_host, loaded)
+    seen = 0
     for i in range(hosts):
         h = "compute-%05d" % i
         zone = "az%d" % ((i // 7) % zones)
@@ -78,7 +83,9 @@ def build(hosts, per_host, seed=38):
             continue
         services.append(ComputeService("id-%d" % i, h, "up", "enabled",
                                        False, None, None, zone))
-        sizes = rnd.choices(FLAVORS, WEIGHTS, k=per_host)
+        sizes = rnd.choices(FLAVORS, WEIGHTS,
+                            k=base + (1 if seen < extra else 0))
+        seen += 1
         fill = rnd.uniform(0.85, 0.99)
         used_v = sum(n.vcpus for n in sizes)
         usable_v = max(used_v, int(used_v / fill))
