@@ -264,14 +264,3 @@ class FailoverCapacity:
         tally: Counter[Tuple[str, Optional[Need], int]] = \
             collections.Counter(compute.list_all_servers(per_page=page))
         return tally
-
-
-def view_lines(view: Optional[Mapping[str, Any]]) -> List[str]:
-    """The measure as text lines (status, ``instanceha capacity``)."""
-    if not view:
-        return ["failover capacity: not measured yet"]
-    lines = []
-    for s in view.get("scopes") or []:
-        lines.append("%-32s %s%d" % (s["scope"], ">=" if s["capped"] else
-                                     "", s["hosts"]))
-    return lines
