@@ -26,7 +26,8 @@ COMPUTE_READS = {
     "get_image",
     "get_server", "host_capacities", "instance_actions", "list_aggregates",
     "list_control_services", "list_evacuations", "list_host_migrations",
-    "list_servers", "list_servers_by_status", "list_services", "nova_clock",
+    "list_servers", "list_all_servers", "list_servers_by_status",
+    "list_services", "nova_clock",
     "rebuild_events", "server_migrations", "service_of"}
 #: The fencing drivers' reads, and what they expose of their settings
 #: and connections (no request to a BMC that changes anything).
