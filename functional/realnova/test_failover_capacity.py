@@ -76,7 +76,7 @@ def test_filled_computes_drop_the_cloud_to_zero(clean_bed, engine):
     _huge_flavor(bed)
     try:
         first = boot_on(bed, bed.hosts[0], 1, name="huge", flavor=FLAVOR)
-        eng = engine({"failover_capacity": {"interval": 10.0}}).start()
+        eng = engine({"failover_capacity": {"enabled": True, "interval": 10.0}}).start()
         _until("the cloud can lose a host", lambda: (_cloud(eng) or 0) >= 1,
                eng)
         for host in bed.hosts[1:]:

@@ -48,7 +48,7 @@ def _wait(c, predicate, what):
 
 def test_filling_a_zone_drops_it_to_zero_and_status_and_metrics_say_so(
         make_cloud):
-    c = make_cloud({"failover_capacity": {"interval": 10.0}}, hosts=4,
+    c = make_cloud({"failover_capacity": {"enabled": True, "interval": 10.0}}, hosts=4,
                    servers_per_host=2, host_vcpus=8, server_vcpus=2,
                    aggregates=ZONES)
     c.start_engine()

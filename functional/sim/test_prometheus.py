@@ -209,7 +209,7 @@ def bed(tmp_path):
         "DEFAULT": {"action_retries": 2},
         "api": {"port": api_port},
         "audit": {"interval": 1.0},
-        "failover_capacity": {"interval": 10.0},
+        "failover_capacity": {"enabled": True, "interval": 10.0},
         "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0},
         "policy": {"threshold": 50}}, agents=setup)
     agents = SimAgents(cloud, **setup.sim_args()).start()

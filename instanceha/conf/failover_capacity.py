@@ -4,7 +4,7 @@ from instanceha.conf import _group
 
 GROUP = "failover_capacity"
 OPTS = [
-    cfg.BoolOpt("enabled", default=True,
+    cfg.BoolOpt("enabled", default=False,
                 help="Measure, every 'interval' seconds, how many of the "
                      "largest hosts of each availability zone, host "
                      "aggregate and reserved pool (and of the cloud) can "
@@ -16,8 +16,10 @@ OPTS = [
                      "in status and as instanceha_failover_capacity_hosts "
                      "in /metrics. Each measure reads every server of the "
                      "cloud from Nova (its pages of 1,000), the host "
-                     "aggregates and Placement, and changes nothing. Off: "
-                     "nothing is read or shown."),
+                     "aggregates and Placement, and changes nothing; its "
+                     "CPU is about 50 microseconds per server (20 s for "
+                     "400,000 servers), which is why it is off unless "
+                     "turned on. Off: nothing is read or shown."),
     cfg.FloatOpt("interval", default=600.0, min=10.0,
                  help="Seconds between two measures (and after a failed "
                       "read). Its reads are those of a list of every "

@@ -14,7 +14,8 @@ from tests.unit.test_engine import World
 def _world(servers=2, capacity=4):
     """Three hosts of ``capacity`` servers (1 vCPU, 1024 MB, 10 GB
     each), ``servers`` on each."""
-    w = World(hosts=3, servers=servers, capacity=capacity)
+    w = World(hosts=3, servers=servers, capacity=capacity,
+              options={"failover_capacity": {"enabled": True}})
     w.compute.report_capacity = True
     w.pass_()
     return w
