@@ -255,10 +255,18 @@ class AgentReport:
 class AgentSilence:
     """AGENT_SILENT: no authenticated beat on any path since
     ``last_beat_at`` (engine's clock); ``paths``: those it was heard on
-    before."""
+    before. Sent again, in the silence, whenever the peers' word on the
+    host changes: ``peers_watching`` agents list it as a peer;
+    ``peers_unheard`` / ``peers_heard`` of them, beating, reported in a
+    beat made after its last beat (their whole hearing window after it)
+    that they do not / do hear it (:mod:`instanceha.sources.heartbeat_table`;
+    judged by :func:`instanceha.fsm.agent.peers_corroborate`)."""
 
     last_beat_at: float
     paths: Tuple[str, ...] = ()
+    peers_unheard: int = 0
+    peers_heard: int = 0
+    peers_watching: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

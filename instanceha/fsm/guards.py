@@ -25,7 +25,7 @@ def fence_at(r: HostRecord, p: Policy) -> Optional[float]:
     the end of a resumed host's boot time (``hold_until``)."""
     if r.lost_at is None:
         return None
-    delay = p.grace_period
+    delay = agent.grace(r, p)
     if p.kdump_enabled:
         delay = max(delay, p.kdump_fence_delay)
     if _power_proof(r, p):

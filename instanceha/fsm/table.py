@@ -34,8 +34,8 @@ RULES: List[Rule] = [
     # suspect at once; fenced only once corroborated (below).
     (S.ACTIVE, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
      "heartbeat agent silent on every path: fencing once Nova misses a "
-     "heartbeat it owes (or the BMC reads Off) and the grace period is "
-     "over"),
+     "heartbeat it owes (or the BMC reads Off, or a majority of its peers "
+     "do not hear it either) and the grace period is over"),
     (S.SUSPECT, E.HEARTBEAT_OK, "agent_refuted", S.ACTIVE,
      "agent silent, but Nova recorded a heartbeat since: the host lives "
      "(agent silent; never fenced for it)"),
@@ -90,7 +90,8 @@ RULES: List[Rule] = [
      "waiting for the grace period"),
     (S.SUSPECT, E.TICK, "agent_fence_due", S.FENCING,
      "heartbeat agent silent on every path, corroborated (Nova missed a "
-     "heartbeat it owed, or the BMC reads Off); fencing"),
+     "heartbeat it owed, the BMC reads Off, or a majority of its peers do "
+     "not hear it either); fencing"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
