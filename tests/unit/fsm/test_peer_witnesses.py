@@ -45,7 +45,7 @@ def test_a_majority_of_peers_not_hearing_it_corroborates_at_once():
     assert "peers" in h.rec.reason
 
 
-def test_the_peers_word_may_come_later_and_their_grace_runs_from_the_last_beat():
+def test_the_word_may_come_later_the_grace_runs_from_the_last_beat():
     h = suspect()
     assert h.due() == 15 and h.tick(8.4) is S.SUSPECT
     # The word comes later, in the silence: 4 of 5 do not hear it.
