@@ -54,6 +54,13 @@ def observe(r: HostRecord, ev: Event, changes: Dict[str, Any]) -> None:
                        peers_watching=ev.payload.peers_watching,
                        peers_unheard=ev.payload.peers_unheard,
                        peers_heard=ev.payload.peers_heard)
+    elif (ev.kind is E.AGENT_PEERS and isinstance(ev.payload, AgentSilence)
+          and r.agent == SILENT
+          and r.agent_silent_at == ev.payload.last_beat_at):
+        # the peers' word changed within the same silence
+        changes.update(peers_watching=ev.payload.peers_watching,
+                       peers_unheard=ev.payload.peers_unheard,
+                       peers_heard=ev.payload.peers_heard)
     if isinstance(ev.payload, ServiceReport):
         read_at = ev.payload.read_at
         if read_at is not None and (r.nova_read_at is None

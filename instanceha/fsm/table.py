@@ -275,7 +275,8 @@ def _ignored() -> FrozenSet[Tuple[S, E]]:
             # Observations that change nothing for the state.
             elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
                        E.KDUMP, E.TICK, E.POWER_OFF, E.POWER_ON,
-                       E.CAPACITY, E.AGENT_BEATING, E.AGENT_SILENT):
+                       E.CAPACITY, E.AGENT_BEATING, E.AGENT_SILENT,
+                       E.AGENT_PEERS):
                 ignored.add((s, k))
             # Operator commands that do not apply to the state.
             elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,

@@ -18,9 +18,10 @@ Events are made on changes only, never for every beat:
   ``compute``, ``libvirt`` or ``system_uuid`` fact, or a change of the
   set of heard paths (a path heard again on a beat, a path gone silent
   at a check);
-* AGENT_SILENT at the first check that finds every path silent, and
-  again, while silent, at each check that finds the peers' word on the
-  host changed (below).
+* AGENT_SILENT once, at the first check that finds every path silent
+  (with the peers' word on the host, below);
+* AGENT_PEERS, while silent, at each check that finds the peers' word
+  on the host changed.
 
 The peers' word (issue 37, section 1). A beat's watchdog report may
 list the agent's peers (by name digest) and whether it hears each within
@@ -209,7 +210,7 @@ class HostTable:
                     host.word = word
                     events.append(self._silent(
                         host, "peers' word changed: %s" % _said(word),
-                        now))
+                        now, EventKind.AGENT_PEERS))
                 continue
             if host.state != BEATING or (
                     len(host.heard) == 1 and now - host.last_at < timeout):
@@ -234,10 +235,11 @@ class HostTable:
             events.append(self._silent(host, why, now))
         return events
 
-    def _silent(self, host: _Host, why: str, now: float) -> Event:
+    def _silent(self, host: _Host, why: str, now: float,
+                kind: EventKind = EventKind.AGENT_SILENT) -> Event:
         unheard, heard, watching = host.word
         return Event(
-            EventKind.AGENT_SILENT, host.host_id, now, name=host.name,
+            kind, host.host_id, now, name=host.name,
             source=SOURCE, reason=why,
             payload=AgentSilence(last_beat_at=host.last_at,
                                  paths=host.before, peers_unheard=unheard,

@@ -16,8 +16,9 @@ P = machine.Policy(grace_period=10, nova_report_interval=10,
 
 
 class PeerHost(Host):
-    def silent(self, at, last_beat_at, unheard=0, heard=0, watching=0):
-        return self.step(E.AGENT_SILENT, at, source="agent",
+    def silent(self, at, last_beat_at, unheard=0, heard=0, watching=0,
+               kind=E.AGENT_SILENT):
+        return self.step(kind, at, source="agent",
                          payload=AgentSilence(
                              last_beat_at=last_beat_at, paths=("mgmt",),
                              peers_unheard=unheard, peers_heard=heard,
@@ -49,7 +50,7 @@ def test_the_word_may_come_later_the_grace_runs_from_the_last_beat():
     h = suspect()
     assert h.due() == 15 and h.tick(8.4) is S.SUSPECT
     # The word comes later, in the silence: 4 of 5 do not hear it.
-    h.silent(8.5, last_beat_at=5, unheard=4, watching=5)
+    h.silent(8.5, last_beat_at=5, unheard=4, watching=5, kind=E.AGENT_PEERS)
     assert h.due() == 7 and h.tick(8.6) is S.FENCING
     # a longer peers' grace: due at 5 + 6
     slow = machine.Policy(grace_period=10, nova_report_interval=10,
@@ -118,3 +119,20 @@ def test_the_peers_shorten_the_decision_never_skip_the_fencing():
     h = suspect(unheard=4, watching=4)
     assert h.tick(9) is S.FENCING and h.actions == [A.FENCE]
     assert A.EVACUATE not in h.actions and h.rec.fenced_at is None
+
+
+def test_a_word_for_another_silence_or_a_beating_agent_changes_nothing():
+    h = suspect()
+    # a word about an earlier silence (another last beat) is not this one
+    h.silent(8.5, last_beat_at=2, unheard=4, watching=4, kind=E.AGENT_PEERS)
+    assert h.rec.peers_unheard == 0 and h.tick(9) is S.SUSPECT
+    # an active host (Nova recorded a heartbeat since: refuted) is not
+    # made suspect again by its peers' word
+    assert h.nova(10, updated_at=5010.0) is S.ACTIVE
+    assert h.silent(10.5, last_beat_at=5, unheard=4, watching=4,
+                    kind=E.AGENT_PEERS) is S.ACTIVE
+    h = PeerHost(P)
+    h.beating(0)
+    assert h.silent(1, last_beat_at=0, unheard=4, watching=4,
+                    kind=E.AGENT_PEERS) is S.ACTIVE
+    assert h.rec.peers_unheard == 0

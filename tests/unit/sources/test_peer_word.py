@@ -1,7 +1,8 @@
 """The peers' word on a silent host in the engine's host table (issue 37,
 section 1): which agents list the host as a peer and, of those beating,
 whose report's hearing window began after the host's last beat, who do
-not hear it and who do. The counts travel in AGENT_SILENT; the state
+not hear it and who do. The counts travel in AGENT_SILENT (then in
+AGENT_PEERS whenever they change within the silence); the state
 machine fences at once on a majority. Times are given; nothing sleeps."""
 
 from instanceha.events import EventKind as E
@@ -45,7 +46,8 @@ class Cloud:
 
     def silent(self, now):
         return [e for e in self.table.check(now)
-                if e.kind is E.AGENT_SILENT and e.name == H]
+                if e.kind in (E.AGENT_SILENT, E.AGENT_PEERS)
+                and e.name == H]
 
 
 def cloud_with_h_silent_since(last):
@@ -86,7 +88,8 @@ def test_reports_whose_window_reaches_back_before_its_last_beat_are_stale():
     # their next reports are fresh: the word changes, said again
     c.peers_say(8.4, heard=())
     [ev] = c.silent(8.5)
-    assert ev.payload.peers_unheard == 4
+    assert ev.kind is E.AGENT_PEERS and ev.payload.peers_unheard == 4
+    assert ev.payload.last_beat_at == 5.0
     assert c.silent(8.6) == []           # unchanged: not said again
 
 
