@@ -228,12 +228,17 @@ OPTS = [
                     "boot is refused. Empty: not kept (a restarted agent "
                     "refuses earlier pills)."),
     cfg.ListOpt("peers", default=[],
-                help="Peer agents asked, when the engines cannot be heard, "
-                     "whether they hear one: name=address:port items, "
-                     "name as Nova knows the host; at most 16 (bounded "
-                     "fan-out). With none, only an engine keeps this host "
-                     "from resetting: should every engine stop, every "
-                     "host without peers resets."),
+                help="Peer agents, probed every peer_interval: "
+                     "name=address:port items, name as Nova knows the "
+                     "host; at most 16 (bounded fan-out). The beats tell "
+                     "the engines which of them answer (peer witnesses: "
+                     "a silent host most of its peers do not hear either "
+                     "is fenced sooner), with or without a watchdog. "
+                     "With a watchdog, they are asked, when the engines "
+                     "cannot be heard, whether they hear one; with none, "
+                     "only an engine keeps this host from resetting: "
+                     "should every engine stop, every host without peers "
+                     "resets."),
     cfg.ListOpt("peers_from", default=[],
                 help="Candidate peer agents (name=address:port items, as "
                      "peers), for clouds too large to list each host's "
