@@ -184,6 +184,9 @@ GUARDS: Dict[str, Guard] = {
                                      and dumping(r, ev.at, p)),
     "fence_due": _fence_due,
     "agent_fence_due": agent_fence_due,
+    "agent_fence_due_by_peers": lambda r, ev, p: (
+        agent_fence_due(r, ev, p) and agent.peers_corroborate(r, p)
+        and not agent.refuted(r, p)),
     "agent_vetoes": lambda r, ev, p: (agent.vetoes(r)
                                       and _decision_due(r, ev, p)),
     "agent_beating": lambda r, ev, p: agent.vetoes(r),

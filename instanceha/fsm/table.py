@@ -88,6 +88,10 @@ RULES: List[Rule] = [
     (S.SUSPECT, E.TICK, "power_off_due", S.FENCING,
      "heartbeat lost and the BMC reports power Off: fencing without "
      "waiting for the grace period"),
+    (S.SUSPECT, E.TICK, "agent_fence_due_by_peers", S.FENCING,
+     "heartbeat agent silent on every path, and {record.peers_unheard} of "
+     "the {record.peers_watching} agents watching it as a peer do not hear "
+     "it either (none does): fencing without waiting for Nova"),
     (S.SUSPECT, E.TICK, "agent_fence_due", S.FENCING,
      "heartbeat agent silent on every path, corroborated (Nova missed a "
      "heartbeat it owed, the BMC reads Off, or a majority of its peers do "

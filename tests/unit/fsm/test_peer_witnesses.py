@@ -43,7 +43,7 @@ def test_a_majority_of_peers_not_hearing_it_corroborates_at_once():
     assert h.due() == 7
     assert not agent.wants_nova_read(h.rec, 12, h.p)
     assert h.tick(8.5) is S.FENCING and h.actions == [A.FENCE]
-    assert "peers" in h.rec.reason
+    assert "3 of the 4 agents watching it" in h.rec.reason
 
 
 def test_the_word_may_come_later_the_grace_runs_from_the_last_beat():
