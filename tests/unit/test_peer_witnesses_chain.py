@@ -194,3 +194,48 @@ def test_the_engines_options_reach_the_policy():
     assert (p.peer_witnesses, p.peer_grace) == (3, 1.5)
     p = machine.Policy.from_conf(ih_conf.make({}))
     assert (p.peer_witnesses, p.peer_grace) == (2, 3.0)
+
+
+def test_the_engine_powers_off_then_evacuates_on_its_peers_word():
+    """The real engine (fake Nova and BMC): the peers' word arrives in
+    the silence, fencing starts at once, the host is powered off before
+    anything is evacuated."""
+    import dataclasses
+
+    from instanceha.events import AgentReport, AgentSilence
+    from tests.unit.test_engine import World
+
+    w = World(hosts=3, servers=1)
+    w.engine.policy = dataclasses.replace(
+        w.engine.policy, grace_period=60.0, nova_report_interval=60.0,
+        peer_witnesses=2, peer_grace=3.0)
+    w.pass_()
+    rec = w.engine.find("compute-1")
+    w.engine.submit(Event(E.AGENT_BEATING, rec.id, w.clock(),
+                          name="compute-1", source="agent",
+                          payload=AgentReport(paths=("mgmt",), boot_id="b",
+                                              last_beat_at=w.clock(),
+                                              compute=True)))
+    w.drain()
+    w.compute.kill("compute-1")
+    last = w.clock()
+    w.clock.advance(3.0)
+    w.engine.submit(Event(E.AGENT_SILENT, rec.id, w.clock(),
+                          name="compute-1", source="agent",
+                          payload=AgentSilence(last_beat_at=last,
+                                               paths=("mgmt",),
+                                               peers_watching=3)))
+    w.drain()
+    assert w.state("compute-1")[0] == "suspect"
+    assert w.fencer.powered_off == []
+    w.clock.advance(1.0)
+    w.engine.submit(Event(E.AGENT_PEERS, rec.id, w.clock(),
+                          name="compute-1", source="agent",
+                          payload=AgentSilence(last_beat_at=last,
+                                               paths=("mgmt",),
+                                               peers_unheard=3,
+                                               peers_watching=3)))
+    w.drain()
+    assert w.fencer.powered_off == ["compute-1"]
+    assert w.state("compute-1")[0] in ("fencing", "fenced", "evacuating",
+                                       "evacuated")
