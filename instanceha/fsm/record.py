@@ -61,6 +61,12 @@ class HostRecord:
     agent_compute: Optional[bool] = None
     #: when its last beat arrived, once silent on every path
     agent_silent_at: Optional[float] = None
+    #: while silent: its peers' word (events.AgentSilence): agents
+    #: listing it as a peer, and those of them, beating, whose fresh
+    #: reports say they do not / do hear it
+    peers_watching: int = 0
+    peers_unheard: int = 0
+    peers_heard: int = 0
     #: the newest updated_at Nova reported (Nova's clock), and when it
     #: was seen to advance (ours): is Nova owed a heartbeat?
     nova_updated: Optional[float] = None

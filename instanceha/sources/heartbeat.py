@@ -1,6 +1,6 @@
 """The agents' heartbeat listener: signed UDP beats from the compute
 hosts' ``instanceha-agent`` turned into AGENT_BEATING / AGENT_SILENT
-events, and signed requests sent back to the agents (soft fencing).
+(and AGENT_PEERS: the peers' word on a silent host) events, and signed requests sent back to the agents (soft fencing).
 
 Off unless ``[agent] listen_addresses`` is set; a host whose agent never
 beat is judged by Nova alone. One receiver thread reads the datagrams of
