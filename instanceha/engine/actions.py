@@ -19,6 +19,7 @@ from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.inventory_entry import BMC
+from instanceha.drivers.fencing.watchdog import WatchdogDriver
 from instanceha.engine import proof, reserve, stale
 from instanceha.engine.evac_run import close_open_rows
 from instanceha.engine.passes import answer
@@ -71,6 +72,49 @@ def _gated(ctx: Context, check: Check) -> Check:
             raise FenceHeld(held)
         return None
     return guarded
+
+
+#: the journal's name of the step that condemns a host (its watchdog
+#: method's poison pill), written before the pill leaves
+CONDEMN = "condemn"
+
+
+def _condemning(ctx: Context, record: HostRecord, check: Check,
+                rows: List[int]) -> Check:
+    """``check``, then, before a method that condemns the host (the
+    watchdog method sends its agent and peers the poison pill), a journal
+    row of that step of its own: the journal is written before every
+    action. Its id is added to ``rows`` (finished by
+    :func:`_condemned`); a failed write fails the method (nothing sent)."""
+    def journalled(method: BMC) -> Optional[str]:
+        why = check(method)
+        if why or method.driver != WatchdogDriver.name:
+            return why
+        rows.append(ctx.journal.action_started(record, CONDEMN,
+                                               ctx.clock()))
+        LOG.warning("condemn_journalled", host=record.name,
+                    reason="the watchdog method condemns the host next: "
+                           "its poison pill goes to its agent and peers")
+        return None
+    return journalled
+
+
+def _condemned(ctx: Context, rows: List[int], what: str) -> None:
+    """Finish the condemnation rows of one fence attempt (their pill was
+    sent when the method ran): ``what`` came of their level."""
+    for row in rows:
+        try:
+            ctx.journal.action_finished(row, ctx.clock(), "sent",
+                                        "poison pill sent to the host and "
+                                        "its peers; " + what)
+        except Exception as e:   # noqa: BLE001 - the fence's outcome stands
+            LOG.error("journal_write_failed", action=CONDEMN,
+                      reason=str(e))
+
+
+def _not_fenced(e: Exception) -> str:
+    return ("its level did not prove the host dead (it stays condemned "
+            "until it is back and cleaned up): %s" % e)
 
 
 def _result(record: HostRecord, kind: E, ctx: Context, reason: str,
@@ -150,22 +194,30 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         return _result(record, E.FENCE_FAILED, ctx,
                        "refusing to fence %s through its inventory entry: "
                        "UNPROTECTED: %s" % (record.name, untrusted))
+    condemned: List[int] = []
     try:
         # Each method of the entry in order (Redfish, then IPMI...): the
         # first that confirms Off proves the host dead, if its Off may
         # prove it (a BMC seen On for this host: proof.fence_check).
-        outcome = chain.fence(bmc, ctx.fencer,
-                              check=_gated(ctx, proof.fence_check(ctx,
-                                                                  record)))
+        outcome = chain.fence(bmc, ctx.fencer, check=_condemning(
+            ctx, record, _gated(ctx, proof.fence_check(ctx, record)),
+            condemned))
     except FenceHeld:
         raise
-    except fencing_base.BmcUnreachable:
+    except fencing_base.BmcUnreachable as e:
         # No BMC answered: nothing refused, and the host is not proven
         # dead. Raised, so the engine retries with back-off ([DEFAULT]
         # action_retries bounds it; then the host goes failed).
+        _condemned(ctx, condemned, _not_fenced(e))
         raise
     except fencing_base.FenceError as e:
+        _condemned(ctx, condemned, _not_fenced(e))
         return _result(record, E.FENCE_FAILED, ctx, str(e))
+    except Exception as e:
+        _condemned(ctx, condemned, _not_fenced(e))
+        raise
+    _condemned(ctx, condemned, "the host was fenced: %s"
+               % outcome.describe())
     leveled = outcome.leveled or outcome.scope != fencing_base.HOST
     return _result(record, E.FENCE_OK, ctx, outcome.describe(), Fenced(
         method=outcome.index, method_driver=outcome.driver,
@@ -174,7 +226,8 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         level=outcome.level if leveled else None,
         levels=outcome.levels if leveled else None,
         level_methods=outcome.level_methods if leveled else (),
-        scope=outcome.scope, protects=outcome.protects))
+        scope=outcome.scope, protects=outcome.protects,
+        how="; ".join(outcome.how)))
 
 
 def isolate(ctx: Context, record: HostRecord) -> Event:
@@ -252,6 +305,10 @@ def check_cleanup(ctx: Context, record: HostRecord) -> Event:
                 "service left disabled ([evacuation] leave_disabled)" % done)
     if stale_rebuilds.text():
         text += "; " + stale_rebuilds.text()
+    if bmc is not None and any(m.driver == WatchdogDriver.name for m in
+                               getattr(bmc, "all_methods", None) or ()):
+        text += ("; its watchdog condemnation lifted (no poison pill to its "
+                 "agent or peers any more)")
     if returned:
         text += "; " + returned
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, Restored(enable))

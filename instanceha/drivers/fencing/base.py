@@ -116,6 +116,23 @@ class FencingDriver(abc.ABC):
             self.name, bmc.address or bmc.host,
             getattr(state, "value", state))
 
+    def fenced_text(self, bmc):
+        """What this method's fencing of the host proved, in a few words
+        for status and history (``self-fenced by watchdog, assumed at
+        ...``), or None: the level's own wording is used (a power
+        driver's: its BMC reports power off). A read, no action."""
+        return None
+
+    def ready(self, bmc):
+        """None when this method could prove the host dead now, else why
+        not (a read, never an action): the fencing audit's look at a
+        method without a BMC (a power method is judged by its power-state
+        read instead). Raises FenceError like :meth:`power_state`."""
+        state = self.power_state(bmc)
+        return None if state in (PowerState.ON, PowerState.OFF) else (
+            "%s reports power %s" % (self.name,
+                                     getattr(state, "value", state)))
+
     @write
     def unfence(self, bmc):
         """Undo :meth:`fence` once the host is back and its service cleaned

@@ -71,6 +71,10 @@ class FenceOutcome:
     #: with STORAGE: what of its servers lives on that storage
     protects: tuple = ()
     leveled: bool = False       # the entry uses the levels: form
+    #: what the level's methods say their fencing proved, in their own
+    #: words (FencingDriver.fenced_text: "self-fenced by watchdog, assumed
+    #: at ..."); empty: a power-off confirmed
+    how: tuple = ()
 
     def level_label(self):
         if self.leveled:
@@ -86,12 +90,17 @@ class FenceOutcome:
         (redfish https://10.0.0.5) failed: <reason>``; with levels,
         ``fenced by level 2 (watchdog + ceph_blocklist 10.0.0.5) after
         level 1 (...) failed: <reason>``. Storage-only fencing says what
-        it allows."""
+        it allows. A method that fences otherwise than by power says
+        what proved it (``self-fenced by watchdog, assumed at <time>``),
+        not a BMC's Off."""
+        how = "; ".join(self.how)
         if self.index == 1 and not self.failures and not self.leveled \
                 and self.scope == base.HOST:
-            return "%s BMC %s reports power off" % (
+            return how or "%s BMC %s reports power off" % (
                 self.driver, self.address or self.host)
         text = "fenced by %s" % self.level_label()
+        if how:
+            text += ": " + how
         if self.failures:
             text += " after %s" % "; ".join(
                 "%s failed: %s" % (f.label(), f.reason)
@@ -107,6 +116,8 @@ class FenceOutcome:
         out = {"method": self.index, "method_driver": self.driver,
                "method_address": self.address, "methods": self.methods,
                "failed_methods": [f.as_dict() for f in self.failures]}
+        if self.how:
+            out["how"] = list(self.how)
         if self.leveled or self.scope != base.HOST:
             out.update(level=self.level or self.index,
                        levels=self.levels or self.methods,
@@ -201,6 +212,7 @@ def fence(bmc, fencer, log=LOG, check=None):
         number = lindex if leveled else index
         scope, protects = base.STORAGE, set()
         failed = None
+        fenced = []
         for pos, method in enumerate(level, 1):
             where = ("" if len(level) == 1 else
                      "method %d of the level (%s): " % (pos, _name(method)))
@@ -223,6 +235,7 @@ def fence(bmc, fencer, log=LOG, check=None):
             if failed is not None:
                 _undo(level[:pos - 1], fencer, log, failed)
                 break
+            fenced.append((driver, method))
             if getattr(driver, "proves", base.HOST) == base.STORAGE:
                 protects.update(protects_of(method))
             else:
@@ -235,7 +248,7 @@ def fence(bmc, fencer, log=LOG, check=None):
                 level_methods=tuple(_name(m) for m in level),
                 scope=scope, leveled=leveled,
                 protects=tuple(sorted(protects)) if scope == base.STORAGE
-                else ())
+                else (), how=_how(fenced, log))
             if attempts:
                 log.warning("fenced_by_fallback", host=bmc.host,
                             method=index, level=lindex,
@@ -264,6 +277,25 @@ def fence(bmc, fencer, log=LOG, check=None):
                            attempts)
     error = FenceChainUnreachable if unreachable else FenceChainError
     raise error(message, bmc.host, attempts)
+
+
+def _how(fenced, log):
+    """Each fenced method's own words for what its fencing proved
+    (FencingDriver.fenced_text), where it has some: a read, and a
+    failure to read them changes nothing of the fencing."""
+    out = []
+    for driver, method in fenced:
+        text = getattr(driver, "fenced_text", None)
+        try:
+            said = text(method) if text is not None else None
+        except Exception as e:   # noqa: BLE001 - wording only
+            log.warning("fenced_text_failed", host=method.host,
+                        driver=method.driver,
+                        reason=_scrub(str(e), method) or type(e).__name__)
+            continue
+        if isinstance(said, str) and said:
+            out.append(said)
+    return tuple(out)
 
 
 def _undo(done, fencer, log, why):

@@ -30,6 +30,7 @@ given to the driver when the service builds it (:func:`load_driver`'s
 ``watchdog_witness``); without one every call fails.
 """
 
+import datetime
 import time
 from typing import NamedTuple, Optional, Protocol, Tuple
 
@@ -71,6 +72,8 @@ class Witness(Protocol):
 
     def condemn(self, host_name: str, reason: str) -> Optional[float]: ...
 
+    def lift(self, host_name: str) -> None: ...
+
 
 class LazyWitness:
     """A Witness found when first used (the service builds its fencers
@@ -94,6 +97,12 @@ class LazyWitness:
 
     def condemn(self, host_name, reason):
         return self._witness().condemn(host_name, reason)
+
+    def lift(self, host_name):
+        # No listener: nothing was condemned through it.
+        witness = self._get()
+        if witness is not None:
+            witness.lift(host_name)
 
 
 class Judgement(NamedTuple):
@@ -146,11 +155,12 @@ class WatchdogDriver(base.FencingDriver):
     needs = ("watchdog_witness",)
 
     def __init__(self, conf, watchdog_witness: Optional[Witness] = None,
-                 sleep=time.sleep):
+                 sleep=time.sleep, wall=time.time):
         self.margin = conf.fencing.watchdog_margin
         self.wait_max = conf.fencing.watchdog_wait_max
         self.witness = watchdog_witness
         self._sleep = sleep
+        self._wall = wall
 
     def _need_witness(self) -> Witness:
         if self.witness is None:
@@ -211,3 +221,43 @@ class WatchdogDriver(base.FencingDriver):
         judgement, _ = self._judge(bmc.host)
         return base.PowerState.OFF if judgement.dead \
             else base.PowerState.UNKNOWN
+
+    def fenced_text(self, bmc):
+        """``self-fenced by watchdog, assumed at <UTC time>``: the
+        deadline passed (its wall-clock time, from the monotonic one), or
+        None while it has not."""
+        judgement, now = self._judge(bmc.host)
+        if not judgement.dead or judgement.deadline is None:
+            return None
+        at = self._wall() - (now - judgement.deadline)
+        return "self-fenced by watchdog, assumed at %s" % (
+            datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+            .strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    @base.write
+    def unfence(self, bmc):
+        """The host is back and its service cleaned up: its condemnation
+        is lifted (no more poison pill to it or its peers: its agent is
+        answered again and keeps feeding its watchdog)."""
+        if self.witness is None:
+            return      # nothing was condemned through this driver
+        self.witness.lift(bmc.host)
+        LOG.info("watchdog_condemnation_lifted", host=bmc.host,
+                 reason="the host is back and its service cleaned up")
+
+    def ready(self, bmc):
+        """None when the host's agent reported an armed watchdog in a
+        beat no older than its isolation timeout (a live agent beats far
+        more often): condemning it would then reset it; else why not."""
+        witness = self._need_witness()
+        state = witness.watchdog_state(bmc.host)
+        why = refusal(state)
+        if why is not None:
+            return "watchdog: " + why
+        assert state is not None
+        age = witness.monotonic() - state.last_beat
+        if age > max(state.isolation_timeout, 1.0):
+            return ("watchdog: its agent's last beat (armed) is %.0f s old, "
+                    "more than its isolation timeout (%.0f s)"
+                    % (age, state.isolation_timeout))
+        return None
