@@ -9,7 +9,7 @@ the engine retries the action with back-off.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Union
 
 import structlog
 
@@ -22,13 +22,13 @@ from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.drivers.fencing.watchdog import WatchdogDriver
 from instanceha.engine import proof, reserve, stale
 from instanceha.engine.evac_run import close_open_rows
-from instanceha.engine.passes import answer
+from instanceha.engine.passes import Done, Requeue, answer
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     Fenced, Isolated, Payload, PowerReading, Restored, ServiceReport)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.nova_row import classify
-from instanceha.fsm.states import Action, gave_up_kind
+from instanceha.fsm.states import Action, State, gave_up_kind
 from instanceha.drivers.compute import nova_clock
 from instanceha.fsm.record import HostRecord
 from instanceha.util.marker import MARKER
@@ -169,12 +169,42 @@ def live_sharers(ctx: Context, record: HostRecord, bmc: BMC
     return out
 
 
-def fence(ctx: Context, record: HostRecord) -> Event:
+class FenceCarry:
+    """One fencing attempt between its passes: where the levels stand
+    (chain.Progress) and the journal rows of its condemnations."""
+
+    def __init__(self) -> None:
+        self.progress = chain.Progress()
+        self.rows: List[int] = []
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+def fence(ctx: Context, record: HostRecord,
+          carry: Optional[FenceCarry] = None
+          ) -> Union[Event, Requeue, Done]:
+    """Fence the host through its inventory entry's levels. Runs in
+    passes: a method that can only be waited for (the watchdog's
+    deadline) makes it Requeue until then, holding no worker; the next
+    pass goes on with that method (``carry``) without its checks again:
+    they belong to the attempt's start."""
     bmc = ctx.bmc_for(record.name)
     if bmc is None:
+        if carry is not None:
+            _condemned(ctx, carry.rows, "the host's inventory entry was "
+                       "removed while its fencing was waited for")
         return _result(record, E.FENCE_FAILED, ctx,
                        "no BMC for host %s in the fencing inventory"
                        % record.name)
+    if carry is not None:
+        if record.state is not State.FENCING:
+            why = ("the host left fencing (%s) while its fencing was "
+                   "waited for" % record.state.value)
+            _condemned(ctx, carry.rows, why)
+            LOG.warning("fence_abandoned", host=record.name, reason=why)
+            return Done("abandoned", why)
+        return _fence_levels(ctx, record, bmc, carry)
     sharers = live_sharers(ctx, record, bmc)
     if sharers:
         other = sharers[0]
@@ -194,14 +224,19 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         return _result(record, E.FENCE_FAILED, ctx,
                        "refusing to fence %s through its inventory entry: "
                        "UNPROTECTED: %s" % (record.name, untrusted))
-    condemned: List[int] = []
+    return _fence_levels(ctx, record, bmc, FenceCarry())
+
+
+def _fence_levels(ctx: Context, record: HostRecord, bmc: BMC,
+                  carry: FenceCarry) -> Union[Event, Requeue]:
+    condemned = carry.rows
     try:
         # Each method of the entry in order (Redfish, then IPMI...): the
         # first that confirms Off proves the host dead, if its Off may
         # prove it (a BMC seen On for this host: proof.fence_check).
-        outcome = chain.fence(bmc, ctx.fencer, check=_condemning(
+        done = chain.fence(bmc, ctx.fencer, check=_condemning(
             ctx, record, _gated(ctx, proof.fence_check(ctx, record)),
-            condemned))
+            condemned), progress=carry.progress)
     except FenceHeld:
         raise
     except fencing_base.BmcUnreachable as e:
@@ -216,6 +251,13 @@ def fence(ctx: Context, record: HostRecord) -> Event:
     except Exception as e:
         _condemned(ctx, condemned, _not_fenced(e))
         raise
+    if isinstance(done, chain.Waiting):
+        # Nothing to do but wait (the watchdog's deadline): the next pass
+        # then, woken by nothing else.
+        LOG.info("fence_waiting", host=record.name,
+                 retry_in=round(done.after, 2), reason=done.why)
+        return Requeue(done.after, carry, frozenset())
+    outcome = done
     _condemned(ctx, condemned, "the host was fenced: %s"
                % outcome.describe())
     leveled = outcome.leveled or outcome.scope != fencing_base.HOST

@@ -340,3 +340,28 @@ def test_the_service_hands_its_heartbeat_listener_to_the_watchdog_method(
         assert src.watchdogs.condemned("compute-0")
     finally:
         svc.engine.ctx.close_fencers()
+
+
+def test_fence_pass_condemns_once_then_reads_until_the_deadline():
+    """The engine's form: no sleep; the first pass condemns and says
+    when the deadline falls; a later pass with its mark only reads."""
+    clock = FakeClock(200.0)
+    book = WatchdogBook()
+    book.beat("x", report(), 190.0)
+
+    def no_sleep(seconds):
+        raise AssertionError("a pass never sleeps")
+    drv = wd.WatchdogDriver(ih_conf.make({"fencing": {
+        "watchdog_margin": MARGIN}}), FakeWitness(book, clock),
+        sleep=no_sleep)
+    pending = drv.fence_pass(BMC_X)
+    at = 200.0 + ISO + WDT + MARGIN
+    assert pending.after == at - 200.0 and pending.mark == 200.0
+    clock.advance(30.0)
+    again = drv.fence_pass(BMC_X, pending.mark)
+    assert again.after == at - 230.0 and again.mark == 200.0
+    assert drv.witness.condemned == [("x", "fencing by watchdog")]
+    assert book.state("x").condemned_at == 200.0
+    clock.advance(again.after)
+    assert drv.fence_pass(BMC_X, again.mark) is None
+    assert drv.witness.condemned == [("x", "fencing by watchdog")]

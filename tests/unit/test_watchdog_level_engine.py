@@ -52,6 +52,11 @@ class FakeDevice:
         self.fed += 1
 
 
+def no_sleep(seconds):
+    raise AssertionError("the engine's fencing slept %.1f s in a worker: "
+                         "its wait must be a requeue" % seconds)
+
+
 def _world():
     w = World(refuse=("compute-1",))            # its BMC refuses
     wire = Wire()
@@ -65,7 +70,7 @@ def _world():
     src.challenge(w.clock())
     watchdog = wd.WatchdogDriver(
         ih_conf.make({"fencing": {"watchdog_margin": MARGIN}}), src,
-        sleep=w.clock.advance, wall=w.clock)
+        sleep=no_sleep, wall=w.clock)
     drivers = {"fake": w.fencer, "watchdog": watchdog}
     w.ctx.fencer = drivers.__getitem__
     w.ctx.inventory["compute-1"] = BMC(
@@ -90,7 +95,7 @@ def test_watchdog_level_status_journal_and_lift_at_putback():
     w.pass_()
     beat(src, "compute-1", 1)
     w.compute.kill("compute-1")
-    w.until("compute-1", "evacuated")
+    w.until("compute-1", "evacuated", passes=120)
     rec = w.engine.find("compute-1")
     assert (rec.proven_by, rec.fenced_level) == ("power", 2)
 
@@ -164,3 +169,37 @@ def test_watchdog_level_status_journal_and_lift_at_putback():
                 agent.engine_answered(w.clock())
         assert agent.tick(w.clock()).feed
     assert device.fed == 5
+
+
+def test_the_watchdog_wait_is_a_requeue_condemning_once():
+    """Issue 37: no worker sleeps until the deadline; the fence action
+    requeues itself until then, and its later passes only read: one
+    condemnation per attempt, its deadline never restarted."""
+    w, src, _ = _world()
+    condemned = []
+    real = src.condemn
+
+    def counted(host, reason):
+        at = real(host, reason)
+        condemned.append(at)
+        return at
+    src.condemn = counted
+    w.pass_()
+    beat(src, "compute-1", 1)
+    w.compute.kill("compute-1")
+    w.until("compute-1", "fencing")
+    w.pass_()
+    assert len(condemned) == 1
+    first = condemned[0]
+    deadline = first + ISO + WDT + MARGIN
+    # Still fencing while the deadline has not passed, each pass a look
+    # (no sleep: no_sleep would fail it).
+    for _ in range(20):
+        w.pass_()
+    assert w.state("compute-1")[0] == "fencing"
+    w.until("compute-1", "evacuated", passes=120)
+    assert condemned == [first]
+    assert src.watchdog_state("compute-1").condemned_at == first
+    fenced_at = w.engine.find("compute-1").fenced_at
+    # proven at the deadline (the pass due then), not before
+    assert deadline <= fenced_at < deadline + 2.0

@@ -9,6 +9,7 @@ library's exceptions into :class:`FenceError`.
 import abc
 import enum
 import uuid
+from typing import Any, NamedTuple
 
 import tenacity
 
@@ -33,6 +34,15 @@ class BmcUnreachable(FenceError):
     refused or timed out, name not resolved): nothing was refused, and a
     later attempt may get through. The fence action is then retried with
     the engine's back-off instead of failing the host at once."""
+
+
+class Pending(NamedTuple):
+    """A fencing not proven yet, with nothing to do but wait
+    (:meth:`FencingDriver.fence_pass`): ask again in ``after`` seconds,
+    handing back ``mark``; ``why``: one line."""
+    after: float
+    mark: Any
+    why: str
 
 
 #: what a method's success proves (FencingDriver.proves)
@@ -104,6 +114,18 @@ class FencingDriver(abc.ABC):
         """Fence the host through this method and return once the fencing
         is confirmed (for a power driver: Off). Raises FenceError."""
         self.power_off(bmc)
+
+    @write
+    def fence_pass(self, bmc, mark=None):
+        """One pass of :meth:`fence` for the engine's work queue, which
+        never waits: None once the fencing is confirmed, or
+        :class:`Pending` when it can only be waited for (a watchdog's
+        deadline): the engine calls again after ``Pending.after`` seconds
+        with ``Pending.mark`` (``mark`` None: the first pass, which does
+        the fencing; later passes only read). Raises FenceError. A power
+        driver's: :meth:`fence`, at once."""
+        self.fence(bmc)
+        return None
 
     def still_fenced(self, bmc):
         """None when the fencing still holds now (a read, no action: the
