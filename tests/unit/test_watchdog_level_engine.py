@@ -109,8 +109,9 @@ def test_watchdog_level_status_journal_and_lift_at_putback():
     fenced = [t for t in w.journal.transitions()
               if t["host_name"] == "compute-1" and t["dst"] == "fenced"][-1]
     assert fenced["reason"].startswith(
-        "proven dead, not by a power-off: fenced by level 2 (watchdog): " + how + " after level 1 (fake "
-        "bmc-compute-1) failed"), fenced["reason"]
+        "proven dead, not by a power-off: fenced by level 2 (watchdog): "
+        + how + " after level 1 (fake bmc-compute-1) failed"), \
+        fenced["reason"]
     assert "reports power off" not in fenced["reason"]
     host = next(h for h in w.engine.snapshot()["hosts"]
                 if h["name"] == "compute-1")
