@@ -173,6 +173,9 @@ class Fenced:
     #: with scope "storage": what of its servers is on that storage
     #: ("volumes", "ephemeral")
     protects: Tuple[str, ...] = ()
+    #: what proved the host dead when no BMC's Off did, in the method's
+    #: own words ("self-fenced by watchdog, assumed at <time>"); "" else
+    how: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "failed_methods",

@@ -126,6 +126,9 @@ def format_status(data, now=None, stale=None):
                        "on it (%s) are evacuated]" % (
                            fenced.get("level"),
                            ", ".join(fenced.get("protects") or ())))
+        elif fenced and fenced.get("how") and fenced["how"] not in reason:
+            reason += " [fenced by level %s: %s]" % (fenced.get("level"),
+                                                    fenced["how"])
         elif fenced and "fenced by level" not in reason:
             reason += " [fenced by level %s]" % fenced.get("level")
         rows.append((h["name"] or h["id"], h["state"],

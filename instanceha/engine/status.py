@@ -81,9 +81,12 @@ def _fenced_by(rec: HostRecord) -> Dict[str, object]:
     recovery lasts (nothing for an active host)."""
     if rec.fenced_level is None or rec.state is State.ACTIVE:
         return {}
-    return {"fenced_by": {"level": rec.fenced_level,
-                          "proof": rec.proven_by,
-                          "protects": list(rec.storage_protects)}}
+    out: Dict[str, object] = {"level": rec.fenced_level,
+                              "proof": rec.proven_by,
+                              "protects": list(rec.storage_protects)}
+    if rec.fenced_how:
+        out["how"] = rec.fenced_how
+    return {"fenced_by": out}
 
 
 def _repair(engine: EngineView) -> Dict[str, object]:

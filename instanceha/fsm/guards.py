@@ -179,6 +179,10 @@ GUARDS: Dict[str, Guard] = {
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
     "storage_fenced": lambda r, ev, p: (isinstance(ev.payload, Fenced)
                                         and ev.payload.scope == "storage"),
+    # proven dead otherwise than by a BMC's Off (a watchdog's deadline):
+    # the method's own words say how
+    "fenced_without_power": lambda r, ev, p: (
+        isinstance(ev.payload, Fenced) and bool(ev.payload.how)),
     "kdump_proves_dead": lambda r, ev, p: kdump_proof(r, p, ev.at),
     "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
                                      and dumping(r, ev.at, p)),

@@ -50,6 +50,9 @@ class HostRecord:
     #: still run): what of its servers is on the fenced storage
     #: ("volumes", "ephemeral"); only those are evacuated
     storage_protects: Tuple[str, ...] = ()
+    #: what proved it dead in its fencing method's own words, when no
+    #: BMC's Off did ("self-fenced by watchdog, assumed at <time>")
+    fenced_how: str = ""
     #: id of the host's last evacuation journal row written before it
     #: entered FENCED (set by the engine, which reads the journal): rows
     #: above it are this recovery's. Row ids, not a stamp compared with

@@ -157,8 +157,10 @@ class ActionSpec:
 
 #: Every action, once.
 ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
+    # In passes: a method that can only be waited for (a watchdog's
+    # deadline) requeues the fencing instead of holding a worker.
     ActionSpec(Action.FENCE, State.FENCING,
-               (E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED),
+               (E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED, passes=True),
     ActionSpec(Action.ISOLATE, State.FENCED,
                (E.ISOLATE_OK, E.ISOLATE_FAILED), E.ISOLATE_FAILED),
     ActionSpec(Action.EVACUATE, State.EVACUATING,

@@ -101,6 +101,8 @@ RULES: List[Rule] = [
     # -- fencing and isolation -------------------------------------------
     (S.FENCING, E.FENCE_OK, "storage_fenced", S.FENCED,
      "cut off its storage, not powered off: {event.reason}"),
+    (S.FENCING, E.FENCE_OK, "fenced_without_power", S.FENCED,
+     "proven dead, not by a power-off: {event.reason}"),
     (S.FENCING, E.FENCE_OK, ALWAYS, S.FENCED,
      "power off confirmed: {event.reason}"),
     (S.FENCING, E.FENCE_FAILED, ALWAYS, S.FAILED,

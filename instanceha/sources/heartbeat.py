@@ -733,6 +733,13 @@ class HeartbeatSource:
         self._send_relays(items)
         return at
 
+    @write
+    def lift(self, host_name: str) -> None:
+        """``host_name`` is back and its service cleaned up: its
+        condemnation ends (no pill to it or its peers any more; its agent
+        is answered again)."""
+        self.watchdogs.lift(host_name)
+
     def _send_challenges(self, items: List[ChallengeTo],
                          nonce: Optional[bytes], now: float) -> int:
         """Challenge ``nonce`` to each (host, address, socket, key id) of
