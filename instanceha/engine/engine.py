@@ -273,7 +273,7 @@ class Engine:
             rec = self.hosts.get(host_id)
             due = (None if rec is None
                    else fsm.machine.next_wakeup(rec, self.policy))
-        if due is None or due > now:
+        if rec is None or due is None or due > now:
             return None
         ok, why = self.cluster_status()
         return Event(E.TICK, rec.id, now, name=rec.name, source="timer",
