@@ -173,8 +173,15 @@ class Reconciler(PeriodicSource[Sink]):
             if plan is not None and kind is E.HEARTBEAT_OK \
                     and svc.updated_at is not None:
                 assert estimate is not None
-                at = rereads.stale_moment(svc.updated_at, delta,
-                                          estimate.offset)
+                at = rereads.first_moment(svc.updated_at, delta,
+                                          estimate.offset,
+                                          estimate.tolerance)
+                if at <= ended:
+                    # This read already judged it fresh on the estimate:
+                    # the next read worth making is when that calls it
+                    # stale.
+                    at = rereads.stale_moment(svc.updated_at, delta,
+                                              estimate.offset)
                 if at < horizon:
                     plan.append(rereads.Reread(at, svc.id, svc.host,
                                                svc.updated_at))

@@ -6,11 +6,17 @@ that moment falls between two passes, waiting for the next pass loses up
 to a whole poll_interval, and the estimate of Nova's clock lagging a
 little behind the truth makes it a whole poll even when a pass comes a
 fraction of a second after the moment (issue 37 part 0). So after each
-pass, every host judged heartbeating whose heartbeat goes stale before
-the next pass is given a deadline: the moment the estimate of Nova's
-clock will call its ``updated_at`` older than delta, plus a small margin.
-At that moment the reconciler reads that one host's row again (one small
-call) and judges it exactly as a pass would.
+pass, every host judged heartbeating whose heartbeat may go stale before
+the next pass is given a deadline: the earliest moment its ``updated_at``
+may be older than delta on Nova's clock, the estimate's uncertainty
+allowed for (:func:`first_moment`). At that moment the reconciler reads
+that one host's row again (one small call) and judges it exactly as a
+pass would, on the estimate as it is then (the control-plane monitor's
+reads may have sharpened it meanwhile). Still fresh on that estimate, it
+is read again at the moment the estimate calls it stale
+(:func:`stale_moment`, plus a small margin): its death is seen there, a
+fraction of a second after the estimate allows, and not at the next
+pass.
 
 A host that is alive heartbeats meanwhile and is found fresh; only a host
 whose heartbeat is late is read this way, so reads stay few; at most
@@ -28,8 +34,13 @@ from typing import Dict, List, Optional
 #: must judge it strictly older than delta.
 MARGIN = 0.05
 #: Reads of one host before the next pass, at most: a row still fresh at
-#: its deadline (the estimate of Nova's clock moved back) is planned again.
+#: its deadline is planned again at the moment the estimate then gives.
 TRIES = 3
+#: The estimate's uncertainty allowed for when planning the first read, at
+#: most (s): with Nova's report_interval (10 s) and delta (30 s), a live
+#: host's heartbeat is never within this of going stale at a pass, so
+#: live hosts are not read alone.
+EARLY = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +59,15 @@ def stale_moment(updated_at: float, delta: float, offset: float) -> float:
     as estimated (``offset``: Nova's now minus this node's monotonic
     now), plus :data:`MARGIN`."""
     return updated_at + delta - offset + MARGIN
+
+
+def first_moment(updated_at: float, delta: float, offset: float,
+                 uncertainty: float) -> float:
+    """The earliest monotonic moment at which the heartbeat may be older
+    than ``delta`` on Nova's clock: Nova's now may be ahead of the
+    estimate by ``uncertainty`` (at most :data:`EARLY` counted)."""
+    return stale_moment(updated_at, delta,
+                        offset + min(max(uncertainty, 0.0), EARLY))
 
 
 class Plan:
