@@ -70,9 +70,31 @@ OPTS = [
                       "message pending): at thousands of hosts most rows "
                       "say nothing new. 0 hands over every row at every "
                       "pass."),
+    cfg.BoolOpt("stale_reread", mutable=True, default=True,
+                help="Read a host's compute service row again, alone, at "
+                     "the moment its heartbeat goes stale ('delta' after "
+                     "its updated_at, on Nova's clock as estimated) when "
+                     "that moment falls between two reconciler passes, "
+                     "instead of waiting for the next pass: a dead "
+                     "compute is seen up to a poll_interval sooner. Only "
+                     "hosts whose heartbeat is late are read this way (a "
+                     "live compute heartbeats first), each with one small "
+                     "os-services call filtered by host. The row is judged "
+                     "exactly as a pass judges it. Off: staleness is seen "
+                     "at the passes only."),
+    cfg.IntOpt("stale_reread_limit", mutable=True, default=50, min=1,
+               max=100000,
+               help="At most this many hosts are planned for a re-read "
+                    "between two passes ('stale_reread'): the earliest to "
+                    "go stale; the others are judged at the next pass. "
+                    "Bounds the calls to Nova when many hosts die at "
+                    "once."),
     cfg.FloatOpt("tick_interval", mutable=True, default=1.0, min=0.05, max=60,
                  help="How often the engine re-evaluates time-based decisions "
-                      "(grace expiry, retry after back-off, cleanup re-check)."),
+                      "(retry after back-off, cleanup re-check, a decision "
+                      "held by the threshold). A suspect host's decision "
+                      "(the grace period's end) is taken at its own "
+                      "deadline, not on a tick."),
 ]
 
 register_opts, list_opts = _group.make(GROUP, OPTS, title="Failure detection")

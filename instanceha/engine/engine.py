@@ -92,6 +92,10 @@ class Engine:
         self.hosts = HostTable(self._lock, context)
         #: what waits for each host (engine.inbox)
         self._inbox = Inboxes()
+        #: host id -> the decision deadline of a suspect host its key is
+        #: queued for (the work queue releases the key at that moment:
+        #: the grace period ends then, not at the next tick)
+        self._deadlines: Dict[Hashable, float] = {}
         #: are journal writes failing (status: degraded)?
         self.journal_health = JournalHealth(clock)
         self._listeners: List[Listener] = []
@@ -175,6 +179,8 @@ class Engine:
             with self._lock:
                 item = self._inbox.take(host_id, self.clock())
             if item is None:
+                item = self._deadline_tick(host_id)
+            if item is None:
                 return
             if isinstance(item, Event):
                 self._apply(item)
@@ -254,6 +260,8 @@ class Engine:
                 self._inbox.put_front(new.id, Pending(action, action_id))
             if due is not None:
                 self._inbox.put_front(new.id, due)
+        if due is None and new.state is State.SUSPECT:
+            self._arm_deadline(new, event.at)
         if (self.policy.power_evidence and new.state is State.SUSPECT
                 and rec.heartbeat_ok and not new.heartbeat_ok):
             self._probes.power(new)
@@ -262,6 +270,41 @@ class Engine:
         if changed:
             for fn in self._listeners:
                 fn(rec, new, event)
+
+    def _arm_deadline(self, rec: HostRecord, at: float) -> None:
+        """A suspect host's decision (the grace period's end, Nova's owed
+        heartbeat, a dump's end) is due at a later moment: its key is
+        queued for that moment, so the decision is taken then and not up
+        to a tick_interval later. The ticker stays the fallback (a held
+        decision is retried on its ticks)."""
+        when = fsm.machine.next_wakeup(rec, self.policy)
+        if when is None or when <= at:
+            return
+        with self._lock:
+            if self._deadlines.get(rec.id) == when:
+                return
+            self._deadlines[rec.id] = when
+        self.queue.add_after(rec.id, when - self.clock(), urgent=True)
+
+    def _deadline_tick(self, host_id: Hashable) -> Optional[Event]:
+        """The TICK of ``host_id``'s armed deadline once it has come and
+        the record's decision is still due (None otherwise: nothing
+        armed, not yet, or the record moved on). Each deadline gives one
+        TICK at most, so a held decision never spins."""
+        now = self.clock()
+        with self._lock:
+            when = self._deadlines.get(host_id)
+            if when is None or when > now or not isinstance(host_id, str):
+                return None
+            del self._deadlines[host_id]
+            rec = self.hosts.get(host_id)
+            due = (None if rec is None
+                   else fsm.machine.next_wakeup(rec, self.policy))
+        if rec is None or due is None or due > now:
+            return None
+        ok, why = self.cluster_status()
+        return Event(E.TICK, rec.id, now, name=rec.name, source="timer",
+                     cluster_ok=ok, reason=why)
 
     def _journal_step(self, rec: HostRecord, new: HostRecord, event: Event,
                       changed: bool, actions: Sequence[Action],

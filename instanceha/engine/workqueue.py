@@ -53,8 +53,8 @@ class WorkQueue:
         self._processing: Set[Hashable] = set()
         #: processing, taken as ordinary
         self._ordinary: Set[Hashable] = set()
-        #: heap of (due, seq, key)
-        self._delayed: List[Tuple[float, int, Hashable]] = []
+        #: heap of (due, seq, key, urgent)
+        self._delayed: List[Tuple[float, int, Hashable, bool]] = []
         self._seq = itertools.count()
         self._failures: Counter[Hashable] = collections.Counter()
         #: key -> the time before which it is handed to no worker
@@ -89,12 +89,15 @@ class WorkQueue:
             # with every worker asleep.
             self._cond.notify_all()
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: Hashable, delay: float,
+                  urgent: bool = False) -> None:
+        """Queue ``key`` in ``delay`` seconds (in the urgent lane when
+        ``urgent``): released by the delayer at that time, not later."""
         if delay <= 0:
-            return self.add(key)
+            return self.add(key, urgent)
         with self._cond:
-            heapq.heappush(self._delayed,
-                           (self._clock() + delay, next(self._seq), key))
+            heapq.heappush(self._delayed, (self._clock() + delay,
+                                           next(self._seq), key, urgent))
             self._cond.notify_all()
 
     def add_rate_limited(self, key: Hashable) -> float:
@@ -114,7 +117,7 @@ class WorkQueue:
             until = self._clock() + delay
             self._hold_until[key] = max(until, self._hold_until.get(key, 0))
             heapq.heappush(self._delayed, (self._hold_until[key],
-                                           next(self._seq), key))
+                                           next(self._seq), key, False))
             self._cond.notify_all()
 
     def holding(self, key: Hashable) -> bool:
@@ -148,8 +151,8 @@ class WorkQueue:
         with self._cond:
             now = self._clock()
             while self._delayed and self._delayed[0][0] <= now:
-                _, _, key = heapq.heappop(self._delayed)
-                self._add_locked(key)
+                _, _, key, urgent = heapq.heappop(self._delayed)
+                self._add_locked(key, urgent)
             return self._delayed[0][0] - now if self._delayed else None
 
     def run_delayer(self, wait: object = None) -> None:

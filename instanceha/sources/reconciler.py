@@ -12,6 +12,10 @@ every live host look stale. Nova's clock is estimated so that a minority of
 writers with skewed clocks (one nova-conductor running fast) cannot set it
 (drivers.compute.nova_clock.NovaClock, one per Nova, shared with the
 control-plane monitor). The skew between writers is reported in health().
+
+Between passes, a host whose heartbeat goes stale before the next pass is
+read again alone at that moment ([detection] stale_reread,
+sources.rereads): its death is seen then, not a whole poll later.
 """
 
 import random
@@ -28,6 +32,7 @@ from instanceha.events import ServiceReport
 from instanceha import runtime
 from instanceha.fsm.nova_row import classify
 from instanceha.sources.base import PeriodicSource, Sink
+from instanceha.sources import rereads
 from instanceha.util import periodic
 
 LOG = structlog.get_logger("instanceha.reconciler")
@@ -72,8 +77,14 @@ class Reconciler(PeriodicSource[Sink]):
         self._api_record: Optional[base.CallRecord] = getattr(
             compute, "api_record", None)
         self._periodic = periodic.Periodic(
-            "instanceha-reconciler", self._pass, self._next_wait,
+            "instanceha-reconciler", self._run, self._wait,
             on_error=self._failed, log=LOG)
+        #: monotonic moment of the next full pass (None: at once)
+        self._full_due: Optional[float] = None
+        #: hosts read again alone before the next pass (sources.rereads)
+        self._rereads = rereads.Plan(conf.detection.stale_reread_limit)
+        self.rereads = 0
+        self.reread_errors = 0
         self._rng = random.Random()
         self.passes = 0
         self.errors = 0
@@ -116,6 +127,7 @@ class Reconciler(PeriodicSource[Sink]):
         ended = self._monotonic()
         if self._api_record is not None:
             self._api_record.services_read(started, ended)
+        self._full_due = ended + self._next_wait()
         now = self._clock()
         self._nova_clock.observe(services, started, ended)
         estimate = self._nova_clock.estimate()
@@ -146,13 +158,33 @@ class Reconciler(PeriodicSource[Sink]):
         conf_delta = self._conf.detection.delta
         off_delta = min(conf_delta, self._conf.audit.power_off_delta)
         schedulable: Set[str] = set()
+        # Hosts whose heartbeat goes stale before the next pass, and when.
+        plan: Optional[List[rereads.Reread]] = (
+            [] if estimate is not None
+            and self._conf.detection.stale_reread else None)
+        horizon = self._full_due
         for svc in services:
             # A host whose BMC went from On to Off has a second witness,
             # so a shorter silence (still above Nova's report interval)
             # proves its heartbeat lost.
-            kind, reason = classify(
-                svc, ref, off_delta if svc.host in unpowered else conf_delta)
+            delta = off_delta if svc.host in unpowered else conf_delta
+            kind, reason = classify(svc, ref, delta)
             counts[kind] = counts.get(kind, 0) + 1
+            if plan is not None and kind is E.HEARTBEAT_OK \
+                    and svc.updated_at is not None:
+                assert estimate is not None
+                at = rereads.first_moment(svc.updated_at, delta,
+                                          estimate.offset,
+                                          estimate.tolerance)
+                if at <= ended:
+                    # This read already judged it fresh on the estimate:
+                    # the next read worth making is when that calls it
+                    # stale.
+                    at = rereads.stale_moment(svc.updated_at, delta,
+                                              estimate.offset)
+                if at < horizon:
+                    plan.append(rereads.Reread(at, svc.id, svc.host,
+                                               svc.updated_at))
             if kind is E.HEARTBEAT_OK and svc.status == "enabled" \
                     and svc.state == "up" and not svc.forced_down:
                 schedulable.add(svc.host)
@@ -183,6 +215,7 @@ class Reconciler(PeriodicSource[Sink]):
             for gone in [h for h in said if h not in listed]:
                 del said[gone]
         self.last_pass_sent = sent
+        self._plan_rereads(plan)
         self._note_schedulable(schedulable)
         self.passes += 1
         self.last_pass_at = now
@@ -193,6 +226,83 @@ class Reconciler(PeriodicSource[Sink]):
                   clock_skew=_rounded(self.clock_skew), sent=sent,
                   **{k.value: n for k, n in counts.items()})
         return len(services)
+
+    def _plan_rereads(self, plan: Optional[List[rereads.Reread]]) -> None:
+        """The pass judged every row: the hosts to read again alone
+        before the next pass are ``plan``'s (None: none)."""
+        self._rereads.limit = self._conf.detection.stale_reread_limit
+        self._rereads.replace(plan or [])
+        if not plan:
+            return
+        LOG.debug("stale_reread_planned", hosts=len(self._rereads),
+                  left_for_next_pass=self._rereads.left_out,
+                  reason="heartbeat due to go stale before the next pass: "
+                         "its row is read again alone at that moment")
+        if self._rereads.left_out:
+            LOG.info("stale_reread_limit", planned=len(self._rereads),
+                     left_for_next_pass=self._rereads.left_out,
+                     limit=self._rereads.limit,
+                     reason="more heartbeats go stale before the next pass "
+                            "than [detection] stale_reread_limit: the "
+                            "others are judged at the next pass")
+
+    def _reread_due(self) -> None:
+        """Read again, alone, each host whose planned moment has come
+        (its heartbeat due to go stale), and judge its row as a pass
+        would. A failed read leaves the host to the next pass."""
+        for due in self._rereads.take_due(self._monotonic()):
+            try:
+                self._reread(due)
+            except Exception as e:      # the next pass reads it anyway
+                self.reread_errors += 1
+                LOG.warning("stale_reread_failed", host=due.host,
+                            reason=str(e) or type(e).__name__,
+                            effect="the host's row is judged at the next "
+                                   "pass")
+
+    def _reread(self, due: rereads.Reread) -> None:
+        started = self._monotonic()
+        svc = self._compute.service_of(due.host)
+        ended = self._monotonic()
+        self.rereads += 1
+        estimate = self._nova_clock.estimate()
+        if svc is None or svc.id != due.host_id or estimate is None:
+            return                      # gone or renamed: the next pass
+        delta = self._conf.detection.delta
+        if svc.host in self.powered_off():
+            delta = min(delta, self._conf.audit.power_off_delta)
+        kind, reason = classify(svc, started + estimate.offset, delta)
+        if kind is E.HEARTBEAT_OK:
+            # Reporting again, or still fresh on Nova's clock as now
+            # estimated: nothing new; read again at its new moment if
+            # that comes before the next pass.
+            if svc.updated_at is not None and due.tries < rereads.TRIES \
+                    and self._full_due is not None:
+                at = rereads.stale_moment(svc.updated_at, delta,
+                                          estimate.offset)
+                if at < self._full_due:
+                    self._rereads.add(rereads.Reread(
+                        at, svc.id, svc.host, svc.updated_at,
+                        due.tries + 1))
+            return
+        now = self._clock()
+        aggs: Optional[Tuple[str, ...]] = None
+        if self._conf.policy.threshold_per_aggregate:
+            aggs = (self._host_aggregates or {}).get(svc.host, ())
+        if svc.id in self._said:        # not watched: remembered
+            self._said[svc.id] = (kind, svc.host, svc.forced_down,
+                                  svc.status, svc.disabled_reason, svc.zone,
+                                  aggs)
+        LOG.info("stale_reread", host=svc.host, verdict=kind.value,
+                 reason="heartbeat due to go stale before the next pass, "
+                        "read again alone: " + reason)
+        self._sink(Event(kind, svc.id, now, name=svc.host, reason=reason,
+                         source="reconciler", payload=ServiceReport(
+                             forced_down=svc.forced_down, zone=svc.zone,
+                             updated_at=svc.updated_at, status=svc.status,
+                             disabled_reason=svc.disabled_reason,
+                             aggregates=aggs,
+                             read_at=now - (ended - started))))
 
     def _watch(self, now: float) -> Tuple[bool, Collection[str],
                                           Collection[str]]:
@@ -301,7 +411,16 @@ class Reconciler(PeriodicSource[Sink]):
                             "the others' clock again" % margin)
             self._writer_warned = None
 
+    def _run(self) -> None:
+        """What the loop runs: the full pass when it is due, else the
+        re-reads planned for now."""
+        if self._full_due is None or self._monotonic() >= self._full_due:
+            self._pass()
+        else:
+            self._reread_due()
+
     def _pass(self) -> None:
+        self._full_due = None           # a failed pass: again in a poll
         with runtime.collection_paused():
             self.run_once()
         self.last_error = None
@@ -311,6 +430,18 @@ class Reconciler(PeriodicSource[Sink]):
         self.last_error = str(e)
         LOG.warning("reconcile_failed", reason=str(e),
                     retry_in=self._conf.detection.poll_interval)
+
+    def _wait(self) -> float:
+        """Seconds to the loop's next run: the next full pass, or a
+        planned re-read before it."""
+        now = self._monotonic()
+        if self._full_due is None:
+            self._full_due = now + self._next_wait()
+        at = self._full_due
+        nxt = self._rereads.next_at()
+        if nxt is not None and nxt < at:
+            at = nxt
+        return max(0.0, at - now)
 
     def _next_wait(self) -> float:
         """Seconds to the next pass: poll_interval times a random factor
@@ -331,6 +462,10 @@ class Reconciler(PeriodicSource[Sink]):
                 # rows handed over to the engine at the last pass (the
                 # others said nothing new: detection.full_report_interval)
                 "last_pass_sent": self.last_pass_sent,
+                # hosts read again alone when their heartbeat was due to
+                # go stale between passes ([detection] stale_reread)
+                "rereads": self.rereads,
+                "reread_errors": self.reread_errors,
                 "clock_skew": _rounded(self.clock_skew),
                 # Between Nova's writers: how far the furthest service
                 # row's clock is ahead of / behind the majority's, and how

@@ -291,6 +291,49 @@ def test_passed_deadline_is_decided_without_waiting_for_a_tick():
     assert w.fencer.powered_off == ["compute-2"]
 
 
+def test_grace_period_ends_at_its_deadline_not_at_the_next_tick():
+    """Issue 37 part 0: the decision to fence is taken at the grace
+    period's end exactly (the work queue releases the host then), not on
+    the ticker's next beat up to a tick_interval later."""
+    w = World()
+    w.pass_()
+    rec = w.engine.find("compute-2")
+    w.compute.kill("compute-2")
+    lost = w.clock() + 0.37            # off the ticker's whole seconds
+    w.clock.now = lost
+    w.engine.submit(Event(E.HEARTBEAT_LOST, rec.id, lost, name="compute-2",
+                          source="test", reason="last report 31s ago"))
+    w.drain()
+    assert w.state("compute-2")[0] == "suspect"
+    deadline = lost + 5                # grace_period 5
+    w.clock.now = deadline - 0.01
+    w.drain()
+    assert w.state("compute-2")[0] == "suspect"   # not before it
+    w.clock.now = deadline
+    w.drain()                          # no tick: the queue's release alone
+    fencing = [t for t in w.journal.transitions()
+               if t["host_name"] == "compute-2" and t["dst"] == "fencing"]
+    assert fencing and fencing[0]["at"] == deadline
+    assert w.fencer.powered_off == ["compute-2"]
+
+
+def test_a_held_decision_at_its_deadline_does_not_spin():
+    """The deadline's TICK comes once: a decision held (threshold) waits
+    for the ticker's next beats, the queue is not handed the host again
+    and again."""
+    w = World(hosts=2, threshold=0)
+    w.pass_()
+    rec = w.engine.find("compute-0")
+    w.engine.submit(Event(E.HEARTBEAT_LOST, rec.id, w.clock(),
+                          name="compute-0", source="test"))
+    w.drain()
+    w.clock.advance(5)
+    w.drain()                          # would raise "did not settle" on a spin
+    state, reason = w.state("compute-0")
+    assert state == "suspect" and "threshold" in reason
+    assert w.fencer.powered_off == []
+
+
 def test_threshold_hold_does_not_spin_on_passed_deadline():
     w = World(hosts=2, threshold=0)
     w.conf.set_override("grace_period", 0, "detection")
