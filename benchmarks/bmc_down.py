@@ -115,7 +115,8 @@ def two_levels(workdir):
 def _pill_held(agents, host, majority=True):
     """When a majority of ``host``'s peers (``majority`` false: the first
     of them) first held a pill for it (the simulator's time), or None."""
-    held = agents._pills_held.get(host, {})
+    with agents._lock:
+        held = dict(agents._pills_held.get(host, {}))
     need = (selffence.majority(len(agents.agent(host).peer_names))
             if majority else 1)
     times = sorted(at for _, at in held.values())

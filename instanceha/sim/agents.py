@@ -384,10 +384,11 @@ class SimAgents:
 
     def _relay_keeper(self, agent, peers):
         def keep(relay):
-            held = self._pills_held[relay.target]
-            old = held.get(agent.name)
-            if old is None or old[0] != relay.pill:
-                held[agent.name] = (relay.pill, self.cloud.clock())
+            with self._lock:
+                held = self._pills_held[relay.target]
+                old = held.get(agent.name)
+                if old is None or old[0] != relay.pill:
+                    held[agent.name] = (relay.pill, self.cloud.clock())
             return peers.keep_relay(relay)
         return keep
 
@@ -622,7 +623,9 @@ class SimAgents:
             return False
         now = self.cloud.clock() if now is None else now
         by_pill = collections.defaultdict(list)
-        for pill, at in self._pills_held.get(name, {}).values():
+        with self._lock:
+            held = list(self._pills_held.get(name, {}).values())
+        for pill, at in held:
             by_pill[pill].append(at)
         need = selffence.majority(len(agent.peer_names))
         published = [sorted(times)[need - 1] for times in by_pill.values()
