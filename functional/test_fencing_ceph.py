@@ -137,6 +137,42 @@ def test_a_mon_that_does_not_answer_is_unreachable(tmp_path, rados_module):
     d.close()
 
 
+def test_the_audit_counts_the_ceph_level_ready_while_the_mon_answers(
+        mon, driver, tmp_path, rados_module):
+    """The readiness audit (issue 37): the power level's BMC does not
+    answer, the Ceph level's monitor does: protected, by that level; with
+    a monitor that does not answer either, unprotected, saying both."""
+    from instanceha.sources import audit
+    bmc = _entry()
+    drivers = {"redfish": DeadBMC(), "ceph_blocklist": driver}
+    (label, methods), = audit.powerless_levels(bmc)
+    why = audit.read_ready(drivers.__getitem__, methods)
+    readings = audit.readings(bmc, drivers.__getitem__)
+    assert why is None
+    reason, failed, by = audit.judge_levels(True, bmc, readings,
+                                            [(label, why)])
+    assert (reason, by) == (None, "level 2 (ceph_blocklist): ready")
+    assert failed == ["redfish https://10.0.0.5: unreachable"]
+    assert LISTED not in mon.blocklist()        # a read: nothing listed
+
+    conf_file = tmp_path / "ceph.conf"
+    conf_file.write_text("[global]\nmon host = 127.0.0.1:%d\n"
+                         "auth client required = none\n"
+                         "ms bind msgr2 = false\nkeyring = /dev/null\n"
+                         % free_port())
+    dead = _driver(conf_file, rados_module, timeout=1)
+    try:
+        why = audit.read_ready({"ceph_blocklist": dead}.__getitem__,
+                               methods)
+    finally:
+        dead.close()
+    assert "cannot connect" in why
+    reason, _, by = audit.judge_levels(True, bmc, readings, [(label, why)])
+    assert by is None and reason.startswith(
+        "no fencing level can prove the host dead now: redfish "
+        "https://10.0.0.5: unreachable; level 2 (ceph_blocklist): ")
+
+
 def test_the_engine_blocklists_before_the_first_evacuation_and_unfences(
         mon, driver):
     """The engine's whole recovery (its fakes of Nova and of a BMC that

@@ -40,6 +40,9 @@ class EventKind(str, enum.Enum):
     # every path for [agent] silence_timeout.
     AGENT_BEATING = "agent_beating"
     AGENT_SILENT = "agent_silent"
+    # While silent: its peers' word on it changed (how many of the agents
+    # watching it freshly report that they do not / do hear it).
+    AGENT_PEERS = "agent_peers"
     # Results of actions (engine workers).
     FENCE_OK = "fence_ok"
     FENCE_FAILED = "fence_failed"
@@ -170,6 +173,9 @@ class Fenced:
     #: with scope "storage": what of its servers is on that storage
     #: ("volumes", "ephemeral")
     protects: Tuple[str, ...] = ()
+    #: what proved the host dead when no BMC's Off did, in the method's
+    #: own words ("self-fenced by watchdog, assumed at <time>"); "" else
+    how: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "failed_methods",
@@ -255,10 +261,19 @@ class AgentReport:
 class AgentSilence:
     """AGENT_SILENT: no authenticated beat on any path since
     ``last_beat_at`` (engine's clock); ``paths``: those it was heard on
-    before."""
+    before. AGENT_PEERS, within the silence, whenever the peers' word
+    on the host changes: the same payload. ``peers_watching`` agents
+    list it as a peer;
+    ``peers_unheard`` / ``peers_heard`` of them, beating, reported in a
+    beat made after its last beat (their whole hearing window after it)
+    that they do not / do hear it (:mod:`instanceha.sources.heartbeat_table`;
+    judged by :func:`instanceha.fsm.agent.peers_corroborate`)."""
 
     last_beat_at: float
     paths: Tuple[str, ...] = ()
+    peers_unheard: int = 0
+    peers_heard: int = 0
+    peers_watching: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +339,7 @@ PAYLOADS: Dict[EventKind, Type[Any]] = {
     EventKind.OPERATOR_RESUME: ResumeRequest,
     EventKind.AGENT_BEATING: AgentReport,
     EventKind.AGENT_SILENT: AgentSilence,
+    EventKind.AGENT_PEERS: AgentSilence,
 }
 
 

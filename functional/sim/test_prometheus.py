@@ -8,8 +8,9 @@ a free loopback port) that evaluates etc/prometheus/instanceha-rules.yml
 every second. The rules' ``for:`` durations are meant for operators
 (minutes); the copy loaded here divides them by 60, as the simulator
 compresses a cloud's timings. Hosts die, a BMC stops answering, an agent
-falls silent, a storm is held and lifted, the engine stops and starts
-again: the alerts these make fire and then resolve, and every query of
+falls silent, a storm is held and lifted, the cloud is filled until no
+host can fail with its servers placed elsewhere, the engine stops and
+starts again: the alerts these make fire and then resolve, and every query of
 etc/grafana/instanceha-dashboard.json returns data over the run.
 
 A missing prometheus skips, or fails naming it under
@@ -208,6 +209,7 @@ def bed(tmp_path):
         "DEFAULT": {"action_retries": 2},
         "api": {"port": api_port},
         "audit": {"interval": 1.0},
+        "failover_capacity": {"enabled": True, "interval": 10.0},
         "agent": {"silence_timeout": 1.5, "nova_report_interval": 1.0},
         "policy": {"threshold": 50}}, agents=setup)
     agents = SimAgents(cloud, **setup.sim_args()).start()
@@ -252,6 +254,19 @@ def test_alerts_fire_and_resolve_and_every_dashboard_query_has_data(bed):
              'max(instanceha_source_agent_heartbeat_hosts_beating)')
          == len(HOSTS) and not prom.firing(),
          "every host active and beating in Prometheus, no alert firing")
+
+    # Every host gets a server of 40 vCPU (of 64): none can be lost with
+    # its servers placed elsewhere, so the cloud's failover capacity falls
+    # below 1 and the alert fires; deleted again, it resolves.
+    cloud.add_flavor("big", 40, 2048, 20)
+    big = [cloud.create_server("big-%s" % h, "big", cloud.default_image,
+                               host=h).id for h in HOSTS]
+    firing("InstanceHAFailoverCapacityLow", scope="cloud")
+    assert prom.value('max(instanceha_failover_capacity_hosts{scope='
+                      '"cloud"})') == 0
+    for sid in big:
+        cloud.delete_server(sid)
+    resolved("InstanceHAFailoverCapacityLow")
 
     # compute-1's BMC stops answering (unprotected). compute-0 dies and
     # is recovered, then compute-1 dies (one at a time: a server of a host
@@ -355,7 +370,8 @@ def test_alerts_fire_and_resolve_and_every_dashboard_query_has_data(bed):
     window = int(time.time() - started) + 5
     fired = {r["metric"]["alertname"] for r in prom.query(
         'max_over_time(ALERTS{alertstate="firing"}[%ds])' % window)}
-    assert fired >= {"InstanceHAUnprotectedHost", "InstanceHAHostFailed",
+    assert fired >= {"InstanceHAFailoverCapacityLow",
+                     "InstanceHAUnprotectedHost", "InstanceHAHostFailed",
                      "InstanceHAAgentsSilent", "InstanceHAStormHold",
                      "InstanceHAFencingHeld", "InstanceHARecoveryStuck",
                      "InstanceHANoReplicaActing",

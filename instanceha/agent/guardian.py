@@ -141,11 +141,15 @@ class Guardian:
         self.disarmed = False
         #: the verified pill's bytes
         self.pill = None
+        self._peer_names = tuple(peers)[:protocol.MAX_PEER_DIGESTS]
         self._peer_digests = tuple(protocol.name_digest(p)
-                                   for p in peers)[:protocol.MAX_PEER_DIGESTS]
+                                   for p in self._peer_names)
         #: () -> the pills this agent holds to relay (set by
         #: :class:`instanceha.agent.peers.Peers`)
         self.relaying = lambda: ()
+        #: now -> (names of the peers heard, window in seconds), or None
+        #: while not probing (set by :class:`instanceha.agent.peers.Peers`)
+        self.hearing = lambda now: None
 
     @property
     def isolation_timeout(self):
@@ -169,10 +173,15 @@ class Guardian:
         else:
             state = protocol.WATCHDOG_NONE
         pills = tuple(protocol.pill_digest(p) for p in self.relaying())
+        heard = self.hearing(now) if self._peer_names else None
+        flags = window = None
+        if heard is not None:
+            names, window = heard
+            flags = tuple(p in names for p in self._peer_names)
         return protocol.WatchdogReport(
             state, self.device.timeout, self.isolation_timeout,
             self.nonces.current(now), self._peer_digests,
-            pills[-protocol.MAX_PILL_DIGESTS:])
+            pills[-protocol.MAX_PILL_DIGESTS:], flags, window or 0.0)
 
     def on_challenge(self, ch: challenge.Challenge, data=None) -> str:
         """An engine's challenge for this host (verified): an answer

@@ -67,8 +67,9 @@ class Agent:
             unit_fn=lambda: self.reader.compute_unit)
         self.monotonic = sender_kw.get("monotonic", time.monotonic)
         self.guardian = self.peers = None
-        self._guard_thread = None
-        if conf.agent.watchdog_device:
+        self._guard_thread = self._probe_thread = None
+        if conf.agent.watchdog_device or conf.agent.peers or \
+                conf.agent.peers_from:
             self.guardian, self.peers = self._watchdog_duty(
                 conf.agent, keyring, peer_keyring, peer_socket)
             sender_kw.update(watchdog_fn=self.guardian.report,
@@ -85,23 +86,31 @@ class Agent:
                 libvirt_module=libvirt_module)
 
     def _watchdog_duty(self, group, keyring, peer_keyring, peer_socket):
-        """(Guardian, Peers or None) of ``[agent] watchdog_device``;
-        raises ConfigError."""
+        """(Guardian, Peers or None) of ``[agent] watchdog_device`` and
+        the peers; raises ConfigError. Without a watchdog device the
+        guardian's device is :class:`watchdog.Absent` (never armed: the
+        beats say "none"), and it only carries the peers' report."""
+        try:
+            peer_set = agent_conf.peer_set(self.host, group)
+        except ValueError as e:
+            raise ConfigError("[agent] peers / peers_from: %s" % e)
+        device = (watchdog.Device(group.watchdog_device,
+                                  group.watchdog_timeout)
+                  if group.watchdog_device else watchdog.Absent())
         guardian = guardian_mod.Guardian(
-            watchdog.Device(group.watchdog_device, group.watchdog_timeout),
-            group.isolation_timeout, group.watchdog_check_interval,
-            self.host, keyring,
-            peers=[name for name, _, _ in agent_conf.parse_peers(
-                group.peers)],
-            monotonic=self.monotonic, nonce_file=group.nonce_file or None)
-        if not group.peers:
+            device, group.isolation_timeout, group.watchdog_check_interval,
+            self.host, keyring, peers=[name for name, _, _ in peer_set],
+            monotonic=self.monotonic,
+            nonce_file=(group.nonce_file or None)
+            if group.watchdog_device else None)
+        if not peer_set:
             return guardian, None
         if peer_keyring is None:
             peer_keyring = keys.load_keyring(group.peer_key_file)
         try:
             resolved = [(name, socket.getaddrinfo(
                 host, port, type=socket.SOCK_DGRAM)[0][4])
-                for name, host, port in agent_conf.parse_peers(group.peers)]
+                for name, host, port in peer_set]
             if peer_socket is None:
                 host, port = agent_conf.split_address(group.peer_address)
                 family, _, _, _, address = socket.getaddrinfo(
@@ -110,9 +119,15 @@ class Agent:
                 peer_socket.bind(address)
         except (OSError, ValueError) as e:
             raise ConfigError("[agent] peers / peer_address: %s" % e)
+        LOG.info("agent.peers_chosen", peers=[p[0] for p in peer_set],
+                 listed=len(group.peers), candidates=len(group.peers_from),
+                 window=group.peer_window, interval=group.peer_interval,
+                 watchdog=bool(group.watchdog_device),
+                 reason="probed every peer_interval; the beats tell the "
+                        "engines which of them answer")
         return guardian, peers_mod.Peers(
             self.host, resolved, peer_keyring, guardian, peer_socket,
-            self.monotonic)
+            self.monotonic, window=group.peer_window)
 
     def facts(self):
         """This beat's facts, also shown to the self-restart policy."""
@@ -133,8 +148,8 @@ class Agent:
             except watchdog.WatchdogError as e:
                 self.control.stop()
                 raise ConfigError(str(e))
-            if self.peers is not None:
-                self.peers.start()
+        if self.peers is not None:
+            self.peers.start()
 
     def run(self, stop):
         """Beat until ``stop`` is set, then close everything."""
@@ -143,11 +158,16 @@ class Agent:
                 self.guests.start(stop)
             except Exception:   # beats go on without guest events
                 LOG.exception("agent.guest_events_failed")
-        if self.guardian is not None:
+        if self.conf.agent.watchdog_device:
             self._guard_thread = threading.Thread(
                 target=self.guard, args=(stop,), name="agent-watchdog",
                 daemon=True)
             self._guard_thread.start()
+        if self.peers is not None:
+            self._probe_thread = threading.Thread(
+                target=self.probe, args=(stop,), name="agent-peer-probes",
+                daemon=True)
+            self._probe_thread.start()
         try:
             self.sender.run(stop)
         finally:
@@ -158,24 +178,32 @@ class Agent:
             self.sender.close()
 
     def guard(self, stop):
-        """Decide and feed the watchdog, probe the peers, every check
-        interval until ``stop`` is set."""
+        """Decide and feed the watchdog every check interval until
+        ``stop`` is set."""
         interval = self.guardian.check_interval
         while True:
-            now = self.monotonic()
-            self.guardian.tick(now)
-            if self.peers is not None:
-                try:
-                    self.peers.probe(now)
-                except Exception:
-                    LOG.exception("agent.peer_probe_failed")
+            self.guardian.tick(self.monotonic())
+            if stop.wait(interval):
+                return
+
+    def probe(self, stop):
+        """Probe the peers every ``[agent] peer_interval`` until ``stop``
+        is set (with or without a watchdog)."""
+        interval = self.conf.agent.peer_interval
+        while True:
+            try:
+                self.peers.probe(self.monotonic())
+            except Exception:
+                LOG.exception("agent.peer_probe_failed")
             if stop.wait(interval):
                 return
 
     def stop_watchdog(self):
         """The orderly stop: the feeding ends, the watchdog is disarmed
         (magic close), then one beat tells the engines so."""
-        if self.guardian is None:
+        if self._probe_thread is not None:
+            self._probe_thread.join(5)
+        if self.guardian is None or not self.conf.agent.watchdog_device:
             return
         if self._guard_thread is not None:
             self._guard_thread.join(5)

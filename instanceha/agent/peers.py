@@ -12,6 +12,14 @@ time. Any probe signed with the peers' key is answered, at the address it
 came from (peer lists need not be symmetric). A pill in it condemns this
 host only once verified with this host's own key (:meth:`~instanceha.agent.guardian.Guardian.check_pill`).
 
+What this agent hears. Each peer's newest answer counts from the
+sending time of the probe it answers; the peer is *heard* while that is
+no older than ``window`` (``[agent] peer_window``). The beats carry it
+(:meth:`hearing`, in the watchdog report): the engines take a silent
+host that most of its peers do not hear either as dead at once
+(doc/safety.md). Probing needs no watchdog: the agent probes whenever
+``[agent] peers`` (or ``peers_from``) names peers.
+
 Pills to relay: an engine sends each agent the pills of the hosts it
 condemned (a relay datagram signed with that agent's own key); the agent
 keeps the newest per target (at most :data:`MAX_PILLS`) and hands it to
@@ -42,9 +50,12 @@ class Peers:
     ``peer_keyring``: the peers' key; ``guardian``: the watchdog duty."""
 
     def __init__(self, host, peers, peer_keyring, guardian, sock,
-                 monotonic, random=os.urandom):
+                 monotonic, random=os.urandom, window=3.0):
         self.host = host
         self.peers = dict(peers[:MAX_PEERS])
+        self.window = float(window)
+        #: peer name -> sending time of the newest probe it answered
+        self._heard = {}
         self.peer_keyring = peer_keyring
         self.guardian = guardian
         self.sock = sock
@@ -57,6 +68,16 @@ class Peers:
         self._thread = None
         self._wake = None
         guardian.relaying = self.relaying
+        guardian.hearing = self.hearing
+
+    def hearing(self, now):
+        """(names of the peers heard at ``now``, the window): a peer is
+        heard while it answered a probe sent no more than ``window``
+        seconds ago."""
+        with self._lock:
+            heard = frozenset(name for name, at in self._heard.items()
+                              if 0 <= now - at <= self.window)
+        return heard, self.window
 
     def relaying(self):
         """The pills this agent holds, oldest first."""
@@ -80,7 +101,7 @@ class Peers:
         nonce = self._random(protocol.NONCE_SIZE)
         with self._lock:
             self._sent[nonce] = now
-            limit = self.guardian.isolation_timeout
+            limit = max(self.guardian.isolation_timeout, self.window)
             for old in [n for n, at in self._sent.items()
                         if now - at > limit]:
                 del self._sent[old]
@@ -147,6 +168,9 @@ class Peers:
             sent_at = self._sent.get(answer.nonce)
         if sent_at is None:
             return self._count("unproven")
+        with self._lock:
+            if sent_at > self._heard.get(answer.host, float("-inf")):
+                self._heard[answer.host] = sent_at
         condemns = self.guardian.check_pill(answer.pill)
         self.guardian.fence.peer_answered(selffence.PeerAnswer(
             answer.host, sent_at, answer.hears_engine, condemns))

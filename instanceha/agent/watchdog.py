@@ -152,3 +152,28 @@ class Device:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+class Absent:
+    """No watchdog device (``[agent] watchdog_device`` unset) while the
+    agent still probes its peers: never armed, so beats say "none" and
+    the engines never count on a watchdog of this host."""
+
+    path = None
+    timeout = 0
+    armed = False
+
+    def check(self):
+        pass
+
+    def arm(self):
+        raise WatchdogError("no watchdog device configured")
+
+    def feed(self):
+        raise WatchdogError("no watchdog device configured")
+
+    def disarm(self):
+        pass
+
+    def abandon(self):
+        pass

@@ -106,6 +106,7 @@ class SnapshotCollector:
         yield from (state, counts, hold, storm_hold, lost, waiting, trans,
                     acts, per_host, count, identity, mismatch, drains)
         yield from _instance_repair(snap.get("instance_repair"))
+        yield from _failover_capacity(snap.get("failover_capacity"))
         yield from self._api.audit_ages.collect(self._api.engine, snap,
                                                 self._api.clock())
         for name, health in sorted(snap["sources"].items()):
@@ -149,4 +150,35 @@ def _instance_repair(view):
                           labels=["event"])
     for event, n in sorted((view.get("counts") or {}).items()):
         g.add_metric([event], n)
+    yield g
+
+
+def _failover_capacity(view):
+    """How many of each scope's largest hosts can fail at once with every
+    server the recovery policy would evacuate still placed (issue 38),
+    once measured."""
+    if not view:
+        return
+    g = GaugeMetricFamily(
+        "instanceha_failover_capacity_hosts",
+        "How many of the largest hosts of a scope (zone:NAME, "
+        "aggregate:NAME, reserved:WHERE, cloud) can fail at once with "
+        "every server the recovery policy would evacuate still placed on "
+        "the scope's other hosts, by Placement's counts (a lower bound; "
+        "at most [failover_capacity] max_hosts)", labels=["scope"])
+    for s in view.get("scopes") or []:
+        g.add_metric([s["scope"]], s["hosts"])
+    yield g
+    if view.get("at") is not None:
+        g = GaugeMetricFamily(
+            "instanceha_failover_capacity_measured_at",
+            "When the failover capacity was last measured (seconds since "
+            "the epoch)")
+        g.add_metric([], view["at"])
+        yield g
+    g = GaugeMetricFamily(
+        "instanceha_failover_capacity_error",
+        "1 while the last failover capacity measure failed to read the "
+        "cloud (the figures are the measure before)")
+    g.add_metric([], 1 if view.get("error") else 0)
     yield g

@@ -11,6 +11,11 @@
                                           HOST's state and, from the journal,
                                           what was decided for each of its
                                           servers in its last recovery, and why
+    instanceha capacity [--json] [--config-file F]
+                                          failover capacity: how many of the
+                                          largest hosts of each zone, aggregate
+                                          and reserved pool can fail at once
+                                          with every server still placed
     instanceha demo   [--hosts N ...]     simulated cloud: kill a host, watch recovery
     instanceha suspend HOST (--seconds N | --forever) [--reason R] [--config-file F]
                                           hands off HOST until N seconds pass
@@ -57,7 +62,7 @@ suspend, maintenance, drain and resume talk to the service's API through its
 unix socket ([api] unix_socket, /run/instanceha/api.sock by default: run
 them as the service's user or group); with [api] auth_strategy = keystone
 they send a token for the clouds.yaml cloud the service uses ([DEFAULT]
-cloud). status and history read the status file and
+cloud). status, capacity and history read the status file and
 the journal.
 """
 
@@ -120,6 +125,9 @@ def _main(argv):
         return run.main(rest)
     if cmd == "status":
         return status.main(rest)
+    if cmd == "capacity":
+        from instanceha.cmd import capacity
+        return capacity.main(rest)
     if cmd in ("suspend", "maintenance", "drain", "resume"):
         return host_commands.main(cmd, rest)
     if cmd == "repair":

@@ -126,6 +126,9 @@ def format_status(data, now=None, stale=None):
                        "on it (%s) are evacuated]" % (
                            fenced.get("level"),
                            ", ".join(fenced.get("protects") or ())))
+        elif fenced and fenced.get("how") and fenced["how"] not in reason:
+            reason += " [fenced by level %s: %s]" % (fenced.get("level"),
+                                                    fenced["how"])
         elif fenced and "fenced by level" not in reason:
             reason += " [fenced by level %s]" % fenced.get("level")
         rows.append((h["name"] or h["id"], h["state"],
@@ -149,6 +152,7 @@ def format_status(data, now=None, stale=None):
                          counts.get("verified", 0),
                          counts.get("not_verified", 0),
                          counts.get("mismatch", 0)))
+    lines.extend(_failover_line(data.get("failover_capacity")))
     waiting = (data.get("rate_limit") or {}).get("waiting") or []
     if waiting:
         lines.append("fencing rate limit: waiting, in order of detection: "
@@ -157,6 +161,23 @@ def format_status(data, now=None, stale=None):
         lines.append("source %s: %s" % (name, ", ".join(
             "%s=%s" % (k, _value(k, v)) for k, v in sorted(health.items()))))
     return "\n".join(lines)
+
+
+def _failover_line(view):
+    """One line of the failover capacity (``instanceha capacity`` has the
+    table): its lowest scope, and every scope below 1."""
+    scopes = (view or {}).get("scopes") or []
+    if not scopes:
+        return []
+    low = [s for s in scopes if s["hosts"] < 1 and s["members"]]
+    lowest = min(scopes, key=lambda s: (s["hosts"], s["scope"]))
+    text = "failover capacity: %s" % lowest["text"]
+    if len(low) > 1:
+        text += " (%d scopes below 1: %s)" % (
+            len(low), ", ".join(s["scope"] for s in low[:10]))
+    if view.get("error"):
+        text += " [last measure failed: %s]" % view["error"]
+    return [text]
 
 
 def _value(key, value):

@@ -24,6 +24,7 @@ from instanceha.conf import detection
 from instanceha.conf import drain
 from instanceha.conf import evacuation
 from instanceha.conf import explain
+from instanceha.conf import failover_capacity
 from instanceha.conf import fencing
 from instanceha.conf import heartbeat
 from instanceha.conf import instance_repair
@@ -38,7 +39,8 @@ from instanceha.conf import reserved_hosts
 MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
            capacity, reserved_hosts, coordination, heartbeat, drain,
-           maintenance, instance_repair, ceph_fencing]
+           maintenance, instance_repair, ceph_fencing,
+           failover_capacity]
 
 
 def new_conf():

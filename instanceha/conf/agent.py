@@ -8,6 +8,9 @@ by :mod:`instanceha.agent.main` only, never by the engine (they are not in
 instanceha-agent.conf).
 """
 
+import bisect
+import hashlib
+
 from oslo_config import cfg
 
 GROUP = "agent"
@@ -213,8 +216,8 @@ OPTS = [
                       "after its last beat."),
     cfg.FloatOpt("watchdog_check_interval", default=2.0, min=0.05, max=10,
                  help="Seconds between two decisions to feed the watchdog "
-                      "(and two rounds of peer probes). Keep it well below "
-                      "watchdog_timeout."),
+                      "(peers are probed every peer_interval). Keep it well "
+                      "below watchdog_timeout."),
     cfg.StrOpt("nonce_file",
                default="/run/instanceha-agent/watchdog-nonces",
                help="Where the agent appends the nonces its beats carry "
@@ -225,12 +228,45 @@ OPTS = [
                     "boot is refused. Empty: not kept (a restarted agent "
                     "refuses earlier pills)."),
     cfg.ListOpt("peers", default=[],
-                help="Peer agents asked, when the engines cannot be heard, "
-                     "whether they hear one: name=address:port items, "
-                     "name as Nova knows the host; at most 16 (bounded "
-                     "fan-out). With none, only an engine keeps this host "
-                     "from resetting: should every engine stop, every "
-                     "host without peers resets."),
+                help="Peer agents, probed every peer_interval: "
+                     "name=address:port items, name as Nova knows the "
+                     "host; at most 16 (bounded fan-out). The beats tell "
+                     "the engines which of them answer (peer witnesses: "
+                     "a silent host most of its peers do not hear either "
+                     "is fenced sooner), with or without a watchdog. "
+                     "With a watchdog, they are asked, when the engines "
+                     "cannot be heard, whether they hear one; with none, "
+                     "only an engine keeps this host from resetting: "
+                     "should every engine stop, every host without peers "
+                     "resets."),
+    cfg.ListOpt("peers_from", default=[],
+                help="Candidate peer agents (name=address:port items, as "
+                     "peers), for clouds too large to list each host's "
+                     "peers by hand: every agent given the same list "
+                     "probes the peer_count candidates that follow it on "
+                     "a ring ordered by a hash of the names, so each host "
+                     "is probed by exactly peer_count others whatever the "
+                     "cloud's size (a deterministic random set; bounded "
+                     "fan-out). Added after the peers listed in peers, up "
+                     "to 16 in all. Give one rack's or aggregate's hosts "
+                     "to keep peers close; this host's own entry is "
+                     "skipped."),
+    cfg.IntOpt("peer_count", default=5, min=1, max=16,
+               help="How many peers each agent takes from peers_from."),
+    cfg.FloatOpt("peer_interval", default=1.0, min=0.1, max=10,
+                 help="Seconds between two rounds of probes to the peers "
+                      "(each round sends one datagram to each peer). "
+                      "Probing runs whenever peers or peers_from is set, "
+                      "with or without a watchdog."),
+    cfg.FloatOpt("peer_window", default=3.0, min=0.2, max=60,
+                 help="A peer counts as heard while it answered a probe "
+                      "sent no longer ago than this (seconds). The beats "
+                      "tell the engines which peers are heard: a host "
+                      "silent to the engines that most of its peers do "
+                      "not hear either is fenced without waiting for "
+                      "Nova (doc/agent.md). At least twice "
+                      "peer_interval: one lost datagram must not make a "
+                      "peer unheard."),
     cfg.StrOpt("peer_address", default=None,
                help="address:port this agent receives its peers' probes "
                     "and the engines' relayed pills on (needed with "
@@ -310,8 +346,9 @@ def parse_paths(items):
     return paths
 
 
-def parse_peers(items):
-    """[(name, host, port)] of ``peers``; raises ValueError."""
+def parse_peers(items, limit=16):
+    """[(name, host, port)] of ``peers`` (at most ``limit``; None: no
+    limit, ``peers_from``); raises ValueError."""
     peers = []
     for item in items:
         name, sep, address = item.partition("=")
@@ -320,10 +357,50 @@ def parse_peers(items):
             raise ValueError("%r: expected name=address:port" % item)
         host, port = split_address(address)
         peers.append((name, host, port))
-    if len(peers) > 16:
-        raise ValueError("at most 16 peers (bounded fan-out), %d given"
-                         % len(peers))
+    if limit is not None and len(peers) > limit:
+        raise ValueError("at most %d peers (bounded fan-out), %d given"
+                         % (limit, len(peers)))
     return peers
+
+
+def _ring_key(name):
+    return hashlib.sha256(b"instanceha-peer-ring:"
+                          + name.encode("utf-8")).digest()
+
+
+def ring_peers(host, candidates, count):
+    """The ``count`` candidates ((name, host, port), ``peers_from``)
+    after ``host`` on the ring of every name ordered by its hash, this
+    host's own entry skipped: each host of a list that every agent is
+    given is chosen by exactly ``count`` others (fewer when the list is
+    shorter). Pure, deterministic."""
+    by_name = {}
+    for item in candidates:
+        if item[0] != host:
+            by_name.setdefault(item[0], item)
+    ring = sorted(by_name, key=_ring_key)
+    if not ring:
+        return []
+    me = _ring_key(host)
+    start = bisect.bisect_right([_ring_key(n) for n in ring], me)
+    return [by_name[ring[(start + i) % len(ring)]]
+            for i in range(min(count, len(ring)))]
+
+
+def peer_set(host, group):
+    """[(name, host, port)] this agent probes: ``peers``, then the ring's
+    choice from ``peers_from`` (see :func:`ring_peers`), names not
+    repeated, at most 16; raises ValueError."""
+    chosen = list(parse_peers(group.peers))
+    if group.peers_from:
+        names = {p[0] for p in chosen} | {host}
+        for item in ring_peers(host, parse_peers(group.peers_from,
+                                                 limit=None),
+                               group.peer_count):
+            if item[0] not in names:
+                names.add(item[0])
+                chosen.append(item)
+    return chosen[:16]
 
 
 def validate(conf):
@@ -345,13 +422,21 @@ def validate(conf):
         parse_paths(group.paths)
     except ValueError as e:
         raise cfg.Error("[agent] paths: %s" % e)
-    if group.peers and not group.peer_address:
-        raise cfg.Error("[agent] peers needs [agent] peer_address: the "
-                        "peers' answers cannot arrive otherwise")
+    for name in ("peers", "peers_from"):
+        if getattr(group, name) and not group.peer_address:
+            raise cfg.Error("[agent] %s needs [agent] peer_address: the "
+                            "peers' answers cannot arrive otherwise" % name)
     try:
         parse_peers(group.peers)
     except ValueError as e:
         raise cfg.Error("[agent] peers: %s" % e)
+    try:
+        parse_peers(group.peers_from, limit=None)
+    except ValueError as e:
+        raise cfg.Error("[agent] peers_from: %s" % e)
+    if group.peer_window < 2 * group.peer_interval:
+        raise cfg.Error("[agent] peer_window: at least twice peer_interval "
+                        "(one lost datagram must not make a peer unheard)")
     if group.watchdog_device and \
             group.watchdog_check_interval * 3 > group.watchdog_timeout:
         raise cfg.Error("[agent] watchdog_check_interval: at most a third "

@@ -157,6 +157,27 @@ OPTS = [
                       "one seen), or a BMC that may prove it dead reads "
                       "Off; a heartbeat Nova records after the silence "
                       "means the host lives (never fenced for it)."),
+    cfg.IntOpt("peer_witnesses", default=2, min=1, max=16,
+               help="Peer witnesses (the agents' [agent] peers): a host "
+                    "whose agent fell silent on every path is taken as "
+                    "corroborated at once, without waiting for the "
+                    "heartbeat Nova owes, when at least this many of the "
+                    "agents that list it as a peer, and a majority of "
+                    "them, report in beats made after its last beat (the "
+                    "whole of their hearing window after it) that they do "
+                    "not hear it either, and none that it does. It is "
+                    "then fenced (powered off, or its watchdog's deadline "
+                    "awaited) as any other: never evacuated before. Fewer "
+                    "reporting peers: Nova's owed heartbeat is awaited as "
+                    "without peers."),
+    cfg.FloatOpt("peer_corroborated_grace", default=3.0,
+                 min=0, max=3600,
+                 help="The grace period, counted from the host's last "
+                      "beat, of a silence its peers corroborate (see "
+                      "peer_witnesses), instead of [detection] "
+                      "grace_period when shorter: the peers' fresh reports "
+                      "already rule out a late heartbeat of a host that "
+                      "merely paused."),
 ]
 
 

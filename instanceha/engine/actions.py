@@ -9,7 +9,7 @@ the engine retries the action with back-off.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Union
 
 import structlog
 
@@ -19,15 +19,16 @@ from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
 from instanceha.drivers.fencing.inventory_entry import BMC
+from instanceha.drivers.fencing.watchdog import WatchdogDriver
 from instanceha.engine import proof, reserve, stale
 from instanceha.engine.evac_run import close_open_rows
-from instanceha.engine.passes import answer
+from instanceha.engine.passes import Done, Requeue, answer
 from instanceha.events import Event, EventKind as E
 from instanceha.events import (
     Fenced, Isolated, Payload, PowerReading, Restored, ServiceReport)
 from instanceha.policy import proof as proof_policy
 from instanceha.fsm.nova_row import classify
-from instanceha.fsm.states import Action, gave_up_kind
+from instanceha.fsm.states import Action, State, gave_up_kind
 from instanceha.drivers.compute import nova_clock
 from instanceha.fsm.record import HostRecord
 from instanceha.util.marker import MARKER
@@ -71,6 +72,49 @@ def _gated(ctx: Context, check: Check) -> Check:
             raise FenceHeld(held)
         return None
     return guarded
+
+
+#: the journal's name of the step that condemns a host (its watchdog
+#: method's poison pill), written before the pill leaves
+CONDEMN = "condemn"
+
+
+def _condemning(ctx: Context, record: HostRecord, check: Check,
+                rows: List[int]) -> Check:
+    """``check``, then, before a method that condemns the host (the
+    watchdog method sends its agent and peers the poison pill), a journal
+    row of that step of its own: the journal is written before every
+    action. Its id is added to ``rows`` (finished by
+    :func:`_condemned`); a failed write fails the method (nothing sent)."""
+    def journalled(method: BMC) -> Optional[str]:
+        why = check(method)
+        if why or method.driver != WatchdogDriver.name:
+            return why
+        rows.append(ctx.journal.action_started(record, CONDEMN,
+                                               ctx.clock()))
+        LOG.warning("condemn_journalled", host=record.name,
+                    reason="the watchdog method condemns the host next: "
+                           "its poison pill goes to its agent and peers")
+        return None
+    return journalled
+
+
+def _condemned(ctx: Context, rows: List[int], what: str) -> None:
+    """Finish the condemnation rows of one fence attempt (their pill was
+    sent when the method ran): ``what`` came of their level."""
+    for row in rows:
+        try:
+            ctx.journal.action_finished(row, ctx.clock(), "sent",
+                                        "poison pill sent to the host and "
+                                        "its peers; " + what)
+        except Exception as e:   # noqa: BLE001 - the fence's outcome stands
+            LOG.error("journal_write_failed", action=CONDEMN,
+                      reason=str(e))
+
+
+def _not_fenced(e: Exception) -> str:
+    return ("its level did not prove the host dead (it stays condemned "
+            "until it is back and cleaned up): %s" % e)
 
 
 def _result(record: HostRecord, kind: E, ctx: Context, reason: str,
@@ -125,12 +169,42 @@ def live_sharers(ctx: Context, record: HostRecord, bmc: BMC
     return out
 
 
-def fence(ctx: Context, record: HostRecord) -> Event:
+class FenceCarry:
+    """One fencing attempt between its passes: where the levels stand
+    (chain.Progress) and the journal rows of its condemnations."""
+
+    def __init__(self) -> None:
+        self.progress = chain.Progress()
+        self.rows: List[int] = []
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+def fence(ctx: Context, record: HostRecord,
+          carry: Optional[FenceCarry] = None
+          ) -> Union[Event, Requeue, Done]:
+    """Fence the host through its inventory entry's levels. Runs in
+    passes: a method that can only be waited for (the watchdog's
+    deadline) makes it Requeue until then, holding no worker; the next
+    pass goes on with that method (``carry``) without its checks again:
+    they belong to the attempt's start."""
     bmc = ctx.bmc_for(record.name)
     if bmc is None:
+        if carry is not None:
+            _condemned(ctx, carry.rows, "the host's inventory entry was "
+                       "removed while its fencing was waited for")
         return _result(record, E.FENCE_FAILED, ctx,
                        "no BMC for host %s in the fencing inventory"
                        % record.name)
+    if carry is not None:
+        if record.state is not State.FENCING:
+            why = ("the host left fencing (%s) while its fencing was "
+                   "waited for" % record.state.value)
+            _condemned(ctx, carry.rows, why)
+            LOG.warning("fence_abandoned", host=record.name, reason=why)
+            return Done("abandoned", why)
+        return _fence_levels(ctx, record, bmc, carry)
     sharers = live_sharers(ctx, record, bmc)
     if sharers:
         other = sharers[0]
@@ -150,22 +224,42 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         return _result(record, E.FENCE_FAILED, ctx,
                        "refusing to fence %s through its inventory entry: "
                        "UNPROTECTED: %s" % (record.name, untrusted))
+    return _fence_levels(ctx, record, bmc, FenceCarry())
+
+
+def _fence_levels(ctx: Context, record: HostRecord, bmc: BMC,
+                  carry: FenceCarry) -> Union[Event, Requeue]:
+    condemned = carry.rows
     try:
         # Each method of the entry in order (Redfish, then IPMI...): the
         # first that confirms Off proves the host dead, if its Off may
         # prove it (a BMC seen On for this host: proof.fence_check).
-        outcome = chain.fence(bmc, ctx.fencer,
-                              check=_gated(ctx, proof.fence_check(ctx,
-                                                                  record)))
+        done = chain.fence(bmc, ctx.fencer, check=_condemning(
+            ctx, record, _gated(ctx, proof.fence_check(ctx, record)),
+            condemned), progress=carry.progress)
     except FenceHeld:
         raise
-    except fencing_base.BmcUnreachable:
+    except fencing_base.BmcUnreachable as e:
         # No BMC answered: nothing refused, and the host is not proven
         # dead. Raised, so the engine retries with back-off ([DEFAULT]
         # action_retries bounds it; then the host goes failed).
+        _condemned(ctx, condemned, _not_fenced(e))
         raise
     except fencing_base.FenceError as e:
+        _condemned(ctx, condemned, _not_fenced(e))
         return _result(record, E.FENCE_FAILED, ctx, str(e))
+    except Exception as e:
+        _condemned(ctx, condemned, _not_fenced(e))
+        raise
+    if isinstance(done, chain.Waiting):
+        # Nothing to do but wait (the watchdog's deadline): the next pass
+        # then, woken by nothing else.
+        LOG.info("fence_waiting", host=record.name,
+                 retry_in=round(done.after, 2), reason=done.why)
+        return Requeue(done.after, carry, frozenset())
+    outcome = done
+    _condemned(ctx, condemned, "the host was fenced: %s"
+               % outcome.describe())
     leveled = outcome.leveled or outcome.scope != fencing_base.HOST
     return _result(record, E.FENCE_OK, ctx, outcome.describe(), Fenced(
         method=outcome.index, method_driver=outcome.driver,
@@ -174,7 +268,8 @@ def fence(ctx: Context, record: HostRecord) -> Event:
         level=outcome.level if leveled else None,
         levels=outcome.levels if leveled else None,
         level_methods=outcome.level_methods if leveled else (),
-        scope=outcome.scope, protects=outcome.protects))
+        scope=outcome.scope, protects=outcome.protects,
+        how="; ".join(outcome.how)))
 
 
 def isolate(ctx: Context, record: HostRecord) -> Event:
@@ -252,6 +347,10 @@ def check_cleanup(ctx: Context, record: HostRecord) -> Event:
                 "service left disabled ([evacuation] leave_disabled)" % done)
     if stale_rebuilds.text():
         text += "; " + stale_rebuilds.text()
+    if bmc is not None and any(m.driver == WatchdogDriver.name for m in
+                               getattr(bmc, "all_methods", None) or ()):
+        text += ("; its watchdog condemnation lifted (no poison pill to its "
+                 "agent or peers any more)")
     if returned:
         text += "; " + returned
     return _result(record, E.CLEANUP_CONFIRMED, ctx, text, Restored(enable))

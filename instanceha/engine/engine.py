@@ -16,7 +16,8 @@ import dataclasses
 import threading
 import time
 from typing import (TYPE_CHECKING, Any, Callable, Counter, Dict, Hashable,
-                    List, Mapping, NoReturn, Optional, Sequence, Set, Tuple)
+                    List, Mapping, NoReturn, Optional, Sequence, Set, Tuple,
+                    cast)
 
 import structlog
 
@@ -29,6 +30,7 @@ from instanceha.engine.inbox import Finish, Inboxes, Pending, Result
 from instanceha.engine.journal_health import JournalHealth
 from instanceha.engine.probes import Probes
 from instanceha.engine.progress import ProgressBoard
+from instanceha.engine import failover as failover_mod
 from instanceha.engine import repair as repair_mod
 from instanceha.engine.runner import Runner
 from instanceha.engine.workqueue import WorkQueue
@@ -110,6 +112,10 @@ class Engine:
         self.repair = repair_mod.InstanceRepair(
             conf, context, self.start_work, self.find,
             cluster_ok=self.cluster_status)
+        #: failover capacity (issue 38): a measure on this queue every
+        #: [failover_capacity] interval
+        self.failover = failover_mod.FailoverCapacity(conf, context,
+                                                      self.start_work)
         # A notification about a server may settle a move: the passes
         # waiting for that server take their next pass now.
         context.board.subscribe(self._wake_passes)
@@ -319,10 +325,10 @@ class Engine:
         #: the host's record, for an action of a host
         host: Optional[HostRecord] = None
         if not spec.of_host:
-            # Work no host starts (an instance repair case): its subject
-            # is its carry.
-            assert isinstance(pending.carry, repair_mod.CaseWork), pending
-            rec = pending.carry
+            # Work no host starts (an instance repair case, the failover
+            # capacity measure): its subject is its carry.
+            assert pending.carry is not None, pending
+            rec = cast("Subject", pending.carry)
         else:
             # A host's action is keyed by its host's id, and queued only
             # once the host's record is kept.
@@ -342,7 +348,7 @@ class Engine:
                 self.journal.action_finished(pending.action_id, self.clock(),
                                              "dropped", "state changed")
             return
-        why = self.ctx.may_act()
+        why = None if spec.reads_only else self.ctx.may_act()
         if why is not None:
             # Not ours to act on now (another member of the group acts, or
             # this one lost its coordination lease): the action waits.
@@ -586,6 +592,7 @@ class Engine:
         self.policy = fsm.Policy.from_conf(self.conf)
         self.fencing.settings = storm.Settings.from_conf(self.conf)
         self.repair.reload_settings()
+        self.failover.reload_settings()
 
     def hold_for(self, rec: HostRecord, at: float,
                  pending: Optional[HostRecord] = None) -> Tuple[bool, str]:
@@ -628,6 +635,7 @@ class Engine:
         """Workers, the work queue's delayer and the ticker (engine.runner)."""
         self._probes.start()
         self._runner.start()
+        self.failover.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._runner.stop(timeout)

@@ -90,6 +90,47 @@ def unsettled(run: Run, sid: str, now: float
                              inherited=True))
 
 
+def _taken_after_all(run: Run, sid: str, now: float, check: Attempt
+                     ) -> bool:
+    """After a failed request (``check``): True when it needs no new one
+    (the server is gone, or Nova took the request after all: rebuilding,
+    waited for; rebuilt on another host, done)."""
+    ctx = run.ctx
+    try:
+        server = ctx.compute.get_server(sid)
+    except base.NotFound:
+        if check.unanswered:
+            run.finish(check, "gone", detail="server deleted")
+        run.outcome.skipped[sid] = "server deleted"
+        return True
+    if (server.task_state or "") in REBUILD_TASK_STATES:
+        LOG.warning("evacuation_request_taken", host=run.host,
+                    server=sid, reason="the failed request was "
+                    "taken by Nova after all: waiting for it")
+        _not_retried(run, sid)
+        run.inflight[sid] = Attempt(
+            sid, now, check.evac_id, {m.id: m.status for m in
+                                      run.migs.get(sid, [])
+                                      if m.status not in IN_FLIGHT},
+            _unschedulable(run))
+        return True
+    if server.host not in (None, run.host) and \
+            (server.vm_state or "") in ("active", "stopped"):
+        why = ("the failed request was taken by Nova after all: "
+               "rebuilt on %s" % server.host)
+        LOG.warning("evacuation_request_taken", host=run.host,
+                    server=sid, dest=server.host, reason=why)
+        _not_retried(run, sid)
+        run.done(check, server.host, why)
+        return True
+    if check.unanswered:
+        # Its row was left open for this check.
+        run.close_unanswered(
+            check, "Nova had not taken it %.0fs later: sent again"
+            % (now - check.started))
+    return False
+
+
 def send(run: Run, sid: str, now: float, check: Optional[Attempt] = None
          ) -> None:
     """``check``: the failed attempt, for a retry after a failed
@@ -97,39 +138,8 @@ def send(run: Run, sid: str, now: float, check: Optional[Attempt] = None
     proxy, a timeout): a server found rebuilding is waited for, one
     found rebuilt on another host is done; neither is sent twice."""
     ctx = run.ctx
-    if check is not None:
-        try:
-            server = ctx.compute.get_server(sid)
-        except base.NotFound:
-            if check.unanswered:
-                run.finish(check, "gone", detail="server deleted")
-            run.outcome.skipped[sid] = "server deleted"
-            return
-        if (server.task_state or "") in REBUILD_TASK_STATES:
-            LOG.warning("evacuation_request_taken", host=run.host,
-                        server=sid, reason="the failed request was "
-                        "taken by Nova after all: waiting for it")
-            _not_retried(run, sid)
-            run.inflight[sid] = Attempt(
-                sid, now, check.evac_id, {m.id: m.status for m in
-                                          run.migs.get(sid, [])
-                                          if m.status not in IN_FLIGHT},
-                _unschedulable(run))
-            return
-        if server.host not in (None, run.host) and \
-                (server.vm_state or "") in ("active", "stopped"):
-            why = ("the failed request was taken by Nova after all: "
-                   "rebuilt on %s" % server.host)
-            LOG.warning("evacuation_request_taken", host=run.host,
-                        server=sid, dest=server.host, reason=why)
-            _not_retried(run, sid)
-            run.done(check, server.host, why)
-            return
-        if check.unanswered:
-            # Its row was left open for this check.
-            run.close_unanswered(
-                check, "Nova had not taken it %.0fs later: sent again"
-                % (now - check.started))
+    if check is not None and _taken_after_all(run, sid, now, check):
+        return
     if check is not None and \
             run.request_failures[sid] > run.conf.server_retries:
         # The last of them went unanswered and has now been waited

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Protocol, Union
 
-from instanceha.engine import (actions, drain, evacuator, putback, repair,
-                               soft_fence)
+from instanceha.engine import (actions, drain, evacuator, failover, putback,
+                               repair, soft_fence)
 from instanceha.fsm.states import ACTIONS, Action, ActionSpec
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ RUNNERS: Dict[Action, Callable[..., Outcome]] = {
     Action.FAIL_BACK: putback.fail_back,
     Action.REPAIR: repair.run_case,
     Action.RESTART_COMPUTE: soft_fence.restart_compute,
+    Action.FAILOVER_CAPACITY: failover.run_pass,
 }
 
 if set(RUNNERS) != set(ACTIONS):      # pragma: no cover - a coding error

@@ -36,7 +36,8 @@ def from_journal(data: Mapping[str, Any]) -> HostRecord:
     # What the host's agent said before the restart is not evidence now
     # (a beating agent would veto the fencing of a host that died while
     # instanceha was down): unheard until its next beat.
-    data.update(agent="", agent_compute=None, agent_silent_at=None)
+    data.update(agent="", agent_compute=None, agent_silent_at=None,
+                peers_watching=0, peers_unheard=0, peers_heard=0)
     return fsm.HostRecord(**data)
 
 

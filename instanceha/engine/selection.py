@@ -45,11 +45,13 @@ class Selection:
     keys: Dict[str, order.SortKey] = dataclasses.field(default_factory=dict)
 
 
-def _aggregates(compute: base.ComputeDriver, host: Optional[str]
+def _aggregates(compute: base.ComputeDriver, host: Optional[str],
+                effect: str = "aggregate-scope recovery policies are not "
+                              "consulted for this evacuation"
                 ) -> Tuple[AggregateFacts, ...]:
-    found = base.aggregates_or_none(
-        compute, LOG, "aggregate-scope recovery policies are not consulted "
-        "for this evacuation", host=host) or ()
+    """Every host aggregate with its metadata (none when they cannot be
+    read: ``effect`` says what that leaves out)."""
+    found = base.aggregates_or_none(compute, LOG, effect, host=host) or ()
     return tuple(evacuable.AggregateFacts(
         name=a.name, id=str(a.id or ""), metadata=dict(a.metadata or {}),
         hosts=tuple(a.hosts)) for a in found)
@@ -93,6 +95,21 @@ def _images(compute: base.ComputeDriver, host: Optional[str],
                                "evacuation")
             return {}
     return found
+
+
+#: every host aggregate, for reads beyond one evacuation (failover
+#: capacity)
+aggregates = _aggregates
+#: a server's image id (None: booted from a volume)
+image_id = _image_id
+
+
+def images_of(compute: base.ComputeDriver, servers: Sequence[base.Server],
+              policies: "Policies") -> Dict[str, ImageFacts]:
+    """:func:`_images` of many hosts' servers at once (each image read
+    once)."""
+    return _images(compute, None, servers, policies.evacuable,
+                   tags=bool(policies.service.excluded_tags))
 
 
 def _facts(server: base.Server, aggregates: Iterable[AggregateFacts],
@@ -157,29 +174,53 @@ def _log_problems(host: str, problems: Iterable[Problem]) -> None:
                     key=p.key, reason=p.message)
 
 
-def select(ctx: Context, host: str, servers: Sequence[base.Server],
-           now: float) -> Selection:
-    """``servers``: the host's servers Nova would evacuate (Server). The
-    aggregates are read only when a policy may need them."""
-    conf = ctx.conf
-    es = evacuable.Settings.from_conf(conf)
-    rs = repair.Settings.from_conf(conf)
-    os_ = order.Settings.from_conf(conf)
-    aggregates = _aggregates(ctx.compute, host) if servers else ()
+@dataclasses.dataclass(frozen=True)
+class Policies:
+    """The recovery policies' settings, read once for many hosts."""
+    evacuable: evacuable.Settings
+    repair: repair.Settings
+    order: order.Settings
+    service: IRSettings
+
+    @classmethod
+    def from_conf(cls, conf: Any) -> "Policies":
+        return cls(evacuable.Settings.from_conf(conf),
+                   repair.Settings.from_conf(conf),
+                   order.Settings.from_conf(conf),
+                   IRSettings.host_path_from_conf(conf))
+
+
+@dataclasses.dataclass
+class Decided:
+    """What the policies decide for one host's servers (:func:`decide`)."""
+    selection: Selection
+    #: server id -> why its service keeps it (service-owned)
+    owned: Dict[str, str]
+    #: server id -> why the policies leave it
+    left: Dict[str, str]
+    problems: List[Problem]
+    expired: List[repair.Marker]
+
+
+def decide(policies: Policies, servers: Sequence[base.Server],
+           aggregates: Sequence[AggregateFacts],
+           images: Mapping[str, ImageFacts], now: float) -> Decided:
+    """Which of ``servers`` (one host's, those Nova would evacuate) the
+    recovery policies evacuate, in what order; reads nothing, logs
+    nothing. ``aggregates``: every host aggregate (AggregateFacts);
+    ``images``: those :func:`_images` read."""
+    rs = policies.repair
     global_scope = None
     if rs.global_aggregate:
         global_scope = next((a for a in aggregates
                              if a.name == rs.global_aggregate), None)
-    svc = IRSettings.host_path_from_conf(conf)
-    images = _images(ctx.compute, host, servers, es,
-                     tags=bool(svc.excluded_tags))
     facts = [_facts(s, aggregates, images) for s in servers]
-    owned = _service_owned(host, servers, facts, svc)
+    owned = _owned(servers, facts, policies.service)
     skipped: Dict[str, str] = {}
     problems: List[Problem] = []
     expired: List[repair.Marker] = []
     facts = [f for f in facts if f.id not in owned]
-    verdicts = evacuable.decide_all(facts, es)
+    verdicts = evacuable.decide_all(facts, policies.evacuable)
     problems.extend(verdicts.problems)
     skipped.update(verdicts.skipped)
     kept = []
@@ -194,25 +235,47 @@ def select(ctx: Context, host: str, servers: Sequence[base.Server],
             skipped[f.id] = why
         else:
             kept.append(f)
-    ranking = order.rank(kept, os_)
+    ranking = order.rank(kept, policies.order)
     problems.extend(ranking.problems)
-    if expired and conf.recovery.remove_expired_markers:
-        remove_expired(ctx.compute, host, expired)
-    _log_problems(host, evacuable.unique(problems))
-    if skipped:
-        LOG.warning("servers_left_by_policy", host=host, count=len(skipped),
-                    servers=skipped, reason="recovery policy ([recovery], "
+    left = dict(skipped)
+    skipped.update(owned)
+    return Decided(Selection(ranking.ids, skipped,
+                             {r.id: order.sort_key(r.server, r.priority)
+                              for r in ranking.servers}),
+                   owned, left, problems, expired)
+
+
+def select(ctx: Context, host: str, servers: Sequence[base.Server],
+           now: float) -> Selection:
+    """``servers``: the host's servers Nova would evacuate (Server). The
+    aggregates are read only when a policy may need them."""
+    conf = ctx.conf
+    policies = Policies.from_conf(conf)
+    aggregates = _aggregates(ctx.compute, host) if servers else ()
+    images = _images(ctx.compute, host, servers, policies.evacuable,
+                     tags=bool(policies.service.excluded_tags))
+    d = decide(policies, servers, aggregates, images, now)
+    if d.owned:
+        LOG.warning("servers_left_to_their_service", host=host,
+                    count=len(d.owned), servers=d.owned,
+                    reason="service-owned ([instance_repair] "
+                           "excluded_projects, excluded_tags): their "
+                           "service fails over by itself; moving them "
+                           "behind its back breaks it, so they are not "
+                           "evacuated")
+    if d.expired and conf.recovery.remove_expired_markers:
+        remove_expired(ctx.compute, host, d.expired)
+    _log_problems(host, evacuable.unique(d.problems))
+    if d.left:
+        LOG.warning("servers_left_by_policy", host=host, count=len(d.left),
+                    servers=d.left, reason="recovery policy ([recovery], "
                     "server/flavor/aggregate metadata) says not to evacuate "
                     "them")
-    skipped.update(owned)
-    return Selection(ranking.ids, skipped,
-                     {r.id: order.sort_key(r.server, r.priority)
-                      for r in ranking.servers})
+    return d.selection
 
 
-def _service_owned(host: str, servers: Sequence[base.Server],
-                   facts: Sequence[ServerFacts], settings: IRSettings
-                   ) -> Dict[str, str]:
+def _owned(servers: Sequence[base.Server], facts: Sequence[ServerFacts],
+           settings: IRSettings) -> Dict[str, str]:
     """{server id: why} of the servers a service owns (excluded by
     project or tag): left on the host, whatever the other policies say."""
     owned: Dict[str, str] = {}
@@ -220,14 +283,6 @@ def _service_owned(host: str, servers: Sequence[base.Server],
         why = service.excluded(f, settings, facts_nova.project_of(server))
         if why is not None:
             owned[f.id] = why
-    if owned:
-        LOG.warning("servers_left_to_their_service", host=host,
-                    count=len(owned), servers=owned,
-                    reason="service-owned ([instance_repair] "
-                           "excluded_projects, excluded_tags): their "
-                           "service fails over by itself; moving them "
-                           "behind its back breaks it, so they are not "
-                           "evacuated")
     return owned
 
 

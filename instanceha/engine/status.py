@@ -71,6 +71,7 @@ def snapshot(engine: EngineView, hosts: Sequence[HostRecord],
         "fencing_identity": counts,
         "degraded": engine.journal_health.degraded(),
         **_repair(engine),
+        **_failover(engine),
         **engine.status_extra(),
     }
 
@@ -80,9 +81,12 @@ def _fenced_by(rec: HostRecord) -> Dict[str, object]:
     recovery lasts (nothing for an active host)."""
     if rec.fenced_level is None or rec.state is State.ACTIVE:
         return {}
-    return {"fenced_by": {"level": rec.fenced_level,
-                          "proof": rec.proven_by,
-                          "protects": list(rec.storage_protects)}}
+    out: Dict[str, object] = {"level": rec.fenced_level,
+                              "proof": rec.proven_by,
+                              "protects": list(rec.storage_protects)}
+    if rec.fenced_how:
+        out["how"] = rec.fenced_how
+    return {"fenced_by": out}
 
 
 def _repair(engine: EngineView) -> Dict[str, object]:
@@ -91,6 +95,14 @@ def _repair(engine: EngineView) -> Dict[str, object]:
     if repair is None or not repair.enabled:
         return {}
     return {"instance_repair": repair.snapshot()}
+
+
+def _failover(engine: EngineView) -> Dict[str, object]:
+    """The last failover capacity measure (engine.failover), once one
+    was made."""
+    failover = getattr(engine, "failover", None)
+    view = failover.snapshot() if failover is not None else None
+    return {} if view is None else {"failover_capacity": view}
 
 
 def _work(engine: EngineView, rec: HostRecord) -> Dict[str, object]:

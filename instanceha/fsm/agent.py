@@ -9,6 +9,17 @@ gates. Nova recording a heartbeat after the silence means the host lives
 fenced for the silence. While the agent's authenticated beats arrive, the
 host lives whatever Nova says (only nova-compute is down): never fenced
 (the veto).
+
+Peer witnesses (issue 37, section 1): the agents that list the host as a
+peer tell, in their beats, whether they hear it. When at least
+``peer_witnesses`` of them, and a majority of all the agents listing it,
+report fresh (beating, each report's whole hearing window after the
+host's last beat: the source counts them) that they do not hear it, and
+none that it does, the silence is corroborated at once: Nova's owed
+heartbeat is not waited for, and the grace period is
+``peer_grace``. This only brings the decision to fence (power off, or
+the watchdog's deadline) sooner; the host is still proven dead before
+any evacuation (doc/safety.md).
 """
 
 from __future__ import annotations
@@ -36,9 +47,20 @@ def observe(r: HostRecord, ev: Event, changes: Dict[str, Any]) -> None:
     change on the record (into ``changes``)."""
     if ev.kind is E.AGENT_BEATING and isinstance(ev.payload, AgentReport):
         changes.update(agent=BEATING, agent_compute=ev.payload.compute,
-                       agent_silent_at=None)
+                       agent_silent_at=None, peers_watching=0,
+                       peers_unheard=0, peers_heard=0)
     elif ev.kind is E.AGENT_SILENT and isinstance(ev.payload, AgentSilence):
-        changes.update(agent=SILENT, agent_silent_at=ev.payload.last_beat_at)
+        changes.update(agent=SILENT, agent_silent_at=ev.payload.last_beat_at,
+                       peers_watching=ev.payload.peers_watching,
+                       peers_unheard=ev.payload.peers_unheard,
+                       peers_heard=ev.payload.peers_heard)
+    elif (ev.kind is E.AGENT_PEERS and isinstance(ev.payload, AgentSilence)
+          and r.agent == SILENT
+          and r.agent_silent_at == ev.payload.last_beat_at):
+        # the peers' word changed within the same silence
+        changes.update(peers_watching=ev.payload.peers_watching,
+                       peers_unheard=ev.payload.peers_unheard,
+                       peers_heard=ev.payload.peers_heard)
     if isinstance(ev.payload, ServiceReport):
         read_at = ev.payload.read_at
         if read_at is not None and (r.nova_read_at is None
@@ -84,14 +106,36 @@ def owed_at(r: HostRecord, p: Policy) -> float:
     return base + interval + OWED_MARGIN
 
 
+def peers_corroborate(r: HostRecord, p: Policy) -> bool:
+    """The silent host's peers do not hear it either: at least
+    ``peer_witnesses`` fresh reports say so, they are a majority of the
+    agents listing the host as a peer, and no fresh report hears it (a
+    peer hearing it refutes: the host lives, or part of its network
+    does)."""
+    return (r.agent == SILENT and r.peers_heard == 0
+            and r.peers_unheard >= max(p.peer_witnesses, 1)
+            and r.peers_unheard >= r.peers_watching // 2 + 1)
+
+
+def grace(r: HostRecord, p: Policy) -> float:
+    """The grace period of the record's loss: ``peer_grace`` (if
+    shorter) for a silence its peers corroborate."""
+    if peers_corroborate(r, p):
+        return min(p.grace_period, p.peer_grace)
+    return p.grace_period
+
+
 def corroborated(r: HostRecord, p: Policy) -> bool:
     """A second witness of the silent host's death: a BMC that may prove
-    it dead reads Off, or a read of Nova made after Nova owed a heartbeat
-    found none recorded (time passing is not enough: a slow or failing
-    read of Nova must not stand for one that found nothing)."""
+    it dead reads Off, a majority of its peers do not hear it either
+    (:func:`peers_corroborate`), or a read of Nova made after Nova owed a
+    heartbeat found none recorded (time passing is not enough: a slow or
+    failing read of Nova must not stand for one that found nothing)."""
     if r.agent != SILENT or refuted(r, p):
         return False
     if p.power_evidence and r.power_off_at is not None:
+        return True
+    if peers_corroborate(r, p):
         return True
     return r.nova_read_at is not None and r.nova_read_at >= owed_at(r, p)
 
@@ -101,6 +145,7 @@ def wants_nova_read(r: HostRecord, now: float, p: Policy) -> bool:
     for: the engine reads the host's own row of Nova now instead of
     waiting for the next poll."""
     return (silent_suspect(r) and not refuted(r, p)
+            and not peers_corroborate(r, p)
             and now >= owed_at(r, p)
             and (r.nova_read_at is None or r.nova_read_at < owed_at(r, p)))
 
@@ -108,6 +153,7 @@ def wants_nova_read(r: HostRecord, now: float, p: Policy) -> bool:
 def due_at(r: HostRecord, p: Policy, fence_at: float) -> float:
     """When fencing a silent suspect may become due (``fence_at``: the
     grace period's end)."""
-    if p.power_evidence and r.power_off_at is not None:
+    if (p.power_evidence and r.power_off_at is not None) \
+            or peers_corroborate(r, p):
         return fence_at
     return max(fence_at, owed_at(r, p))

@@ -25,7 +25,7 @@ def fence_at(r: HostRecord, p: Policy) -> Optional[float]:
     the end of a resumed host's boot time (``hold_until``)."""
     if r.lost_at is None:
         return None
-    delay = p.grace_period
+    delay = agent.grace(r, p)
     if p.kdump_enabled:
         delay = max(delay, p.kdump_fence_delay)
     if _power_proof(r, p):
@@ -179,11 +179,18 @@ GUARDS: Dict[str, Guard] = {
     "kdump_enabled": lambda r, ev, p: p.kdump_enabled,
     "storage_fenced": lambda r, ev, p: (isinstance(ev.payload, Fenced)
                                         and ev.payload.scope == "storage"),
+    # proven dead otherwise than by a BMC's Off (a watchdog's deadline):
+    # the method's own words say how
+    "fenced_without_power": lambda r, ev, p: (
+        isinstance(ev.payload, Fenced) and bool(ev.payload.how)),
     "kdump_proves_dead": lambda r, ev, p: kdump_proof(r, p, ev.at),
     "kdump_waits": lambda r, ev, p: (p.kdump_action != "evacuate"
                                      and dumping(r, ev.at, p)),
     "fence_due": _fence_due,
     "agent_fence_due": agent_fence_due,
+    "agent_fence_due_by_peers": lambda r, ev, p: (
+        agent_fence_due(r, ev, p) and agent.peers_corroborate(r, p)
+        and not agent.refuted(r, p)),
     "agent_vetoes": lambda r, ev, p: (agent.vetoes(r)
                                       and _decision_due(r, ev, p)),
     "agent_beating": lambda r, ev, p: agent.vetoes(r),

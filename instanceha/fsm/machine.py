@@ -178,9 +178,11 @@ def _enter(r: HostRecord, dst: State, ev: Event,
         changes["fenced_at"] = ev.at
         changes["proven_by"] = ("power" if ev.kind is E.FENCE_OK
                                 else "kdump")
-        changes.update(fenced_level=None, storage_protects=())
+        changes.update(fenced_level=None, storage_protects=(),
+                       fenced_how="")
         if isinstance(ev.payload, Fenced):
             changes["fenced_level"] = ev.payload.level or ev.payload.method
+            changes["fenced_how"] = ev.payload.how
             if ev.payload.scope == "storage":
                 changes.update(proven_by="storage",
                                storage_protects=ev.payload.protects)

@@ -50,6 +50,9 @@ class HostRecord:
     #: still run): what of its servers is on the fenced storage
     #: ("volumes", "ephemeral"); only those are evacuated
     storage_protects: Tuple[str, ...] = ()
+    #: what proved it dead in its fencing method's own words, when no
+    #: BMC's Off did ("self-fenced by watchdog, assumed at <time>")
+    fenced_how: str = ""
     #: id of the host's last evacuation journal row written before it
     #: entered FENCED (set by the engine, which reads the journal): rows
     #: above it are this recovery's. Row ids, not a stamp compared with
@@ -61,6 +64,12 @@ class HostRecord:
     agent_compute: Optional[bool] = None
     #: when its last beat arrived, once silent on every path
     agent_silent_at: Optional[float] = None
+    #: while silent: its peers' word (events.AgentSilence): agents
+    #: listing it as a peer, and those of them, beating, whose fresh
+    #: reports say they do not / do hear it
+    peers_watching: int = 0
+    peers_unheard: int = 0
+    peers_heard: int = 0
     #: the newest updated_at Nova reported (Nova's clock), and when it
     #: was seen to advance (ours): is Nova owed a heartbeat?
     nova_updated: Optional[float] = None

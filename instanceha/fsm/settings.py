@@ -39,6 +39,13 @@ class Policy:
     #: a host entering its agent's veto gets one restart request for
     #: nova-compute ([agent] restart_compute: soft fencing)
     restart_compute: bool = False
+    #: the fewest peers whose fresh reports must say they do not hear a
+    #: silent host (and a majority of the agents listing it) for them to
+    #: corroborate its silence ([agent] peer_witnesses)
+    peer_witnesses: int = 2
+    #: the grace period of a silence the peers corroborate
+    #: ([agent] peer_corroborated_grace)
+    peer_grace: float = 3.0
 
     @classmethod
     def from_conf(cls, conf: Any) -> "Policy":
@@ -66,6 +73,9 @@ class Policy:
         if agent is not None:
             kw["restart_compute"] = bool(getattr(agent, "restart_compute",
                                                  False))
+            if hasattr(agent, "peer_witnesses"):
+                kw["peer_witnesses"] = agent.peer_witnesses
+                kw["peer_grace"] = agent.peer_corroborated_grace
         if kdump is not None:
             action = kdump.action
             if action == "wait":            # the old name of the same thing

@@ -46,6 +46,7 @@ class Action(str, enum.Enum):
     FAIL_BACK = "fail_back"          # migrate the drained servers back to it
     REPAIR = "instance_repair"       # one server broken on a healthy host
     RESTART_COMPUTE = "restart_compute"  # ask a vetoed host's agent (soft fence)
+    FAILOVER_CAPACITY = "failover_capacity"  # measure it (reads only)
 
 
 #: States of a host being proven dead or having its servers moved: reads
@@ -94,6 +95,8 @@ def in_agent_veto(r: HostRecord) -> bool:
 ACTION_ROWS = "actions"
 #: ... or as instance repair rows, one per request its pass sends.
 REPAIR_ROWS = "instance_repairs"
+#: no journal rows (work that reads and changes nothing)
+NO_ROWS = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +137,10 @@ class ActionSpec:
     within: Optional[Callable[[HostRecord], bool]] = None
     #: the Policy flag (an option) without which it is never started
     enabled_by: Optional[str] = None
+    #: it reads and changes nothing anywhere: the engine runs it whether
+    #: this member may act or not, and the pass itself decides what a
+    #: member that may not act does (a standby measures nothing)
+    reads_only: bool = False
 
     @property
     def of_host(self) -> bool:
@@ -150,8 +157,10 @@ class ActionSpec:
 
 #: Every action, once.
 ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
+    # In passes: a method that can only be waited for (a watchdog's
+    # deadline) requeues the fencing instead of holding a worker.
     ActionSpec(Action.FENCE, State.FENCING,
-               (E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED),
+               (E.FENCE_OK, E.FENCE_FAILED), E.FENCE_FAILED, passes=True),
     ActionSpec(Action.ISOLATE, State.FENCED,
                (E.ISOLATE_OK, E.ISOLATE_FAILED), E.ISOLATE_FAILED),
     ActionSpec(Action.EVACUATE, State.EVACUATING,
@@ -179,6 +188,10 @@ ACTIONS: Dict[Action, ActionSpec] = {s.action: s for s in (
     # nova-compute, on entering the veto ([agent] restart_compute).
     ActionSpec(Action.RESTART_COMPUTE, None, (), None,
                within=in_agent_veto, enabled_by="restart_compute"),
+    # Failover capacity (issue 38): a measure every [failover_capacity]
+    # interval, reads only; started by the engine, its carry its subject.
+    ActionSpec(Action.FAILOVER_CAPACITY, None, (), None, ordinary=True,
+               passes=True, journal=NO_ROWS, reads_only=True),
 )}
 
 # What follows is read from ACTIONS, never written by hand.

@@ -34,8 +34,8 @@ RULES: List[Rule] = [
     # suspect at once; fenced only once corroborated (below).
     (S.ACTIVE, E.AGENT_SILENT, ALWAYS, S.SUSPECT,
      "heartbeat agent silent on every path: fencing once Nova misses a "
-     "heartbeat it owes (or the BMC reads Off) and the grace period is "
-     "over"),
+     "heartbeat it owes (or the BMC reads Off, or a majority of its peers "
+     "do not hear it either) and the grace period is over"),
     (S.SUSPECT, E.HEARTBEAT_OK, "agent_refuted", S.ACTIVE,
      "agent silent, but Nova recorded a heartbeat since: the host lives "
      "(agent silent; never fenced for it)"),
@@ -88,14 +88,21 @@ RULES: List[Rule] = [
     (S.SUSPECT, E.TICK, "power_off_due", S.FENCING,
      "heartbeat lost and the BMC reports power Off: fencing without "
      "waiting for the grace period"),
+    (S.SUSPECT, E.TICK, "agent_fence_due_by_peers", S.FENCING,
+     "heartbeat agent silent on every path, and {record.peers_unheard} of "
+     "the {record.peers_watching} agents watching it as a peer do not hear "
+     "it either (none does): fencing without waiting for Nova"),
     (S.SUSPECT, E.TICK, "agent_fence_due", S.FENCING,
      "heartbeat agent silent on every path, corroborated (Nova missed a "
-     "heartbeat it owed, or the BMC reads Off); fencing"),
+     "heartbeat it owed, the BMC reads Off, or a majority of its peers do "
+     "not hear it either); fencing"),
     (S.SUSPECT, E.TICK, "fence_due", S.FENCING,
      "no heartbeat for the grace period; fencing"),
     # -- fencing and isolation -------------------------------------------
     (S.FENCING, E.FENCE_OK, "storage_fenced", S.FENCED,
      "cut off its storage, not powered off: {event.reason}"),
+    (S.FENCING, E.FENCE_OK, "fenced_without_power", S.FENCED,
+     "proven dead, not by a power-off: {event.reason}"),
     (S.FENCING, E.FENCE_OK, ALWAYS, S.FENCED,
      "power off confirmed: {event.reason}"),
     (S.FENCING, E.FENCE_FAILED, ALWAYS, S.FAILED,
@@ -274,7 +281,8 @@ def _ignored() -> FrozenSet[Tuple[S, E]]:
             # Observations that change nothing for the state.
             elif k in (E.HEARTBEAT_OK, E.HEARTBEAT_LOST, E.FORCED_DOWN,
                        E.KDUMP, E.TICK, E.POWER_OFF, E.POWER_ON,
-                       E.CAPACITY, E.AGENT_BEATING, E.AGENT_SILENT):
+                       E.CAPACITY, E.AGENT_BEATING, E.AGENT_SILENT,
+                       E.AGENT_PEERS):
                 ignored.add((s, k))
             # Operator commands that do not apply to the state.
             elif k in (E.OPERATOR_RESUME, E.OPERATOR_MAINTENANCE,

@@ -50,6 +50,15 @@ The body of a beat::
         (:func:`pill_digest`) of the poison pills this agent holds to
         relay
         (both optional: a report may end before them)
+     2  hearing window, milliseconds, unsigned (optional, after the
+        pills: an older agent, or one not probing peers yet, ends the
+        report before it), then ceil(peers / 8) bytes: bit i (the
+        low-order bit of byte i // 8 first) set when the agent heard
+        peer i (of the peers' digests, in order) within that window: a
+        fresh signed answer to a probe it sent no longer ago than the
+        window (:mod:`instanceha.agent.peers`). The engines count these
+        as the peers' word on a silent host
+        (:mod:`instanceha.sources.heartbeat_table`).
 
 The body of a request::
 
@@ -119,6 +128,8 @@ DIGEST_SIZE = 8
 MAX_PEER_DIGESTS = 16
 MAX_PILL_DIGESTS = 8
 MAX_ISOLATION_MS = 0xFFFFFFFF
+_HEARING_WINDOW = struct.Struct(">H")
+MAX_HEARING_WINDOW_MS = 0xFFFF
 _SEQ_TIME = struct.Struct(">Qd")
 #: The largest datagram sent or accepted. A receiver should read
 #: MAX_SIZE + 1 bytes so that a longer datagram shows as oversized.
@@ -202,6 +213,11 @@ class WatchdogReport(NamedTuple):
     peers: Tuple[bytes, ...] = ()
     #: :func:`pill_digest` of each pill the agent holds to relay
     pills: Tuple[bytes, ...] = ()
+    #: whether the agent heard each of ``peers`` (same order) within
+    #: ``hearing_window`` seconds; None: no hearing report (an older
+    #: agent, or none probing yet)
+    hearing: Optional[Tuple[bool, ...]] = None
+    hearing_window: float = 0.0
 
 
 def name_digest(host: str) -> bytes:
@@ -330,7 +346,25 @@ def _watchdog_bytes(report):
                              % (name, limit, DIGEST_SIZE))
         digests += bytes((len(items),)) + b"".join(items)
     return _WATCHDOG.pack(report.state, report.timeout, int(round(ms)),
-                          report.nonce) + digests
+                          report.nonce) + digests + _hearing_bytes(report)
+
+
+def _hearing_bytes(report):
+    hearing = report.hearing
+    if hearing is None:
+        return b""
+    window = report.hearing_window * 1000 if isinstance(
+        report.hearing_window, (int, float)) else -1
+    if len(hearing) != len(report.peers) or not 0 < window <= \
+            MAX_HEARING_WINDOW_MS:
+        raise ValueError("cannot encode beat: watchdog hearing: one flag "
+                         "per peer and a window of up to %.3f s expected"
+                         % (MAX_HEARING_WINDOW_MS / 1000.0))
+    bits = bytearray((len(hearing) + 7) // 8)
+    for i, heard in enumerate(hearing):
+        if heard:
+            bits[i // 8] |= 1 << (i % 8)
+    return _HEARING_WINDOW.pack(int(round(window))) + bytes(bits)
 
 
 def encode_request(req: Request, key) -> bytes:
@@ -548,7 +582,28 @@ def _watchdog(data, at, end):
         lists.append(tuple(bytes(data[i:i + DIGEST_SIZE])
                            for i in range(at + 1, stop, DIGEST_SIZE)))
         at = stop
-    return WatchdogReport(state, timeout, ms / 1000.0, nonce, *lists)
+    hearing, window = _hearing(data, at, end, len(lists[0]))
+    return WatchdogReport(state, timeout, ms / 1000.0, nonce, *lists,
+                          hearing=hearing, hearing_window=window)
+
+
+def _hearing(data, at, end, peers):
+    """(flags, window) of a report's hearing field at byte ``at`` (after
+    the pills), (None, 0.0) when the report ends before it. Bytes after
+    it are left to later appended fields."""
+    if at >= end:
+        return None, 0.0
+    size = (peers + 7) // 8
+    if at + _HEARING_WINDOW.size + size > end:
+        raise Dropped("malformed", "watchdog hearing: %d bytes expected"
+                      % (_HEARING_WINDOW.size + size))
+    (ms,) = _HEARING_WINDOW.unpack_from(data, at)
+    if ms == 0:
+        raise Dropped("malformed", "watchdog hearing: a window expected")
+    at += _HEARING_WINDOW.size
+    flags = tuple(bool(data[at + i // 8] & (1 << (i % 8)))
+                  for i in range(peers))
+    return flags, ms / 1000.0
 
 
 def _echoes(data, at, end):

@@ -300,9 +300,10 @@ class Journal:
     @write
     def action_started(self, record, kind, at):
         def work(c):
+            # (an Action, or the name of a step of one: "condemn")
             res = c.execute(_INSERT_ACTION, dict(
                 host_id=record.id, host_name=record.name or "",
-                kind=kind.value, started_at=at))
+                kind=getattr(kind, "value", kind), started_at=at))
             return res.inserted_primary_key[0]
         return self._write(work)
 

@@ -40,6 +40,7 @@ from instanceha.journal import Journal
 from instanceha.sources.audit import Fencer, FencingAudit
 from instanceha.sources.control_plane import ControlPlaneMonitor
 from instanceha.drivers.fencing.watchdog import LazyWitness
+from instanceha.sources import watchdog_book
 from instanceha.sources.heartbeat import HeartbeatSource
 from instanceha.sources.kdump import KdumpSource
 from instanceha.sources.reconciler import Reconciler
@@ -122,6 +123,10 @@ class Service:
         self.status_file = StatusFile(conf, self.engine.snapshot,
                                       self.health.liveness, self._api_url)
         self.engine.add_listener(self.status_file.changed)
+        heartbeat = self.sources.heartbeat
+        if heartbeat is not None:
+            self.engine.add_listener(watchdog_book.lifter(
+                heartbeat.lift, heartbeat.watchdogs.condemned))
         self.systemd = SystemdLink(self, self.notifier, clock=clock)
         self.reloader = Reloader(conf, self.engine, inventory, self.notifier,
                                  lambda: self.systemd.ready)

@@ -8,8 +8,14 @@ action) and judges with :func:`judge` (pure):
 
 * no inventory entry (and no ``[fencing] default_driver``), or the noop
   driver: unprotected;
-* no method answers (BMC unreachable, credentials refused, agent missing):
-  unprotected, with each method's error;
+* no method answers (BMC unreachable, credentials refused, agent missing)
+  and no level that fences without power is ready: unprotected, with each
+  method's and level's error. Each level is judged: a level of power
+  methods protects when its BMC answers a power-state read; a level that
+  fences without power (a watchdog, a Ceph blocklist) when each of its
+  methods is ready (:meth:`FencingDriver.ready`: an armed watchdog its
+  agent reported recently, Ceph monitors that answer); which level
+  protects a host no power method protects is kept (``protected_by``);
 * every method that answers reports Off while Nova reports the compute up
   and not forced down: unprotected: the entry most likely points at another
   machine, and fencing it would "succeed" while the host runs on;
@@ -160,26 +166,87 @@ def all_off(readings: Iterable[Tuple[Optional[str], Reading]]) -> bool:
 
 
 def verdict(nova_up: bool, bmc: Optional[BMC],
-            readings: Sequence[Tuple[str, Reading]]
+            readings: Sequence[Tuple[str, Reading]],
+            levels: Sequence[Tuple[str, Optional[str]]] = ()
             ) -> Tuple[Optional[str], List[str]]:
     """As :func:`judge`; ``nova_up``: Nova reported the compute up (and
-    not forced down) and instanceha leaves it running untouched."""
+    not forced down) and instanceha leaves it running untouched;
+    ``levels``: [(label, why it cannot prove the host dead now, or None)]
+    for each level of the entry that fences without power
+    (:func:`powerless_levels`)."""
+    return judge_levels(nova_up, bmc, readings, levels)[:2]
+
+
+def judge_levels(nova_up: bool, bmc: Optional[BMC],
+           readings: Sequence[Tuple[str, Reading]],
+           levels: Sequence[Tuple[str, Optional[str]]] = ()
+           ) -> Tuple[Optional[str], List[str], Optional[str]]:
+    """:func:`verdict`, and which level can prove the host dead (None
+    when unprotected). Each level is judged: one of power methods whose
+    BMC answers a power-state read, or one that fences without power
+    whose methods are all ready (:meth:`FencingDriver.ready`: a watchdog
+    its agent reported armed recently, monitors that answer). A power
+    read of Off while Nova reports the compute up stays unprotected
+    whatever the other levels say: the entry may reach another machine."""
     if bmc is None:
-        return "no entry in the fencing inventory", []
-    if all(m.driver == "noop" for m in bmc.methods):
-        return "fencing driver noop does not power anything off", []
+        return "no entry in the fencing inventory", [], None
+    power = [m for m in bmc.methods if m.driver != "noop"]
+    if not power and not levels:
+        return "fencing driver noop does not power anything off", [], None
     answered = [(name, r) for name, r in readings
                 if isinstance(r, fencing_base.PowerState)]
     failed = ["%s: %s" % (name, r) for name, r in readings
               if not isinstance(r, fencing_base.PowerState)]
-    if not answered:
-        return "no fencing method answers a power-state read: %s" % (
-            "; ".join(failed) or "no method"), []
+    not_ready = ["%s: %s" % (name, why) for name, why in levels
+                 if why is not None]
+    ready = [name for name, why in levels if why is None]
     if nova_up and all_off(answered):
         return ("BMC reports power Off while Nova reports the compute up: "
                 "the inventory entry may point at another machine (%s)"
-                % ", ".join(name for name, _ in answered)), failed
-    return None, failed
+                % ", ".join(name for name, _ in answered)), \
+            failed + not_ready, None
+    if answered:
+        return None, failed + not_ready, "power: %s answers" % ", ".join(
+            name for name, _ in answered)
+    if ready:
+        return None, failed + not_ready, "%s: ready" % ready[0]
+    if not levels:
+        return "no fencing method answers a power-state read: %s" % (
+            "; ".join(failed) or "no method"), [], None
+    return "no fencing level can prove the host dead now: %s" % (
+        "; ".join(failed + not_ready)), [], None
+
+
+def powerless_levels(bmc: Optional[BMC]) -> List[Tuple[str, List[BMC]]]:
+    """[(label, methods)] of each level of ``bmc`` that fences without
+    power (a watchdog, a Ceph blocklist), in order; a level mixing power
+    and other methods is judged by its power reads."""
+    if bmc is None:
+        return []
+    levels = getattr(bmc, "levels", None) or ((bmc,),)
+    leveled = bool(getattr(bmc, "grouping", ()))
+    out, first = [], 1
+    for number, level in enumerate(levels, 1):
+        if chain.powerless(level):
+            out.append(("%s %d (%s)" % (
+                "level" if leveled else "method",
+                number if leveled else first,
+                " + ".join(label(m) for m in level)), list(level)))
+        first += len(level)
+    return out
+
+
+def read_ready(fencer: Fencer, methods: Sequence[BMC]) -> Optional[str]:
+    """None when every method of a level can prove the host dead now
+    (each driver's ready(): a read, never an action), else why not."""
+    for method in methods:
+        try:
+            why = fencer(method.driver).ready(method)
+        except Exception as e:   # noqa: BLE001 - FenceError and kin: why
+            why = mask_known(str(e) or type(e).__name__, [method.password])
+        if why:
+            return why
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +260,9 @@ class HostRead:
     handled: bool = False
     #: (method key, what its BMC reported about its machine)
     identities: Tuple[Tuple[str, Identity], ...] = ()
+    #: (label, why it cannot prove the host dead now or None) of each
+    #: level that fences without power
+    levels: Tuple[Tuple[str, Optional[str]], ...] = ()
 
     def labelled(self) -> List[Tuple[str, Reading]]:
         return [(label(m), r) for m, r in zip(self.methods, self.reads)]
@@ -246,6 +316,7 @@ class FencingAudit:
         self._loops: List[periodic.Periodic] = []
         self._unprotected: Dict[str, str] = {}
         self._degraded: Dict[str, List[str]] = {}
+        self._protected_by: Dict[str, str] = {}
         self.audits = 0
         self.last_at: Optional[float] = None
         self.last_seconds: Optional[float] = None
@@ -359,8 +430,11 @@ class FencingAudit:
             and self._handled(service.host)
         found = [(inventory.method_key(m), ident)
                  for m, (_, ident) in zip(methods, looks)]
+        levels = tuple((name, read_ready(self._fencer, level))
+                       for name, level in powerless_levels(bmc))
         return HostRead(bmc, methods, reads, handled,
-                        tuple((key, ident) for key, ident in found if ident))
+                        tuple((key, ident) for key, ident in found if ident),
+                        levels)
 
     def _nova_after(self, services: List[ComputeService],
                     reads: Mapping[str, Union[HostRead, str]]
@@ -407,6 +481,8 @@ class FencingAudit:
             before, was_degraded = self._unprotected, self._degraded
         unprotected: Dict[str, str] = {}
         degraded: Dict[str, List[str]] = {}
+        #: hosts protected only by a level without power, and which
+        protected_by: Dict[str, str] = {}
         evidence: List[Evidence] = []
         listed_up = {s.host for s in services if reports_up(s)}
         for host, read in reads.items():
@@ -431,15 +507,19 @@ class FencingAudit:
                 if host in was_degraded:
                     degraded[host] = was_degraded[host]
                 continue
-            reason, failed = verdict(nova_up, read.bmc, read.labelled())
+            reason, failed, by = judge_levels(
+                nova_up, read.bmc, read.labelled(), read.levels)
             if reason:
                 unprotected[host] = reason
             elif failed:
                 degraded[host] = failed
+            if by is not None and not by.startswith("power:"):
+                protected_by[host] = by
         self._send_evidence(services, evidence)
-        self._log_changes(unprotected, degraded)
+        self._log_changes(unprotected, degraded, protected_by)
         with self._lock:
             self._unprotected, self._degraded = unprotected, degraded
+            self._protected_by = protected_by
             self.audits += 1
             self.checked = len(services)
             self.skipped = sum(1 for r in reads.values() if r == SKIP)
@@ -480,9 +560,17 @@ class FencingAudit:
                     identities=read.identities)))
 
     def _log_changes(self, unprotected: Dict[str, str],
-                     degraded: Dict[str, List[str]]) -> None:
+                     degraded: Dict[str, List[str]],
+                     protected_by: Optional[Dict[str, str]] = None) -> None:
         with self._lock:
             before, was_degraded = self._unprotected, self._degraded
+            was_by = self._protected_by
+        for host, by in sorted((protected_by or {}).items()):
+            if was_by.get(host) != by:
+                LOG.info("host_protected_without_power", host=host,
+                         protected_by=by,
+                         reason="no power method answers, but this level "
+                                "can prove the host dead")
         for host, reason in sorted(unprotected.items()):
             if before.get(host) != reason:
                 LOG.warning("host_unprotected", host=host, reason=reason)
@@ -560,6 +648,13 @@ class FencingAudit:
         with self._lock:
             return {h: list(d) for h, d in self._degraded.items()}
 
+    def protected_by(self) -> Dict[str, str]:
+        """Hosts the last audit found protected only by a level that
+        fences without power (no power method answered): {host: which
+        level}."""
+        with self._lock:
+            return dict(self._protected_by)
+
     def health(self) -> Dict[str, Any]:
         with self._lock:
             return {"audits": self.audits, "checked": self.checked,
@@ -569,6 +664,7 @@ class FencingAudit:
                     "skipped": self.skipped,
                     "unprotected": len(self._unprotected),
                     "degraded": len(self._degraded),
+                    "protected_without_power": len(self._protected_by),
                     "last_at": self.last_at,
                     "last_seconds": None if self.last_seconds is None
                     else round(self.last_seconds, 3),

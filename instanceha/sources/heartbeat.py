@@ -1,6 +1,6 @@
 """The agents' heartbeat listener: signed UDP beats from the compute
 hosts' ``instanceha-agent`` turned into AGENT_BEATING / AGENT_SILENT
-events, and signed requests sent back to the agents (soft fencing).
+(and AGENT_PEERS: the peers' word on a silent host) events, and signed requests sent back to the agents (soft fencing).
 
 Off unless ``[agent] listen_addresses`` is set; a host whose agent never
 beat is judged by Nova alone. One receiver thread reads the datagrams of
@@ -732,6 +732,13 @@ class HeartbeatSource:
         self._send_challenges(mine, self.challenges.newest, now)
         self._send_relays(items)
         return at
+
+    @write
+    def lift(self, host_name: str) -> None:
+        """``host_name`` is back and its service cleaned up: its
+        condemnation ends (no pill to it or its peers any more; its agent
+        is answered again)."""
+        self.watchdogs.lift(host_name)
 
     def _send_challenges(self, items: List[ChallengeTo],
                          nonce: Optional[bytes], now: float) -> int:

@@ -18,13 +18,30 @@ Events are made on changes only, never for every beat:
   ``compute``, ``libvirt`` or ``system_uuid`` fact, or a change of the
   set of heard paths (a path heard again on a beat, a path gone silent
   at a check);
-* AGENT_SILENT once, at the first check that finds every path silent.
+* AGENT_SILENT once, at the first check that finds every path silent
+  (with the peers' word on the host, below);
+* AGENT_PEERS, while silent, at each check that finds the peers' word
+  on the host changed.
+
+The peers' word (issue 37, section 1). A beat's watchdog report may
+list the agent's peers (by name digest) and whether it hears each within
+its hearing window (:mod:`instanceha.agent.peers`). For a silent host H,
+the agents *watching* it are those whose last report lists H; a watcher
+*reports* on H when it beats (its last beat younger than
+``silence_timeout``) and that beat's hearing window began after H's last
+beat (the report's time minus its window is later than H's last beat:
+every probe it speaks of was sent after H fell silent to the engines).
+The counts (unheard, heard, watching) go into the AGENT_SILENT payload;
+the state machine judges them (:func:`instanceha.fsm.agent.peers_corroborate`).
+Only beats proven fresh reach this table, so a report cannot be a
+replay; a stale one (its sender silent, or its window reaching back
+before H's last beat) is not counted.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from instanceha.events import AgentReport, AgentSilence, Event, EventKind
-from instanceha.heartbeat.protocol import Beat, Facts
+from instanceha.heartbeat.protocol import Beat, Facts, name_digest
 from instanceha.sources import udp
 
 SOURCE = "agent"
@@ -45,9 +62,15 @@ class _Path:
         self.address = address    # (ip, port, ...) as received
 
 
+#: (unheard, heard, watching): the peers' word on a silent host
+PeerWord = Tuple[int, int, int]
+_NO_WORD: PeerWord = (0, 0, 0)
+
+
 class _Host:
     __slots__ = ("name", "host_id", "boot_id", "kid", "facts", "paths",
-                 "heard", "state", "last_at", "last_path")
+                 "heard", "state", "last_at", "last_path", "digest",
+                 "peer_digests", "hearing", "word", "before")
 
     def __init__(self, name: str, host_id: str, beat: Beat,
                  kid: Optional[str], now: float) -> None:
@@ -63,6 +86,14 @@ class _Host:
         self.state: Optional[str] = None  # None: nothing reported yet
         self.last_at = now
         self.last_path: Optional[str] = None
+        self.digest = name_digest(name)
+        #: its last report's peers (digests), and (time, window, flags):
+        #: whether it hears each
+        self.peer_digests: Tuple[bytes, ...] = ()
+        self.hearing: Optional[Tuple[float, float, Tuple[bool, ...]]] = None
+        #: the peers' word last reported on it while silent
+        self.word: PeerWord = _NO_WORD
+        self.before: Tuple[str, ...] = ()   # paths heard before silence
 
 
 def _ip(sender: Address) -> str:
@@ -73,6 +104,12 @@ def _ip(sender: Address) -> str:
         return udp.normalise_address(sender[0])
     except ValueError:
         return sender[0]
+
+
+def _said(word: PeerWord) -> str:
+    unheard, heard, watching = word
+    return ("of %d agents listing it as a peer, %d report they do not hear "
+            "it, %d that they do" % (watching, unheard, heard))
 
 
 def _flag(value: Optional[bool]) -> str:
@@ -87,6 +124,8 @@ class HostTable:
             raise ValueError("silence_timeout must be positive")
         self.timeout = float(silence_timeout)
         self._hosts: Dict[str, _Host] = {}
+        #: name digest -> names of the hosts whose last report lists it
+        self._watchers: Dict[bytes, Set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._hosts)
@@ -143,6 +182,14 @@ class HostTable:
         host.facts = facts
         host.last_at = now
         host.last_path = beat.path
+        report = beat.watchdog
+        if report is not None and report.hearing is not None:
+            if report.peers != host.peer_digests:
+                self._watch(host, report.peers)
+            host.hearing = (now, report.hearing_window, report.hearing)
+        elif host.hearing is not None or host.peer_digests:
+            self._watch(host, ())
+            host.hearing = None
         if not why:
             return None
         host.state = BEATING
@@ -155,7 +202,16 @@ class HostTable:
         lost a path but still beats on another."""
         events = []
         timeout = self.timeout
+        watched = bool(self._watchers)
         for host in self._hosts.values():
+            if host.state == SILENT and watched:
+                word = self.peer_word(host.name, now)
+                if word != host.word:
+                    host.word = word
+                    events.append(self._silent(
+                        host, "peers' word changed: %s" % _said(word),
+                        now, EventKind.AGENT_PEERS))
+                continue
             if host.state != BEATING or (
                     len(host.heard) == 1 and now - host.last_at < timeout):
                 continue
@@ -169,15 +225,67 @@ class HostTable:
                     host, "path %s silent for %.1fs or more"
                     % (gone, timeout), now))
                 continue
-            before, host.heard, host.state = host.heard, (), SILENT
-            events.append(Event(
-                EventKind.AGENT_SILENT, host.host_id, now, name=host.name,
-                source=SOURCE,
-                reason="no authenticated beat for %.1fs on any path (%s)"
-                       % (now - host.last_at, gone),
-                payload=AgentSilence(last_beat_at=host.last_at,
-                                     paths=before)))
+            host.before, host.heard, host.state = host.heard, (), SILENT
+            host.word = self.peer_word(host.name, now) if watched \
+                else _NO_WORD
+            why = ("no authenticated beat for %.1fs on any path (%s)"
+                   % (now - host.last_at, gone))
+            if host.word[2]:
+                why += "; %s" % _said(host.word)
+            events.append(self._silent(host, why, now))
         return events
+
+    def _silent(self, host: _Host, why: str, now: float,
+                kind: EventKind = EventKind.AGENT_SILENT) -> Event:
+        unheard, heard, watching = host.word
+        return Event(
+            kind, host.host_id, now, name=host.name,
+            source=SOURCE, reason=why,
+            payload=AgentSilence(last_beat_at=host.last_at,
+                                 paths=host.before, peers_unheard=unheard,
+                                 peers_heard=heard, peers_watching=watching))
+
+    def _watch(self, host: _Host, digests: Tuple[bytes, ...]) -> None:
+        """``host``'s report now lists ``digests``: the watchers' index
+        follows."""
+        for digest in host.peer_digests:
+            names = self._watchers.get(digest)
+            if names is not None:
+                names.discard(host.name)
+                if not names:
+                    del self._watchers[digest]
+        host.peer_digests = digests
+        for digest in digests:
+            self._watchers.setdefault(digest, set()).add(host.name)
+
+    def peer_word(self, name: str, now: float) -> PeerWord:
+        """(unheard, heard, watching) on host ``name`` at ``now``: the
+        agents whose last report lists it (watching), and of those the
+        ones beating whose report's hearing window began after its last
+        beat, saying they do not hear it (unheard) or do (heard). See
+        the module's text."""
+        host = self._hosts.get(name)
+        if host is None:
+            return _NO_WORD
+        watchers = self._watchers.get(host.digest, ())
+        unheard = heard = 0
+        timeout = self.timeout
+        for other in watchers:
+            w = self._hosts.get(other)
+            if w is None or w.hearing is None or w is host:
+                continue
+            at, window, flags = w.hearing
+            if now - at >= timeout or at - window <= host.last_at:
+                continue       # silent, or speaks of time before
+            try:
+                i = w.peer_digests.index(host.digest)
+            except ValueError:
+                continue
+            if flags[i]:
+                heard += 1
+            else:
+                unheard += 1
+        return unheard, heard, len(watchers)
 
     def renamed(self, ids: Dict[str, str]) -> List[str]:
         """Nova's hosts changed: ``ids`` maps every known name to its
@@ -186,6 +294,7 @@ class HostTable:
         forgotten."""
         gone = [name for name in self._hosts if name not in ids]
         for name in gone:
+            self._watch(self._hosts[name], ())
             del self._hosts[name]
         for name, host in self._hosts.items():
             if host.host_id != ids[name]:
@@ -298,6 +407,11 @@ class HostTable:
                           for p, path in sorted(host.paths.items())},
                 "compute": facts.compute, "libvirt": facts.libvirt,
                 "guests": facts.guests, "system_uuid": facts.system_uuid}
+            if not heard and host.digest in self._watchers:
+                unheard, said_heard, watching = self.peer_word(name, now)
+                out[name]["peers"] = {"watching": watching,
+                                      "unheard": unheard,
+                                      "heard": said_heard}
         return out
 
     # -- helpers -------------------------------------------------------------

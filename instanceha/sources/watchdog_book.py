@@ -20,12 +20,18 @@ condemnation. Thread-safe.
 """
 
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import structlog
 
 from instanceha.drivers.fencing.watchdog import WatchdogState
+from instanceha.fsm.record import HostRecord
+from instanceha.fsm.states import State
 from instanceha.heartbeat import protocol
 
-__all__ = ["WatchdogBook", "WatchdogState", "majority"]
+__all__ = ["WatchdogBook", "WatchdogState", "lifter", "majority"]
+
+LOG = structlog.get_logger("instanceha.watchdog_book")
 
 
 def majority(count: int) -> int:
@@ -158,3 +164,22 @@ class WatchdogBook:
                 r.isolation_timeout if r is not None else 0.0,
                 entry.last_beat, entry.condemned_at, entry.published_at,
                 len(r.peers) if r is not None else 0, len(entry.acks))
+
+
+def lifter(lift: Callable[[str], None], condemned: Callable[[str], bool]
+           ) -> Callable[[HostRecord, HostRecord, Any], None]:
+    """An engine listener: a host that enters ``active`` while still
+    condemned (put back after cleanup: the fence action's unfence lifted
+    it already; or resumed by an operator after a fencing that failed or
+    was abandoned) has its condemnation lifted: the engine watches it as
+    alive, so no pill may keep going to it and its peers."""
+    def on_change(old: HostRecord, new: HostRecord, event: Any) -> None:
+        if new.state is not State.ACTIVE or old.state is State.ACTIVE \
+                or not new.name or not condemned(new.name):
+            return
+        lift(new.name)
+        LOG.warning("watchdog_condemnation_lifted", host=new.name,
+                    was=old.state.value,
+                    reason="the host is active again: no more poison pill "
+                           "to it or its peers")
+    return on_change

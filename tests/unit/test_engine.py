@@ -29,12 +29,13 @@ class ClockBoard(ProgressBoard):
 
 class World:
     def __init__(self, hosts=3, servers=2, refuse=(), threshold=50,
-                 leave_disabled=False, capacity=100):
-        self.conf = conf_pkg.make({
+                 leave_disabled=False, capacity=100, options=None):
+        self.conf = conf_pkg.make(dict({
             "detection": {"grace_period": 5, "delta": 10},
             "policy": {"threshold": threshold},
             "evacuation": {"poll_interval": 0.05, "retry_backoff": 30,
-                           "leave_disabled": leave_disabled}})
+                           "leave_disabled": leave_disabled}},
+            **(options or {})))
         self.clock = Clock()
         self.compute = FakeCompute(self.clock, hosts, servers, capacity)
         self.fencer = FakeFencer(self.compute, refuse)

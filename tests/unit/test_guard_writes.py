@@ -26,13 +26,14 @@ COMPUTE_READS = {
     "get_image",
     "get_server", "host_capacities", "instance_actions", "list_aggregates",
     "list_control_services", "list_evacuations", "list_host_migrations",
-    "list_servers", "list_servers_by_status", "list_services", "nova_clock",
+    "list_servers", "list_all_servers", "list_servers_by_status",
+    "list_services", "nova_clock",
     "rebuild_events", "server_migrations", "service_of"}
 #: The fencing drivers' reads, and what they expose of their settings
 #: and connections (no request to a BMC that changes anything).
 FENCE_READS = {"power_state", "system_identity", "read_machine", "close", "settings",
                "argv", "password_via", "stdin", "still_fenced",
-               "addresses", "blocklist"}
+               "addresses", "blocklist", "fenced_text", "ready"}
 JOURNAL_READS = {
     "actions", "close", "evacuations", "evacuations_finished", "evidence",
     "history", "latest", "repairs", "reserved_history", "reserved_in_use",
@@ -79,9 +80,10 @@ def test_the_guards_take_their_writes_from_the_markers():
     assert co.COMPUTE_WRITES == writes_of(ComputeDriver) \
         == writes_of(NovaDriver)
     assert co.FENCE_WRITES == writes_of(FencingDriver) == {
-        "power_off", "power_on", "fence", "unfence"}
+        "power_off", "power_on", "fence", "fence_pass", "unfence"}
     assert co.JOURNAL_WRITES == writes_of(Journal)
-    assert writes_of(HeartbeatSource) == {"send_request", "condemn"}
+    assert writes_of(HeartbeatSource) == {"send_request", "condemn",
+                                          "lift"}
 
 
 def test_a_marker_on_a_subclass_or_a_base_counts():

@@ -119,6 +119,23 @@ def test_servers_follow_every_page_with_the_sdks_requests():
     assert all(kw["raise_exc"] is False for _, kw in compute.calls)
 
 
+def test_every_server_page_by_page_keeps_only_what_each_page_gives():
+    # list_all_servers (failover capacity): no host filter, and with
+    # per_page each page's Servers are reduced as they come.
+    d, compute, _ = driver(server_pages())
+    seen = []
+
+    def per_page(servers):
+        seen.append([s.id for s in servers])
+        return [s.id.upper() for s in servers]
+
+    assert d.list_all_servers(per_page=per_page) == ["A", "B", "C", "D"]
+    assert seen == [["a", "b"], ["c", "d"]]
+    assert dict(compute.calls[0][1]["params"]) == {"all_tenants": True}
+    d, compute, _ = driver(server_pages())
+    assert [s.id for s in d.list_all_servers()] == ["a", "b", "c", "d"]
+
+
 def migration_pages():
     q = "migration_type=evacuation&source_compute=compute-0&marker=m-%d"
     return [

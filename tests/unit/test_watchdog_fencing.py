@@ -340,3 +340,74 @@ def test_the_service_hands_its_heartbeat_listener_to_the_watchdog_method(
         assert src.watchdogs.condemned("compute-0")
     finally:
         svc.engine.ctx.close_fencers()
+
+
+def test_fence_pass_condemns_once_then_reads_until_the_deadline():
+    """The engine's form: no sleep; the first pass condemns and says
+    when the deadline falls; a later pass with its mark only reads."""
+    clock = FakeClock(200.0)
+    book = WatchdogBook()
+    book.beat("x", report(), 190.0)
+
+    def no_sleep(seconds):
+        raise AssertionError("a pass never sleeps")
+    drv = wd.WatchdogDriver(ih_conf.make({"fencing": {
+        "watchdog_margin": MARGIN}}), FakeWitness(book, clock),
+        sleep=no_sleep)
+    pending = drv.fence_pass(BMC_X)
+    at = 200.0 + ISO + WDT + MARGIN
+    assert pending.after == at - 200.0 and pending.mark == 200.0
+    clock.advance(30.0)
+    again = drv.fence_pass(BMC_X, pending.mark)
+    assert again.after == at - 230.0 and again.mark == 200.0
+    assert drv.witness.condemned == [("x", "fencing by watchdog")]
+    assert book.state("x").condemned_at == 200.0
+    clock.advance(again.after)
+    assert drv.fence_pass(BMC_X, again.mark) is None
+    assert drv.witness.condemned == [("x", "fencing by watchdog")]
+
+
+def test_a_host_entering_active_while_condemned_is_lifted():
+    """An operator's resume after a watchdog fencing that failed (or was
+    abandoned by a suspend) watches the host as alive again: its pill
+    stops. Other transitions, and hosts not condemned, change nothing."""
+    import dataclasses
+    from instanceha.fsm.record import HostRecord
+    from instanceha.fsm.states import State
+    from instanceha.sources.watchdog_book import lifter
+    book = WatchdogBook()
+    book.beat("x", report(), 100.0)
+    book.condemn("x", 110.0, b"pill")
+    on_change = lifter(book.lift, book.condemned)
+    failed = HostRecord(id="u", name="x", state=State.FAILED)
+    on_change(failed, dataclasses.replace(failed, state=State.SUSPENDED),
+              None)
+    assert book.condemned("x")
+    on_change(failed, dataclasses.replace(failed, state=State.ACTIVE), None)
+    assert not book.condemned("x") and book.pill("x") is None
+
+
+def test_the_service_lifts_a_condemned_host_that_becomes_active(tmp_path):
+    from instanceha import service as service_mod
+    from instanceha.fsm.record import HostRecord
+    from instanceha.fsm.states import State
+    from tests.unit.fakes import Clock, FakeCompute
+    from tests.unit.test_backend_wait import _conf
+    key = helpers.write_key(tmp_path / "master.key")
+    conf, _ = _conf(tmp_path, agent={"listen_addresses": "127.0.0.1:0",
+                                     "master_key_file": str(key)})
+    svc = service_mod.Service(conf, compute=FakeCompute(Clock(), hosts=2))
+    try:
+        src = svc.sources.heartbeat
+        src.watchdogs.beat("compute-0", report(), src.monotonic())
+        src.condemn("compute-0", "test")
+        from instanceha.events import Event, EventKind
+        old = HostRecord(id="u", name="compute-0", state=State.SUSPENDED)
+        resume = Event(EventKind.OPERATOR_RESUME, "u", 1.0,
+                       name="compute-0", source="operator")
+        for fn in svc.engine._listeners:
+            fn(old, HostRecord(id="u", name="compute-0",
+                               state=State.ACTIVE), resume)
+        assert not src.watchdogs.condemned("compute-0")
+    finally:
+        svc.engine.ctx.close_fencers()

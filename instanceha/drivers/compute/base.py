@@ -464,6 +464,15 @@ class ComputeDriver(abc.ABC):
         exactly: [Server] (``instanceha policy explain NAME``)."""
         raise _unsupported("finding servers by name")
 
+    def list_all_servers(self, per_page=None):
+        """Every server across all projects and hosts: [Server] (the
+        failover capacity measure); with ``per_page([Server] of one page
+        of Nova's list) -> [item]``, the items it returns for each page
+        instead, so that a listing of the whole cloud never holds every
+        server at once (called again for every page when the listing is
+        retried whole)."""
+        raise _unsupported("listing every server")
+
     def list_servers_by_status(self, status):
         """Every server across all projects and hosts whose Nova status is
         ``status`` (SHUTOFF, ERROR): [Server] (the repair sweep)."""

@@ -221,6 +221,14 @@ class NovaDriver(base.ComputeDriver):
         return to_server(self._nova.call("get", "/servers/%s" % server_id,
                                   "2.53")["server"])
 
+    def list_all_servers(self, per_page=None):
+        def page(bodies):
+            servers = [to_server(s) for s in bodies]
+            return servers if per_page is None else per_page(servers)
+        return self._nova.list(SERVERS, "/servers/detail", "2.53",
+                               per_page=page, base_path="/servers/detail",
+                               all_projects=True)
+
     def find_servers(self, name):
         # Nova's name filter is a regular expression: anchored and
         # escaped, and the names compared again here.

@@ -146,23 +146,26 @@ class NovaTransport:
         raise base.ComputeError(text, resp.status_code,
                                 unanswered=resp.status_code in (502, 504))
 
-    def list(self, listing, what, microversion, **params):
+    def list(self, listing, what, microversion, per_page=None, **params):
         """Every item of one of Nova's lists (a :class:`Listing`), all
         pages, as openstacksdk's listing follows them: Nova's
         ``servers_links`` / ``migrations_links`` "next" link (a page holds
         at most Nova's [api] max_limit items, 1000 by default). ``params``
         are the listing's filters, and ``base_path`` a path other than
-        its own (``/servers/detail``). Returns Nova's bodies; errors
-        translated; transient failures retried (the whole listing)."""
+        its own (``/servers/detail``). Returns Nova's bodies, or with
+        ``per_page(bodies of one page) -> items`` what it returns for
+        each page, one list (only those are kept: a long listing's
+        memory); errors translated; transient failures retried (the whole
+        listing, ``per_page`` called again for its pages)."""
         return self.read("GET %s" % what, lambda: self._list_once(
-            listing, what, microversion, **params))
+            listing, what, microversion, per_page=per_page, **params))
 
     def _list_once(self, listing, what, microversion, **params):
         with self._noting("GET %s" % what):
             return self._list_all(listing, what, microversion, **params)
 
     def _list_all(self, listing, what, microversion, base_path=None,
-                  **params):
+                  per_page=None, **params):
         names = dict(listing.filters)
         unknown = set(params) - set(names)
         if unknown:
@@ -181,7 +184,7 @@ class NovaTransport:
                                         % (what, listing.key))
             if not page:
                 break
-            items.extend(page)
+            items.extend(page if per_page is None else per_page(page))
             uri, next_params = next_page(listing.key, data)
             if "marker" in next_params and \
                     next_params["marker"] == last_marker:

@@ -9,6 +9,7 @@ library's exceptions into :class:`FenceError`.
 import abc
 import enum
 import uuid
+from typing import Any, NamedTuple
 
 import tenacity
 
@@ -33,6 +34,15 @@ class BmcUnreachable(FenceError):
     refused or timed out, name not resolved): nothing was refused, and a
     later attempt may get through. The fence action is then retried with
     the engine's back-off instead of failing the host at once."""
+
+
+class Pending(NamedTuple):
+    """A fencing not proven yet, with nothing to do but wait
+    (:meth:`FencingDriver.fence_pass`): ask again in ``after`` seconds,
+    handing back ``mark``; ``why``: one line."""
+    after: float
+    mark: Any
+    why: str
 
 
 #: what a method's success proves (FencingDriver.proves)
@@ -105,6 +115,18 @@ class FencingDriver(abc.ABC):
         is confirmed (for a power driver: Off). Raises FenceError."""
         self.power_off(bmc)
 
+    @write
+    def fence_pass(self, bmc, mark=None):
+        """One pass of :meth:`fence` for the engine's work queue, which
+        never waits: None once the fencing is confirmed, or
+        :class:`Pending` when it can only be waited for (a watchdog's
+        deadline): the engine calls again after ``Pending.after`` seconds
+        with ``Pending.mark`` (``mark`` None: the first pass, which does
+        the fencing; later passes only read). Raises FenceError. A power
+        driver's: :meth:`fence`, at once."""
+        self.fence(bmc)
+        return None
+
     def still_fenced(self, bmc):
         """None when the fencing still holds now (a read, no action: the
         re-proof before an evacuation sends anything), else why not. A
@@ -115,6 +137,23 @@ class FencingDriver(abc.ABC):
         return "%s BMC %s reports power %s" % (
             self.name, bmc.address or bmc.host,
             getattr(state, "value", state))
+
+    def fenced_text(self, bmc):
+        """What this method's fencing of the host proved, in a few words
+        for status and history (``self-fenced by watchdog, assumed at
+        ...``), or None: the level's own wording is used (a power
+        driver's: its BMC reports power off). A read, no action."""
+        return None
+
+    def ready(self, bmc):
+        """None when this method could prove the host dead now, else why
+        not (a read, never an action): the fencing audit's look at a
+        method without a BMC (a power method is judged by its power-state
+        read instead). Raises FenceError like :meth:`power_state`."""
+        state = self.power_state(bmc)
+        return None if state in (PowerState.ON, PowerState.OFF) else (
+            "%s reports power %s" % (self.name,
+                                     getattr(state, "value", state)))
 
     @write
     def unfence(self, bmc):

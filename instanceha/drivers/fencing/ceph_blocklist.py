@@ -233,6 +233,14 @@ class CephBlocklistDriver(base.FencingDriver):
                 "host %s: ceph_blocklist: %s still listed after its removal"
                 % (bmc.host, ", ".join(left)))
 
+    def ready(self, bmc):
+        """None when the host has client addresses to blocklist and the
+        monitors answer ``osd blocklist ls`` (a read); else raises
+        FenceError saying why."""
+        self.addresses(bmc)
+        self.blocklist(bmc)
+        return None
+
     @base.write
     def power_off(self, bmc):
         raise base.FenceError("host %s: ceph_blocklist powers nothing off "

@@ -71,6 +71,10 @@ class FenceOutcome:
     #: with STORAGE: what of its servers lives on that storage
     protects: tuple = ()
     leveled: bool = False       # the entry uses the levels: form
+    #: what the level's methods say their fencing proved, in their own
+    #: words (FencingDriver.fenced_text: "self-fenced by watchdog, assumed
+    #: at ..."); empty: a power-off confirmed
+    how: tuple = ()
 
     def level_label(self):
         if self.leveled:
@@ -86,12 +90,17 @@ class FenceOutcome:
         (redfish https://10.0.0.5) failed: <reason>``; with levels,
         ``fenced by level 2 (watchdog + ceph_blocklist 10.0.0.5) after
         level 1 (...) failed: <reason>``. Storage-only fencing says what
-        it allows."""
+        it allows. A method that fences otherwise than by power says
+        what proved it (``self-fenced by watchdog, assumed at <time>``),
+        not a BMC's Off."""
+        how = "; ".join(self.how)
         if self.index == 1 and not self.failures and not self.leveled \
                 and self.scope == base.HOST:
-            return "%s BMC %s reports power off" % (
+            return how or "%s BMC %s reports power off" % (
                 self.driver, self.address or self.host)
         text = "fenced by %s" % self.level_label()
+        if how:
+            text += ": " + how
         if self.failures:
             text += " after %s" % "; ".join(
                 "%s failed: %s" % (f.label(), f.reason)
@@ -107,6 +116,8 @@ class FenceOutcome:
         out = {"method": self.index, "method_driver": self.driver,
                "method_address": self.address, "methods": self.methods,
                "failed_methods": [f.as_dict() for f in self.failures]}
+        if self.how:
+            out["how"] = list(self.how)
         if self.leveled or self.scope != base.HOST:
             out.update(level=self.level or self.index,
                        levels=self.levels or self.methods,
@@ -166,7 +177,39 @@ def _summary(bmc, what, attempts):
                                   for a in attempts))
 
 
-def fence(bmc, fencer, log=LOG, check=None):
+class Progress:
+    """Where one fencing attempt stands between the passes of the fence
+    action (its carry): the level and the method of it that waits, that
+    method's mark (base.Pending), and what failed before."""
+
+    __slots__ = ("level", "pos", "mark", "attempts", "unreachable",
+                 "unexpected")
+
+    def __init__(self):
+        self.level = 0              # index into the entry's levels
+        self.pos = 0                # index of the waiting method in it
+        self.mark = None            # the waiting method's mark
+        self.attempts = []          # Attempt of each level failed so far
+        self.unreachable = True     # every failure so far: no answer
+        self.unexpected = None      # the first unexpected exception
+
+    def close(self):
+        """Nothing held: a condemnation stands until the host is back
+        and cleaned up (unfence)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A method of the level being tried can only be waited for (a
+    watchdog's deadline): call :func:`fence` again with ``progress``
+    after ``after`` seconds."""
+
+    after: float
+    progress: Progress
+    why: str
+
+
+def fence(bmc, fencer, log=LOG, check=None, progress=None):
     """Fence ``bmc.host`` through the first level whose methods all
     succeed.
 
@@ -186,43 +229,81 @@ def fence(bmc, fencer, log=LOG, check=None):
     driver bug, trouble the driver did not translate) that first exception
     is re-raised after every level was tried, so the caller retries as it
     would for one method.
+
+    Run in passes (``progress`` given: a new :class:`Progress` for the
+    first pass, the one of the last :class:`Waiting` after), each method
+    is run through its driver's ``fence_pass``: a method that can only be
+    waited for (base.Pending) makes this return :class:`Waiting` instead
+    of waiting, and the next pass goes on with that method (without its
+    ``check`` again: it was done) from the same mark. Without
+    ``progress``, each method's ``fence`` runs to its end.
     """
     levels = _levels(bmc)
     every = getattr(bmc, "all_methods", None) or (bmc,)
     leveled = bool(getattr(bmc, "grouping", ()))
     kind = "level" if leveled else "method"
-    attempts = []
-    unexpected = None
-    unreachable = True
-    first = 1
-    for lindex, level in enumerate(levels, 1):
-        index = first
-        first += len(level)
-        number = lindex if leveled else index
+    passes = progress is not None
+    p = progress if passes else Progress()
+    attempts = p.attempts
+    if p.level >= len(levels) or p.pos >= len(levels[p.level]):
+        raise FenceChainError(
+            "host %s: the fencing levels changed in the inventory while "
+            "level %d was waited for" % (bmc.host, p.level + 1),
+            bmc.host, attempts)
+    for lindex in range(p.level, len(levels)):
+        level = levels[lindex]
+        index = 1 + sum(len(lv) for lv in levels[:lindex])
+        number = lindex + 1 if leveled else index
         scope, protects = base.STORAGE, set()
         failed = None
-        for pos, method in enumerate(level, 1):
+        fenced = []
+        start = p.pos if lindex == p.level else 0
+        for method in level[:start]:        # fenced in earlier passes
+            driver = fencer(method.driver)
+            fenced.append((driver, method))
+            if getattr(driver, "proves", base.HOST) == base.STORAGE:
+                protects.update(protects_of(method))
+            else:
+                scope = base.HOST
+        for pos in range(start, len(level)):
+            method = level[pos]
             where = ("" if len(level) == 1 else
-                     "method %d of the level (%s): " % (pos, _name(method)))
+                     "method %d of the level (%s): " % (pos + 1,
+                                                        _name(method)))
+            mark = p.mark if passes and lindex == p.level \
+                and pos == p.pos else None
+            resumed = mark is not None
+            p.mark = None
             try:
-                why = check(method) if check is not None else None
+                why = check(method) if check is not None and not resumed \
+                    else None
                 if why:
                     raise base.FenceError(why)
                 driver = fencer(method.driver)
-                # (a driver older than fence() powers off)
-                (getattr(driver, "fence", None) or driver.power_off)(method)
+                step = getattr(driver, "fence_pass", None) if passes \
+                    else None
+                if step is not None:
+                    pending = step(method, mark)
+                    if pending is not None:
+                        p.level, p.pos, p.mark = lindex, pos, pending.mark
+                        return Waiting(pending.after, p, pending.why)
+                else:
+                    # (a driver older than fence() powers off)
+                    (getattr(driver, "fence", None)
+                     or driver.power_off)(method)
             except (base.FenceError, ValueError) as e:
-                unreachable = unreachable and isinstance(
+                p.unreachable = p.unreachable and isinstance(
                     e, base.BmcUnreachable)
                 failed = where + (_scrub(str(e), method)
                                   or type(e).__name__)
             except Exception as e:   # noqa: BLE001 - try the next level
-                unexpected = unexpected or e
+                p.unexpected = p.unexpected or e
                 failed = where + "unexpected %s from driver %s" % (
                     type(e).__name__, method.driver)
             if failed is not None:
-                _undo(level[:pos - 1], fencer, log, failed)
+                _undo(level[:pos], fencer, log, failed)
                 break
+            fenced.append((driver, method))
             if getattr(driver, "proves", base.HOST) == base.STORAGE:
                 protects.update(protects_of(method))
             else:
@@ -231,14 +312,14 @@ def fence(bmc, fencer, log=LOG, check=None):
             outcome = FenceOutcome(
                 host=bmc.host, index=index, driver=level[0].driver,
                 address=level[0].address, failures=tuple(attempts),
-                methods=len(every), level=lindex, levels=len(levels),
+                methods=len(every), level=lindex + 1, levels=len(levels),
                 level_methods=tuple(_name(m) for m in level),
                 scope=scope, leveled=leveled,
                 protects=tuple(sorted(protects)) if scope == base.STORAGE
-                else ())
+                else (), how=_how(fenced, log))
             if attempts:
                 log.warning("fenced_by_fallback", host=bmc.host,
-                            method=index, level=lindex,
+                            method=index, level=lindex + 1,
                             driver=outcome.level_label(),
                             address=level[0].address, scope=scope,
                             failed=len(attempts), reason=outcome.describe())
@@ -250,11 +331,12 @@ def fence(bmc, fencer, log=LOG, check=None):
         attempts.append(attempt)
         if len(levels) > 1:
             log.warning("fence_method_failed", host=bmc.host, method=index,
-                        level=lindex, driver=attempt.driver,
+                        level=lindex + 1, driver=attempt.driver,
                         address=attempt.address, reason=failed,
-                        next=(lindex + 1 if lindex < len(levels) else None))
-    if unexpected is not None:
-        raise unexpected
+                        next=(lindex + 2 if lindex + 1 < len(levels)
+                              else None))
+    if p.unexpected is not None:
+        raise p.unexpected
     if len(levels) == 1 and not leveled:
         message = attempts[0].reason
     else:
@@ -262,8 +344,27 @@ def fence(bmc, fencer, log=LOG, check=None):
                            if leveled else
                            "no fencing method confirmed power off",
                            attempts)
-    error = FenceChainUnreachable if unreachable else FenceChainError
+    error = FenceChainUnreachable if p.unreachable else FenceChainError
     raise error(message, bmc.host, attempts)
+
+
+def _how(fenced, log):
+    """Each fenced method's own words for what its fencing proved
+    (FencingDriver.fenced_text), where it has some: a read, and a
+    failure to read them changes nothing of the fencing."""
+    out = []
+    for driver, method in fenced:
+        text = getattr(driver, "fenced_text", None)
+        try:
+            said = text(method) if text is not None else None
+        except Exception as e:   # noqa: BLE001 - wording only
+            log.warning("fenced_text_failed", host=method.host,
+                        driver=method.driver,
+                        reason=_scrub(str(e), method) or type(e).__name__)
+            continue
+        if isinstance(said, str) and said:
+            out.append(said)
+    return tuple(out)
 
 
 def _undo(done, fencer, log, why):

@@ -17,10 +17,13 @@ on the engine's monotonic clock:
 3. ``max(last beat, published) + isolation timeout + watchdog timeout +
    [fencing] watchdog_margin`` has passed.
 
-:func:`deadline` is that rule, pure. :meth:`WatchdogDriver.power_off`
-condemns, then waits (``sleep`` injected) until the deadline has passed,
-re-reading the state (a beat after the condemnation pushes it later),
-at most ``[fencing] watchdog_wait_max`` seconds. :meth:`power_state`
+:func:`deadline` is that rule, pure. :meth:`WatchdogDriver.fence_pass`
+is one pass of the fencing for the engine's work queue: the first
+condemns, each judges the deadline and says when to look again (a beat
+after the condemnation pushes it later), for at most ``[fencing]
+watchdog_wait_max`` seconds; no worker waits meanwhile.
+:meth:`WatchdogDriver.power_off` runs the passes, sleeping between them
+(``sleep`` injected), for a caller that may wait. :meth:`power_state`
 reads OFF once the deadline has passed, UNKNOWN before (never ON: a
 silent host is not known to run).
 
@@ -30,6 +33,7 @@ given to the driver when the service builds it (:func:`load_driver`'s
 ``watchdog_witness``); without one every call fails.
 """
 
+import datetime
 import time
 from typing import NamedTuple, Optional, Protocol, Tuple
 
@@ -71,6 +75,8 @@ class Witness(Protocol):
 
     def condemn(self, host_name: str, reason: str) -> Optional[float]: ...
 
+    def lift(self, host_name: str) -> None: ...
+
 
 class LazyWitness:
     """A Witness found when first used (the service builds its fencers
@@ -94,6 +100,12 @@ class LazyWitness:
 
     def condemn(self, host_name, reason):
         return self._witness().condemn(host_name, reason)
+
+    def lift(self, host_name):
+        # No listener: nothing was condemned through it.
+        witness = self._get()
+        if witness is not None:
+            witness.lift(host_name)
 
 
 class Judgement(NamedTuple):
@@ -146,11 +158,12 @@ class WatchdogDriver(base.FencingDriver):
     needs = ("watchdog_witness",)
 
     def __init__(self, conf, watchdog_witness: Optional[Witness] = None,
-                 sleep=time.sleep):
+                 sleep=time.sleep, wall=time.time):
         self.margin = conf.fencing.watchdog_margin
         self.wait_max = conf.fencing.watchdog_wait_max
         self.witness = watchdog_witness
         self._sleep = sleep
+        self._wall = wall
 
     def _need_witness(self) -> Witness:
         if self.witness is None:
@@ -163,51 +176,119 @@ class WatchdogDriver(base.FencingDriver):
         now = witness.monotonic()
         return deadline(witness.watchdog_state(host), now, self.margin), now
 
+    @base.write
     def power_off(self, bmc):
         """Condemn the host, then return once its watchdog deadline has
-        passed; raises FenceError (refused, or not within
+        passed, sleeping meanwhile (``sleep``; the engine does not call
+        this: it runs :meth:`fence_pass` on its work queue, which never
+        waits); raises FenceError (refused, or not within
         watchdog_wait_max)."""
+        mark = None
+        while True:
+            pending = self.fence_pass(bmc, mark)
+            if pending is None:
+                return None
+            self._sleep(pending.after)
+            mark = pending.mark
+
+    @base.write
+    def fence(self, bmc):
+        self.power_off(bmc)
+
+    @base.write
+    def fence_pass(self, bmc, mark=None):
+        """The first pass (``mark`` None) condemns the host; each pass
+        then judges its deadline: None once it has passed, else
+        :class:`base.Pending` saying when to look again (at the deadline;
+        every second while the pill is not published yet), its mark the
+        time of the condemnation (one per attempt: later passes read, the
+        deadline does not start over). Raises FenceError (refused, or not
+        proven within watchdog_wait_max of the condemnation)."""
         witness = self._need_witness()
         host = bmc.host
-        state = witness.watchdog_state(host)
-        why = refusal(state)
-        if why is not None:
-            raise base.FenceError("host %s: watchdog method refused: %s"
-                                  % (host, why))
-        # Each attempt condemns anew: the pill echoes the host's newest
-        # nonce (one of an earlier condemnation may be of an earlier boot,
-        # which the host would refuse), and the deadline starts over.
-        at = witness.condemn(host, "fencing by watchdog")
-        if at is None:
-            raise base.FenceError("host %s: watchdog method: the host "
-                                  "cannot be condemned (never heard)"
-                                  % host)
-        LOG.warning("watchdog_condemned", host=host, at=at,
-                    watchdog_timeout=state.watchdog_timeout,
-                    isolation_timeout=state.isolation_timeout,
-                    margin=self.margin,
-                    reason="no BMC power-off: the host's own watchdog "
-                           "resets it; counted fenced after its deadline")
-        start = witness.monotonic()
-        while True:
-            judgement, now = self._judge(host)
-            if judgement.dead:
-                LOG.warning("watchdog_fenced", host=host,
-                            reason=judgement.why)
-                return None
-            if judgement.deadline is None and refusal(
-                    witness.watchdog_state(host)) is not None:
+        if mark is None:
+            state = witness.watchdog_state(host)
+            why = refusal(state)
+            if why is not None:
                 raise base.FenceError("host %s: watchdog method refused: %s"
-                                      % (host, judgement.why))
-            if now - start >= self.wait_max:
-                raise base.FenceError(
-                    "host %s: watchdog method: not proven within %.0f s: %s"
-                    % (host, self.wait_max, judgement.why))
-            wait = POLL if judgement.deadline is None else max(
-                0.0, min(POLL * 5, judgement.deadline - now))
-            self._sleep(min(wait, self.wait_max - (now - start)) or 0.01)
+                                      % (host, why))
+            assert state is not None
+            # Each attempt condemns anew: the pill echoes the host's newest
+            # nonce (one of an earlier condemnation may be of an earlier
+            # boot, which the host would refuse), and the deadline starts
+            # over.
+            at = witness.condemn(host, "fencing by watchdog")
+            if at is None:
+                raise base.FenceError("host %s: watchdog method: the host "
+                                      "cannot be condemned (never heard)"
+                                      % host)
+            LOG.warning("watchdog_condemned", host=host, at=at,
+                        watchdog_timeout=state.watchdog_timeout,
+                        isolation_timeout=state.isolation_timeout,
+                        margin=self.margin,
+                        reason="no BMC power-off: the host's own watchdog "
+                               "resets it; counted fenced after its "
+                               "deadline")
+            mark = witness.monotonic()
+        judgement, now = self._judge(host)
+        if judgement.dead:
+            LOG.warning("watchdog_fenced", host=host, reason=judgement.why)
+            return None
+        if judgement.deadline is None and refusal(
+                witness.watchdog_state(host)) is not None:
+            raise base.FenceError("host %s: watchdog method refused: %s"
+                                  % (host, judgement.why))
+        waited = now - mark
+        if waited >= self.wait_max:
+            raise base.FenceError(
+                "host %s: watchdog method: not proven within %.0f s: %s"
+                % (host, self.wait_max, judgement.why))
+        wait = POLL if judgement.deadline is None else max(
+            0.0, judgement.deadline - now)
+        return base.Pending(min(wait, self.wait_max - waited) or 0.01,
+                            mark, judgement.why)
 
     def power_state(self, bmc):
         judgement, _ = self._judge(bmc.host)
         return base.PowerState.OFF if judgement.dead \
             else base.PowerState.UNKNOWN
+
+    def fenced_text(self, bmc):
+        """``self-fenced by watchdog, assumed at <UTC time>``: the
+        deadline passed (its wall-clock time, from the monotonic one), or
+        None while it has not."""
+        judgement, now = self._judge(bmc.host)
+        if not judgement.dead or judgement.deadline is None:
+            return None
+        at = self._wall() - (now - judgement.deadline)
+        return "self-fenced by watchdog, assumed at %s" % (
+            datetime.datetime.fromtimestamp(at, datetime.timezone.utc)
+            .strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    @base.write
+    def unfence(self, bmc):
+        """The host is back and its service cleaned up: its condemnation
+        is lifted (no more poison pill to it or its peers: its agent is
+        answered again and keeps feeding its watchdog)."""
+        if self.witness is None:
+            return      # nothing was condemned through this driver
+        self.witness.lift(bmc.host)
+        LOG.info("watchdog_condemnation_lifted", host=bmc.host,
+                 reason="the host is back and its service cleaned up")
+
+    def ready(self, bmc):
+        """None when the host's agent reported an armed watchdog in a
+        beat no older than its isolation timeout (a live agent beats far
+        more often): condemning it would then reset it; else why not."""
+        witness = self._need_witness()
+        state = witness.watchdog_state(bmc.host)
+        why = refusal(state)
+        if why is not None:
+            return "watchdog: " + why
+        assert state is not None
+        age = witness.monotonic() - state.last_beat
+        if age > max(state.isolation_timeout, 1.0):
+            return ("watchdog: its agent's last beat (armed) is %.0f s old, "
+                    "more than its isolation timeout (%.0f s)"
+                    % (age, state.isolation_timeout))
+        return None
