@@ -95,6 +95,12 @@ _REPLY_BODIES = {protocol.CHALLENGE: challenge.read_body,
                  peer.RELAY: peer.read_relay}
 
 
+def _next(due, now, interval):
+    """The next time of a periodic task due at ``due`` (None: first run
+    now); late, it goes on from ``now`` (no burst)."""
+    return now + interval if due is None else max(due + interval, now)
+
+
 def _inline(target, *args):
     target(*args)
 
@@ -160,9 +166,11 @@ class SimAgents:
     not fed for ``watchdog_timeout`` seconds, and the real
     :class:`~instanceha.agent.peers.Peers` with ``peer_count`` peers each
     (the next hosts in order: :func:`instanceha.sim.agent_peers.ring`),
-    over ``peer_path`` (the first path by default).
-    ``isolation_timeout``, ``watchdog_check_interval``: the agents'
-    options of those names."""
+    over ``peer_path`` (the first path by default), probed every
+    ``peer_interval`` and heard within ``peer_window`` (the beats say
+    which: the engines' peer witnesses). ``isolation_timeout``,
+    ``watchdog_check_interval``, ``peer_interval``, ``peer_window``: the
+    agents' options of those names (None: their defaults)."""
 
     def __init__(self, cloud, engines, keyring, interval=1.0, paths=None,
                  request_port=None, restart_compute=True,
@@ -171,7 +179,7 @@ class SimAgents:
                  watchdog_dir=None, watchdog_timeout=30,
                  isolation_timeout=20.0, watchdog_check_interval=2.0,
                  peer_count=3, watchdog_action=watchdog_hw.REBOOT,
-                 peer_path=None):
+                 peer_path=None, peer_interval=None, peer_window=None):
         if keyring is None and master_key is None:
             raise ValueError("a keyring or a master key is needed")
         self.cloud = cloud
@@ -185,7 +193,8 @@ class SimAgents:
                                      self_restart)
         if watchdog_dir is not None:
             self._watchdog_conf(watchdog_dir, watchdog_timeout,
-                                isolation_timeout, watchdog_check_interval)
+                                isolation_timeout, watchdog_check_interval,
+                                peer_interval, peer_window)
         if watchdog_action not in watchdog_hw.ACTIONS:
             raise ValueError("watchdog_action: one of %s"
                              % ", ".join(watchdog_hw.ACTIONS))
@@ -205,7 +214,7 @@ class SimAgents:
         if unknown:
             raise ValueError("no such host: %s" % unknown[0])
         self.agents = {n: HostAgent(n, i) for i, n in enumerate(names)}
-        self._next_guard = None
+        self._next_guard = self._next_probe = None
         #: target host -> {peer: (pill bytes, when that peer first kept
         #: it)}: the sim's own record of the pills relayed to peers
         self._pills_held = collections.defaultdict(dict)
@@ -275,7 +284,8 @@ class SimAgents:
         agent_conf.validate(conf)
         return conf
 
-    def _watchdog_conf(self, directory, timeout, isolation, interval):
+    def _watchdog_conf(self, directory, timeout, isolation, interval,
+                       peer_interval=None, peer_window=None):
         """The [agent] watchdog options, checked as the agent checks them
         (the device itself is each host's: :meth:`_build`)."""
         if os.path.realpath(directory).startswith("/dev/"):
@@ -287,8 +297,11 @@ class SimAgents:
                              watchdog_hw.device_path(directory, "check")),
                             ("watchdog_timeout", int(timeout)),
                             ("isolation_timeout", float(isolation)),
-                            ("watchdog_check_interval", float(interval))):
-            conf.set_override(name, value, group=agent_conf.GROUP)
+                            ("watchdog_check_interval", float(interval)),
+                            ("peer_interval", peer_interval),
+                            ("peer_window", peer_window)):
+            if value is not None:
+                conf.set_override(name, value, group=agent_conf.GROUP)
         agent_conf.validate(conf)
 
     # -- the agents' lifecycle -------------------------------------------
@@ -340,7 +353,8 @@ class SimAgents:
             peers = peers_mod.Peers(
                 name, [(p, agent_peers.address(p, self.agents[p].index))
                        for p in agent.peer_names],
-                self.peer_key, guardian, self.peer_net.socket(name), clock)
+                self.peer_key, guardian, self.peer_net.socket(name), clock,
+                window=self.conf.agent.peer_window)
         sender = sender_mod.Sender(
             self.conf, agent.keyring, clock=host_clock, facts_fn=facts,
             socket_factory=sockets, host=name, boot_id=boot_id,
@@ -570,14 +584,21 @@ class SimAgents:
 
     def _watchdogs(self, now):
         """Every check interval, each running agent decides and feeds its
-        watchdog and probes its peers (the real agent's guard loop); the
-        peers' datagrams are delivered; every chip looks at what was
-        written and fires when unfed. Returns when this is next due."""
+        watchdog (the real agent's guard loop); every peer interval, it
+        probes its peers (its probe loop); the peers' datagrams are
+        delivered; every chip looks at what was written and fires when
+        unfed. Returns when this is next due."""
         cloud = self.cloud
-        interval = self.conf.agent.watchdog_check_interval
-        if self._next_guard is None or now >= self._next_guard:
-            self._next_guard = (now + interval if self._next_guard is None
-                                else max(self._next_guard + interval, now))
+        group = self.conf.agent
+        guard = self._next_guard is None or now >= self._next_guard
+        probe = self._next_probe is None or now >= self._next_probe
+        if guard:
+            self._next_guard = _next(self._next_guard, now,
+                                     group.watchdog_check_interval)
+        if probe:
+            self._next_probe = _next(self._next_probe, now,
+                                     group.peer_interval)
+        if guard or probe:
             with self._lock:
                 duties = [(a.name, a.guardian, a.peers)
                           for a in self.agents.values()
@@ -586,8 +607,9 @@ class SimAgents:
                 if not cloud.os_running(cloud.hosts[name]):
                     continue        # halted at its next beat
                 try:
-                    guardian.tick(now)
-                    if peers is not None:
+                    if guard:
+                        guardian.tick(now)
+                    if probe and peers is not None:
                         peers.probe(now)
                 except Exception:
                     LOG.exception("sim.agent_guard_failed", host=name)
@@ -606,7 +628,7 @@ class SimAgents:
             self.resets.append((now, name))
             cloud.watchdog_reset(name, power_off=(
                 self.watchdog_action == watchdog_hw.POWER_OFF))
-        return self._next_guard
+        return min(self._next_guard, self._next_probe)
 
     def watchdog_proven(self, name, now=None):
         """The simulator's own judgement (the invariant's): had host

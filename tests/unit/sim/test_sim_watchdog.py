@@ -79,6 +79,13 @@ def test_live_hosts_arm_and_are_never_reset(bed, clock):
         assert agent.guardian.fence.last.reason == "engines_gone"
     assert agents.resets == [] and cloud.watchdog_resets == []
     assert agents.peer_net.counts["delivered"] > 100
+    # The beats say which peers answer (the engines' peer witnesses).
+    report = agents.agent("compute-0").guardian.report(clock.t)
+    assert report.hearing == (True, True, True)
+    cloud.lose_power("compute-1")
+    run(agents, clock, 5.0)
+    report = agents.agent("compute-0").guardian.report(clock.t)
+    assert report.hearing == (False, True, True)
 
 
 def test_a_hung_host_is_reset_by_its_watchdog(bed, clock):
