@@ -114,8 +114,16 @@ def test_a_host_that_loses_power_with_its_bmc_is_fenced_by_its_watchdog(
     assert "after level 1 (redfish" in why, why
     host = next(h for h in engine.status()["hosts"] if h["name"] == VICTIM)
     assert host["fenced_by"]["level"] == 2, host
+    assert host["fenced_by"]["how"].startswith(
+        "self-fenced by watchdog, assumed at"), host
+    assert "self-fenced by watchdog, assumed at" in why, why
+    # The condemnation was journalled before the pill left.
+    with engine.reading_journal() as j:
+        steps = [a for a in j.actions() if a["host_name"] == VICTIM
+                 and a["kind"] == "condemn"]
+    assert steps, engine.log_path
     log = engine.log_text()
-    assert "watchdog_condemned" in log and "watchdog_fenced" in log
+    assert "watchdog_condemned" in log
     # No evacuate request before its watchdog deadline: each reached Nova
     # with the host proven off (the invariant fixture checks it too).
     requests = [r for r in cloud.evacuate_requests if r.host == VICTIM]
