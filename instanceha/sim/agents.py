@@ -57,6 +57,7 @@ sends).
 
 import collections
 import heapq
+import os
 import selectors
 import socket
 import subprocess
@@ -65,13 +66,20 @@ import threading
 import structlog
 
 from instanceha.agent import control as control_mod
+from instanceha.agent import guardian as guardian_mod
+from instanceha.agent import peers as peers_mod
+from instanceha.agent import selffence
 from instanceha.agent import sender as sender_mod
+from instanceha.agent import watchdog as watchdog_mod
 from instanceha.conf import agent as agent_conf
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import challenge
+from instanceha.heartbeat import peer
 from instanceha.heartbeat import protocol
 from instanceha.sim import agent_net
+from instanceha.sim import agent_peers
 from instanceha.sim import agent_requests
+from instanceha.sim import watchdog_hw
 from instanceha.util import datagrams
 
 LOG = structlog.get_logger("instanceha.sim.agents")
@@ -81,6 +89,16 @@ DEFAULT_PATHS = {"mgmt": "127.0.0.1"}
 #: simulator's clock need not be the wall clock).
 MAX_WAIT = 0.2
 _GOLDEN = 0.6180339887498949
+#: What the agents' path sockets read besides beats: the engines'
+#: challenges and their relays of a poison pill.
+_REPLY_BODIES = {protocol.CHALLENGE: challenge.read_body,
+                 peer.RELAY: peer.read_relay}
+
+
+def _next(due, now, interval):
+    """The next time of a periodic task due at ``due`` (None: first run
+    now); late, it goes on from ``now`` (no burst)."""
+    return now + interval if due is None else max(due + interval, now)
 
 
 def _inline(target, *args):
@@ -110,6 +128,15 @@ class HostAgent:
         self.keyring = None         # the keys its agent holds
         self.victim = None          # impersonate: the host it forges
         self.forger = None          # the Sender of its forged beats
+        # With watchdogs (SimAgents' watchdog_dir): the agent's watchdog
+        # duty and peers while it runs, the host's watchdog chip always.
+        self.guardian = None
+        self.peers = None
+        self.hardware = None
+        self.hw_boots = None        # the boot the chip last saw
+        self.peer_names = ()
+        #: when its last beat reporting an armed watchdog was sent
+        self.armed_beat_at = None
 
     @property
     def running(self):
@@ -129,12 +156,30 @@ class SimAgents:
     address; 0 picks a free port, None: no request socket);
     ``restart_compute`` / ``self_restart``: the agents' options of those
     names (the engine decides whether to ask; here the agents allow it
-    by default). ``socket_factory`` makes the real sockets (tests)."""
+    by default). ``socket_factory`` makes the real sockets (tests).
+
+    Watchdogs (issue 37): with ``watchdog_dir`` (a directory of the
+    run's own, never /dev) every agent has the real watchdog duty
+    (:class:`~instanceha.agent.guardian.Guardian`) on a test device
+    there, played by :class:`instanceha.sim.watchdog_hw.Hardware`, which
+    resets the host (``watchdog_action``: "reboot" or "off") when it is
+    not fed for ``watchdog_timeout`` seconds, and the real
+    :class:`~instanceha.agent.peers.Peers` with ``peer_count`` peers each
+    (the next hosts in order: :func:`instanceha.sim.agent_peers.ring`),
+    over ``peer_path`` (the first path by default), probed every
+    ``peer_interval`` and heard within ``peer_window`` (the beats say
+    which: the engines' peer witnesses). ``isolation_timeout``,
+    ``watchdog_check_interval``, ``peer_interval``, ``peer_window``: the
+    agents' options of those names (None: their defaults)."""
 
     def __init__(self, cloud, engines, keyring, interval=1.0, paths=None,
                  request_port=None, restart_compute=True,
                  self_restart=False, hosts=None, seed=0,
-                 socket_factory=socket.socket, master_key=None):
+                 socket_factory=socket.socket, master_key=None,
+                 watchdog_dir=None, watchdog_timeout=30,
+                 isolation_timeout=20.0, watchdog_check_interval=2.0,
+                 peer_count=3, watchdog_action=watchdog_hw.REBOOT,
+                 peer_path=None, peer_interval=None, peer_window=None):
         if keyring is None and master_key is None:
             raise ValueError("a keyring or a master key is needed")
         self.cloud = cloud
@@ -142,17 +187,50 @@ class SimAgents:
         self.master_key = master_key
         self.interval = float(interval)
         self.paths = dict(paths or DEFAULT_PATHS)
+        self.watchdog_dir = watchdog_dir
         self.conf = self._agent_conf(engines, interval, self.paths,
                                      request_port, restart_compute,
                                      self_restart)
+        if watchdog_dir is not None:
+            self._watchdog_conf(watchdog_dir, watchdog_timeout,
+                                isolation_timeout, watchdog_check_interval,
+                                peer_interval, peer_window)
+        if watchdog_action not in watchdog_hw.ACTIONS:
+            raise ValueError("watchdog_action: one of %s"
+                             % ", ".join(watchdog_hw.ACTIONS))
+        self.watchdog_action = watchdog_action
+        #: (simulator time, host) of every reset a watchdog chip made
+        self.resets = []
         self.faults = agent_net.Faults()
         self.network = agent_net.Network(self.paths, cloud.clock,
                                          self.faults, seed, socket_factory)
+        self.peer_net = None
+        if watchdog_dir is not None:
+            self.peer_net = agent_peers.PeerNet(
+                self._running_peers, self.network,
+                peer_path or next(iter(self.paths)))
         names = list(cloud.hosts) if hosts is None else list(hosts)
         unknown = [n for n in names if n not in cloud.hosts]
         if unknown:
             raise ValueError("no such host: %s" % unknown[0])
         self.agents = {n: HostAgent(n, i) for i, n in enumerate(names)}
+        self._next_guard = self._next_probe = None
+        #: target host -> {peer: (pill bytes, when that peer first kept
+        #: it)}: the sim's own record of the pills relayed to peers
+        self._pills_held = collections.defaultdict(dict)
+        if watchdog_dir is not None:
+            peer_path = peer_path or next(iter(self.paths))
+            if peer_path not in self.paths:
+                raise ValueError("no path %s" % peer_path)
+            self.peer_key = keys.Keyring(keys.Key.from_secret(
+                ("instanceha-sim-peers-%s" % seed).encode() * 2))
+            rings = agent_peers.ring(names, peer_count)
+            for agent in self.agents.values():
+                agent.peer_names = tuple(rings[agent.name])
+                agent.hardware = watchdog_hw.Hardware(
+                    agent.name, watchdog_hw.device_path(
+                        watchdog_dir, agent.name), watchdog_timeout,
+                    watchdog_action)
         for agent in self.agents.values():
             agent.keyring = (keys.Keyring(keys.derive_host_key(
                 master_key, agent.name)) if master_key is not None
@@ -206,6 +284,26 @@ class SimAgents:
         agent_conf.validate(conf)
         return conf
 
+    def _watchdog_conf(self, directory, timeout, isolation, interval,
+                       peer_interval=None, peer_window=None):
+        """The [agent] watchdog options, checked as the agent checks them
+        (the device itself is each host's: :meth:`_build`)."""
+        if os.path.realpath(directory).startswith("/dev/"):
+            raise ValueError("watchdog_dir %s: test devices only, never "
+                             "under /dev" % directory)
+        os.makedirs(directory, exist_ok=True)
+        conf = self.conf
+        for name, value in (("watchdog_device",
+                             watchdog_hw.device_path(directory, "check")),
+                            ("watchdog_timeout", int(timeout)),
+                            ("isolation_timeout", float(isolation)),
+                            ("watchdog_check_interval", float(interval)),
+                            ("peer_interval", peer_interval),
+                            ("peer_window", peer_window)):
+            if value is not None:
+                conf.set_override(name, value, group=agent_conf.GROUP)
+        agent_conf.validate(conf)
+
     # -- the agents' lifecycle -------------------------------------------
 
     def agent(self, name):
@@ -248,22 +346,99 @@ class SimAgents:
                 LOG.exception("sim.agent_policy_failed", host=name)
             return current
 
+        guardian, peers, duty = self._watchdog_duty(agent, boots), None, {}
+        if guardian is not None:
+            duty = dict(watchdog_fn=self._reporter(agent, guardian),
+                        on_challenge=guardian.on_challenge)
+            peers = peers_mod.Peers(
+                name, [(p, agent_peers.address(p, self.agents[p].index))
+                       for p in agent.peer_names],
+                self.peer_key, guardian, self.peer_net.socket(name), clock,
+                window=self.conf.agent.peer_window)
         sender = sender_mod.Sender(
             self.conf, agent.keyring, clock=host_clock, facts_fn=facts,
             socket_factory=sockets, host=name, boot_id=boot_id,
-            monotonic=clock, seq_start=seq_start)
+            monotonic=clock, seq_start=seq_start, **duty)
+        if peers is not None:
+            sender.on_relay = self._relay_keeper(agent, peers)
         with self._lock:
             if not agent.stopped:       # not stopped meanwhile
                 agent.sender, agent.control = sender, control
+                agent.guardian, agent.peers = guardian, peers
                 agent.boots = boots
                 return
         sender.close()
+        if guardian is not None:
+            guardian.disarm()
 
-    def _halt(self, agent):
-        """The agent's process ends (host down, or stop_agent)."""
+    def _watchdog_duty(self, agent, boots):
+        """A new run of ``agent``'s watchdog duty (its Guardian), or None
+        without watchdogs. Its nonce file is the boot's (under /run in
+        life: emptied at boot)."""
+        if self.watchdog_dir is None:
+            return None
+        group = self.conf.agent
+        return guardian_mod.Guardian(
+            watchdog_mod.Device(agent.hardware.path, group.watchdog_timeout),
+            group.isolation_timeout, group.watchdog_check_interval,
+            agent.name, agent.keyring, peers=agent.peer_names,
+            monotonic=self.cloud.clock,
+            nonce_file=os.path.join(self.watchdog_dir, "nonces-%s-%d" % (
+                agent.name, boots)))
+
+    def _reporter(self, agent, guardian):
+        """The beats' watchdog report; notes when a beat last said armed
+        (the sim's own view of the host's watchdog deadline)."""
+        def report(now):
+            r = guardian.report(now)
+            if r is not None and r.state == protocol.WATCHDOG_ARMED:
+                agent.armed_beat_at = now
+            return r
+        return report
+
+    def _relay_keeper(self, agent, peers):
+        def keep(relay):
+            with self._lock:
+                held = self._pills_held[relay.target]
+                old = held.get(agent.name)
+                if old is None or old[0] != relay.pill:
+                    held[agent.name] = (relay.pill, self.cloud.clock())
+            return peers.keep_relay(relay)
+        return keep
+
+    def _running_peers(self, name):
+        """The running Peers of host ``name`` (None: down, hung, or no
+        agent)."""
+        agent = self.agents.get(name)
+        if agent is None or agent.peers is None:
+            return None
+        if not self.cloud.os_running(self.cloud.hosts[name]):
+            return None
+        return agent.peers
+
+    def _halt(self, agent, orderly=False):
+        """The agent's process ends: the host went down (its watchdog
+        device is closed as a crash closes it: still armed), or
+        ``orderly`` (stop_agent: the magic close first, and one beat
+        saying disarmed, as the real agent's stop)."""
         with self._lock:
             sender, agent.sender, agent.control = agent.sender, None, None
             forger, agent.forger = agent.forger, None
+            guardian, agent.guardian = agent.guardian, None
+            peers, agent.peers = agent.peers, None
+        if guardian is not None:
+            if orderly:
+                guardian.disarm()
+                if sender is not None:
+                    try:
+                        sender.send_once()
+                    except Exception:
+                        LOG.exception("sim.agent_disarmed_beat_failed",
+                                      host=agent.name)
+            else:
+                guardian.device.abandon()
+        if peers is not None:
+            peers.sock.close()
         for s in (sender, forger):
             if s is not None:
                 s.close()
@@ -305,7 +480,7 @@ class SimAgents:
         on."""
         agent = self.agents[name]
         agent.stopped = True
-        self._halt(agent)
+        self._halt(agent, orderly=True)
 
     def start_agent(self, name):
         """Let host ``name``'s agent run again (from its next beat, if the
@@ -315,7 +490,7 @@ class SimAgents:
     def restart_agent(self, name):
         """The agent restarts (same boot: sequence numbers go on above
         the old ones)."""
-        self._halt(self.agents[name])
+        self._halt(self.agents[name], orderly=True)
         self.start_agent(name)
 
     def set_clock_offset(self, seconds, host=None):
@@ -401,7 +576,90 @@ class SimAgents:
                 LOG.exception("sim.agent_beat_failed", host=agent.name)
         nxt = self.network.flush(now)
         head = self._due[0][0] if self._due else now + self.interval
+        if self.watchdog_dir is not None:
+            head = min(head, self._watchdogs(now))
         return head if nxt is None else min(head, nxt)
+
+    # -- watchdogs and peers ---------------------------------------------------
+
+    def _watchdogs(self, now):
+        """Every check interval, each running agent decides and feeds its
+        watchdog (the real agent's guard loop); every peer interval, it
+        probes its peers (its probe loop); the peers' datagrams are
+        delivered; every chip looks at what was written and fires when
+        unfed. Returns when this is next due."""
+        cloud = self.cloud
+        group = self.conf.agent
+        guard = self._next_guard is None or now >= self._next_guard
+        probe = self._next_probe is None or now >= self._next_probe
+        if guard:
+            self._next_guard = _next(self._next_guard, now,
+                                     group.watchdog_check_interval)
+        if probe:
+            self._next_probe = _next(self._next_probe, now,
+                                     group.peer_interval)
+        if guard or probe:
+            with self._lock:
+                duties = [(a.name, a.guardian, a.peers)
+                          for a in self.agents.values()
+                          if a.guardian is not None]
+            for name, guardian, peers in duties:
+                if not cloud.os_running(cloud.hosts[name]):
+                    continue        # halted at its next beat
+                try:
+                    if guard:
+                        guardian.tick(now)
+                    if probe and peers is not None:
+                        peers.probe(now)
+                except Exception:
+                    LOG.exception("sim.agent_guard_failed", host=name)
+        self.peer_net.deliver()
+        fired = []
+        with cloud.lock:
+            for agent in self.agents.values():
+                h = cloud.hosts[agent.name]
+                hw = agent.hardware
+                if agent.hw_boots != h.boots:      # a new boot: disarmed
+                    agent.hw_boots = h.boots
+                    hw.power_lost()
+                if hw.poll(now, h.power_on):
+                    fired.append(agent.name)
+        for name in fired:
+            self.resets.append((now, name))
+            cloud.watchdog_reset(name, power_off=(
+                self.watchdog_action == watchdog_hw.POWER_OFF))
+        return min(self._next_guard, self._next_probe)
+
+    def watchdog_proven(self, name, now=None):
+        """The simulator's own judgement (the invariant's): had host
+        ``name`` lived on after its last beat, cut off from everyone, its
+        watchdog would have reset it by now. True only when its last
+        beats reported an armed watchdog, a majority of its peers held
+        a pill for it (the engine's relays) and ``max(that beat, that
+        majority) + isolation timeout + watchdog timeout`` has passed.
+        (The engine's rule adds its margin and counts from what it
+        received: never earlier.)"""
+        agent = self.agents.get(name)
+        if agent is None or self.watchdog_dir is None \
+                or agent.armed_beat_at is None:
+            return False
+        now = self.cloud.clock() if now is None else now
+        by_pill = collections.defaultdict(list)
+        with self._lock:
+            held = list(self._pills_held.get(name, {}).values())
+        for pill, at in held:
+            by_pill[pill].append(at)
+        need = selffence.majority(len(agent.peer_names))
+        published = [sorted(times)[need - 1] for times in by_pill.values()
+                     if len(times) >= need]
+        if agent.peer_names and not published:
+            return False
+        group = self.conf.agent
+        start = agent.armed_beat_at
+        if published:
+            start = max(start, min(published))
+        return now >= start + group.isolation_timeout + \
+            group.watchdog_timeout
 
     # -- the engines' challenges ---------------------------------------------
 
@@ -410,11 +668,14 @@ class SimAgents:
         to the Sender of the host the challenge names (which checks it
         again, as a real agent does). Returns the outcome."""
         try:
-            message, _ = challenge.decode_signed(data, self._routing)
+            message, _ = protocol.decode_signed(data, self._routing,
+                                                _REPLY_BODIES)
         except protocol.Dropped as e:
             outcome = e.reason
         else:
-            if type(message) is not challenge.Challenge:
+            if type(message) is peer.Relay:
+                outcome = self._relay(data, message, path, source)
+            elif type(message) is not challenge.Challenge:
                 outcome = "not_a_challenge"
             elif not self.network.delivers(message.host, path):
                 outcome = "undelivered"
@@ -425,6 +686,27 @@ class SimAgents:
                 outcome = ("no_agent" if sender is None
                            else sender.handle_reply(data, source))
         self.challenges[outcome] += 1
+        return outcome
+
+    def _relay(self, data, relay, path, source):
+        """An engine's relay of ``relay.target``'s pill: sent to one peer
+        of it at an address every host shares here, so handed to each
+        running agent that has the target among its peers and whose own
+        key signed it (its Sender checks again)."""
+        outcome = "no_peer"
+        with self._lock:
+            candidates = [(a, a.sender) for a in self.agents.values()
+                          if relay.target in a.peer_names
+                          and a.sender is not None]
+        for agent, sender in candidates:
+            try:
+                protocol.decode_signed(data, agent.keyring, _REPLY_BODIES)
+            except protocol.Dropped:
+                continue
+            if not self.network.delivers(agent.name, path):
+                outcome = "undelivered"
+                continue
+            outcome = sender.handle_reply(data, source)
         return outcome
 
     def _drain_challenges(self, sock, path):
@@ -447,6 +729,10 @@ class SimAgents:
                 raise
         self._wake = socket.socketpair()
         self._stop.clear()
+        if self.watchdog_dir is not None:
+            # The invariant reads it: an evacuation from a host whose BMC
+            # cannot answer is safe only after its watchdog deadline.
+            self.cloud.watchdog_proof = self.watchdog_proven
         self._thread = threading.Thread(target=self._serve,
                                         name="sim-agents", daemon=True)
         self._thread.start()
@@ -501,7 +787,11 @@ class SimAgents:
                 s.close()
             self._wake = None
         for agent in self.agents.values():
-            self._halt(agent)
+            self._halt(agent, orderly=True)
+            if agent.hardware is not None:
+                agent.hardware.close()
+        if self.cloud.watchdog_proof == self.watchdog_proven:
+            self.cloud.watchdog_proof = None
         if self.dispatcher is not None:
             self.dispatcher.close()
         self.network.close()

@@ -11,7 +11,11 @@ fails the test during which an unsafe request arrived.
 
 A request is safe only when that power state is ``Off``. On, a change under
 way (PoweringOn, PoweringOff) and a state nobody could read are all unsafe:
-a machine that may be running may still write its servers' disks.
+a machine that may be running may still write its servers' disks. A host
+whose BMC does not answer (it lost power with its host, say) reads Off
+only once its watchdog's deadline has passed (issue 37: until then it
+could have been alive, cut off, and still feeding its watchdog); before,
+it reads Unknown, with a ``note`` saying so.
 """
 
 import datetime
@@ -31,15 +35,19 @@ class EvacuateRequest:
     gave, once known (None before, or when it was never learnt).
     """
 
-    __slots__ = ("time", "server", "host", "power", "where", "answer")
+    __slots__ = ("time", "server", "host", "power", "where", "answer",
+                 "note")
 
-    def __init__(self, time, server, host, power, where, answer=None):
+    def __init__(self, time, server, host, power, where, answer=None,
+                 note=None):
         self.time = time
         self.server = server
         self.host = host
         self.power = power
         self.where = where
         self.answer = answer
+        #: why the power reads as it does, when not the BMC's answer
+        self.note = note
 
     @property
     def unsafe(self):
@@ -49,15 +57,17 @@ class EvacuateRequest:
         return {"time": self.time, "at": iso(self.time),
                 "server": self.server, "host": self.host,
                 "power": self.power, "where": self.where,
-                "answer": self.answer, "unsafe": self.unsafe}
+                "answer": self.answer, "unsafe": self.unsafe,
+                "note": self.note}
 
     def describe(self):
         answered = ("" if self.answer is None
                     else ", Nova answered %s" % self.answer)
+        note = "" if self.note is None else ": %s" % self.note
         return ("evacuate request for server %s at %s while its host %s "
-                "was powered %s (%s%s)" % (
+                "was powered %s%s (%s%s)" % (
                     self.server, iso(self.time), self.host, self.power,
-                    self.where, answered))
+                    note, self.where, answered))
 
     def __repr__(self):
         return "<EvacuateRequest %s>" % self.describe()

@@ -147,6 +147,15 @@ class SimCloud(Moves, Builds, Repairs):
         #: state of the server's host at that instant
         #: (invariant.EvacuateRequest; see note_evacuate_request)
         self.evacuate_requests = []
+        #: host -> when it lost power together with its BMC (lose_power)
+        self.power_lost = {}
+        #: (time, host, action) of each reset by a host's watchdog chip
+        self.watchdog_resets = []
+        #: (host name, now) -> whether the host's watchdog deadline has
+        #: passed (sim/agents.py installs it when its agents have
+        #: watchdogs); the invariant asks it for a host whose BMC cannot
+        #: answer. None: such a host is never proven off.
+        self.watchdog_proof = None
         #: where this cloud's records say they come from (SimServer sets
         #: its URL)
         self.where = "simulator"
@@ -475,6 +484,45 @@ class SimCloud(Moves, Builds, Repairs):
                          h, bool(on), h.power_generation)
             else:
                 self._apply_power(h, bool(on), h.power_generation)
+
+    def lose_power(self, name):
+        """The host loses power together with its BMC (a chassis or PDU
+        failure): it stops at once, its agent and its watchdog with it,
+        and its BMC answers nothing (requests naming it are dropped);
+        nothing of it answers until :meth:`restore_power`."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            h.bmc_reachable = False
+            self.power_lost[name] = self._now
+            h.power_generation += 1
+            h.pending_power = None
+            self._apply_power(h, False, h.power_generation)
+
+    def restore_power(self, name):
+        """Power is back: the BMC answers again; the host stays off until
+        someone powers it on."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            h.bmc_reachable = True
+            self.power_lost.pop(name, None)
+
+    def watchdog_reset(self, name, power_off=False):
+        """The host's watchdog chip fired: a hardware reset (off, then on
+        at once: a new boot), or with ``power_off`` it stays off. Counted
+        in ``watchdog_resets``."""
+        with self.lock:
+            self._advance()
+            h = self._host(name)
+            self.watchdog_resets.append(
+                (self._now, name, "off" if power_off else "reboot"))
+            h.power_generation += 1
+            gen = h.power_generation
+            h.pending_power = None
+            self._apply_power(h, False, gen)
+            if not power_off:
+                self._apply_power(h, True, gen)
 
     def power_cycle(self, name):
         """Off then on (Redfish ForceRestart)."""
@@ -892,8 +940,17 @@ class SimCloud(Moves, Builds, Repairs):
                 return None
             h = self.hosts.get(s.host)
             power = invariant.UNKNOWN if h is None else self.power_state(h)
+            note = None
+            if h is not None and not h.bmc_reachable and power == "Off":
+                # Nobody can read this host's power: it is off only as
+                # far as its watchdog's deadline proves it.
+                proof = self.watchdog_proof
+                if proof is None or not proof(h.name, now):
+                    power = invariant.UNKNOWN
+                    note = ("its BMC does not answer, and its watchdog "
+                            "deadline had not passed")
             record = invariant.EvacuateRequest(now, s.id, s.host, power,
-                                               self.where)
+                                               self.where, note=note)
             self.evacuate_requests.append(record)
         invariant.publish(record)
         return record
