@@ -23,7 +23,9 @@ agent that echoes nothing are *unproven*: counted and shown (``view``,
 ``health``), never an event, so never a veto; the table sees such a host
 as silent. Anything not accepted is counted by reason (the
 protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
-``unexpected_kind`` for a request sent to an engine, ``unknown_host`` for
+``unexpected_kind`` for a request sent to an engine other than an
+agent's ``drain_host`` (below), ``no_drain_sink`` for that one when this
+engine takes none, ``unknown_host`` for
 a beat naming a host Nova does not know, ``no_guest_sink`` for a guest
 event when instance repair is off) and never raises; a datagram
 never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
@@ -40,6 +42,15 @@ shared-key datagram naming it is dropped as ``shared_key`` too (until
 the engine restarts or Nova stops listing the host), so each host is
 protected from the moment its agent moves. Requests to an agent are signed with the
 key its beats are signed with.
+
+An agent's ``drain_host`` request before an orderly shutdown of its host
+(issue 38) is taken when signed with that host's own key (never the
+shared key), for a host Nova knows, fresh and newer than the last one of
+that host (a replay guard of its own, strict: no clock offset learned);
+the acting engine hands it to ``drain_sink``
+(:class:`instanceha.engine.shutdown_drain.ShutdownDrains`) and answers
+with a ``drain_status`` echoing its sequence number, sent back to where
+the request came from; a standby neither acts nor answers.
 
 Threads: the receiver and the check change the table under ``_lock`` and
 hand their events to the sink in order, under ``_emit`` (taken by this
