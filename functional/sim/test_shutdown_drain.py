@@ -136,6 +136,10 @@ def test_a_shutdown_waits_for_the_drain_then_the_dead_host_is_not_fenced(
     # maintenance, it is neither fenced nor evacuated.
     agent.sender.close()
     cloud.kill(HOST)
+    waiting.wait_for(lambda: any(
+        "agent_silent" in line and "'%s'" % HOST in line
+        for line in engine.log_text().splitlines()), 30,
+        "the engine to hear compute-1's agent silent")
     waiting.wait_for(lambda: cloud.snapshot()["services"][HOST].get(
         "state") == "down", 30, "Nova to call compute-1 down")
     # Some detection rounds later (delta 3 s), still untouched.
