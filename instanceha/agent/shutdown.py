@@ -127,8 +127,9 @@ class SystemLogind(Logind):
 
     def delay_max(self):
         try:
-            (value,) = self._call("Get", "ss", (MANAGER, "InhibitDelayMaxUSec"),
-                                  interface="org.freedesktop.DBus.Properties")
+            (value,) = self._call(
+                "Get", "ss", (MANAGER, "InhibitDelayMaxUSec"),
+                interface="org.freedesktop.DBus.Properties")
             return value[1] / 1e6
         except (LogindError, TypeError, ValueError, IndexError):
             return None
