@@ -21,6 +21,8 @@
 #   python3-rados for functional/test_fencing_ceph.py (a private monitor
 #   per run on loopback, no OSD; the ceph_blocklist driver loads the rados
 #   module from its directory).
+# - dbus (dbus-daemon) for functional/sim/test_shutdown_drain.py (a
+#   private bus per run with a fake systemd-logind on it).
 #
 # INSTANCEHA_SKIP_APT=1 skips them; without root (or sudo) or apt-get they
 # are left to you (those tests then skip, or fail under
@@ -43,6 +45,7 @@ command -v shellcheck >/dev/null 2>&1 || pkgs="$pkgs shellcheck"
   >/dev/null 2>&1 || pkgs="$pkgs ceph-mon ceph-common"
 compgen -G "/usr/lib/python3/dist-packages/rados.cpython-*.so" >/dev/null \
   || pkgs="$pkgs python3-rados"
+command -v dbus-daemon >/dev/null 2>&1 || pkgs="$pkgs dbus"
 if [ -z "$pkgs" ] || [ "${INSTANCEHA_SKIP_APT:-0}" = 1 ]; then
   exit 0
 fi

@@ -26,6 +26,7 @@ from instanceha.agent import guardian as guardian_mod
 from instanceha.agent import guest_events
 from instanceha.agent import peers as peers_mod
 from instanceha.agent import sender as sender_mod
+from instanceha.agent import shutdown as shutdown_mod
 from instanceha.agent import watchdog
 from instanceha.conf import agent as agent_conf
 from instanceha.conf import explain
@@ -57,7 +58,7 @@ class Agent:
 
     def __init__(self, conf, keyring, host=None, reader=None,
                  libvirt_module=facts_mod.libvirt, peer_keyring=None,
-                 peer_socket=None, **sender_kw):
+                 peer_socket=None, logind=None, **sender_kw):
         self.conf = conf
         self.host = host or sender_mod.resolve_host(conf)
         check_key_host(keyring, self.host)
@@ -78,6 +79,15 @@ class Agent:
             conf, keyring, facts_fn=self.facts, host=self.host, **sender_kw)
         if self.peers is not None:
             self.sender.on_relay = self.peers.keep_relay
+        self.shutdown = None
+        if conf.agent.drain_on_shutdown:
+            self.shutdown = shutdown_mod.ShutdownDrain(
+                logind or shutdown_mod.SystemLogind(), keyring, self.host,
+                self.sender.send_every_path, self.sender.sent_at,
+                conf.agent.shutdown_drain_timeout,
+                resend=min(1.0, conf.agent.interval),
+                monotonic=self.monotonic)
+            self.sender.on_drain_answer = self.shutdown.on_answer
         self.guests = None
         if conf.agent.guest_events:
             self.guests = guest_events.GuestWatcher(
@@ -150,6 +160,9 @@ class Agent:
                 raise ConfigError(str(e))
         if self.peers is not None:
             self.peers.start()
+        if self.shutdown is not None:
+            # Not taken: logged; the agent beats on.
+            self.shutdown.start()
 
     def run(self, stop):
         """Beat until ``stop`` is set, then close everything."""
@@ -172,6 +185,8 @@ class Agent:
             self.sender.run(stop)
         finally:
             self.stop_watchdog()
+            if self.shutdown is not None:
+                self.shutdown.stop()
             self.control.stop()
             if self.peers is not None:
                 self.peers.stop()

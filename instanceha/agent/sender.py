@@ -57,6 +57,9 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 ECHOED = "echoed"
 #: What :meth:`Sender.handle_reply` answers for a relayed pill kept.
 RELAYED = "relayed"
+#: What :meth:`Sender.handle_reply` answers for an engine's answer to a
+#: drain request taken (:mod:`instanceha.agent.shutdown`).
+DRAIN_ANSWER = "drain_answer"
 #: The datagrams the path sockets read besides beats and requests.
 _REPLY_BODIES = {protocol.CHALLENGE: challenge.read_body,
                  peer.RELAY: peer.read_relay}
@@ -163,6 +166,10 @@ class Sender:
         self._on_challenge = on_challenge
         #: on_relay(relay): an engine's relayed pill for a peer
         self.on_relay = on_relay
+        #: on_drain_answer(request): an engine's answer to this host's
+        #: drain request before a shutdown (instanceha.agent.shutdown);
+        #: returns its status, or why it was not taken
+        self.on_drain_answer = None
         self.interval = group.interval
         self.keyring = keyring
         self.host = host or resolve_host(conf)
@@ -252,6 +259,11 @@ class Sender:
             total += sent
         return total
 
+    def send_every_path(self, data):
+        """Send one signed datagram (a drain request) to every engine
+        over every path; return the number handed to the kernel."""
+        return sum(self._to_engines(path, data) for path in self.paths)
+
     def send_event(self, data):
         """Send one signed datagram other than a beat (a guest event) to
         every engine over the first path; return the number handed to
@@ -330,6 +342,14 @@ class Sender:
             self.on_relay(message)
             self.replies[RELAYED] += 1
             return RELAYED
+        if type(message) is protocol.Request and \
+                message.kind == protocol.DRAIN_STATUS and \
+                self.on_drain_answer is not None:
+            taken = self.on_drain_answer(message)
+            if taken in protocol.DRAIN_STATUSES:
+                self.replies[DRAIN_ANSWER] += 1
+                return DRAIN_ANSWER
+            return self._reply_dropped(taken, source)
         if type(message) is not challenge.Challenge:
             return self._reply_dropped(NOT_A_CHALLENGE, source)
         if message.host != self.host:

@@ -190,6 +190,29 @@ OPTS = [
     cfg.FloatOpt("restart_timeout", default=30.0, min=1, max=600,
                  help="Seconds the restart command may run before it is "
                       "killed and the attempt counted as failed."),
+    # -- orderly shutdown drains first (issue 38) --------------------------
+    cfg.BoolOpt("drain_on_shutdown", default=False,
+                help="Hold a systemd-logind delay inhibitor lock on "
+                     "shutdown; when this host shuts down or reboots, ask "
+                     "the engines to drain it (the drain an operator asks "
+                     "for, then maintenance, with its preflight) and let "
+                     "the shutdown go on once the acting engine says it is "
+                     "drained, refuses, or shutdown_drain_timeout passes. "
+                     "Needs the agent's unit allowed to call logind's "
+                     "Inhibit (doc/agent.md) and the host's own key "
+                     "(requests signed with the shared key are refused). "
+                     "Unreachable logind: logged at start, beats go on, "
+                     "nothing is drained."),
+    cfg.FloatOpt("shutdown_drain_timeout", default=300.0, min=1,
+                 max=86400,
+                 help="Seconds a shutdown waits for the drain at most. "
+                      "logind holds a shutdown no longer than its "
+                      "InhibitDelayMaxSec (logind.conf, 5 s by default): "
+                      "the wait is capped by it, whatever is set here "
+                      "(logged at start), so raise InhibitDelayMaxSec to "
+                      "at least this. A drain not done in time: the lock "
+                      "is released anyway (logged) and the servers still "
+                      "on the host stop with it."),
     # -- watchdog self-fencing (issue 37) ----------------------------------
     cfg.StrOpt("watchdog_device", default=None,
                help="The watchdog device the agent arms and feeds while "

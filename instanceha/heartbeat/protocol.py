@@ -66,6 +66,11 @@ The body of a request::
      1  kind length, 1 host length, 2 reason length
         kind (ASCII), host (UTF-8), reason (UTF-8)
 
+A request goes from an engine to an agent (``restart_compute``), or
+from an agent to the engines before an orderly shutdown of its host
+(``drain_host``, answered by the acting engine with ``drain_status``:
+see :data:`DRAIN_HOST`).
+
 Within version 2 a receiver ignores body bytes after the fields it
 knows, so a field can be appended without making older engines drop
 every beat; any other change is a new version. Version 1 (a JSON body
@@ -150,6 +155,20 @@ DROP_REASONS = DECODE_REASONS + REPLAY_REASONS
 #: The requests an agent knows (:attr:`Request.kind`).
 RESTART_COMPUTE = "restart_compute"
 REQUEST_KINDS = (RESTART_COMPUTE,)
+#: An agent's request to the engines before an orderly shutdown of its
+#: host (issue 38): drain me. Sent over a beat path, signed with the
+#: host's key; its ``seq`` is the agent's clock in milliseconds
+#: (:func:`request_seq`), its ``reason`` says what shuts down.
+DRAIN_HOST = "drain_host"
+#: An acting engine's answer to :data:`DRAIN_HOST`, sent back to the
+#: address the request came from, signed with the key that signed it:
+#: its ``seq`` is the request's (an answer the agent did not ask for is
+#: dropped), its ``reason`` starts with one of :data:`DRAIN_STATUSES`.
+DRAIN_STATUS = "drain_status"
+DRAINED = "drained"
+DRAINING = "draining"
+DRAIN_REFUSED = "refused"
+DRAIN_STATUSES = (DRAINED, DRAINING, DRAIN_REFUSED)
 
 #: Limits, in bytes of UTF-8 (host, boot id) or ASCII (path, kind), and
 #: in characters (reason).

@@ -21,6 +21,7 @@ from instanceha.engine.context import Context
 from instanceha.engine.engine import Engine
 from instanceha.engine.fencing_gate import Readiness
 from instanceha.engine.progress import ProgressBoard
+from instanceha.engine import shutdown_drain
 # Re-exported: callers and tests name them as instanceha.service.*.
 from instanceha.errors import ConfigError, StartupError  # noqa: F401
 from instanceha.events import Event
@@ -213,16 +214,19 @@ class Service:
     def _ports(self) -> sources_mod.Ports:
         """What the sources may do to the engine."""
         engine = self.engine
+        submit_acting = (engine.submit if self.group is None
+                         else self._submit_if_acting)
         return sources_mod.Ports(
             submit=engine.submit,
-            submit_acting=(engine.submit if self.group is None
-                           else self._submit_if_acting),
+            submit_acting=submit_acting,
             acting=lambda: self.acting, known_hosts=engine.known_hosts,
             wants_every_report=engine.wants_every_report,
             capacity_appeared=self._capacity_appeared, urgent=engine.urgent,
             handled=engine.handled, repair=engine.repair,
             bmc_for=engine.ctx.bmc_for, fencer=engine.ctx.fencer,
-            board=self.board)
+            board=self.board,
+            shutdown_drain=shutdown_drain.ShutdownDrains(
+                engine.find, submit_acting).ask)
 
     def _agent_request(self, host: str, reason: str) -> str:
         """Soft fencing's request to a vetoed host's agent (the engine's

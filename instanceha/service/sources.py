@@ -11,7 +11,8 @@ from instanceha.heartbeat.guest import GuestEvent
 from instanceha.sources.audit import Fencer, FencingAudit
 from instanceha.sources.base import Sink
 from instanceha.sources.control_plane import ControlPlaneMonitor
-from instanceha.sources.heartbeat import GuestSink, HeartbeatSource
+from instanceha.sources.heartbeat import DrainSink, GuestSink, \
+    HeartbeatSource
 from instanceha.sources.kdump import KdumpSource, KnownHosts
 from instanceha.sources.reconciler import Reconciler, Watched
 from instanceha.sources.repair_sweep import SweepSink
@@ -101,6 +102,9 @@ class Ports(NamedTuple):
     fencer: Fencer
     #: the "wake these hosts" signal notifications give
     board: "ProgressPort"
+    #: an agent's "drain me" before its host's orderly shutdown
+    #: (engine.shutdown_drain; the listener calls it while acting only)
+    shutdown_drain: Optional[DrainSink] = None
 
 
 class Sources:
@@ -228,4 +232,5 @@ def _heartbeat(conf: Any, clock: Callable[[], float],
                 ports.repair.from_agent(event, at)
     return HeartbeatSource(conf, ports.submit_acting, clock,
                            ports.known_hosts, guest_sink=guest_sink,
-                           acting=ports.acting)
+                           acting=ports.acting,
+                           drain_sink=ports.shutdown_drain)

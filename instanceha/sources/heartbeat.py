@@ -23,7 +23,9 @@ agent that echoes nothing are *unproven*: counted and shown (``view``,
 ``health``), never an event, so never a veto; the table sees such a host
 as silent. Anything not accepted is counted by reason (the
 protocol's :data:`~instanceha.heartbeat.protocol.DROP_REASONS`, plus
-``unexpected_kind`` for a request sent to an engine, ``unknown_host`` for
+``unexpected_kind`` for a request sent to an engine other than an
+agent's ``drain_host`` (below), ``no_drain_sink`` for that one when this
+engine takes none, ``unknown_host`` for
 a beat naming a host Nova does not know, ``no_guest_sink`` for a guest
 event when instance repair is off) and never raises; a datagram
 never creates a host: only Nova's hosts (``known_hosts()``) are tracked.
@@ -40,6 +42,15 @@ shared-key datagram naming it is dropped as ``shared_key`` too (until
 the engine restarts or Nova stops listing the host), so each host is
 protected from the moment its agent moves. Requests to an agent are signed with the
 key its beats are signed with.
+
+An agent's ``drain_host`` request before an orderly shutdown of its host
+(issue 38) is taken when signed with that host's own key (never the
+shared key), for a host Nova knows, fresh and newer than the last one of
+that host (a replay guard of its own, strict: no clock offset learned);
+the acting engine hands it to ``drain_sink``
+(:class:`instanceha.engine.shutdown_drain.ShutdownDrains`) and answers
+with a ``drain_status`` echoing its sequence number, sent back to where
+the request came from; a standby neither acts nor answers.
 
 Threads: the receiver and the check change the table under ``_lock`` and
 hand their events to the sink in order, under ``_emit`` (taken by this
@@ -84,6 +95,8 @@ UNEXPECTED_KIND = "unexpected_kind"
 SHARED_KEY = "shared_key"
 UNKNOWN_HOST = "unknown_host"
 NO_GUEST_SINK = "no_guest_sink"
+#: A drain request of an agent while this engine takes none.
+NO_DRAIN_SINK = "no_drain_sink"
 #: A host heard in the view, whose recent beats are all unproven (no
 #: veto: the table sees it as silent).
 ALIVE_UNPROVEN = "alive_unproven"
@@ -91,7 +104,7 @@ ALIVE_UNPROVEN = "alive_unproven"
 UNPROVEN = "unproven"
 #: Every reason a datagram is dropped, for counting.
 DROP_REASONS = protocol.DROP_REASONS + (UNEXPECTED_KIND, UNKNOWN_HOST,
-                                        NO_GUEST_SINK)
+                                        NO_GUEST_SINK, NO_DRAIN_SINK)
 #: A drop reason is logged at most once per this many seconds.
 DROP_LOG_INTERVAL = 60.0
 #: Nova's host list is read again at most this often for an unknown name.
@@ -117,6 +130,10 @@ Drop = Tuple[str, Address, str]
 Target = Tuple[Address, Optional[socket.socket], float, str]
 #: (host, address, socket, key id) a challenge goes to
 ChallengeTo = Tuple[str, Address, Optional[socket.socket], str]
+#: drain_sink(host, reason, now) -> (status, detail): an agent's
+#: "drain me" before an orderly shutdown
+#: (:class:`instanceha.engine.shutdown_drain.ShutdownDrains`)
+DrainSink = Callable[[str, str, float], Tuple[str, str]]
 #: guest_sink(GuestEvent, now): the agents' guest events
 GuestSink = Callable[[guest.GuestEvent, float], object]
 
@@ -165,7 +182,8 @@ class HeartbeatSource:
                      [Optional[socket.socket], bytes, Address], Any]] = None,
                  random: Optional[Callable[[int], bytes]] = None,
                  acting: Callable[[], bool] = lambda: True,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 drain_sink: Optional[DrainSink] = None) -> None:
         group = self._group = conf.agent
         # The agents' watchdogs (issue 37): their reports, condemnations
         # and pills, on the engine's monotonic clock; ``acting()`` says
@@ -185,6 +203,14 @@ class HeartbeatSource:
         # 25), accepted as beats are (a host Nova knows, the replay guard
         # on a sequence of their own); None: dropped.
         self._guest_sink = guest_sink
+        # drain_sink(host, reason, now): an agent's "drain me" before an
+        # orderly shutdown (issue 38), on a replay guard of its own
+        # (strict: the agent's clock must be within replay_window of
+        # this engine's, as for requests to agents); None: dropped.
+        self._drain_sink = drain_sink
+        self._drain_guard = replay.ReplayGuard(window=group.replay_window,
+                                               learn_offset=False)
+        self._drain_answers: Dict[str, str] = {}
         self._clock = clock
         self._known_hosts = known_hosts
         self._table = HostTable(group.silence_timeout)
@@ -424,6 +450,7 @@ class HeartbeatSource:
         beat_type = protocol.Beat
         beats: List[Item] = []
         drops: List[Drop] = []
+        asks: List[Tuple[protocol.Request, str, Address]] = []
         for data, sender in batch:
             try:
                 message, kid = decode(data, keyring)
@@ -431,6 +458,10 @@ class HeartbeatSource:
                 drops.append((d.reason, sender, d.detail))
                 continue
             if type(message) is not beat_type:
+                if type(message) is protocol.Request and \
+                        message.kind == protocol.DRAIN_HOST:
+                    asks.append((message, kid, sender))
+                    continue
                 if type(message) is not guest.GuestEvent:
                     drops.append((UNEXPECTED_KIND, sender,
                                   "a request sent to an engine"))
@@ -462,9 +493,73 @@ class HeartbeatSource:
                         self._sink(event)
                     except Exception as e:   # noqa: BLE001 - lives on
                         self._error("agent_event_failed", e)
+        for message, kid, sender in asks:
+            self._drain_asked(message, kid, sender, now, via, drops)
         for reason, sender, detail in drops:
             self._drop(reason, sender, detail, now)
         return events
+
+    def _drain_asked(self, message: protocol.Request, kid: str,
+                     sender: Address, now: float,
+                     via: Optional[socket.socket],
+                     drops: List[Drop]) -> None:
+        """An agent's verified "drain me" before its host shuts down:
+        signed with that host's own key, for a host Nova knows, fresh
+        and new (its own strict replay guard), then, on the acting
+        engine only, handed to the drain sink and answered (the answer
+        echoes the request's seq, signed with the key that signed it)."""
+        host = message.host
+        if self._drain_sink is None:
+            drops.append((NO_DRAIN_SINK, sender, "a drain request, and "
+                          "this engine takes none"))
+            return
+        if kid in self.keyring.shared_kids:
+            # The shared key speaks for every host: it asks no drain.
+            drops.append((SHARED_KEY, sender, "a drain request signed "
+                          "with the shared key: a host's own key needed"))
+            return
+        with self._lock:
+            known = host in self._ids
+            stale = None if not known else self._drain_guard.check(
+                host, "drain", "agent", message.seq, message.sent_at, now)
+        if not known:
+            drops.append((UNKNOWN_HOST, sender, "a drain request for a "
+                          "host Nova does not know"))
+            return
+        if stale is not None:
+            drops.append((stale, sender, "a drain request of %s" % host))
+            return
+        if not self._acting():
+            LOG.info("agent_drain_request_ignored", host=host,
+                     seq=message.seq,
+                     reason="this engine does not act (a standby): the "
+                            "acting one answers")
+            return
+        try:
+            status, detail = self._drain_sink(host, message.reason, now)
+        except Exception as e:   # noqa: BLE001 - lives on
+            self._error("agent_drain_request_failed", e)
+            return
+        with self._lock:
+            changed = self._drain_answers.get(host) != status
+            self._drain_answers[host] = status
+        if changed:
+            LOG.info("agent_drain_request", host=host, seq=message.seq,
+                     answer=status, detail=detail,
+                     asked_because=message.reason,
+                     reason="the host's agent asks to be drained before "
+                            "an orderly shutdown")
+        answer = protocol.Request(
+            kind=protocol.DRAIN_STATUS, host=host, seq=message.seq,
+            sent_at=now,
+            reason=("%s: %s" % (status, detail))[:protocol.MAX_REASON])
+        try:
+            data = protocol.encode_request(
+                answer, self.keyring.signing_key(host, kid))
+            self._send(via, data, sender)
+        except (OSError, ValueError) as e:
+            LOG.warning("agent_drain_answer_not_sent", host=host,
+                        address=sender[0], error=str(e))
 
     def _guest(self, message: guest.GuestEvent, sender: Address,
                now: float) -> None:
