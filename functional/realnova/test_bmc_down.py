@@ -45,6 +45,8 @@ from functional.realnova.agents import host_address
 from functional.realnova.engine import VICTIM_SERVERS, boot_victims
 from functional.realnova.test_agent import BEATING, agent_texts, journal_of
 from functional.realnova.watchdog_hw import WatchdogHardware
+from instanceha import conf as iha_conf
+from instanceha.drivers.fencing import base, ceph_blocklist
 
 #: The agents' watchdog (seconds): short for the test's time, long enough
 #: that a live agent on a loaded 2-core machine always hears an engine
@@ -61,6 +63,15 @@ ACTIVE_BUDGET = 150.0
 
 @pytest.fixture(scope="module")
 def mon(tmp_path_factory):
+    """A real ceph-mon, and the librados the engine loads to reach it;
+    either missing skips (fails, naming it, under
+    INSTANCEHA_REQUIRE_SERVICES=1)."""
+    try:
+        ceph_blocklist.load_rados(
+            iha_conf.make({}).ceph_fencing.rados_path)
+    except base.FenceError as e:
+        missing("python3-rados is needed for this test (Debian package "
+                "python3-rados; tools/test-packages.sh installs it): %s" % e)
     peer = cephmon.CephMon(tmp_path_factory.mktemp("ceph"))
     try:
         peer.start()
