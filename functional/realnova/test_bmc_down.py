@@ -217,6 +217,13 @@ def _recovered_through_watchdog(bed, eng, agents, dead, ids, level_text):
     assert "after level 1 (redfish" in fenced[-1], fenced
     condemn = [a for a in actions if a["kind"] == "condemn"]
     assert [a["outcome"] for a in condemn] == ["sent"], condemn
+    # No request before the engine's deadline: at the earliest the
+    # condemnation (journalled before the pill left; wall times, one
+    # machine) + isolation + watchdog timeout + margin.
+    earliest = condemn[0]["started_at"] + WATCHDOG["isolation"] \
+        + WATCHDOG["timeout"] + MARGIN
+    assert min(r.time for r in sent) >= earliest - 0.1, \
+        (min(r.time for r in sent) - earliest, condemn)
     entry = next(h for h in eng.status()["hosts"] if h["name"] == host)
     assert entry["fenced_by"]["level"] == 2, entry
     assert entry["fenced_by"]["how"].startswith(
