@@ -269,7 +269,7 @@ def test_host_and_bmc_dead_recovered_through_the_watchdog_level(
     assert not hardware.errors, hardware.errors
 
 
-# -- (2) the Ceph level ---------------------------------------------------------
+# -- (2) the Ceph level --------------------------------------------------
 
 
 def test_ceph_blocklist_holds_before_the_first_evacuate_and_goes_at_putback(

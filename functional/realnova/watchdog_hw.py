@@ -7,8 +7,9 @@ thread here reads every device every ``interval`` seconds, as a watchdog
 chip would count: a write arms it (and feeds it), a write ending in ``V``
 disarms it (the magic close), and an armed device unfed for its timeout
 *resets its host*. A reset is recorded (monotonic and wall time), and
-``on_reset(host)`` is called: the bed's fake host (its nova-compute and
-agent) goes down as a reset machine would.
+``on_reset(host)`` is called when given (a test that lets a live host be
+reset takes its nova-compute and agent down there; test_bmc_down.py's
+victim is dead already, and a reset of any other host fails its test).
 """
 
 import os
