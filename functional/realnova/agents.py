@@ -143,11 +143,20 @@ class HostAgents:
     ``start()`` starts every agent (or those named)."""
 
     def __init__(self, bed, workdir, restart_compute=False, interval=1.0,
-                 system_uuids=None):
+                 system_uuids=None, watchdog=None):
         """``system_uuids``: {host: the system UUID its agent reads as
         its machine's DMI product_uuid (a file of this workdir)}; hosts
-        not named report none (never this machine's /sys)."""
+        not named report none (never this machine's /sys).
+
+        ``watchdog``: {"timeout": s, "isolation": s, "check_interval": s}
+        to give every agent a watchdog and the other hosts as its peers
+        (issue 37): the device is a plain file of this workdir
+        (:meth:`device_of`), never /dev/watchdog; whatever reads it plays
+        the hardware (functional/realnova/watchdog_hw.py). Each agent
+        probes its peers on ``peer_port`` of their loopback addresses,
+        signed with a peer key of this workdir."""
         self.bed = bed
+        self.watchdog = dict(watchdog) if watchdog else None
         self.system_uuids = dict(system_uuids or {})
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -157,6 +166,10 @@ class HostAgents:
         self.listen_port = free_udp_port(["127.0.0.1"])
         self.request_port = free_udp_port(list(self.addresses.values()))
         self.key_file = write_key(self.workdir / "agent.key")
+        self.peer_port = self.peer_key_file = None
+        if self.watchdog is not None:
+            self.peer_key_file = write_key(self.workdir / "peer.key")
+            self.peer_port = free_udp_port(list(self.addresses.values()))
         self.restarter = ComputeRestarter(bed.cloud) if restart_compute \
             else None
         self.procs = {}
@@ -193,6 +206,8 @@ class HostAgents:
             path = self.workdir / ("product_uuid-%s" % host)
             path.write_text(self.system_uuids[host].upper() + "\n")
             agent["system_uuid_file"] = str(path)
+        if self.watchdog is not None:
+            agent.update(self._watchdog_conf(host))
         if self.restarter is not None:
             agent.update({
                 "control_addresses": "%s:%d" % (address, self.request_port),
@@ -210,6 +225,35 @@ class HostAgents:
         with open(path, "w") as f:
             cp.write(f)
         return path
+
+    def device_of(self, host):
+        """The test watchdog device of ``host``'s agent: a plain file
+        (its name must not start with "watchdog": the agent takes such a
+        name for a real one and refuses it under the test suite)."""
+        return self.workdir / ("wdt-%s.dev" % host)
+
+    def nonce_file_of(self, host):
+        """Where ``host``'s agent keeps its nonces (the host's /run: a
+        new boot empties it, see :meth:`reboot`)."""
+        return self.workdir / ("run-%s" % host) / "watchdog-nonces"
+
+    def _watchdog_conf(self, host):
+        wd = self.watchdog
+        device = self.device_of(host)
+        device.write_bytes(b"")
+        self.nonce_file_of(host).parent.mkdir(exist_ok=True)
+        peers = ["%s=%s:%d" % (h, a, self.peer_port)
+                 for h, a in self.addresses.items() if h != host]
+        return {
+            "watchdog_device": str(device),
+            "watchdog_timeout": str(int(wd["timeout"])),
+            "isolation_timeout": str(wd["isolation"]),
+            "watchdog_check_interval": str(wd.get("check_interval", 0.5)),
+            "nonce_file": str(self.nonce_file_of(host)),
+            "peers": ",".join(peers),
+            "peer_address": "%s:%d" % (self.addresses[host], self.peer_port),
+            "peer_key_file": str(self.peer_key_file),
+        }
 
     # -- processes -----------------------------------------------------------
     def log_of(self, host):
@@ -256,6 +300,15 @@ class HostAgents:
     def kill(self, host):
         """SIGKILL the host's agent (the host died with it)."""
         self.procs[host].kill(signal.SIGKILL)
+
+    def boot(self, host, timeout=30):
+        """``host`` boots again after a power loss: its /run is empty (no
+        nonce kept from the last boot) and its agent starts."""
+        try:
+            self.nonce_file_of(host).unlink()
+        except FileNotFoundError:
+            pass
+        return self.start([host], timeout=timeout)
 
     def stop(self):
         for proc in self.procs.values():
