@@ -114,7 +114,7 @@ def _transitions(engine, host, since):
 
 
 def run(agents_on, phase, start_phase, servers, workdir, boot_time,
-        reread=True, settle=0.0):
+        reread=True, settle=0.0, peers=0):
     """One silent death; returns {phase: seconds from the kill}.
 
     ``phase``: when to kill, as a fraction of report_interval after the
@@ -134,7 +134,13 @@ def run(agents_on, phase, start_phase, servers, workdir, boot_time,
     options = production_defaults()
     options.setdefault("detection", {})["stale_reread"] = reread
     conf_path = simrun.write_config(workdir, srv, options, agents=setup)
-    agents = (SimAgents(cloud, **setup.sim_args()).start()
+    # ``peers``: every agent also probes that many peers (the simulator
+    # runs the peer exchange with the agents' watchdog duty: chips on
+    # test FIFOs under the run's directory, never a real device) and
+    # reports which it hears: the peer witnesses' fast corroboration.
+    extra = {} if not peers else dict(
+        watchdog_dir=os.path.join(workdir, "wdt"), peer_count=peers)
+    agents = (SimAgents(cloud, **setup.sim_args(), **extra).start()
               if agents_on else None)
     engine = EngineProcess(workdir, conf_path,
                            os.path.join(workdir, "status.json"),
@@ -308,6 +314,10 @@ def main():
                         "host is active (its estimate of Nova's clock "
                         "sharpens with its reads; 0: kill at the first "
                         "chosen phase)")
+    p.add_argument("--peers", type=int, default=0,
+                   help="agents-on mode: each agent probes this many peers "
+                        "and reports which it hears (peer witnesses); 0: "
+                        "no peers")
     p.add_argument("--boot-time", type=float, default=1.0,
                    help="the simulated hosts' boot time, seconds")
     args = p.parse_args()
@@ -343,7 +353,8 @@ def main():
                         os.path.join(logdir, "%s-%s-%d" % (mode, reread,
                                                            i)),
                         args.boot_time, reread=reread == "on",
-                        settle=args.settle)
+                        settle=args.settle,
+                        peers=args.peers if mode == "on" else 0)
                 r["load"] = load
                 rows[reread].append(r)
         for reread in args.reread:
