@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, \
     Mapping, NamedTuple, Optional, Protocol, Set, Union, cast
 
 from instanceha.drivers.compute.base import ComputeDriver, Server
+from instanceha.drivers.fencing.health import Health
 from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.heartbeat.guest import GuestEvent
 from instanceha.sources.audit import Fencer, FencingAudit
@@ -101,6 +102,10 @@ class Ports(NamedTuple):
     fencer: Fencer
     #: the "wake these hosts" signal notifications give
     board: "ProgressPort"
+    #: proactive HA: the hardware health each audit read ({host:
+    #: Health}); None: the audit does not read it
+    hardware_health: Optional[Callable[[Mapping[str, Health]], object]] \
+        = None
 
 
 class Sources:
@@ -191,7 +196,8 @@ def _audit(conf: Any, compute: ComputeDriver, clock: Callable[[], float],
     needed, then every [audit] interval."""
     return FencingAudit(conf, compute, ports.bmc_for, ports.fencer, clock,
                         sink=ports.submit, give_way=ports.urgent,
-                        handled=ports.handled)
+                        handled=ports.handled,
+                        on_health=ports.hardware_health)
 
 
 def _notifications(conf: Any, clock: Callable[[], float],

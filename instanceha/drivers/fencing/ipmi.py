@@ -38,6 +38,7 @@ import time
 import structlog
 
 from instanceha.drivers.fencing import base
+from instanceha.drivers.fencing import health as health_mod
 from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing.ipmi")
@@ -261,6 +262,21 @@ class IPMIDriver(base.FencingDriver):
             return None
         forms = base.uuid_forms(raw)
         return {"uuids": forms} if forms else None
+
+    def health(self, bmc):
+        """Sensor state (``sdr elist``: a sensor at a non-critical
+        threshold is Warning, at a critical or non-recoverable one
+        Critical) and the faults the SEL asserted and did not deassert
+        (``sel elist``: Warning only, a SEL keeps history). None when
+        the BMC lists no sensor. A SEL that cannot be read leaves the
+        sensors' verdict."""
+        sdr = self._call_retrying(bmc, "sensor list", "sdr", "elist")
+        try:
+            sel = self._call_retrying(bmc, "event log", "sel", "elist").stdout
+        except base.FenceError as e:
+            LOG.info("ipmi_sel_unread", host=bmc.host, reason=str(e))
+            sel = None
+        return health_mod.ipmi_health(sdr.stdout, sel)
 
     def power_off(self, bmc):
         if self.power_state(bmc) is base.PowerState.OFF:

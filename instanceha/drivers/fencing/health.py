@@ -1,0 +1,197 @@
+"""What a BMC says about its machine's hardware health: a small typed
+record, and the pure readers of Redfish resources and ipmitool output.
+
+A fencing driver's :meth:`health` returns a :class:`Health` (the worst
+severity and the degraded components, each with why) or None when it
+cannot tell. Nothing here does I/O: the drivers read, these functions
+judge what was read.
+"""
+
+import dataclasses
+import enum
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+
+class Severity(str, enum.Enum):
+    OK = "OK"
+    WARNING = "Warning"
+    CRITICAL = "Critical"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    @classmethod
+    def parse(cls, text: Any) -> Optional["Severity"]:
+        """A Redfish ``Health`` value (any case), or None for anything
+        else (absent, null, a word Redfish does not define)."""
+        if not isinstance(text, str):
+            return None
+        for s in cls:
+            if s.value.lower() == text.strip().lower():
+                return s
+        return None
+
+
+_RANK = {Severity.OK: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One degraded part: ``name`` (``system``, ``power supply PS1``,
+    ``fan Fan3``, ``memory DIMM A2`` ...), its severity, and why (what
+    the BMC reported)."""
+
+    name: str
+    severity: Severity
+    reason: str
+
+    def text(self) -> str:
+        return "%s %s (%s)" % (self.name, self.severity.value, self.reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    """A machine's hardware health as its BMC reports it: the worst
+    severity, and every component found degraded (Warning or Critical)."""
+
+    severity: Severity
+    components: Tuple[Component, ...] = ()
+
+    @classmethod
+    def of(cls, components: Iterable[Component]) -> "Health":
+        bad = tuple(c for c in components if c.severity is not Severity.OK)
+        worst = max((c.severity for c in bad), key=lambda s: s.rank,
+                    default=Severity.OK)
+        return cls(worst, bad)
+
+    def at_least(self, severity: Severity) -> bool:
+        return self.severity.rank >= severity.rank
+
+    def why(self) -> str:
+        """One line: the worst severity and each degraded component."""
+        if not self.components:
+            return "hardware health %s" % self.severity.value
+        return "hardware health %s: %s" % (
+            self.severity.value, "; ".join(c.text() for c in self.components))
+
+    def to_json(self) -> Mapping[str, Any]:
+        return {"severity": self.severity.value,
+                "components": [{"name": c.name,
+                                "severity": c.severity.value,
+                                "reason": c.reason}
+                               for c in self.components]}
+
+
+# -- Redfish -----------------------------------------------------------------
+
+def status_of(name: str, resource: Mapping[str, Any],
+              rollup: bool = False) -> Optional[Component]:
+    """The Component of one Redfish resource's ``Status`` (its ``Health``,
+    and with ``rollup`` its ``HealthRollup`` too: the worse of the two),
+    or None when it reports neither, is absent or disabled."""
+    status = resource.get("Status") if isinstance(resource, Mapping) \
+        else None
+    if not isinstance(status, Mapping):
+        return None
+    if status.get("State") in ("Absent", "Disabled", "UnavailableOffline"):
+        return None
+    found = [(k, Severity.parse(status.get(k)))
+             for k in (("Health", "HealthRollup") if rollup else ("Health",))]
+    found = [(k, s) for k, s in found if s is not None]
+    if not found:
+        return None
+    key, worst = max(found, key=lambda ks: ks[1].rank)
+    return Component(name, worst, "Redfish Status.%s %s" % (key, worst.value))
+
+
+def _label(kind: str, member: Mapping[str, Any], index: int) -> str:
+    ident = member.get("Name") or member.get("MemberId") \
+        or member.get("Id") or str(index)
+    return "%s %s" % (kind, ident)
+
+
+def redfish_health(system: Mapping[str, Any],
+                   parts: Sequence[Tuple[str, Sequence[Mapping[str, Any]]]]
+                   ) -> Optional[Health]:
+    """The Health of a Redfish ComputerSystem (its JSON) and its parts:
+    ``parts`` is [(kind, [member JSON])] read from the links the BMC
+    offers (``power supply`` from Chassis Power or PowerSubsystem, ``fan``
+    from Thermal or ThermalSubsystem, ``memory``). None when nothing read
+    reports a health."""
+    seen: List[Component] = []
+    top = status_of("system", system, rollup=True)
+    if top is not None:
+        seen.append(top)
+    for kind, members in parts:
+        for i, member in enumerate(members):
+            c = status_of(_label(kind, member, i), member)
+            if c is not None:
+                seen.append(c)
+    if not seen:
+        return None
+    return Health.of(seen)
+
+
+# -- IPMI ----------------------------------------------------------------------
+
+#: ipmitool's sensor status words: non-critical, critical, non-recoverable
+_SDR_WARNING = {"nc", "lnc", "unc"}
+_SDR_CRITICAL = {"cr", "lcr", "ucr", "nr", "lnr", "unr"}
+#: SEL event words that say a part failed (a SEL keeps history: only the
+#: entries not deasserted since count, and only as Warning)
+_SEL_FAULTS = ("fail", "lost", "uncorrectable", "critical", "fault",
+               "predictive", "non-recoverable")
+
+
+def ipmi_sdr_health(stdout: str) -> List[Component]:
+    """Components from ``ipmitool sdr elist`` (or ``sdr list``): each line
+    ``name | ... | status | ...``; a status of nc/lnc/unc is Warning,
+    cr/lcr/ucr/nr/lnr/unr Critical; ok and ns (no reading) are not
+    degraded."""
+    out = []
+    for line in stdout.splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if len(cols) < 3 or not cols[0]:
+            continue
+        words = [c.lower() for c in cols[1:]]
+        status = next((w for w in words
+                       if w in _SDR_WARNING | _SDR_CRITICAL), None)
+        if status is None:
+            continue
+        sev = Severity.CRITICAL if status in _SDR_CRITICAL \
+            else Severity.WARNING
+        reading = cols[-1] if len(cols) >= 5 else cols[1]
+        out.append(Component("sensor %s" % cols[0], sev,
+                             "IPMI sensor status %s, reading %s"
+                             % (status, reading)))
+    return out
+
+
+def ipmi_sel_health(stdout: str) -> List[Component]:
+    """Components from ``ipmitool sel elist``: each line ``id | date |
+    time | sensor | event | Asserted/Deasserted``; a fault asserted and
+    not deasserted later for the same sensor and event is Warning (a SEL
+    holds history, so it never says Critical alone)."""
+    open_faults = {}
+    for line in stdout.splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if len(cols) < 5:
+            continue
+        sensor, event = cols[3], cols[4]
+        direction = cols[5].lower() if len(cols) > 5 else "asserted"
+        key = (sensor, event)
+        if direction.startswith("deasserted"):
+            open_faults.pop(key, None)
+        elif any(w in event.lower() for w in _SEL_FAULTS):
+            open_faults[key] = "SEL %s %s: %s" % (cols[1], cols[2], event)
+    return [Component("SEL %s" % sensor, Severity.WARNING, why)
+            for (sensor, _), why in sorted(open_faults.items())]
+
+
+def ipmi_health(sdr: str, sel: Optional[str]) -> Optional[Health]:
+    """The Health of what ``sdr elist`` and ``sel elist`` printed (None
+    when the sensor list is empty: nothing could be told)."""
+    if not sdr.strip():
+        return None
+    return Health.of(ipmi_sdr_health(sdr) + ipmi_sel_health(sel or ""))
