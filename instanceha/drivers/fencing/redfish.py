@@ -387,7 +387,8 @@ def _parts(system, get):
     summary = system.get("MemorySummary") or {}
     rollup = health_mod.status_of("memory", summary, rollup=True)
     if rollup is not None:
-        memory = [dict(summary, Name="(summary)")]
+        memory = [{"Name": "(summary)",
+                   "Status": {"Health": rollup.severity.value}}]
         if rollup.severity is not health_mod.Severity.OK \
                 and _link(system, "Memory"):
             memory += _members(get, _link(system, "Memory"))
