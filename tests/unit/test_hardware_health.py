@@ -95,7 +95,7 @@ def test_redfish_health_of_unreachable_bmc_raises(world, clock):
     from instanceha.drivers.fencing import base
     cloud, srv, bmcs = world()
     cloud.set_bmc("compute-2", reachable=False)
-    driver = RedfishDriver(make_conf(retries=1, poll_interval=0.01),
+    driver = RedfishDriver(make_conf(retries=1, poll_interval=0.05),
                            sleep=clock.sleep)
     with pytest.raises(base.FenceError):
         driver.health(bmcs["compute-2"])
