@@ -30,6 +30,12 @@ def test_redfish_health_worst_and_components():
     assert found.at_least(Severity.WARNING)
 
 
+def test_redfish_rollup_in_any_case():
+    found = hm.redfish_health({"Status": {"Health": "OK",
+                                          "HealthRollUp": "Critical"}}, [])
+    assert found.severity is Severity.CRITICAL
+
+
 def test_redfish_health_none_when_nothing_reports():
     assert hm.redfish_health({"Status": {"State": "Enabled"}}, []) is None
     ok = hm.redfish_health({"Status": {"Health": "ok"}}, [])

@@ -96,7 +96,10 @@ def status_of(name: str, resource: Mapping[str, Any],
         return None
     if status.get("State") in ("Absent", "Disabled", "UnavailableOffline"):
         return None
-    found = [(k, Severity.parse(status.get(k)))
+    # (keys matched in any case: some BMCs, and sushy-tools, spell it
+    # HealthRollUp)
+    keys = {str(k).lower(): k for k in status}
+    found = [(k, Severity.parse(status.get(keys.get(k.lower(), k))))
              for k in (("Health", "HealthRollup") if rollup else ("Health",))]
     found = [(k, s) for k, s in found if s is not None]
     if not found:
