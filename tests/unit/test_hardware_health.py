@@ -82,6 +82,7 @@ def test_redfish_driver_reads_the_health_of_the_simulated_bmc(world, clock):
     assert found.severity is Severity.CRITICAL
     assert {c.name: c.severity for c in found.components} == {
         "system": Severity.CRITICAL,        # its HealthRollup
+        "chassis compute-0": Severity.CRITICAL,
         "power supply PS1": Severity.CRITICAL,
         "fan Fan1": Severity.WARNING}
     set_health(srv, "compute-0", power_supply="OK", fan="OK",

@@ -114,8 +114,8 @@ class RedfishDriver(RedfishOptions, base.FencingDriver):
         return state, _identity(system)
 
     def health(self, bmc):
-        """The hardware health of the system, its power supplies, fans
-        and memory (:mod:`instanceha.drivers.fencing.health`): the
+        """The hardware health of the system, its chassis, power
+        supplies, fans and memory (:mod:`instanceha.drivers.fencing.health`): the
         System's Status (Health and HealthRollup), each power supply of
         its chassis (Power or PowerSubsystem), each fan (Thermal or
         ThermalSubsystem), and its memory (MemorySummary; each module
@@ -362,7 +362,7 @@ def _parts(system, get):
     """[(kind, [member JSON])] of a System's power supplies, fans and
     memory, read through ``get(path)`` (JSON) from the links it offers;
     a link a BMC does not offer is skipped."""
-    supplies, fans, memory = [], [], []
+    supplies, fans, memory, boxes = [], [], [], []
     links = (system.get("Links") or {}).get("Chassis") or ()
     for chassis_link in links:
         path = chassis_link.get("@odata.id") \
@@ -370,6 +370,7 @@ def _parts(system, get):
         if not path:
             continue
         chassis = get(path) or {}
+        boxes.append(dict(chassis, Name=chassis.get("Name") or path))
         power = _link(chassis, "Power")
         if power:
             supplies += (get(power) or {}).get("PowerSupplies") or []
@@ -391,5 +392,9 @@ def _parts(system, get):
                    "Status": {"Health": rollup.severity.value}}]
         if rollup.severity is not health_mod.Severity.OK \
                 and _link(system, "Memory"):
-            memory += _members(get, _link(system, "Memory"))
-    return [("power supply", supplies), ("fan", fans), ("memory", memory)]
+            try:       # (only to name the module at fault)
+                memory += _members(get, _link(system, "Memory"))
+            except base.FenceError:
+                pass
+    return [("chassis", boxes), ("power supply", supplies), ("fan", fans),
+            ("memory", memory)]
