@@ -1,5 +1,5 @@
-"""The Redfish driver's hardware health read (proactive HA) against the
-real sushy-tools emulator (its fake systems driver, over TLS with basic
+"""The fencing drivers' hardware health read (proactive HA) against real
+BMC peers: the Redfish driver against the sushy-tools emulator (its fake systems driver, over TLS with basic
 auth): the System's Status, its chassis, the Thermal's fans and the
 memory summary, as the emulator serves them.
 
@@ -9,6 +9,10 @@ layer of ours that replaces one ``Health`` value in the emulator's own
 answer (functional.peers.redfish). The degradation end to end (audit,
 drain, never fenced) is tested on the simulator's Redfish:
 functional/sim/test_proactive.py.
+
+The IPMI driver against OpenIPMI's ipmi_sim: it serves no sensor records
+(its SDR repository is empty here), so its health is told by its event
+log, which ``ipmitool sel add`` fills as a BMC would on a fault.
 """
 
 import pytest
@@ -17,7 +21,7 @@ from instanceha import conf as iha_conf
 from instanceha.drivers import fencing
 from instanceha.drivers.fencing import inventory, load_driver
 from instanceha.drivers.fencing.health import Severity
-from functional.peers import harness, redfish
+from functional.peers import harness, ipmi, redfish
 from functional.peers.errors import PeerMissing
 
 
@@ -72,3 +76,33 @@ def test_health_read_from_the_emulator(bmc):
     assert {c.name for c in found.components} == {
         "system", "chassis %s" % chassis["Name"]}
     d.close()
+
+
+@pytest.fixture
+def ipmi_bmc(tmp_path):
+    try:
+        peer = ipmi.IPMIBMC("compute-i", tmp_path)
+        peer.start()
+    except PeerMissing as e:
+        harness.handle_missing(e)
+    yield peer
+    peer.stop()
+
+
+def test_ipmi_health_from_the_event_log(ipmi_bmc):
+    d, e = load_driver("ipmi", iha_conf.make({"fencing": {
+        "timeout": 10, "poll_interval": 0.1, "retries": 2}})), \
+        entry(ipmi_bmc)
+    # No sensor record and no event: nothing can be told.
+    assert d.health(e) is None
+    ipmi_bmc.add_sel(
+        # a power supply: failure detected, asserted
+        "0x04 0x08 0x01 0x6f 0x01 0x00 0x00",
+        # a temperature over its upper critical threshold, then back
+        "0x04 0x01 0x30 0x01 0x09 0x00 0x00",
+        "0x04 0x01 0x30 0x81 0x09 0x00 0x00")
+    found = d.health(e)
+    assert found.severity is Severity.WARNING
+    assert [c.name for c in found.components] == [
+        "SEL Power Supply #0x01"], found
+    assert "Failure detected" in found.why()

@@ -63,7 +63,10 @@ def test_ipmi_sensors_and_sel():
     # A SEL alone never says Critical; no sensor listed: cannot tell.
     assert hm.ipmi_health("Fan1 | 30h | ok | 29.1 | 3000 RPM", sel
                           ).severity is Severity.WARNING
-    assert hm.ipmi_health("", sel) is None
+    assert hm.ipmi_health(None, sel).severity is Severity.WARNING
+    assert hm.ipmi_health("Err in cmd get sensor sdr info\n",
+                          "SEL has no entries\n") is None
+    assert hm.ipmi_health(None, None) is None
 
 
 def set_health(srv, host, **parts):
@@ -106,3 +109,30 @@ def test_redfish_health_of_unreachable_bmc_raises(world, clock):
                            sleep=clock.sleep)
     with pytest.raises(base.FenceError):
         driver.health(bmcs["compute-2"])
+
+
+def test_ipmi_verbose_forms():
+    sel = ("SEL Record ID          : 0001\n Record Type           : 02\n"
+           " Sensor Type           : Power Supply\n"
+           " Sensor Number         : 01\n"
+           " Event Direction       : Assertion Event\n"
+           " Description           : Failure detected\n\n"
+           "SEL Record ID          : 0002\n"
+           " Sensor Type           : Temperature\n"
+           " Sensor Number         : 30\n"
+           " Event Direction       : Assertion Event\n"
+           " Description           : Upper Critical going high\n\n"
+           "SEL Record ID          : 0003\n"
+           " Sensor Type           : Temperature\n"
+           " Sensor Number         : 30\n"
+           " Event Direction       : Deassertion Event\n"
+           " Description           : Upper Critical going high\n\n")
+    sdr = ("Sensor ID              : Fan1 (0x30)\n"
+           " Sensor Reading        : 300 (+/- 0) RPM\n"
+           " Status                : Lower Critical\n\n"
+           "Sensor ID              : Inlet (0x04)\n"
+           " Status                : ok\n\n")
+    found = hm.ipmi_health(sdr, sel)
+    assert {c.name: c.severity for c in found.components} == {
+        "sensor Fan1": Severity.CRITICAL,
+        "SEL Power Supply #0x01": Severity.WARNING}

@@ -9,7 +9,8 @@ judge what was read.
 
 import dataclasses
 import enum
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, \
+    Tuple
 
 
 class Severity(str, enum.Enum):
@@ -147,12 +148,47 @@ _SEL_FAULTS = ("fail", "lost", "uncorrectable", "critical", "fault",
                "predictive", "non-recoverable")
 
 
+def _blocks(stdout: str) -> List[Dict[str, str]]:
+    """ipmitool's verbose output (``-v``): blocks of ``Key : value``
+    lines, a blank line between two; keys lower-cased."""
+    out: List[Dict[str, str]] = []
+    block: Dict[str, str] = {}
+    for line in stdout.splitlines() + [""]:
+        key, sep, value = line.partition(":")
+        if sep and "|" not in line and key.strip():
+            block.setdefault(key.strip().lower(), value.strip())
+        elif not line.strip() and block:
+            out.append(block)
+            block = {}
+    return out
+
+
+def _threshold(status: str) -> Optional[Severity]:
+    """A sensor status in either form (``unc``, ``Upper Non-Critical``)."""
+    low = status.strip().lower()
+    if low in _SDR_CRITICAL or ("critical" in low and "non-critical"
+                                not in low) or "non-recoverable" in low:
+        return Severity.CRITICAL
+    if low in _SDR_WARNING or "non-critical" in low:
+        return Severity.WARNING
+    return None
+
+
 def ipmi_sdr_health(stdout: str) -> List[Component]:
     """Components from ``ipmitool sdr elist`` (or ``sdr list``): each line
     ``name | ... | status | ...``; a status of nc/lnc/unc is Warning,
     cr/lcr/ucr/nr/lnr/unr Critical; ok and ns (no reading) are not
-    degraded."""
+    degraded. The verbose form (``-v``: a block per sensor, ``Sensor ID``
+    and ``Status``) is read too."""
     out = []
+    for block in _blocks(stdout):
+        name = block.get("sensor id", "").split(" (")[0]
+        sev = _threshold(block.get("status", ""))
+        if name and sev is not None:
+            out.append(Component("sensor %s" % name, sev,
+                                 "IPMI sensor status %s, reading %s" % (
+                                     block["status"],
+                                     block.get("sensor reading", "?"))))
     for line in stdout.splitlines():
         cols = [c.strip() for c in line.split("|")]
         if len(cols) < 3 or not cols[0]:
@@ -175,8 +211,22 @@ def ipmi_sel_health(stdout: str) -> List[Component]:
     """Components from ``ipmitool sel elist``: each line ``id | date |
     time | sensor | event | Asserted/Deasserted``; a fault asserted and
     not deasserted later for the same sensor and event is Warning (a SEL
-    holds history, so it never says Critical alone)."""
+    holds history, so it never says Critical alone). The verbose form
+    (``-v``: a block per record, ``Sensor Type``, ``Sensor Number``,
+    ``Event Direction``, ``Description``) is read too."""
     open_faults = {}
+    for block in _blocks(stdout):
+        if "description" not in block or "sensor type" not in block:
+            continue
+        sensor = "%s #0x%s" % (block["sensor type"],
+                               block.get("sensor number", "?"))
+        event = block["description"]
+        key = (sensor, event)
+        if block.get("event direction", "").lower().startswith("deassert"):
+            open_faults.pop(key, None)
+        elif any(w in event.lower() for w in _SEL_FAULTS):
+            open_faults[key] = "SEL record %s: %s" % (
+                block.get("sel record id", "?"), event)
     for line in stdout.splitlines():
         cols = [c.strip() for c in line.split("|")]
         if len(cols) < 5:
@@ -192,9 +242,14 @@ def ipmi_sel_health(stdout: str) -> List[Component]:
             for (sensor, _), why in sorted(open_faults.items())]
 
 
-def ipmi_health(sdr: str, sel: Optional[str]) -> Optional[Health]:
+def ipmi_health(sdr: Optional[str], sel: Optional[str]) -> Optional[Health]:
     """The Health of what ``sdr elist`` and ``sel elist`` printed (None
-    when the sensor list is empty: nothing could be told)."""
-    if not sdr.strip():
+    for one not read). None when neither lists a sensor or an event:
+    nothing could be told."""
+    rows = [line for text in (sdr, sel) if text
+            for line in text.splitlines() if line.count("|") >= 2]
+    blocks = [b for text in (sdr, sel) if text for b in _blocks(text)
+              if "sensor id" in b or "description" in b]
+    if not rows and not blocks:
         return None
-    return Health.of(ipmi_sdr_health(sdr) + ipmi_sel_health(sel or ""))
+    return Health.of(ipmi_sdr_health(sdr or "") + ipmi_sel_health(sel or ""))

@@ -266,17 +266,26 @@ class IPMIDriver(base.FencingDriver):
     def health(self, bmc):
         """Sensor state (``sdr elist``: a sensor at a non-critical
         threshold is Warning, at a critical or non-recoverable one
-        Critical) and the faults the SEL asserted and did not deassert
-        (``sel elist``: Warning only, a SEL keeps history). None when
-        the BMC lists no sensor. A SEL that cannot be read leaves the
-        sensors' verdict."""
-        sdr = self._call_retrying(bmc, "sensor list", "sdr", "elist")
-        try:
-            sel = self._call_retrying(bmc, "event log", "sel", "elist").stdout
-        except base.FenceError as e:
-            LOG.info("ipmi_sel_unread", host=bmc.host, reason=str(e))
-            sel = None
-        return health_mod.ipmi_health(sdr.stdout, sel)
+        Critical) and the faults the event log asserted and did not
+        deassert since (``sel elist``: Warning only, a SEL keeps
+        history). None when the BMC lists neither a sensor nor an event.
+        One of the two refused is logged and the other judged; both
+        refused, or the BMC unreachable, raise FenceError."""
+        out, errors = [], []
+        for what, command in (("sensor list", ("sdr", "elist")),
+                              ("event log", ("sel", "elist"))):
+            try:
+                out.append(self._call_retrying(bmc, what, *command).stdout)
+            except base.BmcUnreachable:
+                raise
+            except base.FenceError as e:
+                LOG.info("ipmi_health_part_unread", host=bmc.host,
+                         part=what, reason=str(e))
+                errors.append(e)
+                out.append(None)
+        if len(errors) == 2:
+            raise errors[0]
+        return health_mod.ipmi_health(out[0], out[1])
 
     def power_off(self, bmc):
         if self.power_state(bmc) is base.PowerState.OFF:
