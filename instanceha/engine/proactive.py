@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, \
 
 import structlog
 
-from instanceha.drivers.fencing.health import Health
+from instanceha.util.hardware import Health
 from instanceha.events import DrainRequest, Event, EventKind as E
 from instanceha.fsm.record import HostRecord
 from instanceha.policy import proactive as policy

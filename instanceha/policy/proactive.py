@@ -22,7 +22,7 @@ at the next audit.
 import dataclasses
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from instanceha.drivers.fencing.health import Health, Severity
+from instanceha.util.hardware import Health, Severity
 
 ACTIVE = "active"
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, \
     Mapping, NamedTuple, Optional, Protocol, Set, Union, cast
 
 from instanceha.drivers.compute.base import ComputeDriver, Server
-from instanceha.drivers.fencing.health import Health
+from instanceha.util.hardware import Health
 from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.heartbeat.guest import GuestEvent
 from instanceha.sources.audit import Fencer, FencingAudit

@@ -53,7 +53,7 @@ import structlog
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
-from instanceha.drivers.fencing.health import Health
+from instanceha.util.hardware import Health
 from instanceha.drivers.compute.base import ComputeDriver, ComputeService
 from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.events import Event, EventKind as E
