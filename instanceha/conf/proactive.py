@@ -39,3 +39,11 @@ OPTS = [
 register_opts, list_opts = _group.make(
     GROUP, OPTS, title="Proactive HA: draining hosts whose hardware "
                        "degrades")
+
+
+def validate(conf):
+    """Proactive HA reads the health the audit reads: it needs it on."""
+    if conf[GROUP].enabled and not conf.audit.enabled:
+        raise cfg.Error("[%s] enabled needs [audit] enabled: the hardware "
+                        "health is read by the fencing readiness audit"
+                        % GROUP)

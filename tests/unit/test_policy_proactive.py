@@ -138,3 +138,17 @@ def test_engine_part_refused_preflight_and_storm_send_nothing():
     assert "storm hold" in pro.status()["hosts"]["a"]["action"]
     assert ProactiveHA(conf(enabled=False), eng, lambda: 0.0).on_health(
         {"a": CRIT}) == []
+
+
+def test_proactive_needs_the_audit(tmp_path):
+    import pytest
+    from oslo_config import cfg
+    from instanceha import conf as conf_pkg
+    path = tmp_path / "instanceha.conf"
+    path.write_text("[proactive]\nenabled = true\n[audit]\nenabled = false\n")
+    with pytest.raises(cfg.Error) as e:
+        conf_pkg.load(["--config-file", str(path)])
+    assert "[proactive] enabled needs [audit] enabled" in str(e.value)
+    path.write_text("[proactive]\nenabled = true\nseverity = Warning\n")
+    conf = conf_pkg.load(["--config-file", str(path)])
+    assert p.Settings.from_conf(conf).severity is Severity.WARNING
