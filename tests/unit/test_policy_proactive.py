@@ -152,3 +152,16 @@ def test_proactive_needs_the_audit(tmp_path):
     path.write_text("[proactive]\nenabled = true\nseverity = Warning\n")
     conf = conf_pkg.load(["--config-file", str(path)])
     assert p.Settings.from_conf(conf).severity is Severity.WARNING
+
+
+def test_status_text_shows_degraded_hosts():
+    from instanceha.cmd.status import format_status
+    eng = FakeEngine({"a": "active", "b": "active"})
+    pro = ProactiveHA(conf(), eng, lambda: 0.0)
+    pro.on_health({"a": CRIT, "b": CRIT})
+    text = format_status({"generated_at": 0, "started_at": 0, "hosts": [],
+                          "proactive": pro.status()}, now=0)
+    assert "HARDWARE DEGRADED (proactive HA, drains at Critical): 2" in text
+    assert "  a: Critical (power supply PS1 Critical): drain asked for" \
+        in text
+    assert "  b: Critical (power supply PS1 Critical): held:" in text
