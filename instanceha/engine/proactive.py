@@ -14,6 +14,7 @@ that runs is never proven dead for its health, and a host whose health
 recovers stays in maintenance until an operator resumes it.
 """
 
+import re
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, \
     Tuple
@@ -31,6 +32,12 @@ SOURCE = "proactive"
 #: seconds a drain just asked for counts as under way while its host's
 #: record still says active (the engine's worker has not taken it yet)
 SUBMIT_GRACE = 120.0
+
+
+def _steady(text: str) -> str:
+    """A hold's text without the seconds that change at every look: a
+    host is logged again only when why it waits changes."""
+    return re.sub(r", next in \d+s", "", text)
 
 
 class EnginePort(Protocol):
@@ -89,11 +96,16 @@ class ProactiveHA:
         with self._lock:
             draining = self._under_way(states, now)
             self._started = policy.recent(self._started, now, s)
-            chosen = policy.plan(healths, states, s, draining,
-                                 self._started, now,
-                                 storm=None if ok else why)
+            ours = set(self._ours)
+            chosen = policy.plan(
+                {h: v for h, v in healths.items() if h not in ours},
+                states, s, draining, self._started, now,
+                storm=None if ok else why)
         view: Dict[str, Tuple[Health, str]] = {
             h: (healths[h], "held: " + why) for h, why in chosen.held.items()}
+        for host in sorted(ours & set(healths)):
+            view[host] = (healths[host], "proactive drain under way (%s)"
+                          % states.get(host, "unknown"))
         asked = []
         for host, reason in chosen.drain:
             refused = self._drain(records[host], reason, now)
@@ -105,8 +117,8 @@ class ProactiveHA:
         with self._lock:
             before, self._view = self._view, view
         for host, (health, what) in sorted(view.items()):
-            if what.startswith("held: ") and before.get(host, (None, ""))[1] \
-                    != what:
+            if what.startswith("held: ") and _steady(
+                    before.get(host, (None, ""))[1]) != _steady(what):
                 LOG.warning("proactive_drain_held", host=host,
                             severity=health.severity.value,
                             reason=what[len("held: "):])

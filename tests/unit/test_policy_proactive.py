@@ -165,3 +165,17 @@ def test_status_text_shows_degraded_hosts():
     assert "  a: Critical (power supply PS1 Critical): drain asked for" \
         in text
     assert "  b: Critical (power supply PS1 Critical): held:" in text
+
+
+def test_a_hold_is_logged_once_while_its_reason_stays():
+    from structlog.testing import capture_logs
+    eng = FakeEngine({"a": "active", "b": "active"})
+    now = [1000.0]
+    pro = ProactiveHA(conf(max_concurrent=5, max_per_interval=1), eng,
+                      lambda: now[0])
+    with capture_logs() as logs:
+        pro.on_health({"a": CRIT, "b": CRIT})
+        now[0] += 30                       # "next in" changes
+        pro.on_health({"a": CRIT, "b": CRIT})
+    held = [e for e in logs if e["event"] == "proactive_drain_held"]
+    assert [e["host"] for e in held] == ["b"], held
