@@ -102,6 +102,18 @@ class IPMIBMC:
              "-N", "1", "-R", str(retries)] + list(args),
             env=env, capture_output=True, timeout=30)
 
+    def add_sel(self, *entries):
+        """Add system event records to the BMC's event log (``ipmitool sel
+        add``): each entry 7 bytes, EvM Rev, sensor type, sensor number,
+        event direction and type, event data 1 to 3 (``"0x04 0x08 0x01
+        0x6f 0x01 0x00 0x00"``: a power supply's failure detected)."""
+        path = self.dir / "sel-add.txt"
+        path.write_text("".join(e + "\n" for e in entries))
+        res = self.ipmitool("sel", "add", str(path))
+        if res.returncode != 0:
+            raise PeerError(self.name, "sel add failed: %s"
+                            % res.stderr.decode()[-300:], self.log)
+
     # -- state as the test bed sees it (the file is the truth)
     def power_state(self):
         text = self.power_file.read_text().strip()

@@ -28,6 +28,11 @@ ours, see :func:`_emulate`):
     lost power between the client's read and its reset.
 ``ignore_power_off``
     a power-off reset is accepted (204) and never carried out.
+``health``
+    the emulator reports every ``Status.Health`` as OK: with this, the
+    health :meth:`RedfishBMC.set_health` sets replaces the ``Health`` of
+    one resource (the System, the Thermal's fan N ...) in the emulator's
+    own answers, the rest of each answer as the emulator made it.
 
 :meth:`RedfishBMC.stats` counts what happened (sessions created, deleted,
 expired; requests by token and by basic auth; conflicts; ignored resets).
@@ -74,7 +79,7 @@ class RedfishBMC:
     def __init__(self, host, workdir, username="admin", password=None,
                  power_delay=0, refuse_power_off=False, sessions=False,
                  session_ttl=None, session_only=False, off_conflict=None,
-                 off_race=False, ignore_power_off=False):
+                 off_race=False, ignore_power_off=False, health=False):
         self.host = host
         self.dir = pathlib.Path(workdir) / ("redfish-%s" % host)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -87,7 +92,8 @@ class RedfishBMC:
             sessions=bool(sessions or session_only), session_ttl=session_ttl,
             session_only=bool(session_only), off_conflict=off_conflict,
             off_race=bool(off_race),
-            ignore_power_off=bool(ignore_power_off)).items() if v}
+            ignore_power_off=bool(ignore_power_off),
+            health=bool(health)).items() if v}
         self.system_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
         self.port = procs.free_port()
         self.log = self.dir / "emulator.log"
@@ -205,6 +211,18 @@ class RedfishBMC:
             raise PeerError("redfish-%s" % self.host, "expiring sessions "
                             "answered %d" % resp.status_code, self.log)
 
+    def set_health(self, path, health, member=None):
+        """The emulator's answer at ``path`` reports ``health`` (OK,
+        Warning, Critical) in its ``Status.Health``, or in that of the
+        ``member`` = (list key, index) of it (``("Fans", 0)``). Needs the
+        ``health`` extra."""
+        resp = self._post(_HEALTH, {"path": path, "health": health,
+                                    "member": list(member) if member
+                                    else None})
+        if resp.status_code != 204:
+            raise PeerError("redfish-%s" % self.host, "setting health "
+                            "answered %d" % resp.status_code, self.log)
+
     def power_state(self):
         """'on' or 'off' as the emulator reports it (applies due changes)."""
         resp = self._get(self.system_path)
@@ -245,6 +263,7 @@ def start_bmcs(hosts, workdir, **kwargs):
 SESSION_SERVICE = "/redfish/v1/SessionService"
 SESSIONS = SESSION_SERVICE + "/Sessions"
 _STATS = "/iha-peer/stats"
+_HEALTH = "/iha-peer/health"
 _RESET = re.compile(r"^/redfish/v1/Systems/([^/]+)/Actions/"
                     r"ComputerSystem\.Reset/?$")
 _OFF_RESETS = ("ForceOff", "GracefulShutdown", "PushPowerButton")
@@ -264,6 +283,8 @@ class _Extras:
         self._authenticate = auth_basic.authenticate
         self.lock = threading.Lock()
         self.sessions = {}                # id -> {token, user, password, used}
+        #: path -> {(list key, index) or None: Health} (the health extra)
+        self.health = {}
         self.stats = dict.fromkeys(
             ("created", "deleted", "expired", "refused", "token_requests",
              "token_refused", "basic_requests", "basic_refused", "conflicts",
@@ -342,6 +363,8 @@ class _Extras:
         peer = env.get("HTTP_" + PEER_HEADER.upper().replace("-", "_")) == "1"
         if path in (_STATS, _STATS + "/expire"):
             return self._stats(env, start_response, method)
+        if path == _HEALTH and method == "POST":
+            return self._set_health(env, start_response)
         if self.opts.get("sessions"):
             if path == SESSIONS and method == "POST":
                 return self._open(env, start_response)
@@ -374,7 +397,33 @@ class _Extras:
         match = _RESET.match(path)
         if match and method == "POST":
             return self._reset(env, start_response, match.group(1))
+        with self.lock:
+            patch = dict(self.health.get(path) or {})
+        if patch and method == "GET":
+            return self._with_health(env, start_response, patch)
         return self.inner(env, start_response)
+
+    def _set_health(self, env, start_response):
+        if not self._authorized(env):
+            return self._error(start_response, 401, "Unauthorized")
+        body = self._body(env)
+        member = tuple(body["member"]) if body.get("member") else None
+        with self.lock:
+            self.health.setdefault(body["path"].rstrip("/"), {})[member] = \
+                body["health"]
+        return self._reply(start_response, 204)
+
+    def _with_health(self, env, start_response, patch):
+        status, headers, body = self._capture(env)
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            start_response(status, headers)
+            return [body]
+        for member, health in patch.items():
+            target = doc if member is None else doc[member[0]][member[1]]
+            target.setdefault("Status", {})["Health"] = health
+        return self._reply(start_response, int(status.split()[0]), doc)
 
     def _stats(self, env, start_response, method):
         if not self._authorized(env):

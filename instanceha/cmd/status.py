@@ -145,6 +145,7 @@ def format_status(data, now=None, stale=None):
                      % len(unprotected))
         for host, why in sorted(unprotected.items()):
             lines.append("  %s: %s" % (host, why))
+    lines.extend(_proactive_lines(data.get("proactive")))
     counts = data.get("fencing_identity") or {}
     if counts:
         lines.append("fencing methods by BMC identity: %d verified, %d not "
@@ -186,6 +187,20 @@ def _value(key, value):
             and not isinstance(value, bool):
         return iso(value)
     return value
+
+
+def _proactive_lines(p):
+    """Proactive HA: each degraded host's health and what was done."""
+    if not p or not p.get("hosts"):
+        return []
+    lines = ["HARDWARE DEGRADED (proactive HA, drains at %s): %d host(s):"
+             % (p.get("severity"), len(p["hosts"]))]
+    for host, h in sorted(p["hosts"].items()):
+        parts = "; ".join("%s %s" % (c["name"], c["severity"])
+                          for c in h.get("components") or ())
+        lines.append("  %s: %s (%s): %s" % (host, h.get("severity"),
+                                             parts or "-", h.get("action")))
+    return lines
 
 
 def format_coordination(c, now):

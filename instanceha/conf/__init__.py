@@ -33,6 +33,7 @@ from instanceha.conf import kdump
 from instanceha.conf import maintenance
 from instanceha.conf import notifications
 from instanceha.conf import policy
+from instanceha.conf import proactive
 from instanceha.conf import recovery
 from instanceha.conf import reserved_hosts
 
@@ -40,7 +41,7 @@ MODULES = [default, detection, fencing, evacuation, policy, journal,
            notifications, kdump, api, control_plane, audit, recovery,
            capacity, reserved_hosts, coordination, heartbeat, drain,
            maintenance, instance_repair, ceph_fencing,
-           failover_capacity]
+           failover_capacity, proactive]
 
 
 def new_conf():

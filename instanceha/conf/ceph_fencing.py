@@ -33,8 +33,8 @@ OPTS = [
                       "left behind."),
     cfg.StrOpt("rados_path", default="/usr/lib/python3/dist-packages",
                help="Directory holding the Debian package python3-rados' "
-                    "module (rados.cpython-*.so), loaded from there alone "
-                    "when the service's Python does not import rados "
+                    "module (its rados.cpython shared object), loaded "
+                    "from there alone when the service's Python does not import rados "
                     "itself (a virtualenv without system site-packages)."),
 ]
 

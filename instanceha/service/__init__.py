@@ -20,6 +20,7 @@ from instanceha.drivers.fencing.inventory import Reloaded
 from instanceha.engine.context import Context
 from instanceha.engine.engine import Engine
 from instanceha.engine.fencing_gate import Readiness
+from instanceha.engine.proactive import ProactiveHA
 from instanceha.engine.progress import ProgressBoard
 from instanceha.engine import shutdown_drain
 # Re-exported: callers and tests name them as instanceha.service.*.
@@ -113,6 +114,9 @@ class Service:
         self.compute, fencer, journal = self._guarded(compute, fencer)
         self.engine = self._build_engine(journal, inventory, fencer,
                                          on_progress)
+        # Proactive HA reads the hardware health the audit reads.
+        self.proactive = ProactiveHA(conf, self.engine, clock) \
+            if conf.proactive.enabled and conf.audit.enabled else None
         self.sources = sources_mod.Sources(conf, self.compute, clock,
                                            self._ports())
         self.health = HealthView(conf, clock, self.awaiting,
@@ -226,7 +230,9 @@ class Service:
             bmc_for=engine.ctx.bmc_for, fencer=engine.ctx.fencer,
             board=self.board,
             shutdown_drain=shutdown_drain.ShutdownDrains(
-                engine.find, submit_acting).ask)
+                engine.find, submit_acting).ask,
+            hardware_health=(self.proactive.on_health
+                             if self.proactive is not None else None))
 
     def _agent_request(self, host: str, reason: str) -> str:
         """Soft fencing's request to a vetoed host's agent (the engine's
@@ -357,6 +363,8 @@ class Service:
         data: Dict[str, Any] = {}
         if self.membership is not None:
             data["coordination"] = self.membership.status()
+        if self.proactive is not None:
+            data["proactive"] = self.proactive.status()
         starting = self.awaiting.view()
         if starting is not None:
             data["starting"] = starting

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, \
     Mapping, NamedTuple, Optional, Protocol, Set, Union, cast
 
 from instanceha.drivers.compute.base import ComputeDriver, Server
+from instanceha.util.hardware import Health
 from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.heartbeat.guest import GuestEvent
 from instanceha.sources.audit import Fencer, FencingAudit
@@ -105,6 +106,10 @@ class Ports(NamedTuple):
     #: an agent's "drain me" before its host's orderly shutdown
     #: (engine.shutdown_drain; the listener calls it while acting only)
     shutdown_drain: Optional[DrainSink] = None
+    #: proactive HA: the hardware health each audit read ({host:
+    #: Health}); None: the audit does not read it
+    hardware_health: Optional[Callable[[Mapping[str, Health]], object]] \
+        = None
 
 
 class Sources:
@@ -195,7 +200,8 @@ def _audit(conf: Any, compute: ComputeDriver, clock: Callable[[], float],
     needed, then every [audit] interval."""
     return FencingAudit(conf, compute, ports.bmc_for, ports.fencer, clock,
                         sink=ports.submit, give_way=ports.urgent,
-                        handled=ports.handled)
+                        handled=ports.handled,
+                        on_health=ports.hardware_health)
 
 
 def _notifications(conf: Any, clock: Callable[[], float],

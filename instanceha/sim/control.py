@@ -106,11 +106,36 @@ class Control:
                     if not isinstance(value, bool):
                         return _error(400, "%s must be true or false" % key)
                 c.set_bmc(name, **body)
+            elif action == "health":
+                return self._health(name, req)
             else:
                 return _error(404, "unknown host action %s" % action)
         except model.NotFound as e:
             return _error(404, e.message)
         return web.Response(200, c.snapshot()["hosts"][name])
+
+    def _health(self, name, req):
+        """POST /sim/hosts/NAME/health {"system"|"power_supply"|"fan"|
+        "memory": "OK"|"Warning"|"Critical"}: what the host's BMC reports
+        (parts not named keep theirs)."""
+        try:
+            body = req.json()
+        except ValueError:
+            return _error(400, "body must be a JSON object")
+        parts = ("system", "power_supply", "fan", "memory")
+        if not isinstance(body, dict) or set(body) - set(parts) or any(
+                v not in ("OK", "Warning", "Critical")
+                for v in body.values()):
+            return _error(400, "body maps %s to OK, Warning or Critical"
+                          % ", ".join(parts))
+        c = self.cloud
+        with c.lock:
+            h = c.hosts.get(name)
+            if h is None:
+                return _error(404, "no host %s" % name)
+            h.hardware_health = dict(h.hardware_health, **body)
+        return web.Response(200, dict(c.snapshot()["hosts"][name],
+                                      hardware_health=dict(body)))
 
     def _scheduler(self, req):
         try:

@@ -99,6 +99,9 @@ class Host:
         self.registrations = 0              # services registered since
         self.bmc_reachable = True
         self.bmc_refuse_power_off = False
+        #: hardware health the BMC reports per part (system, power_supply,
+        #: fan, memory): "OK", "Warning" or "Critical"; unset parts OK
+        self.hardware_health = {}
         self.hold_cleanup = False          # compute starts but skips cleanup
         #: the operating system hangs (kill): nothing on the host runs, its
         #: BMC still reads On; cleared when the power goes off

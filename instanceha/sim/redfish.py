@@ -51,7 +51,7 @@ class Redfish:
         if caller is not None and not caller.bmc_reachable:
             return web.DROP
         named = None
-        if len(parts) >= 2 and parts[0] == "Systems":
+        if len(parts) >= 2 and parts[0] in ("Systems", "Chassis"):
             named = self.cloud.hosts.get(parts[1])
             if named is not None and not named.bmc_reachable:
                 return web.DROP
@@ -70,7 +70,17 @@ class Redfish:
             return error(404, "ResourceMissingAtURI",
                          "The resource at the URI %s was not found."
                          % req.path)
-        if len(parts) == 2 and req.method == "GET":
+        if parts[0] == "Chassis" and req.method == "GET":
+            found = self._chassis(named, parts[2:])
+        elif parts[2:] in (["Memory"], ["Memory", "DIMM_A1"]) \
+                and req.method == "GET":
+            found = self._memory(named, parts[3:])
+        else:
+            found = None
+        if found is not None:
+            return web.Response(200, found)
+        if len(parts) == 2 and req.method == "GET" \
+                and parts[0] == "Systems":
             return web.Response(200, self._system(named))
         if parts[2:] == ["Actions", "ComputerSystem.Reset"] \
                 and req.method == "POST":
@@ -109,11 +119,62 @@ class Redfish:
             "@odata.id": path, "Id": h.name, "Name": h.name,
             "UUID": h.system_uuid, "SystemType": "Physical",
             "HostName": h.bmc_hostname, "PowerState": power,
-            "Status": {"State": "Enabled", "Health": "OK"},
+            "Status": {"State": "Enabled",
+                       "Health": health(h, "system"),
+                       "HealthRollup": worst(
+                           health(h, p) for p in PARTS)},
+            "MemorySummary": {"TotalSystemMemoryGiB": 256, "Status": {
+                "State": "Enabled", "HealthRollup": health(h, "memory")}},
+            "Memory": {"@odata.id": path + "/Memory"},
+            "Links": {"Chassis": [
+                {"@odata.id": "%s/Chassis/%s" % (PREFIX, h.name)}]},
             "Actions": {"#ComputerSystem.Reset": {
                 "target": path + "/Actions/ComputerSystem.Reset",
                 "ResetType@Redfish.AllowableValues": RESET_TYPES}},
         }
+
+    def _chassis(self, h, rest):
+        """The chassis of ``h`` (``rest`` []), its Power or its Thermal;
+        None for any other path."""
+        path = "%s/Chassis/%s" % (PREFIX, h.name)
+        if rest == []:
+            return {"@odata.type": "#Chassis.v1_10_0.Chassis",
+                    "@odata.id": path, "Id": h.name, "Name": h.name,
+                    "ChassisType": "RackMount",
+                    "Status": {"State": "Enabled", "Health": worst(
+                        health(h, p) for p in ("power_supply", "fan"))},
+                    "Power": {"@odata.id": path + "/Power"},
+                    "Thermal": {"@odata.id": path + "/Thermal"}}
+        if rest == ["Power"]:
+            return {"@odata.type": "#Power.v1_5_0.Power",
+                    "@odata.id": path + "/Power", "Id": "Power",
+                    "Name": "Power", "PowerSupplies": [
+                        part(path + "/Power#/PowerSupplies/%d" % i,
+                             str(i), "PS%d" % (i + 1),
+                             health(h, "power_supply") if i == 0 else "OK")
+                        for i in range(2)]}
+        if rest == ["Thermal"]:
+            return {"@odata.type": "#Thermal.v1_5_0.Thermal",
+                    "@odata.id": path + "/Thermal", "Id": "Thermal",
+                    "Name": "Thermal", "Fans": [
+                        part(path + "/Thermal#/Fans/%d" % i, str(i),
+                             "Fan%d" % (i + 1),
+                             health(h, "fan") if i == 0 else "OK")
+                        for i in range(2)]}
+        return None
+
+    def _memory(self, h, rest):
+        path = "%s/Systems/%s/Memory" % (PREFIX, h.name)
+        if rest:
+            return {"@odata.type": "#Memory.v1_7_0.Memory",
+                    "@odata.id": path + "/DIMM_A1", "Id": "DIMM_A1",
+                    "Name": "DIMM A1", "CapacityMiB": 262144,
+                    "Status": {"State": "Enabled",
+                               "Health": health(h, "memory")}}
+        return {"@odata.type": "#MemoryCollection.MemoryCollection",
+                "@odata.id": path, "Name": "Memory Module Collection",
+                "Members@odata.count": 1,
+                "Members": [{"@odata.id": path + "/DIMM_A1"}]}
 
     def _reset(self, h, req):
         try:
@@ -137,6 +198,24 @@ class Redfish:
         else:
             self.cloud.power(h.name, on=not off_requested)
         return web.Response(204)
+
+
+#: the parts whose health a simulated BMC reports
+PARTS = ("system", "power_supply", "fan", "memory")
+_RANK = {"OK": 0, "Warning": 1, "Critical": 2}
+
+
+def health(h, which):
+    return (getattr(h, "hardware_health", None) or {}).get(which, "OK")
+
+
+def worst(values):
+    return max(values, key=lambda v: _RANK.get(v, 0), default="OK")
+
+
+def part(odata_id, member_id, name, value):
+    return {"@odata.id": odata_id, "MemberId": member_id, "Name": name,
+            "Status": {"State": "Enabled", "Health": value}}
 
 
 def web_uuid(seed):

@@ -53,6 +53,7 @@ import structlog
 from instanceha.drivers.fencing import base as fencing_base
 from instanceha.drivers.fencing import chain
 from instanceha.drivers.fencing import inventory
+from instanceha.util.hardware import Health
 from instanceha.drivers.compute.base import ComputeDriver, ComputeService
 from instanceha.drivers.fencing.inventory_entry import BMC
 from instanceha.events import Event, EventKind as E
@@ -249,6 +250,28 @@ def read_ready(fencer: Fencer, methods: Sequence[BMC]) -> Optional[str]:
     return None
 
 
+def read_health(fencer: Fencer, methods: Sequence[BMC],
+                reads: Sequence[Reading]) -> Optional[Health]:
+    """The hardware health the first method whose BMC answered the power
+    read can tell (the driver's ``health``: a read, never an action), or
+    None (no driver can tell; an error is logged: the fencing verdict
+    stands whatever the health read says)."""
+    for method, read in zip(methods, reads):
+        if not isinstance(read, fencing_base.PowerState):
+            continue
+        try:
+            found = fencer(method.driver).health(method)
+        except Exception as e:   # noqa: BLE001 - FenceError and kin: said
+            LOG.info("hardware_health_unread", host=method.host,
+                     driver=method.driver,
+                     reason=mask_known(str(e) or type(e).__name__,
+                                       [method.password]))
+            continue
+        if found is not None:
+            return cast(Health, found)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class HostRead:
     """What the audit read of one host's BMC, before it is judged."""
@@ -263,6 +286,8 @@ class HostRead:
     #: (label, why it cannot prove the host dead now or None) of each
     #: level that fences without power
     levels: Tuple[Tuple[str, Optional[str]], ...] = ()
+    #: the machine's hardware health (read_health), when read
+    health: Optional[Health] = None
 
     def labelled(self) -> List[Tuple[str, Reading]]:
         return [(label(m), r) for m, r in zip(self.methods, self.reads)]
@@ -295,7 +320,10 @@ class FencingAudit:
                  host_ids: Optional[Mapping[str, str]] = None,
                  give_way: Optional[Callable[[], Optional[str]]] = None,
                  wait: Optional[Callable[[float], bool]] = None,
-                 handled: Optional[Callable[[str], bool]] = None) -> None:
+                 handled: Optional[Callable[[str], bool]] = None,
+                 on_health: Optional[
+                     Callable[[Mapping[str, Health]], object]] = None
+                 ) -> None:
         """``sink``: where the power watch sends POWER_OFF / POWER_ON
         events (the engine's submit); ``host_ids``: {host name: service
         id}, refreshed by each audit when not given; ``give_way()``: why
@@ -304,7 +332,11 @@ class FencingAudit:
         asking again (True when the audit is stopping); ``handled(host)``:
         True when instanceha is handling the host, or a host sharing its
         BMC (the engine's ``handled``): its BMC's Off is no mismatch, and
-        its reads are skipped once a pause has lasted ``max_pause``."""
+        its reads are skipped once a pause has lasted ``max_pause``;
+        ``on_health({host: Health})``: given, the hardware health of each
+        host (the drivers' ``health``) is read with its power state, and
+        handed over after each audit (proactive HA), hosts whose drivers
+        cannot tell left out."""
         self._conf = conf.audit
         self._compute = compute
         self._bmc_for = bmc_for
@@ -325,6 +357,9 @@ class FencingAudit:
         #: hosts the last audit skipped (handled, after the bound)
         self.skipped = 0
         self._sink = sink
+        self._on_health = on_health
+        self._read_health = on_health is not None
+        self._hardware: Dict[str, Health] = {}
         self._give_way: Callable[[], Optional[str]] = \
             give_way or (lambda: None)
         self._handled: Callable[[str], bool] = \
@@ -432,9 +467,11 @@ class FencingAudit:
                  for m, (_, ident) in zip(methods, looks)]
         levels = tuple((name, read_ready(self._fencer, level))
                        for name, level in powerless_levels(bmc))
+        health = read_health(self._fencer, methods, reads) \
+            if self._read_health else None
         return HostRead(bmc, methods, reads, handled,
                         tuple((key, ident) for key, ident in found if ident),
-                        levels)
+                        levels, health)
 
     def _nova_after(self, services: List[ComputeService],
                     reads: Mapping[str, Union[HostRead, str]]
@@ -517,6 +554,7 @@ class FencingAudit:
                 protected_by[host] = by
         self._send_evidence(services, evidence)
         self._log_changes(unprotected, degraded, protected_by)
+        hardware = self._hardware_of(reads)
         with self._lock:
             self._unprotected, self._degraded = unprotected, degraded
             self._protected_by = protected_by
@@ -526,7 +564,43 @@ class FencingAudit:
             self.last_at = self._clock()
             self.last_seconds = time.monotonic() - started
             self.last_error = None
+        if self._on_health is not None:
+            self._on_health(hardware)
         return dict(unprotected)
+
+    def _hardware_of(self, reads: Mapping[str, Union[HostRead, str]]
+                     ) -> Dict[str, Health]:
+        """{host: Health} read this audit (a host not read keeps its last
+        health); logged when a host's worst severity changes."""
+        with self._lock:
+            before = dict(self._hardware)
+        now: Dict[str, Health] = {}
+        for host, read in reads.items():
+            if isinstance(read, HostRead):
+                if read.health is not None:
+                    now[host] = read.health
+            elif host in before:
+                now[host] = before[host]
+        for host, h in sorted(now.items()):
+            was = before.get(host)
+            if was is not None and was.severity is h.severity:
+                continue
+            if h.severity.value == "OK":
+                if was is not None:
+                    LOG.info("hardware_health_ok", host=host,
+                             reason="the BMC reports every component OK")
+            else:
+                LOG.warning("hardware_degraded", host=host,
+                            severity=h.severity.value, reason=h.why())
+        with self._lock:
+            self._hardware = now
+        return now
+
+    def hardware(self) -> Dict[str, Health]:
+        """{host: Health} as the last audit read it (hosts whose drivers
+        cannot tell left out; empty unless the health is read)."""
+        with self._lock:
+            return dict(self._hardware)
 
     def _send_evidence(self, services: List[ComputeService],
                        evidence: List[Evidence]) -> None:

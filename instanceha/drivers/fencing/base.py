@@ -138,6 +138,16 @@ class FencingDriver(abc.ABC):
             self.name, bmc.address or bmc.host,
             getattr(state, "value", state))
 
+    def health(self, bmc):
+        """The machine's hardware health as its BMC reports it (a read,
+        never an action): a :class:`instanceha.drivers.fencing.health.
+        Health` (the worst severity, OK, Warning or Critical, and each
+        degraded component with why), or None when the driver cannot
+        tell. Raises FenceError like :meth:`power_state`. Proactive HA
+        drains a host degraded at its configured severity; it never
+        fences for it."""
+        return None
+
     def fenced_text(self, bmc):
         """What this method's fencing of the host proved, in a few words
         for status and history (``self-fenced by watchdog, assumed at

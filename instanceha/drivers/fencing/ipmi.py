@@ -38,6 +38,7 @@ import time
 import structlog
 
 from instanceha.drivers.fencing import base
+from instanceha.drivers.fencing import health as health_mod
 from instanceha.log import mask_known
 
 LOG = structlog.get_logger("instanceha.fencing.ipmi")
@@ -261,6 +262,30 @@ class IPMIDriver(base.FencingDriver):
             return None
         forms = base.uuid_forms(raw)
         return {"uuids": forms} if forms else None
+
+    def health(self, bmc):
+        """Sensor state (``sdr elist``: a sensor at a non-critical
+        threshold is Warning, at a critical or non-recoverable one
+        Critical) and the faults the event log asserted and did not
+        deassert since (``sel elist``: Warning only, a SEL keeps
+        history). None when the BMC lists neither a sensor nor an event.
+        One of the two refused is logged and the other judged; both
+        refused, or the BMC unreachable, raise FenceError."""
+        out, errors = [], []
+        for what, command in (("sensor list", ("sdr", "elist")),
+                              ("event log", ("sel", "elist"))):
+            try:
+                out.append(self._call_retrying(bmc, what, *command).stdout)
+            except base.BmcUnreachable:
+                raise
+            except base.FenceError as e:
+                LOG.info("ipmi_health_part_unread", host=bmc.host,
+                         part=what, reason=str(e))
+                errors.append(e)
+                out.append(None)
+        if len(errors) == 2:
+            raise errors[0]
+        return health_mod.ipmi_health(out[0], out[1])
 
     def power_off(self, bmc):
         if self.power_state(bmc) is base.PowerState.OFF:

@@ -35,6 +35,7 @@ from sushy import exceptions as sushy_exc
 import tenacity
 
 from instanceha.drivers.fencing import base
+from instanceha.drivers.fencing import health as health_mod
 from instanceha.drivers.fencing.redfish_clients import (
     Client, close_all, close_client)
 from instanceha.drivers.fencing.redfish_options import (
@@ -111,6 +112,27 @@ class RedfishDriver(RedfishOptions, base.FencingDriver):
         system = self._system(bmc, client, settings)
         state = self._state(bmc, client, system, "read power state")
         return state, _identity(system)
+
+    def health(self, bmc):
+        """The hardware health of the system, its chassis, power
+        supplies, fans and memory (:mod:`instanceha.drivers.fencing.health`): the
+        System's Status (Health and HealthRollup), each power supply of
+        its chassis (Power or PowerSubsystem), each fan (Thermal or
+        ThermalSubsystem), and its memory (MemorySummary; each module
+        read only when the summary is not OK, to name it). None when no
+        resource read reports a health."""
+        settings = self.settings(bmc)
+        client = self._client(bmc)
+        system = self._system(bmc, client, settings)
+        body = self._call(bmc, "read system health", lambda: system.json,
+                          client) or {}
+
+        def get(path):
+            return self._call(
+                bmc, "read %s" % path,
+                lambda: system._conn.get(path).json(), client)
+
+        return health_mod.redfish_health(body, _parts(body, get))
 
     def power_off(self, bmc):
         settings = self.settings(bmc)
@@ -322,3 +344,57 @@ def _identity(system):
     if name:
         found["hostname"] = str(name).strip().lower()
     return found or None
+
+
+def _link(resource, key):
+    value = resource.get(key) if isinstance(resource, dict) else None
+    return value.get("@odata.id") if isinstance(value, dict) else None
+
+
+def _members(get, path):
+    """Each member of a collection at ``path``, read."""
+    found = get(path) or {}
+    return [get(m["@odata.id"]) for m in found.get("Members") or ()
+            if isinstance(m, dict) and m.get("@odata.id")]
+
+
+def _parts(system, get):
+    """[(kind, [member JSON])] of a System's power supplies, fans and
+    memory, read through ``get(path)`` (JSON) from the links it offers;
+    a link a BMC does not offer is skipped."""
+    supplies, fans, memory, boxes = [], [], [], []
+    links = (system.get("Links") or {}).get("Chassis") or ()
+    for chassis_link in links:
+        path = chassis_link.get("@odata.id") \
+            if isinstance(chassis_link, dict) else None
+        if not path:
+            continue
+        chassis = get(path) or {}
+        boxes.append(dict(chassis, Name=chassis.get("Name") or path))
+        power = _link(chassis, "Power")
+        if power:
+            supplies += (get(power) or {}).get("PowerSupplies") or []
+        elif _link(chassis, "PowerSubsystem"):
+            sub = get(_link(chassis, "PowerSubsystem")) or {}
+            if _link(sub, "PowerSupplies"):
+                supplies += _members(get, _link(sub, "PowerSupplies"))
+        thermal = _link(chassis, "Thermal")
+        if thermal:
+            fans += (get(thermal) or {}).get("Fans") or []
+        elif _link(chassis, "ThermalSubsystem"):
+            sub = get(_link(chassis, "ThermalSubsystem")) or {}
+            if _link(sub, "Fans"):
+                fans += _members(get, _link(sub, "Fans"))
+    summary = system.get("MemorySummary") or {}
+    rollup = health_mod.status_of("memory", summary, rollup=True)
+    if rollup is not None:
+        memory = [{"Name": "(summary)",
+                   "Status": {"Health": rollup.severity.value}}]
+        if rollup.severity is not health_mod.Severity.OK \
+                and _link(system, "Memory"):
+            try:       # (only to name the module at fault)
+                memory += _members(get, _link(system, "Memory"))
+            except base.FenceError:
+                pass
+    return [("chassis", boxes), ("power supply", supplies), ("fan", fans),
+            ("memory", memory)]
