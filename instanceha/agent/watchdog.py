@@ -98,8 +98,7 @@ class Device:
         except OSError as e:
             raise WatchdogError("watchdog %s: cannot open (%s)"
                                 % (self.path, e.strerror or e))
-        self._fd = fd
-        self.real = real and self._is_chr()
+        self.real = real and self._is_chr(fd)
         if self.real:
             try:
                 got = fcntl.ioctl(fd, WDIOC_SETTIMEOUT,
@@ -109,13 +108,26 @@ class Device:
                 LOG.warning("agent.watchdog_timeout_not_set",
                             device=self.path, error=str(e),
                             effect="the device's own timeout applies")
+        # Fed before it reads armed: a beat sent meanwhile by another
+        # thread must not report a chip that was never fed.
+        try:
+            os.write(fd, FEED)
+        except OSError as e:
+            # Opened, so armed: left open (a close without the magic
+            # character keeps a real one armed anyway); the next feed
+            # is tried at the next check.
+            self._fd = fd
+            raise WatchdogError("watchdog %s: cannot feed (%s)"
+                                % (self.path, e.strerror or e))
+        self.feeds += 1
+        self._fd = fd
         LOG.info("agent.watchdog_armed", device=self.path,
                  timeout=self.timeout, real=self.real)
-        self.feed()
 
-    def _is_chr(self):
+    @staticmethod
+    def _is_chr(fd):
         try:
-            return stat.S_ISCHR(os.fstat(self._fd).st_mode)
+            return stat.S_ISCHR(os.fstat(fd).st_mode)
         except OSError:
             return False
 
