@@ -193,3 +193,23 @@ def test_the_engine_condemns_before_the_bmc_is_tried():
              if a["host_name"] == "compute-1"]
     assert kinds.count("condemn") == 1 and \
         kinds.index("fence") < kinds.index("condemn"), kinds
+
+
+def test_a_gate_held_at_the_start_condemns_nothing():
+    """The engine's check raises FenceHeld when the fencing gate closed:
+    the attempt stops before any pill."""
+    clock, witness, drivers, entry = _setup()
+
+    class Held(Exception):
+        pass
+
+    def check(method):
+        raise Held("control plane down")
+    try:
+        chain.fence(entry, drivers.__getitem__, check=check,
+                    progress=chain.Progress())
+    except Held:
+        pass
+    else:
+        raise AssertionError("the held gate did not stop the attempt")
+    assert witness.condemned == [] and drivers["redfish"].seen == []
