@@ -23,8 +23,9 @@ benchmarks/detection.py. From the kill, each run measures:
 
 - detection: the host leaves 'active' (the journal's transition);
 - decide wait: to the decision to fence (grace period, corroboration);
-- watchdog wait: the decision to 'fenced': the Redfish level failing,
-  the condemnation, the peers acknowledging the pill, and the wait for
+- watchdog wait: the decision to 'fenced': the condemnation (at the
+  decision, while the Redfish level is tried and fails), the peers
+  acknowledging the pill, and the wait for
   the watchdog deadline (max(last beat, pill published) + isolation
   timeout + watchdog timeout + the engine's margin);
 - evacuation: 'fenced' to the last of its servers ACTIVE elsewhere;
@@ -267,7 +268,8 @@ def main():
     print("  (detection + decide wait + watchdog wait + evacuation = "
           "total. From the kill: decided, the decision to fence; "
           "condemned, the first peer held the victim's pill (the engine "
-          "condemned it once the Redfish level failed); pill held, a "
+          "condemned it as it decided to fence, before the Redfish "
+          "level's attempts: doc/safety.md rule 25); pill held, a "
           "majority of its peers held it: the watchdog deadline counts "
           "from then)")
     print("  fenced as: %s" % rows[0]["why"])

@@ -49,15 +49,25 @@ OPTS = [
                      "kdump delay: a host that is Off dumps nothing). A BMC "
                      "reporting Off alone, with Nova's heartbeat fresh, "
                      "never starts fencing."),
-    cfg.FloatOpt("watchdog_margin", default=10.0, min=0, max=600,
+    cfg.FloatOpt("watchdog_margin", default=4.0, min=0, max=600,
                  help="The 'watchdog' fencing method (an agent that arms a "
-                      "watchdog, doc/safety.md): seconds added to the "
-                      "host's isolation timeout and watchdog timeout before "
-                      "its silence counts as its death. Covers the agent's "
-                      "check interval, delays on the network and the "
-                      "difference between the host's and the engine's "
-                      "clock rates; never below the agents' "
-                      "watchdog_check_interval plus a few seconds."),
+                      "watchdog, doc/safety.md rule 25): seconds added to "
+                      "the host's isolation timeout and watchdog timeout "
+                      "before its silence counts as its death. It covers "
+                      "what the engine cannot see (doc/agent.md, 'The "
+                      "engine's margin'): the agent's last feed may follow "
+                      "its last fresh input by up to one "
+                      "watchdog_check_interval (a decision loop stalled "
+                      "between reading its clock and feeding), the chip "
+                      "counts in steps of up to 1 s, and the engine's and "
+                      "the host's clocks run at rates that differ by at "
+                      "most about 0.1% (0.1 s over a minute); the "
+                      "network's delays need nothing (every input the "
+                      "host counts on reached the engine before it, so "
+                      "they only make the engine later). Default: the "
+                      "agents' default watchdog_check_interval (2 s) + "
+                      "2 s. Never set it below the agents' "
+                      "watchdog_check_interval + 2 s."),
     cfg.FloatOpt("watchdog_wait_max", default=600.0, min=1, max=7200,
                  help="The 'watchdog' fencing method: seconds it waits at "
                       "most, after condemning a host, for the host's peers "

@@ -237,7 +237,12 @@ def _fence_levels(ctx: Context, record: HostRecord, bmc: BMC,
         done = chain.fence(bmc, ctx.fencer, check=_condemning(
             ctx, record, _gated(ctx, proof.fence_check(ctx, record)),
             condemned), progress=carry.progress)
-    except FenceHeld:
+    except FenceHeld as e:
+        # A condemnation made at the attempt's start (chain.fence) stands
+        # (doc/safety.md rule 25); its row says why nothing followed.
+        _condemned(ctx, condemned, "the fencing gate closed before the "
+                   "power levels (it stays condemned until it is back and "
+                   "cleaned up): %s" % e)
         raise
     except fencing_base.BmcUnreachable as e:
         # No BMC answered: nothing refused, and the host is not proven

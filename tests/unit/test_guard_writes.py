@@ -33,7 +33,8 @@ COMPUTE_READS = {
 #: and connections (no request to a BMC that changes anything).
 FENCE_READS = {"power_state", "system_identity", "read_machine", "close", "settings",
                "argv", "password_via", "stdin", "still_fenced",
-               "addresses", "blocklist", "fenced_text", "ready", "health"}
+               "addresses", "blocklist", "fenced_text", "ready", "health",
+               "early_refusal"}
 JOURNAL_READS = {
     "actions", "close", "evacuations", "evacuations_finished", "evidence",
     "history", "latest", "repairs", "reserved_history", "reserved_in_use",

@@ -183,7 +183,7 @@ class Progress:
     method's mark (base.Pending), and what failed before."""
 
     __slots__ = ("level", "pos", "mark", "attempts", "unreachable",
-                 "unexpected")
+                 "unexpected", "started", "early")
 
     def __init__(self):
         self.level = 0              # index into the entry's levels
@@ -192,6 +192,11 @@ class Progress:
         self.attempts = []          # Attempt of each level failed so far
         self.unreachable = True     # every failure so far: no answer
         self.unexpected = None      # the first unexpected exception
+        self.started = False        # the first pass ran
+        #: (level index, method index) -> the mark of a method of a later
+        #: level started early (a watchdog condemned at the attempt's
+        #: start): reached, it goes on from that mark
+        self.early = {}
 
     def close(self):
         """Nothing held: a condemnation stands until the host is back
@@ -245,6 +250,9 @@ def fence(bmc, fencer, log=LOG, check=None, progress=None):
     passes = progress is not None
     p = progress if passes else Progress()
     attempts = p.attempts
+    if passes and not p.started:
+        _start_early(levels, fencer, check, p, log)
+        p.started = True
     if p.level >= len(levels) or p.pos >= len(levels[p.level]):
         raise FenceChainError(
             "host %s: the fencing levels changed in the inventory while "
@@ -272,6 +280,10 @@ def fence(bmc, fencer, log=LOG, check=None, progress=None):
                                                         _name(method)))
             mark = p.mark if passes and lindex == p.level \
                 and pos == p.pos else None
+            if mark is None and passes:
+                # Started at the attempt's start (its checks done then):
+                # go on from there; its deadline does not start over.
+                mark = p.early.pop((lindex, pos), None)
             resumed = mark is not None
             p.mark = None
             try:
@@ -346,6 +358,55 @@ def fence(bmc, fencer, log=LOG, check=None, progress=None):
                            attempts)
     error = FenceChainUnreachable if p.unreachable else FenceChainError
     raise error(message, bmc.host, attempts)
+
+
+def _start_early(levels, fencer, check, p, log):
+    """At an attempt's first pass, start each method of a later level
+    whose driver says it ``starts_early`` (the watchdog: its condemnation
+    starts a deadline that only time ends), after ``check``, so that its
+    deadline runs while the levels before it are tried (doc/safety.md
+    rule 25). A method whose driver refuses it (``early_refusal``), whose
+    check fails or whose first pass fails is left alone: its level runs
+    it as usual when reached. A method whose first pass already proves
+    the host fenced is run again then (a read)."""
+    for lindex in range(p.level + 1, len(levels)):
+        for pos, method in enumerate(levels[lindex]):
+            try:
+                driver = fencer(method.driver)
+            except ValueError:
+                continue
+            if not getattr(driver, "starts_early", False):
+                continue
+            try:
+                refusal = driver.early_refusal(method)
+            except Exception as e:   # noqa: BLE001 - its level says why
+                refusal = _scrub(str(e), method) or type(e).__name__
+            if refusal:
+                log.info("fence_early_skipped", host=method.host,
+                         driver=method.driver, level=lindex + 1,
+                         reason=refusal)
+                continue
+            why = check(method) if check is not None else None
+            if why:
+                log.info("fence_early_skipped", host=method.host,
+                         driver=method.driver, level=lindex + 1, reason=why)
+                continue
+            try:
+                pending = driver.fence_pass(method, None)
+            except Exception as e:   # noqa: BLE001 - its level tries again
+                log.warning("fence_early_failed", host=method.host,
+                            driver=method.driver, level=lindex + 1,
+                            reason=_scrub(str(e), method)
+                            or type(e).__name__)
+                continue
+            if pending is not None:
+                p.early[(lindex, pos)] = pending.mark
+            log.warning("fence_started_early", host=method.host,
+                        driver=method.driver, level=lindex + 1,
+                        reason="the host is being fenced and a later level "
+                               "proves it dead by time: started now, so "
+                               "its deadline runs while the levels before "
+                               "it are tried")
 
 
 def _how(fenced, log):

@@ -156,6 +156,9 @@ class WatchdogDriver(base.FencingDriver):
     name = "watchdog"
     #: what :func:`instanceha.drivers.fencing.load_driver` hands it
     needs = ("watchdog_witness",)
+    #: a level of it after others is started (the host condemned) at the
+    #: fencing attempt's start (chain.fence, doc/safety.md rule 25)
+    starts_early = True
 
     def __init__(self, conf, watchdog_witness: Optional[Witness] = None,
                  sleep=time.sleep, wall=time.time):
@@ -247,6 +250,13 @@ class WatchdogDriver(base.FencingDriver):
             0.0, judgement.deadline - now)
         return base.Pending(min(wait, self.wait_max - waited) or 0.01,
                             mark, judgement.why)
+
+    def early_refusal(self, bmc):
+        """Why the host cannot be condemned early (chain.fence's start of
+        an attempt), or None: as the first pass would refuse it."""
+        if self.witness is None:
+            return "no heartbeat listener given to the driver"
+        return refusal(self.witness.watchdog_state(bmc.host))
 
     def power_state(self, bmc):
         judgement, _ = self._judge(bmc.host)
