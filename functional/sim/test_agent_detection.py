@@ -39,7 +39,11 @@ HOLD_DELTA = 4.0
 def bed(tmp_path, request):
     opts = getattr(request, "param", {})
     restart = opts.get("restart", False)
-    cloud = SimCloud(hosts=4, servers_per_host=2, boot_time=1.0,
+    # boot_time: also how long a restart of nova-compute takes (soft
+    # fencing's), so that the test of it sees the veto before the
+    # restarted service reports.
+    cloud = SimCloud(hosts=4, servers_per_host=2,
+                     boot_time=opts.get("boot_time", 1.0),
                      service_down_time=60.0)
     srv = SimServer(cloud).start()
     setup = simrun.agent_setup(str(tmp_path), interval=0.2, host_keys=True)
@@ -111,7 +115,8 @@ def test_a_host_whose_nova_compute_alone_died_is_never_powered_off(bed):
     assert host["agent"] == "nova-compute down, host alive (agent)"
 
 
-@pytest.mark.parametrize("bed", [{"restart": True}], indirect=True)
+@pytest.mark.parametrize("bed", [{"restart": True, "boot_time": 6.0}],
+                         indirect=True)
 def test_soft_fencing_restarts_nova_compute_through_the_agent(bed):
     """[agent] restart_compute: the vetoed host's agent restarts its
     nova-compute on the engine's signed request; the host comes back

@@ -387,8 +387,14 @@ def _check_repaired(c, chain, ids):
             assert status == "ACTIVE", (name, status, rows)
             assert rows[-1]["outcome"] == "success", rows
             ours = [r for r in rows if r["action"] == action]
-            assert [r["outcome"] for r in ours] == [NOT_SENT, "success"], \
-                rows
+            # Closed not_sent once, or more than once: the engine
+            # started for the next point of the chain resumes this case
+            # too, and may be killed there (at another server's
+            # failpoint) between journalling the resumed request and
+            # sending it. Sent once all the same (below).
+            outcomes = [r["outcome"] for r in ours]
+            assert len(outcomes) >= 2 and outcomes[-1] == "success" \
+                and set(outcomes[:-1]) == {NOT_SENT}, rows
             assert got[REQUEST[action]] == 1, (name, dict(got))
 
 
